@@ -1,0 +1,151 @@
+/* Internal C shim of the `streams` extension: the parts that must not be
+ * written in Cython because they run on threads Python does not own, or
+ * before/after the interpreter is usable.
+ *
+ *  - the host-function trampoline that CUDA calls on its own callback thread;
+ *  - the per-thread "inside a host callback" flag (CUDA forbids CUDA calls
+ *    there, and making one can deadlock the callback thread on itself);
+ *  - the fork flag (a child forked after CUDA was initialised must not touch
+ *    the inherited, unusable CUDA state);
+ *  - the shutdown flag (after Python's atexit ran, callbacks must not touch
+ *    the interpreter any more: they leak their payload instead).
+ *
+ * Included by exactly one translation unit (streams/_core.pyx). */
+#ifndef STREAMS_SHIM_H
+#define STREAMS_SHIM_H
+
+#include <Python.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
+#include <sched.h>
+#include <cuda_runtime_api.h>
+#include "streams/streams.h"
+
+#if defined(__GNUC__)
+#define STREAMS_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#else
+#define STREAMS_UNLIKELY(x) (x)
+#endif
+
+/* Set by the shim while a Python host callback runs on this thread. */
+static _Thread_local int streams_tls_in_callback = 0;
+/* 1 once any CUDA call went through check(); read by the fork handler. */
+static int streams_cuda_touched = 0;
+/* 1 in a child forked after the parent had touched CUDA. */
+static int streams_forked_child = 0;
+/* 1 once Python's atexit hooks ran: callbacks stop entering Python. */
+static atomic_int streams_shutting_down = 0;
+
+/* 0: the caller may call CUDA; 1: inside a host callback; 2: forked child. */
+static inline int streams_guard_state(void) {
+    if (STREAMS_UNLIKELY(streams_tls_in_callback)) return 1;
+    if (STREAMS_UNLIKELY(streams_forked_child)) return 2;
+    return 0;
+}
+
+static void streams_atfork_child(void) {
+    streams_forked_child = streams_cuda_touched;
+}
+
+static int streams_install_fork_handler(void) {
+    return pthread_atfork(NULL, NULL, streams_atfork_child);
+}
+
+static inline void streams_mark_shutting_down(void) {
+    atomic_store(&streams_shutting_down, 1);
+}
+
+static inline int streams_is_shutting_down(void) {
+    return atomic_load_explicit(&streams_shutting_down, memory_order_relaxed);
+}
+
+/* Monotonic clock in nanoseconds, for the interruptible waits. */
+static inline long long streams_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static inline void streams_cpu_yield(void) { sched_yield(); }
+
+/* ---- Host callbacks ---------------------------------------------------
+ * The payload is a PyObject owned by the enqueueing side: one strong
+ * reference travels with the CUDA work item.  The Python-level work (call,
+ * report, deliver the error) is done by a dispatcher that the Cython module
+ * registers, run with the GIL held and the in-callback flag set. */
+typedef void (*streams_dispatch_fn)(PyObject *payload, int status);
+static streams_dispatch_fn streams_dispatch = NULL;
+
+static inline int streams_py_finalizing(void) {
+#if PY_VERSION_HEX >= 0x030D0000
+    return Py_IsFinalizing();
+#else
+    return _Py_IsFinalizing();
+#endif
+}
+
+/* Trampolines that passed the shutdown check and may be waiting for, or
+ * holding, the GIL.  The atexit hook waits for this to drain so that no
+ * CUDA thread is left blocked on the GIL while the interpreter finalizes. */
+static atomic_int streams_trampolines_active = 0;
+
+static int streams_wait_trampolines_idle(long long timeout_ns) {
+    long long deadline = streams_now_ns() + timeout_ns;
+    while (atomic_load(&streams_trampolines_active) > 0) {
+        if (streams_now_ns() > deadline) return -1;
+        sched_yield();
+    }
+    return 0;
+}
+
+/* CUDA runs host functions on a thread Python does not know.  Creating and
+ * deleting a Python thread state for every callback costs microseconds, so
+ * the first callback on such a thread keeps its thread state alive (the
+ * same extra gilstate count pybind11 takes); it lives until the process
+ * ends. */
+static _Thread_local int streams_tls_tstate_pinned = 0;
+
+static void streams_run_payload(void *payload, int status, int consume) {
+    PyGILState_STATE gil;
+    atomic_fetch_add(&streams_trampolines_active, 1);
+    /* After our atexit hook, or once finalization began, taking the GIL may
+     * block forever or end this CUDA-owned thread: leak the payload. */
+    if (atomic_load(&streams_shutting_down) || streams_py_finalizing() ||
+            streams_dispatch == NULL) {
+        atomic_fetch_sub(&streams_trampolines_active, 1);
+        return;
+    }
+    gil = PyGILState_Ensure();
+    if (!streams_tls_tstate_pinned) {
+        PyThreadState_Get()->gilstate_counter++;
+        streams_tls_tstate_pinned = 1;
+    }
+    streams_tls_in_callback = 1;
+    streams_dispatch((PyObject *)payload, status);
+    streams_tls_in_callback = 0;
+    if (consume)
+        Py_DECREF((PyObject *)payload);
+    PyGILState_Release(gil);
+    atomic_fetch_sub(&streams_trampolines_active, 1);
+}
+
+/* cudaHostFn_t: one-shot payload, consumed by the call. */
+static void CUDART_CB streams_host_fn_trampoline(void *payload) {
+    streams_run_payload(payload, 0, 1);
+}
+
+/* cudaStreamCallback_t: one-shot payload with CUDA's status. */
+static void CUDART_CB streams_stream_callback_trampoline(cudaStream_t stream,
+                                                         cudaError_t status, void *payload) {
+    (void)stream;
+    streams_run_payload(payload, (int)status, 1);
+}
+
+/* cudaHostFn_t for graph nodes: the payload is owned by a CUDA user object
+ * and may run on every replay, so the call does not consume it. */
+static void CUDART_CB streams_graph_host_fn_trampoline(void *payload) {
+    streams_run_payload(payload, 0, 0);
+}
+
+#endif /* STREAMS_SHIM_H */

@@ -1,0 +1,64 @@
+"""CUDA streams, events and graphs for Python, at the speed of C.
+
+``Stream``, ``Event`` and friends wrap the CUDA runtime (linked statically:
+only the NVIDIA driver is needed).  Blocking calls release the GIL; waits
+can be interrupted with Ctrl-C; other Cython projects can ``cimport streams``
+(see ``get_include()``).
+"""
+import atexit as _atexit
+import os as _os
+
+from streams._core import (
+    CudaError,
+    Device,
+    Event,
+    HostCallbackError,
+    Stream,
+    current_stream,
+    debug_counters,
+    device_count,
+    driver_version,
+    get_device,
+    runtime_version,
+    set_device,
+    stream_priority_range,
+    synchronize_device,
+)
+from streams import _core
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CudaError",
+    "Device",
+    "Event",
+    "HostCallbackError",
+    "Stream",
+    "current_stream",
+    "debug_counters",
+    "device_count",
+    "driver_version",
+    "get_device",
+    "get_include",
+    "runtime_version",
+    "set_device",
+    "stream_priority_range",
+    "synchronize_device",
+]
+
+# Registered at import, so it runs after atexit hooks registered later
+# (user code that still synchronizes), and before the interpreter finalizes.
+_atexit.register(_core._shutdown)
+
+
+def get_include():
+    """Folder to add to ``include_dirs`` of an extension that cimports streams.
+
+    It holds ``streams/streams.h``, the handle types the ``.pxd`` files use.
+    """
+    here = _os.path.dirname(_os.path.abspath(__file__))
+    installed = _os.path.join(here, "include")
+    if _os.path.isfile(_os.path.join(installed, "streams", "streams.h")):
+        return installed
+    # Editable install / source checkout: the headers live at the top level.
+    return _os.path.join(_os.path.dirname(here), "include")

@@ -1,0 +1,301 @@
+# Raw declarations of the CUDA runtime API that `streams` uses.
+#
+# Only what the package calls is declared, sectioned as in the CUDA runtime
+# reference.  Handles are opaque pointers: Cython never needs their layout.
+# Cimporting this file pulls in <cuda_runtime_api.h>, so a downstream build
+# that uses it directly needs the CUDA headers (the `nvidia-cuda-runtime`
+# wheel has them) and must link cudart itself.  Cimporting the classes from
+# `streams` needs neither (see streams/_core.pxd).
+
+from libc.stddef cimport size_t
+
+cdef extern from "cuda_runtime_api.h" nogil:
+
+    # ---- Errors -----------------------------------------------------------
+    ctypedef enum cudaError_t:
+        cudaSuccess
+        cudaErrorInvalidValue
+        cudaErrorMemoryAllocation
+        cudaErrorInitializationError
+        cudaErrorInsufficientDriver
+        cudaErrorNoDevice
+        cudaErrorInvalidDevice
+        cudaErrorInvalidResourceHandle
+        cudaErrorNotReady
+        cudaErrorNotPermitted
+        cudaErrorNotSupported
+        cudaErrorIllegalState
+        cudaErrorStreamCaptureUnsupported
+        cudaErrorStreamCaptureInvalidated
+        cudaErrorStreamCaptureUnjoined
+        cudaErrorStreamCaptureImplicit
+        cudaErrorStreamCaptureWrongThread
+        cudaErrorCudartUnloading
+        cudaErrorCallRequiresNewerDriver
+
+    const char* cudaGetErrorName(cudaError_t error)
+    const char* cudaGetErrorString(cudaError_t error)
+    cudaError_t cudaGetLastError()
+    cudaError_t cudaPeekAtLastError()
+
+    # ---- Opaque handles ---------------------------------------------------
+    ctypedef struct CUstream_st
+    ctypedef CUstream_st* cudaStream_t
+    ctypedef struct CUevent_st
+    ctypedef CUevent_st* cudaEvent_t
+    ctypedef struct CUgraph_st
+    ctypedef CUgraph_st* cudaGraph_t
+    ctypedef struct CUgraphNode_st
+    ctypedef CUgraphNode_st* cudaGraphNode_t
+    ctypedef struct CUgraphExec_st
+    ctypedef CUgraphExec_st* cudaGraphExec_t
+    ctypedef struct CUuserObject_st
+    ctypedef CUuserObject_st* cudaUserObject_t
+    ctypedef struct CUlib_st
+    ctypedef CUlib_st* cudaLibrary_t
+    ctypedef struct CUkern_st
+    ctypedef CUkern_st* cudaKernel_t
+
+    # The special stream handles are macros casting small integers.
+    cudaStream_t cudaStreamLegacy
+    cudaStream_t cudaStreamPerThread
+
+    # ---- Version and device management -----------------------------------
+    cudaError_t cudaRuntimeGetVersion(int* runtimeVersion)
+    cudaError_t cudaDriverGetVersion(int* driverVersion)
+    cudaError_t cudaGetDeviceCount(int* count)
+    cudaError_t cudaGetDevice(int* device)
+    cudaError_t cudaSetDevice(int device)
+    cudaError_t cudaDeviceSynchronize()
+    cudaError_t cudaDeviceGetStreamPriorityRange(int* leastPriority, int* greatestPriority)
+
+    enum cudaDeviceAttr:
+        cudaDevAttrComputeCapabilityMajor
+        cudaDevAttrComputeCapabilityMinor
+        cudaDevAttrMultiProcessorCount
+        cudaDevAttrConcurrentManagedAccess
+        cudaDevAttrL2CacheSize
+        cudaDevAttrMaxPersistingL2CacheSize
+    cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device)
+
+    cdef struct cudaDeviceProp:
+        char name[256]
+        size_t totalGlobalMem
+    cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device)
+
+    # ---- Stream management (every function of the runtime chapter) ------
+    enum:
+        cudaStreamDefault
+        cudaStreamNonBlocking
+
+    ctypedef void (*cudaStreamCallback_t)(cudaStream_t stream, cudaError_t status,
+                                          void* userData)
+
+    enum cudaStreamCaptureStatus:
+        cudaStreamCaptureStatusNone
+        cudaStreamCaptureStatusActive
+        cudaStreamCaptureStatusInvalidated
+
+    enum cudaStreamCaptureMode:
+        cudaStreamCaptureModeGlobal
+        cudaStreamCaptureModeThreadLocal
+        cudaStreamCaptureModeRelaxed
+
+    enum:
+        cudaStreamAddCaptureDependencies
+        cudaStreamSetCaptureDependencies
+
+    enum:
+        cudaMemAttachGlobal
+        cudaMemAttachHost
+        cudaMemAttachSingle
+
+    enum cudaAccessProperty:
+        cudaAccessPropertyNormal
+        cudaAccessPropertyStreaming
+        cudaAccessPropertyPersisting
+
+    cdef struct cudaAccessPolicyWindow:
+        void* base_ptr
+        size_t num_bytes
+        float hitRatio
+        cudaAccessProperty hitProp
+        cudaAccessProperty missProp
+
+    enum cudaSynchronizationPolicy:
+        cudaSyncPolicyAuto
+        cudaSyncPolicySpin
+        cudaSyncPolicyYield
+        cudaSyncPolicyBlockingSync
+
+    # cudaStreamAttrID/cudaStreamAttrValue are macros over the launch
+    # attribute types in CUDA 12 and 13.
+    ctypedef enum cudaStreamAttrID:
+        cudaStreamAttributeAccessPolicyWindow
+        cudaStreamAttributeSynchronizationPolicy
+        cudaStreamAttributePriority
+    ctypedef union cudaStreamAttrValue:
+        cudaAccessPolicyWindow accessPolicyWindow
+        cudaSynchronizationPolicy syncPolicy
+        int priority
+
+    ctypedef struct cudaGraphEdgeData:
+        unsigned char from_port
+        unsigned char to_port
+        unsigned char type
+
+    cudaError_t cudaCtxResetPersistingL2Cache()
+    cudaError_t cudaStreamAddCallback(cudaStream_t stream, cudaStreamCallback_t callback,
+                                      void* userData, unsigned int flags)
+    cudaError_t cudaStreamAttachMemAsync(cudaStream_t stream, void* devPtr, size_t length,
+                                         unsigned int flags)
+    cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode)
+    cudaError_t cudaStreamBeginCaptureToGraph(cudaStream_t stream, cudaGraph_t graph,
+                                              const cudaGraphNode_t* dependencies,
+                                              const cudaGraphEdgeData* dependencyData,
+                                              size_t numDependencies,
+                                              cudaStreamCaptureMode mode)
+    cudaError_t cudaStreamCopyAttributes(cudaStream_t dst, cudaStream_t src)
+    cudaError_t cudaStreamCreate(cudaStream_t* pStream)
+    cudaError_t cudaStreamCreateWithFlags(cudaStream_t* pStream, unsigned int flags)
+    cudaError_t cudaStreamCreateWithPriority(cudaStream_t* pStream, unsigned int flags,
+                                             int priority)
+    cudaError_t cudaStreamDestroy(cudaStream_t stream)
+    cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* pGraph)
+    cudaError_t cudaStreamGetAttribute(cudaStream_t hStream, cudaStreamAttrID attr,
+                                       cudaStreamAttrValue* value_out)
+    cudaError_t cudaStreamGetDevice(cudaStream_t hStream, int* device)
+    cudaError_t cudaStreamGetFlags(cudaStream_t hStream, unsigned int* flags)
+    cudaError_t cudaStreamGetId(cudaStream_t hStream, unsigned long long* streamId)
+    cudaError_t cudaStreamGetPriority(cudaStream_t hStream, int* priority)
+    cudaError_t cudaStreamIsCapturing(cudaStream_t stream,
+                                      cudaStreamCaptureStatus* pCaptureStatus)
+    cudaError_t cudaStreamQuery(cudaStream_t stream)
+    cudaError_t cudaStreamSetAttribute(cudaStream_t hStream, cudaStreamAttrID attr,
+                                       const cudaStreamAttrValue* value)
+    cudaError_t cudaStreamSynchronize(cudaStream_t stream)
+    cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event,
+                                    unsigned int flags)
+    cudaError_t cudaThreadExchangeStreamCaptureMode(cudaStreamCaptureMode* mode)
+    # CUDA 12.3+ spelling (the `_v3`/`_v2` forms of CUDA 12 are the base names
+    # in CUDA 13); include/streams/compat.h maps CUDA 12 onto these names.
+    cudaError_t cudaStreamGetCaptureInfo(cudaStream_t stream,
+                                         cudaStreamCaptureStatus* captureStatus_out,
+                                         unsigned long long* id_out,
+                                         cudaGraph_t* graph_out,
+                                         const cudaGraphNode_t** dependencies_out,
+                                         const cudaGraphEdgeData** edgeData_out,
+                                         size_t* numDependencies_out)
+    cudaError_t cudaStreamUpdateCaptureDependencies(cudaStream_t stream,
+                                                    cudaGraphNode_t* dependencies,
+                                                    const cudaGraphEdgeData* dependencyData,
+                                                    size_t numDependencies,
+                                                    unsigned int flags)
+
+    # ---- Event management -------------------------------------------------
+    enum:
+        cudaEventDefault
+        cudaEventBlockingSync
+        cudaEventDisableTiming
+        cudaEventInterprocess
+        cudaEventRecordDefault
+        cudaEventRecordExternal
+        cudaEventWaitDefault
+        cudaEventWaitExternal
+
+    ctypedef struct cudaIpcEventHandle_t:
+        char reserved[64]
+
+    cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags)
+    cudaError_t cudaEventDestroy(cudaEvent_t event)
+    cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream)
+    cudaError_t cudaEventRecordWithFlags(cudaEvent_t event, cudaStream_t stream,
+                                         unsigned int flags)
+    cudaError_t cudaEventQuery(cudaEvent_t event)
+    cudaError_t cudaEventSynchronize(cudaEvent_t event)
+    cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end)
+    cudaError_t cudaIpcGetEventHandle(cudaIpcEventHandle_t* handle, cudaEvent_t event)
+    cudaError_t cudaIpcOpenEventHandle(cudaEvent_t* event, cudaIpcEventHandle_t handle)
+
+    # ---- Execution control: host functions and kernels -------------------
+    ctypedef void (*cudaHostFn_t)(void* userData)
+    cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* userData)
+
+    ctypedef struct dim3:
+        unsigned int x
+        unsigned int y
+        unsigned int z
+    cudaError_t cudaLaunchKernel(const void* func, dim3 gridDim, dim3 blockDim,
+                                 void** args, size_t sharedMem, cudaStream_t stream)
+
+    # ---- Library management (kernels from PTX/cubin without nvcc) --------
+    enum cudaJitOption:
+        pass
+    enum cudaLibraryOption:
+        pass
+    cudaError_t cudaLibraryLoadData(cudaLibrary_t* library, const void* code,
+                                    cudaJitOption* jitOptions, void** jitOptionsValues,
+                                    unsigned int numJitOptions,
+                                    cudaLibraryOption* libraryOptions,
+                                    void** libraryOptionValues,
+                                    unsigned int numLibraryOptions)
+    cudaError_t cudaLibraryUnload(cudaLibrary_t library)
+    cudaError_t cudaLibraryGetKernel(cudaKernel_t* pKernel, cudaLibrary_t library,
+                                     const char* name)
+
+    # ---- Memory -----------------------------------------------------------
+    cudaError_t cudaMalloc(void** devPtr, size_t size)
+    cudaError_t cudaFree(void* devPtr)
+    cudaError_t cudaMallocManaged(void** devPtr, size_t size, unsigned int flags)
+    cudaError_t cudaMallocAsync(void** devPtr, size_t size, cudaStream_t stream)
+    cudaError_t cudaFreeAsync(void* devPtr, cudaStream_t stream)
+    cudaError_t cudaMemsetAsync(void* devPtr, int value, size_t count, cudaStream_t stream)
+    enum cudaMemcpyKind:
+        cudaMemcpyHostToHost
+        cudaMemcpyHostToDevice
+        cudaMemcpyDeviceToHost
+        cudaMemcpyDeviceToDevice
+        cudaMemcpyDefault
+    cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count,
+                                cudaMemcpyKind kind, cudaStream_t stream)
+
+    # ---- Graph management -------------------------------------------------
+    enum:
+        cudaGraphInstantiateFlagAutoFreeOnLaunch
+        cudaGraphInstantiateFlagUpload
+        cudaGraphInstantiateFlagDeviceLaunch
+        cudaGraphInstantiateFlagUseNodePriority
+    enum:
+        cudaGraphDebugDotFlagsVerbose
+    enum:
+        cudaUserObjectNoDestructorSync
+    enum:
+        cudaGraphUserObjectMove
+
+    cdef struct cudaHostNodeParams:
+        cudaHostFn_t fn
+        void* userData
+
+    cudaError_t cudaGraphCreate(cudaGraph_t* pGraph, unsigned int flags)
+    cudaError_t cudaGraphDestroy(cudaGraph_t graph)
+    cudaError_t cudaGraphClone(cudaGraph_t* pGraphClone, cudaGraph_t originalGraph)
+    cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t* nodes, size_t* numNodes)
+    cudaError_t cudaGraphAddEmptyNode(cudaGraphNode_t* pGraphNode, cudaGraph_t graph,
+                                      const cudaGraphNode_t* pDependencies,
+                                      size_t numDependencies)
+    cudaError_t cudaGraphAddHostNode(cudaGraphNode_t* pGraphNode, cudaGraph_t graph,
+                                     const cudaGraphNode_t* pDependencies,
+                                     size_t numDependencies,
+                                     const cudaHostNodeParams* pNodeParams)
+    cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t* pGraphExec, cudaGraph_t graph,
+                                              unsigned long long flags)
+    cudaError_t cudaGraphExecDestroy(cudaGraphExec_t graphExec)
+    cudaError_t cudaGraphLaunch(cudaGraphExec_t graphExec, cudaStream_t stream)
+    cudaError_t cudaGraphUpload(cudaGraphExec_t graphExec, cudaStream_t stream)
+    cudaError_t cudaGraphDebugDotPrint(cudaGraph_t graph, const char* path, unsigned int flags)
+    cudaError_t cudaUserObjectCreate(cudaUserObject_t* object_out, void* ptr,
+                                     cudaHostFn_t destroy, unsigned int initialRefcount,
+                                     unsigned int flags)
+    cudaError_t cudaUserObjectRelease(cudaUserObject_t object, unsigned int count)
+    cudaError_t cudaGraphRetainUserObject(cudaGraph_t graph, cudaUserObject_t object,
+                                          unsigned int count, unsigned int flags)

@@ -1,0 +1,16 @@
+// Source of the built-in kernels shipped as PTX in streams/_kernels.pxi.
+// Regenerate with: nvcc -ptx -arch=compute_75 builtin.cu, strip comments,
+// and lower ".version" to 7.0 (these kernels need nothing newer), so that
+// any driver from CUDA 11.0 on can JIT them.
+extern "C" __global__ void streams_empty() {}
+extern "C" __global__ void streams_spin(unsigned long long ns) {
+    unsigned long long t0, t1;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1)); } while (t1 - t0 < ns);
+}
+extern "C" __global__ void streams_fill_u32(unsigned int *p, unsigned int v, unsigned long long n) {
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n; i += (unsigned long long)gridDim.x * blockDim.x) p[i] = v;
+}
+extern "C" __global__ void streams_increment_u32(unsigned int *p, unsigned long long n) {
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n; i += (unsigned long long)gridDim.x * blockDim.x) p[i] += 1;
+}

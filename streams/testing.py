@@ -1,0 +1,34 @@
+"""Helpers for tests and benchmarks that need real work on a stream."""
+from streams import _core
+from streams._core import Stream
+
+__all__ = ["spin", "launch_empty", "fill_u32", "increment_u32"]
+
+
+def spin(stream, microseconds):
+    """Hold ``stream`` busy for ``microseconds`` with a one-thread kernel.
+
+    The kernel busy-waits on the GPU's global timer, so the stream is busy for
+    that long whatever the clocks do.  It is compiled from PTX shipped in the
+    package on first use (no nvcc needed).
+    """
+    if not isinstance(stream, Stream):
+        raise TypeError(f"stream must be a streams.Stream, not {type(stream).__name__}")
+    if isinstance(microseconds, bool) or not isinstance(microseconds, (int, float)):
+        raise TypeError(f"microseconds must be a number, not {type(microseconds).__name__}")
+    _core._spin(stream, microseconds)
+
+
+def launch_empty(stream):
+    """Launch an empty 1x1 kernel on ``stream``."""
+    _core._launch_empty(stream)
+
+
+def fill_u32(stream, ptr, value, count):
+    """Fill ``count`` uint32 at device pointer ``ptr`` with ``value``."""
+    _core._fill_u32(stream, ptr, value, count)
+
+
+def increment_u32(stream, ptr, count):
+    """Add 1 to ``count`` uint32 at device pointer ``ptr``."""
+    _core._increment_u32(stream, ptr, count)

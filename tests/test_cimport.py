@@ -1,0 +1,91 @@
+"""A downstream Cython module cimports streams and calls its nogil C-level API."""
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import streams
+from streams.testing import spin
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+pytest.importorskip("Cython", reason="the cimport test needs Cython to build the extension")
+
+
+@pytest.fixture(scope="module")
+def ext(tmp_path_factory):
+    build = tmp_path_factory.mktemp("cimport_build")
+    shutil.copy(os.path.join(HERE, "cython_ext", "cimport_ext.pyx"), build)
+    (build / "setup.py").write_text(textwrap.dedent(f"""
+        from setuptools import Extension, setup
+        from Cython.Build import cythonize
+        import streams
+        setup(ext_modules=cythonize(
+            [Extension("cimport_ext", ["cimport_ext.pyx"],
+                       include_dirs=[streams.get_include()])],
+            compiler_directives={{"language_level": 3}}))
+    """))
+    env = dict(os.environ)
+    # Prove that no CUDA headers are needed downstream.
+    for var in ("CUDA_HOME", "CUDA_PATH", "CPATH", "C_INCLUDE_PATH"):
+        env.pop(var, None)
+    # The same `streams` this test imported (installed, or built in place).
+    pkg_parent = os.path.dirname(os.path.dirname(os.path.abspath(streams.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [pkg_parent, env.get("PYTHONPATH")]))
+    result = subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace"],
+                            cwd=build, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    path = next(p for p in build.iterdir() if p.name.startswith("cimport_ext") and
+                p.suffix in (".so", ".pyd"))
+    spec = importlib.util.spec_from_file_location("cimport_ext", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_generated_c_does_not_include_cuda_headers(ext, tmp_path_factory):
+    c_file = os.path.join(os.path.dirname(ext.__file__), "cimport_ext.c")
+    text = open(c_file).read()
+    assert '#include "streams/streams.h"' in text
+    assert "cuda_runtime_api.h" not in text
+
+
+def test_cimport_on_cpu(ext):
+    assert ext.handle_of(streams.Stream.legacy) == 1
+    assert ext.handle_of(streams.Stream.null) == 0
+
+    class Lazy(streams.Stream):
+        def __init__(self):
+            pass
+
+    # Errors raised inside `with nogil` in the downstream module propagate.
+    with pytest.raises(ValueError, match="closed"):
+        ext.query_nogil(Lazy())
+    with pytest.raises(TypeError):
+        ext.query_nogil(object())
+
+
+@pytest.mark.gpu
+def test_cimport_nogil_methods_on_gpu(ext):
+    a = streams.Stream()
+    b = streams.Stream()
+    ev = streams.Event()
+    try:
+        spin(a, 200_000)
+        assert ext.query_nogil(a) == 0
+        ext.order_nogil(a, b, ev)
+        assert ext.query_nogil(b) == 0, "b must wait for a's spin"
+        assert ext.event_query_nogil(ev) == 0
+        ext.synchronize_nogil(b)
+        assert ext.query_nogil(a) == 1, "b finished, so a must have finished"
+        assert ext.event_query_nogil(ev) == 1
+        assert ext.handle_of(a) == a.handle
+    finally:
+        a.synchronize()
+        a.close()
+        b.close()
+        ev.close()

@@ -1,0 +1,229 @@
+"""Behaviour that needs no GPU: import, errors, argument validation."""
+import pickle
+import subprocess
+import sys
+
+import pytest
+
+import streams
+from streams import CudaError, Event, Stream
+
+needs_no_gpu = pytest.mark.skipif(streams.device_count() > 0,
+                                  reason="checks the no-GPU error path; a GPU is present")
+
+
+def test_import_and_version():
+    assert streams.__version__
+    assert streams.runtime_version() >= 13000
+
+
+def test_import_in_fresh_interpreter_prints_nothing():
+    out = subprocess.run([sys.executable, "-c", "import streams"], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0
+    assert out.stdout == "" and out.stderr == ""
+
+
+@needs_no_gpu
+def test_no_gpu_plain_words_error():
+    assert streams.device_count() == 0
+    with pytest.raises(CudaError) as info:
+        Stream()
+    err = info.value
+    assert err.name in ("cudaErrorInsufficientDriver", "cudaErrorNoDevice")
+    assert "no NVIDIA driver found" in err.message or "no CUDA device" in err.message
+    assert str(err).startswith(err.name + ": ")
+    with pytest.raises(CudaError):
+        Event()
+    with pytest.raises(CudaError):
+        streams.get_device()
+
+
+def test_cuda_error_fields_and_pickle():
+    err = CudaError(400)
+    assert err.code == 400
+    assert err.name == "cudaErrorInvalidResourceHandle"
+    assert err.message == "invalid resource handle"
+    assert str(err) == "cudaErrorInvalidResourceHandle: invalid resource handle"
+    assert isinstance(err, RuntimeError)
+    again = pickle.loads(pickle.dumps(err))
+    assert type(again) is CudaError
+    assert (again.code, again.name, again.message) == (err.code, err.name, err.message)
+    assert again == err
+
+
+def test_cuda_error_plain_words_for_driver_and_device():
+    assert "no NVIDIA driver found" in CudaError(35).message
+    assert CudaError(35).name == "cudaErrorInsufficientDriver"
+    assert "no CUDA device" in CudaError(100).message
+    assert CudaError(100).name == "cudaErrorNoDevice"
+
+
+def test_special_streams_are_singletons():
+    assert Stream.legacy is Stream.legacy
+    assert Stream.legacy.handle == 1
+    assert Stream.per_thread.handle == 2
+    assert Stream.null.handle == 0
+    assert Stream.null.ptr == 0
+    assert Stream.legacy.device_id == -1
+    assert Stream.legacy.__cuda_stream__() == (0, 1)
+    # close() never destroys a default stream
+    Stream.legacy.close()
+    assert not Stream.legacy.closed
+    assert "legacy" in repr(Stream.legacy)
+
+
+def test_from_handle_special_handles_compare_equal():
+    assert Stream.from_handle(0) == Stream.null
+    assert Stream.from_handle(1) == Stream.legacy
+    assert hash(Stream.from_handle(2)) == hash(Stream.per_thread)
+    assert Stream.from_handle(1) != Stream.null
+
+
+def test_from_handle_keeps_owner_alive():
+    class Owner:
+        pass
+
+    owner = Owner()
+    before = sys.getrefcount(owner)
+    s = Stream.from_handle(1, owner=owner)
+    assert s.owner is owner
+    assert sys.getrefcount(owner) == before + 1
+    del s
+    assert sys.getrefcount(owner) == before
+
+
+@pytest.mark.parametrize("bad, exc, text", [
+    ("1", TypeError, "ptr must be an int"),
+    (1.5, TypeError, "ptr must be an int"),
+    (True, TypeError, "ptr must be an int"),
+    (-1, ValueError, "does not fit in a pointer"),
+    (2 ** 64, ValueError, "does not fit in a pointer"),
+])
+def test_from_handle_rejects_bad_ptr(bad, exc, text):
+    with pytest.raises(exc, match=text):
+        Stream.from_handle(bad)
+
+
+class _Proto:
+    def __init__(self, value):
+        self.value = value
+
+    def __cuda_stream__(self):
+        return self.value
+
+
+@pytest.mark.parametrize("value, exc, text", [
+    ((1, 2), ValueError, "unsupported __cuda_stream__ protocol version 1"),
+    ([0, 2], ValueError, r"must return a \(version, handle\) tuple"),
+    ((0,), ValueError, r"must return a \(version, handle\) tuple"),
+    ((0, 1, 2), ValueError, r"must return a \(version, handle\) tuple"),
+    (("0", 1), TypeError, "version must be an int"),
+    ((0, "1"), TypeError, "handle must be an int"),
+    ((0, 1.0), TypeError, "handle must be an int"),
+    ((0, -5), ValueError, "does not fit in a pointer"),
+])
+def test_from_external_rejects_malformed_protocol(value, exc, text):
+    with pytest.raises(exc, match=text):
+        Stream.from_external(_Proto(value))
+
+
+def test_from_external_protocol_and_fallbacks():
+    p = _Proto((0, 2))
+    s = Stream.from_external(p)
+    assert s == Stream.per_thread and s.owner is p
+
+    class TorchLike:
+        cuda_stream = 1
+
+    class CupyLike:
+        ptr = 0
+
+    assert Stream.from_external(TorchLike()) == Stream.legacy
+    assert Stream.from_external(CupyLike()) == Stream.null
+    assert Stream.from_external(Stream.legacy) is Stream.legacy
+    with pytest.raises(TypeError, match="cannot get a CUDA stream from object"):
+        Stream.from_external(object())
+
+    class BadPtr:
+        ptr = "x"
+
+    with pytest.raises(TypeError, match="BadPtr.ptr must be an int handle"):
+        Stream.from_external(BadPtr())
+
+
+@pytest.mark.parametrize("kwargs, exc, text", [
+    ({"priority": "high"}, TypeError, "priority must be an int"),
+    ({"priority": 1.0}, TypeError, "priority must be an int"),
+    ({"priority": True}, TypeError, "priority must be an int"),
+    ({"device": 1.0}, TypeError, "device must be None, an int"),
+    ({"device": True}, TypeError, "device must be an int, 'cuda:N' or a device object, not bool"),
+    ({"device": "cpu"}, ValueError, "is not a CUDA device string"),
+    ({"device": "cuda:x"}, ValueError, "is not a CUDA device string"),
+    ({"device": [0]}, TypeError, "device must be None, an int"),
+])
+def test_stream_rejects_bad_arguments(kwargs, exc, text):
+    with pytest.raises(exc, match=text):
+        Stream(**kwargs)
+
+
+def test_device_object_with_wrong_type():
+    class CpuDevice:
+        type = "cpu"
+        index = None
+
+    class BadIndex:
+        index = "0"
+
+    with pytest.raises(ValueError, match="is not a CUDA device"):
+        Stream(device=CpuDevice())
+    with pytest.raises(TypeError, match=r"device.index must be an int, got str"):
+        Stream(device=BadIndex())
+
+
+def test_event_rejects_timing_with_interprocess():
+    with pytest.raises(ValueError, match="interprocess=True requires enable_timing=False"):
+        Event(enable_timing=True, interprocess=True)
+
+
+def test_event_from_ipc_handle_validates():
+    with pytest.raises(TypeError, match="handle must be bytes"):
+        Event.from_ipc_handle("x" * 64)
+    with pytest.raises(ValueError, match="handle must be 64 bytes, got 3"):
+        Event.from_ipc_handle(b"abc")
+
+
+def test_uninitialised_subclass_is_unusable():
+    class Lazy(Stream):
+        def __init__(self):
+            pass  # forgot super().__init__()
+
+    s = Lazy()
+    with pytest.raises(ValueError, match="closed \\(or never initialised\\) Stream"):
+        s.query()
+    s.close()  # still harmless
+
+
+def test_methods_reject_wrong_types_without_gpu():
+    with pytest.raises(TypeError, match="event must be a streams.Event, not int"):
+        Stream.legacy.wait_event(3)
+    with pytest.raises(TypeError, match="other must be a streams.Stream, not str"):
+        Stream.legacy.wait_stream("s")
+    with pytest.raises(TypeError, match="callback must be callable, not int"):
+        Stream.legacy.launch_host_func(5)
+    with pytest.raises(TypeError, match="callback must be callable, not NoneType"):
+        Stream.legacy.add_callback(None)
+    with pytest.raises(TypeError, match="event must be a streams.Event, not str"):
+        Stream.legacy.record("e")
+
+
+def test_get_include_has_header():
+    import os
+    inc = streams.get_include()
+    assert os.path.isfile(os.path.join(inc, "streams", "streams.h"))
+
+
+def test_debug_counters_shape():
+    c = streams.debug_counters()
+    for key in ("live_streams", "live_events", "live_callbacks", "callbacks_enqueued"):
+        assert isinstance(c[key], int)

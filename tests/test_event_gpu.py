@@ -1,0 +1,117 @@
+"""Event behaviour on a real GPU."""
+import pytest
+
+import streams
+from streams import Event, Stream
+from streams.testing import spin
+
+pytestmark = pytest.mark.gpu
+
+MS = 1000
+
+
+def test_record_query_synchronize(stream):
+    ev = Event()
+    try:
+        assert ev.query() is True  # never recorded: CUDA reports it complete
+        spin(stream, 200 * MS)
+        assert ev.record(stream) is ev
+        assert ev.query() is False and ev.done is False
+        assert ev.synchronize() is True
+        assert ev.query() is True
+        assert stream.query() is True
+    finally:
+        ev.close()
+
+
+def test_event_synchronize_timeout(stream):
+    spin(stream, 500 * MS)
+    ev = stream.record()
+    try:
+        assert ev.synchronize(timeout=0.05) is False
+        assert ev.synchronize() is True
+    finally:
+        ev.close()
+
+
+def test_elapsed_time_matches_spin(stream):
+    start, end = Event(enable_timing=True), Event(enable_timing=True)
+    try:
+        start.record(stream)
+        spin(stream, 50 * MS)
+        end.record(stream)
+        ms = start.elapsed_time(end)  # waits for both
+        assert 49.0 <= ms < 60.0, ms
+    finally:
+        start.close()
+        end.close()
+
+
+def test_elapsed_time_errors(stream):
+    timed, untimed, fresh = Event(enable_timing=True), Event(), Event(enable_timing=True)
+    try:
+        timed.record(stream)
+        untimed.record(stream)
+        with pytest.raises(ValueError, match="end event was created with enable_timing=False"):
+            timed.elapsed_time(untimed)
+        with pytest.raises(ValueError, match="start event was created with enable_timing=False"):
+            untimed.elapsed_time(timed)
+        with pytest.raises(ValueError, match="end event was never recorded"):
+            timed.elapsed_time(fresh)
+        with pytest.raises(TypeError):
+            timed.elapsed_time(None)
+    finally:
+        for ev in (timed, untimed, fresh):
+            ev.close()
+
+
+def test_wait_makes_stream_wait(stream):
+    other = Stream()
+    ev = Event()
+    try:
+        spin(stream, 200 * MS)
+        ev.record(stream)
+        ev.wait(other)
+        spin(other, 1)
+        assert other.query() is False
+        other.synchronize()
+        assert stream.query() is True
+    finally:
+        other.close()
+        ev.close()
+
+
+def test_flags_and_close():
+    ev = Event(blocking=True)
+    assert ev.flags & 0x1 and ev.flags & 0x2  # blocking sync, timing disabled
+    assert not ev.is_timing
+    assert Event(enable_timing=True).is_timing
+    h = ev.handle
+    assert h != 0
+    ev.close()
+    ev.close()
+    with pytest.raises(ValueError, match="closed"):
+        ev.handle
+    with pytest.raises(ValueError, match="closed"):
+        ev.record(Stream.legacy)
+
+
+def test_record_external_and_wait_external(stream):
+    ev = Event()
+    try:
+        ev.record(stream, external=True)
+        stream.wait_event(ev, external=True)
+        stream.synchronize()
+    finally:
+        ev.close()
+
+
+def test_ipc_handle_requires_interprocess():
+    ev = Event()
+    with pytest.raises(ValueError, match="interprocess=True"):
+        ev.ipc_handle()
+    ev.close()
+    ipc = Event(interprocess=True)
+    h = ipc.ipc_handle()
+    assert isinstance(h, bytes) and len(h) == 64
+    ipc.close()

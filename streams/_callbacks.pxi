@@ -24,12 +24,23 @@ cdef class _HostCall:
     cdef Stream stream       # where a raised exception is delivered (or None)
     cdef object sink         # or: an object with a _callback_error slot (graphs)
     cdef int kind
+    cdef bint persistent     # owned by a graph: may run many times
+
+    def __cinit__(self):
+        global _host_calls_live
+        _host_calls_live += 1
+
+    def __dealloc__(self):
+        global _host_calls_live
+        _host_calls_live -= 1
 
     def __repr__(self):
         where = f" on {self.stream!r}" if self.stream is not None else ""
         return f"host callback {self.fn!r}{where}"
 
 
+cdef long long _host_calls_live = 0
+cdef unsigned long long _graph_callback_runs = 0
 cdef unsigned long long _callbacks_enqueued = 0
 cdef unsigned long long _callbacks_completed = 0
 cdef unsigned long long _callbacks_dropped = 0
@@ -37,9 +48,12 @@ cdef unsigned long long _callbacks_dropped = 0
 
 cdef void _dispatch(PyObject* payload, int status) noexcept:
     # Runs on the thread CUDA called the trampoline on, with the GIL held.
-    global _callbacks_completed
+    global _callbacks_completed, _graph_callback_runs
     cdef _HostCall call = <_HostCall>payload
-    _callbacks_completed += 1
+    if call.persistent:
+        _graph_callback_runs += 1
+    else:
+        _callbacks_completed += 1
     try:
         if call.kind == _KIND_HOST_FUNC:
             call.fn(call.arg)
@@ -95,8 +109,20 @@ cdef int _enqueue_call(Stream stream, _HostCall call) except -1:
     global _callbacks_enqueued, _callbacks_dropped
     cdef cudaError_t err
     cdef PyObject* payload = <PyObject*>call
+    cdef cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone
+    cdef cudaGraph_t graph = NULL
     guard()
     stream._check_open()
+    if call.kind == _KIND_HOST_FUNC:
+        # A one-shot payload captured into a graph would be freed by the
+        # first replay and used after free by the second: under capture the
+        # graph owns the payload instead, and every replay runs it.
+        with nogil:
+            err = streams_cudaStreamGetCaptureInfo(<cudaStream_t>stream._handle, &status, NULL,
+                                                   &graph, NULL, NULL, NULL)
+        check(err)
+        if status == cudaStreamCaptureStatusActive:
+            return _enqueue_captured_call(stream, call, graph)
     Py_INCREF(call)              # the reference that travels with the work item
     _callbacks_enqueued += 1
     with nogil:

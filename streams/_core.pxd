@@ -13,9 +13,12 @@
 cdef extern from "streams/streams.h":
     ctypedef void* streams_stream_t
     ctypedef void* streams_event_t
+    ctypedef void* streams_graph_t
+    ctypedef void* streams_graph_exec_t
 
 
 cdef class Event
+cdef class GraphNode
 
 
 cdef class Stream:
@@ -58,3 +61,86 @@ cdef class Event:
     cdef streams_event_t c_handle(self) noexcept nogil
     # private
     cdef int _check_open(self) except -1 nogil
+
+
+cdef class Graph:
+    cdef streams_graph_t _handle
+    cdef bint _owns_handle
+    cdef bint _closed
+    cdef object _errors          # _ErrorSlot shared with its executables
+    cdef object __weakref__
+
+    cdef int _check_open(self) except -1
+
+
+cdef class GraphNode:
+    cdef void* _handle
+    cdef Graph _graph
+
+
+cdef class GraphExec:
+    cdef streams_graph_exec_t _handle
+    cdef bint _closed
+    cdef object _errors
+    cdef object __weakref__
+
+    cdef int c_launch(self, Stream stream) except -1 nogil
+    # private
+    cdef int _check_open(self) except -1 nogil
+
+
+cdef class Module:
+    cdef void* _handle           # cudaLibrary_t
+    cdef bytes _image
+    cdef bint _closed
+    cdef int _check_open(self) except -1
+
+
+cdef class Kernel:
+    cdef void* _func             # cudaKernel_t
+    cdef Module _module
+    cdef str _name
+    cdef int _kinds[64]
+    cdef int _nargs
+    cdef object _signature
+    cdef object _signature_names
+
+
+cdef class PreparedLaunch:
+    cdef Kernel _kernel
+    cdef unsigned int _grid[3]
+    cdef unsigned int _block[3]
+    cdef unsigned long long _slots[64]
+    cdef void* _ptrs[64]
+    cdef int _nargs
+    cdef size_t _shared_mem
+    cdef object _keepalive
+
+    # One cudaLaunchKernel: the hot loop of a cimporter.
+    cdef int c_launch(self, Stream stream) except -1 nogil
+
+
+cdef class _Buffer:
+    cdef void* _ptr
+    cdef size_t _nbytes
+    cdef bint _closed
+    cdef int _device
+    cdef void* _check_ptr(self) except? NULL
+
+
+cdef class DeviceBuffer(_Buffer):
+    cdef Stream _stream
+
+
+cdef class _HostBuffer(_Buffer):
+    cdef Py_ssize_t _shape[1]
+    cdef int _exports
+    cdef int _check_no_exports(self) except -1
+
+
+cdef class PinnedBuffer(_HostBuffer):
+    pass
+
+
+cdef class ManagedBuffer(_HostBuffer):
+    pass

@@ -5,6 +5,8 @@
 # class declarations are in _core.pxd.
 
 cimport cython
+import os as _os
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
 from libc.stdint cimport uintptr_t, uint64_t
 
@@ -18,3 +20,6 @@ include "_debug.pxi"
 include "_event.pxi"
 include "_stream.pxi"
 include "_kernels.pxi"
+include "_graph.pxi"
+include "_memory.pxi"
+include "_module.pxi"

@@ -27,11 +27,37 @@ cdef inline void _debug_event_destroyed() noexcept:
     _events_destroyed += 1
 
 
+cdef long long _graphs_live = 0
+cdef long long _graph_execs_live = 0
+
+
+cdef inline void _debug_graph_created() noexcept:
+    global _graphs_live
+    _graphs_live += 1
+
+
+cdef inline void _debug_graph_destroyed() noexcept:
+    global _graphs_live
+    _graphs_live -= 1
+
+
+cdef inline void _debug_graph_exec_created() noexcept:
+    global _graph_execs_live
+    _graph_execs_live += 1
+
+
+cdef inline void _debug_graph_exec_destroyed() noexcept:
+    global _graph_execs_live
+    _graph_execs_live -= 1
+
+
 def debug_counters():
     """Counts of owned handles and callback payloads, for leak checks.
 
     ``live_streams``/``live_events`` are owned handles not yet destroyed;
-    ``live_callbacks`` are payloads enqueued whose callback has not run yet.
+    ``live_callbacks`` are one-shot payloads enqueued whose callback has
+    not run yet; ``live_host_calls`` every callback payload still alive
+    (graph-owned ones included).
     """
     return {
         "streams_created": _streams_created,
@@ -44,6 +70,10 @@ def debug_counters():
         "callbacks_completed": _callbacks_completed,
         "callbacks_dropped": _callbacks_dropped,
         "live_callbacks": _callbacks_enqueued - _callbacks_completed - _callbacks_dropped,
+        "live_host_calls": _host_calls_live,
+        "graph_callback_runs": _graph_callback_runs,
+        "live_graphs": _graphs_live,
+        "live_graph_execs": _graph_execs_live,
     }
 
 

@@ -114,7 +114,13 @@ cdef class Event:
 
     # ---- Python API ------------------------------------------------------
     def record(self, stream=None, *, external=False):
-        """Record this event on ``stream`` (default: the current stream)."""
+        """Record this event on ``stream`` (default: the current stream).
+
+        ``external=True`` (``cudaEventRecordExternal``) is for stream capture:
+        it becomes an event-record node that other work outside the graph
+        can wait on.  Outside a capture CUDA rejects it
+        (``cudaErrorIllegalState``).
+        """
         cdef Stream s = _as_stream(stream, "stream")
         cdef unsigned int flags = cudaEventRecordExternal if external else cudaEventRecordDefault
         if flags == cudaEventRecordDefault:

@@ -97,6 +97,11 @@ $L__BB3_3:
 }
 """
 
+def _builtin_ptx():
+    """The PTX text of the built-in kernels."""
+    return (<bytes>_BUILTIN_PTX).decode("ascii")
+
+
 cdef cudaLibrary_t _builtin_library = NULL
 cdef cudaKernel_t _k_empty = NULL
 cdef cudaKernel_t _k_spin = NULL
@@ -182,3 +187,75 @@ def _increment_u32(Stream stream not None, uintptr_t ptr, unsigned long long n):
     args[0] = &ptr
     args[1] = &n
     _launch_builtin(_k_increment_u32, stream, 256, 256, args)
+
+
+# Argument layouts of the built-in kernels, for graph kernel nodes.
+_BUILTIN_SIGNATURES = {
+    "empty": (),
+    "spin": ("u64",),
+    "fill_u32": ("ptr", "u32", "u64"),
+    "increment_u32": ("ptr", "u64"),
+}
+
+
+@cython.final
+cdef class _BuiltinArgs:
+    """A built-in kernel with its arguments packed as CUDA wants them."""
+    cdef cudaKernel_t kernel
+    cdef unsigned long long values[4]
+    cdef void* ptrs[4]
+
+
+cdef _BuiltinArgs _pack_builtin_args(object name, object args):
+    cdef _BuiltinArgs packed = _BuiltinArgs.__new__(_BuiltinArgs)
+    cdef Py_ssize_t i
+    try:
+        signature = _BUILTIN_SIGNATURES[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"kernel must name a built-in kernel, one of "
+                         f"{sorted(_BUILTIN_SIGNATURES)}; got {name!r}") from None
+    args = tuple(args)
+    if len(args) != len(signature):
+        raise TypeError(f"kernel {name!r} takes {len(signature)} argument(s) "
+                        f"{signature}, got {len(args)}")
+    _load_builtin_kernels()
+    if name == "empty":
+        packed.kernel = _k_empty
+    elif name == "spin":
+        packed.kernel = _k_spin
+    elif name == "fill_u32":
+        packed.kernel = _k_fill_u32
+    else:
+        packed.kernel = _k_increment_u32
+    for i in range(len(args)):
+        value = args[i]
+        if isinstance(value, bool) or not hasattr(value, "__index__"):
+            raise TypeError(f"argument {i} of kernel {name!r} must be an int "
+                            f"({signature[i]}), not {type(value).__name__}")
+        value = value.__index__()
+        limit = 0xFFFFFFFF if signature[i] == "u32" else 0xFFFFFFFFFFFFFFFF
+        if value < 0 or value > limit:
+            raise ValueError(f"argument {i} of kernel {name!r} does not fit {signature[i]}")
+        # Little-endian: a u32 argument reads the low half of its slot.
+        packed.values[i] = <unsigned long long>value
+        packed.ptrs[i] = &packed.values[i]
+    return packed
+
+
+cdef tuple _dim(object value, str argname):
+    if isinstance(value, bool):
+        raise TypeError(f"{argname} must be an int or a tuple of up to 3 ints, not bool")
+    if isinstance(value, int):
+        value = (value,)
+    if not isinstance(value, tuple) or not 1 <= len(value) <= 3:
+        raise TypeError(f"{argname} must be an int or a tuple of up to 3 ints, got {value!r}")
+    dims = []
+    for v in value:
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise TypeError(f"{argname} must be an int or a tuple of up to 3 ints, got {value!r}")
+        if v < 1 or v > 0x7FFFFFFF:
+            raise ValueError(f"{argname} dimensions must be >= 1, got {value!r}")
+        dims.append(v)
+    while len(dims) < 3:
+        dims.append(1)
+    return tuple(dims)

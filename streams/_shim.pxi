@@ -16,6 +16,27 @@ cdef extern from "streams/shim.h" nogil:
     void streams_stream_callback_trampoline(cudaStream_t stream, cudaError_t status,
                                             void* payload)
     void streams_graph_host_fn_trampoline(void* payload)
+    void streams_user_object_release(void* payload)
+
+cdef extern from "streams/shim.h":
+    Py_ssize_t streams_drain_deferred()
+
+cdef extern from "streams/compat.h" nogil:
+    cudaError_t streams_cudaStreamGetCaptureInfo(
+        cudaStream_t stream, cudaStreamCaptureStatus* captureStatus_out,
+        unsigned long long* id_out, cudaGraph_t* graph_out,
+        const cudaGraphNode_t** dependencies_out, const cudaGraphEdgeData** edgeData_out,
+        size_t* numDependencies_out)
+    cudaError_t streams_cudaStreamUpdateCaptureDependencies(
+        cudaStream_t stream, cudaGraphNode_t* dependencies,
+        const cudaGraphEdgeData* dependencyData, size_t numDependencies, unsigned int flags)
+    cudaError_t streams_cudaGraphGetEdges(cudaGraph_t graph, cudaGraphNode_t* from_,
+                                          cudaGraphNode_t* to, cudaGraphEdgeData* edgeData,
+                                          size_t* numEdges)
+    cudaError_t streams_cudaGraphNodeGetDependencies(cudaGraphNode_t node,
+                                                     cudaGraphNode_t* pDependencies,
+                                                     cudaGraphEdgeData* edgeData,
+                                                     size_t* pNumDependencies)
 
 cdef extern from "streams/shim.h":
     # Called by the trampolines with the GIL held.

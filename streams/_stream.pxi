@@ -349,6 +349,67 @@ cdef class Stream:
         """
         _enqueue_call(self, _new_call(callback, arg, self, _KIND_STREAM_CB))
 
+    # ---- kernels --------------------------------------------------------------
+    def launch(self, kernel, grid, block, *args, shared_mem=0):
+        """Launch ``kernel`` with ``grid`` x ``block`` threads (ints or up to 3-tuples).
+
+        Arguments follow the kernel's signature (see ``Module.get_kernel``);
+        buffers and objects with ``__cuda_array_interface__``/``__dlpack__``
+        pass their address.  The stream's device must be current.
+        """
+        _stream_launch(self, kernel, grid, block, args, _as_nbytes(shared_mem, "shared_mem"))
+
+    def launch_ex(self, kernel, grid, block, *args, shared_mem=0, cluster=None,
+                  cooperative=False):
+        """``cudaLaunchKernelExC``: ``launch`` plus thread-block ``cluster``
+        dimensions and ``cooperative`` launch."""
+        _stream_launch_ex(self, kernel, grid, block, args,
+                          _as_nbytes(shared_mem, "shared_mem"), cluster, cooperative)
+
+    # ---- capture ------------------------------------------------------------
+    def begin_capture(self, mode="global"):
+        """Start capturing this stream's work into a graph (``cudaStreamBeginCapture``).
+
+        ``mode`` is "global", "thread_local" or "relaxed" (CUDA's capture
+        interaction modes).  Work is recorded, not run, until ``end_capture``.
+        """
+        _begin_capture(self, mode)
+
+    def begin_capture_to_graph(self, graph, dependencies=(), mode="global"):
+        """Capture into an existing ``graph``, after ``dependencies`` (GraphNodes)."""
+        if not isinstance(graph, Graph):
+            raise TypeError(f"graph must be a streams.Graph, not {type(graph).__name__}")
+        _begin_capture_to_graph(self, <Graph>graph, dependencies, mode)
+
+    def end_capture(self):
+        """Stop capturing and return the captured Graph.
+
+        CUDA's error names tell what went wrong (``cudaErrorStreamCaptureInvalidated``,
+        ``...Unjoined``, ...); the stream has left capture mode either way.
+        """
+        return _end_capture(self)
+
+    def is_capturing(self):
+        """True while a capture is active on this stream."""
+        return _capture_status(self) == cudaStreamCaptureStatusActive
+
+    @property
+    def capture_status(self):
+        """"none", "active" or "invalidated"."""
+        return _CAPTURE_STATUS_NAMES[_capture_status(self)]
+
+    def capture_info(self):
+        """``CaptureInfo(status, id, graph, dependencies, edge_data)`` of the capture."""
+        return _capture_info(self)
+
+    def update_capture_dependencies(self, nodes, mode="add"):
+        """Add to ("add") or replace ("set") the nodes the next captured work depends on."""
+        _update_capture_dependencies(self, nodes, mode)
+
+    def capture(self, mode="global"):
+        """``with stream.capture() as cap: ...`` then ``cap.graph``."""
+        return _CaptureContext(self, mode)
+
     def use(self):
         """Make this stream the thread's current stream for its device (no restore)."""
         cdef int dev = self._device if self._device >= 0 else _current_device()

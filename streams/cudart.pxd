@@ -32,6 +32,7 @@ cdef extern from "cuda_runtime_api.h" nogil:
         cudaErrorStreamCaptureWrongThread
         cudaErrorCudartUnloading
         cudaErrorCallRequiresNewerDriver
+        cudaErrorGraphExecUpdateFailure
 
     const char* cudaGetErrorName(cudaError_t error)
     const char* cudaGetErrorString(cudaError_t error)
@@ -228,6 +229,43 @@ cdef extern from "cuda_runtime_api.h" nogil:
     cudaError_t cudaLaunchKernel(const void* func, dim3 gridDim, dim3 blockDim,
                                  void** args, size_t sharedMem, cudaStream_t stream)
 
+    ctypedef enum cudaLaunchAttributeID:
+        cudaLaunchAttributeCooperative
+        cudaLaunchAttributeClusterDimension
+    ctypedef struct _clusterDim:
+        unsigned int x
+        unsigned int y
+        unsigned int z
+    ctypedef union cudaLaunchAttributeValue:
+        int cooperative
+        _clusterDim clusterDim
+    ctypedef struct cudaLaunchAttribute:
+        cudaLaunchAttributeID id
+        cudaLaunchAttributeValue val
+    ctypedef struct cudaLaunchConfig_t:
+        dim3 gridDim
+        dim3 blockDim
+        size_t dynamicSmemBytes
+        cudaStream_t stream
+        cudaLaunchAttribute* attrs
+        unsigned int numAttrs
+    cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t* config, const void* func,
+                                    void** args)
+
+    cdef struct cudaFuncAttributes:
+        size_t sharedSizeBytes
+        size_t constSizeBytes
+        size_t localSizeBytes
+        int maxThreadsPerBlock
+        int numRegs
+        int ptxVersion
+        int binaryVersion
+        int maxDynamicSharedSizeBytes
+    enum cudaFuncAttribute:
+        cudaFuncAttributeMaxDynamicSharedMemorySize
+    cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attr, const void* func)
+    cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value)
+
     # ---- Library management (kernels from PTX/cubin without nvcc) --------
     enum cudaJitOption:
         pass
@@ -239,6 +277,12 @@ cdef extern from "cuda_runtime_api.h" nogil:
                                     cudaLibraryOption* libraryOptions,
                                     void** libraryOptionValues,
                                     unsigned int numLibraryOptions)
+    cudaError_t cudaLibraryLoadFromFile(cudaLibrary_t* library, const char* fileName,
+                                        cudaJitOption* jitOptions, void** jitOptionsValues,
+                                        unsigned int numJitOptions,
+                                        cudaLibraryOption* libraryOptions,
+                                        void** libraryOptionValues,
+                                        unsigned int numLibraryOptions)
     cudaError_t cudaLibraryUnload(cudaLibrary_t library)
     cudaError_t cudaLibraryGetKernel(cudaKernel_t* pKernel, cudaLibrary_t library,
                                      const char* name)
@@ -249,6 +293,21 @@ cdef extern from "cuda_runtime_api.h" nogil:
     cudaError_t cudaMallocManaged(void** devPtr, size_t size, unsigned int flags)
     cudaError_t cudaMallocAsync(void** devPtr, size_t size, cudaStream_t stream)
     cudaError_t cudaFreeAsync(void* devPtr, cudaStream_t stream)
+    enum:
+        cudaHostAllocDefault
+    cudaError_t cudaHostAlloc(void** pHost, size_t size, unsigned int flags)
+    cudaError_t cudaFreeHost(void* ptr)
+    enum cudaMemoryType:
+        cudaMemoryTypeUnregistered
+        cudaMemoryTypeHost
+        cudaMemoryTypeDevice
+        cudaMemoryTypeManaged
+    cdef struct cudaPointerAttributes:
+        cudaMemoryType type
+        int device
+        void* devicePointer
+        void* hostPointer
+    cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const void* ptr)
     cudaError_t cudaMemsetAsync(void* devPtr, int value, size_t count, cudaStream_t stream)
     enum cudaMemcpyKind:
         cudaMemcpyHostToHost
@@ -276,6 +335,53 @@ cdef extern from "cuda_runtime_api.h" nogil:
         cudaHostFn_t fn
         void* userData
 
+    cdef struct cudaKernelNodeParams:
+        void* func
+        dim3 gridDim
+        dim3 blockDim
+        unsigned int sharedMemBytes
+        void** kernelParams
+        void** extra
+
+    cdef struct cudaMemsetParams:
+        void* dst
+        size_t pitch
+        unsigned int value
+        unsigned int elementSize
+        size_t width
+        size_t height
+
+    enum cudaGraphNodeType:
+        cudaGraphNodeTypeKernel
+        cudaGraphNodeTypeMemcpy
+        cudaGraphNodeTypeMemset
+        cudaGraphNodeTypeHost
+        cudaGraphNodeTypeGraph
+        cudaGraphNodeTypeEmpty
+        cudaGraphNodeTypeWaitEvent
+        cudaGraphNodeTypeEventRecord
+        cudaGraphNodeTypeExtSemaphoreSignal
+        cudaGraphNodeTypeExtSemaphoreWait
+        cudaGraphNodeTypeMemAlloc
+        cudaGraphNodeTypeMemFree
+        cudaGraphNodeTypeConditional
+
+    enum cudaGraphExecUpdateResult:
+        cudaGraphExecUpdateSuccess
+        cudaGraphExecUpdateError
+        cudaGraphExecUpdateErrorTopologyChanged
+        cudaGraphExecUpdateErrorNodeTypeChanged
+        cudaGraphExecUpdateErrorFunctionChanged
+        cudaGraphExecUpdateErrorParametersChanged
+        cudaGraphExecUpdateErrorNotSupported
+        cudaGraphExecUpdateErrorUnsupportedFunctionChange
+        cudaGraphExecUpdateErrorAttributesChanged
+
+    ctypedef struct cudaGraphExecUpdateResultInfo:
+        cudaGraphExecUpdateResult result
+        cudaGraphNode_t errorNode
+        cudaGraphNode_t errorFromNode
+
     cudaError_t cudaGraphCreate(cudaGraph_t* pGraph, unsigned int flags)
     cudaError_t cudaGraphDestroy(cudaGraph_t graph)
     cudaError_t cudaGraphClone(cudaGraph_t* pGraphClone, cudaGraph_t originalGraph)
@@ -287,6 +393,38 @@ cdef extern from "cuda_runtime_api.h" nogil:
                                      const cudaGraphNode_t* pDependencies,
                                      size_t numDependencies,
                                      const cudaHostNodeParams* pNodeParams)
+    cudaError_t cudaGraphAddKernelNode(cudaGraphNode_t* pGraphNode, cudaGraph_t graph,
+                                       const cudaGraphNode_t* pDependencies,
+                                       size_t numDependencies,
+                                       const cudaKernelNodeParams* pNodeParams)
+    cudaError_t cudaGraphAddMemsetNode(cudaGraphNode_t* pGraphNode, cudaGraph_t graph,
+                                       const cudaGraphNode_t* pDependencies,
+                                       size_t numDependencies,
+                                       const cudaMemsetParams* pMemsetParams)
+    cudaError_t cudaGraphAddMemcpyNode1D(cudaGraphNode_t* pGraphNode, cudaGraph_t graph,
+                                         const cudaGraphNode_t* pDependencies,
+                                         size_t numDependencies, void* dst, const void* src,
+                                         size_t count, cudaMemcpyKind kind)
+    cudaError_t cudaGraphAddChildGraphNode(cudaGraphNode_t* pGraphNode, cudaGraph_t graph,
+                                           const cudaGraphNode_t* pDependencies,
+                                           size_t numDependencies, cudaGraph_t childGraph)
+    cudaError_t cudaGraphAddEventRecordNode(cudaGraphNode_t* pGraphNode, cudaGraph_t graph,
+                                            const cudaGraphNode_t* pDependencies,
+                                            size_t numDependencies, cudaEvent_t event)
+    cudaError_t cudaGraphAddEventWaitNode(cudaGraphNode_t* pGraphNode, cudaGraph_t graph,
+                                          const cudaGraphNode_t* pDependencies,
+                                          size_t numDependencies, cudaEvent_t event)
+    cudaError_t cudaGraphNodeGetType(cudaGraphNode_t node, cudaGraphNodeType* pType)
+    # CUDA 13 signatures; include/streams/compat.h has CUDA 12's.
+    cudaError_t cudaGraphGetEdges(cudaGraph_t graph, cudaGraphNode_t* from_,
+                                  cudaGraphNode_t* to, cudaGraphEdgeData* edgeData,
+                                  size_t* numEdges)
+    cudaError_t cudaGraphNodeGetDependencies(cudaGraphNode_t node,
+                                             cudaGraphNode_t* pDependencies,
+                                             cudaGraphEdgeData* edgeData,
+                                             size_t* pNumDependencies)
+    cudaError_t cudaGraphExecUpdate(cudaGraphExec_t hGraphExec, cudaGraph_t hGraph,
+                                    cudaGraphExecUpdateResultInfo* resultInfo)
     cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t* pGraphExec, cudaGraph_t graph,
                                               unsigned long long flags)
     cudaError_t cudaGraphExecDestroy(cudaGraphExec_t graphExec)

@@ -2,7 +2,18 @@
 from streams import _core
 from streams._core import Stream
 
-__all__ = ["spin", "launch_empty", "fill_u32", "increment_u32"]
+__all__ = ["spin", "launch_empty", "fill_u32", "increment_u32", "BUILTIN_PTX",
+           "builtin_module"]
+
+#: PTX of the built-in kernels: streams_empty(), streams_spin(u64 ns),
+#: streams_fill_u32(u32* p, u32 v, u64 n), streams_increment_u32(u32* p, u64 n).
+BUILTIN_PTX = _core._builtin_ptx()
+
+
+def builtin_module():
+    """A new ``streams.Module`` holding the built-in kernels."""
+    from streams import Module
+    return Module.from_ptx(BUILTIN_PTX)
 
 
 def spin(stream, microseconds):

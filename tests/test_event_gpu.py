@@ -96,12 +96,14 @@ def test_flags_and_close():
         ev.record(Stream.legacy)
 
 
-def test_record_external_and_wait_external(stream):
+def test_record_external_outside_capture_is_cudas_illegal_state(stream):
+    # cudaEventRecordExternal only means something during stream capture
+    # (tests/test_graph_gpu.py records one inside a capture).
     ev = Event()
     try:
-        ev.record(stream, external=True)
-        stream.wait_event(ev, external=True)
-        stream.synchronize()
+        with pytest.raises(streams.CudaError) as info:
+            ev.record(stream, external=True)
+        assert info.value.name == "cudaErrorIllegalState"
     finally:
         ev.close()
 

@@ -148,4 +148,66 @@ static void CUDART_CB streams_graph_host_fn_trampoline(void *payload) {
     streams_run_payload(payload, 0, 0);
 }
 
+/* ---- Payloads owned by CUDA user objects (graph host nodes) -------------
+ * CUDA destroys a user object on one of its own threads, possibly while a
+ * Python thread holds the GIL and waits on CUDA: taking the GIL there could
+ * deadlock.  So the destructor only queues the payload; the references are
+ * dropped later with the GIL held, by a pending call or by the next
+ * streams API call that drains the queue. */
+static pthread_mutex_t streams_deferred_lock = PTHREAD_MUTEX_INITIALIZER;
+static PyObject **streams_deferred = NULL;
+static size_t streams_deferred_len = 0, streams_deferred_cap = 0;
+static atomic_int streams_deferred_pending = 0;
+
+/* With the GIL held: drop every queued reference.  Returns how many. */
+static Py_ssize_t streams_drain_deferred(void) {
+    PyObject **items;
+    size_t n, i;
+    if (!atomic_load_explicit(&streams_deferred_pending, memory_order_acquire))
+        return 0;
+    pthread_mutex_lock(&streams_deferred_lock);
+    items = streams_deferred;
+    n = streams_deferred_len;
+    streams_deferred = NULL;
+    streams_deferred_len = streams_deferred_cap = 0;
+    atomic_store(&streams_deferred_pending, 0);
+    pthread_mutex_unlock(&streams_deferred_lock);
+    for (i = 0; i < n; i++)
+        Py_DECREF(items[i]);
+    free(items);
+    return (Py_ssize_t)n;
+}
+
+static int streams_drain_deferred_pending_call(void *unused) {
+    (void)unused;
+    streams_drain_deferred();
+    return 0;
+}
+
+/* cudaHostFn_t destructor of a user object: no GIL, no Python calls. */
+static void CUDART_CB streams_user_object_release(void *payload) {
+    int queued = 0;
+    if (atomic_load(&streams_shutting_down))
+        return;  /* the process is ending: leak rather than touch Python */
+    pthread_mutex_lock(&streams_deferred_lock);
+    if (streams_deferred_len == streams_deferred_cap) {
+        size_t cap = streams_deferred_cap ? 2 * streams_deferred_cap : 64;
+        PyObject **grown = (PyObject **)realloc(streams_deferred, cap * sizeof(PyObject *));
+        if (grown) {
+            streams_deferred = grown;
+            streams_deferred_cap = cap;
+        }
+    }
+    if (streams_deferred_len < streams_deferred_cap) {
+        streams_deferred[streams_deferred_len++] = (PyObject *)payload;
+        queued = 1;
+    }
+    atomic_store(&streams_deferred_pending, 1);
+    pthread_mutex_unlock(&streams_deferred_lock);
+    (void)queued;  /* out of memory: the payload leaks, which is safe */
+    /* Safe without the GIL; if the queue of pending calls is full, the
+     * next drain from a streams API call picks the payload up. */
+    Py_AddPendingCall(streams_drain_deferred_pending_call, NULL);
+}
+
 #endif /* STREAMS_SHIM_H */

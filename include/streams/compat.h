@@ -1,0 +1,24 @@
+/* One spelling of the capture and graph-topology functions for CUDA 12 and
+ * CUDA 13.  CUDA 12.3 added edge data as `_v3`/`_v2` variants; CUDA 13 folded
+ * those into the base names and removed the old forms.  The package calls
+ * only the streams_* names below, so the same source builds against both. */
+#ifndef STREAMS_COMPAT_H
+#define STREAMS_COMPAT_H
+
+#include <cuda_runtime_api.h>
+
+#if CUDART_VERSION >= 13000
+#define streams_cudaStreamGetCaptureInfo cudaStreamGetCaptureInfo
+#define streams_cudaStreamUpdateCaptureDependencies cudaStreamUpdateCaptureDependencies
+#define streams_cudaGraphGetEdges cudaGraphGetEdges
+#define streams_cudaGraphNodeGetDependencies cudaGraphNodeGetDependencies
+#elif CUDART_VERSION >= 12030
+#define streams_cudaStreamGetCaptureInfo cudaStreamGetCaptureInfo_v3
+#define streams_cudaStreamUpdateCaptureDependencies cudaStreamUpdateCaptureDependencies_v2
+#define streams_cudaGraphGetEdges cudaGraphGetEdges_v2
+#define streams_cudaGraphNodeGetDependencies cudaGraphNodeGetDependencies_v2
+#else
+#error "streams needs CUDA 12.3 or newer (edge data in the capture API)"
+#endif
+
+#endif /* STREAMS_COMPAT_H */

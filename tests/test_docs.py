@@ -1,0 +1,72 @@
+"""The Sphinx documentation builds with warnings as errors, as in CI.
+
+Builds docs/ with ``sphinx-build -W -b html`` into a temporary folder, in a
+subprocess that imports the same ``streams`` as this interpreter (autodoc
+reads the compiled module).  Needs sphinx and furo
+(``pip install -r docs/requirements.txt``); no GPU.
+"""
+import os
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+
+
+def _env_for_streams():
+    """Environment whose Python imports the `streams` this process imports."""
+    import streams
+
+    parent = Path(streams.__file__).resolve().parent.parent
+    site_dirs = {Path(p).resolve() for p in
+                 (sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"])}
+    env = dict(os.environ)
+    if parent not in site_dirs:  # an in-place build: put its folder first
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(parent)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    return env
+
+
+@pytest.fixture(scope="module")
+def built_docs(tmp_path_factory):
+    pytest.importorskip("sphinx", reason="sphinx is not installed "
+                        "(pip install -r docs/requirements.txt)")
+    pytest.importorskip("furo", reason="the furo theme is not installed "
+                        "(pip install -r docs/requirements.txt)")
+    if not (DOCS / "conf.py").is_file():
+        pytest.skip(f"{DOCS} is missing (not a source checkout)")
+    out = tmp_path_factory.mktemp("html")
+    doctrees = tmp_path_factory.mktemp("doctrees")
+    cmd = [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-b", "html",
+           "-d", str(doctrees), str(DOCS), str(out)]
+    proc = subprocess.run(cmd, cwd=out, env=_env_for_streams(), capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, (
+        f"sphinx-build failed: {' '.join(cmd)}\n{proc.stdout[-5000:]}\n{proc.stderr}")
+    return out
+
+
+def test_docs_build(built_docs):
+    for page in ("index", "install", "quickstart", "streams-and-events", "host-callbacks",
+                 "interrupts-and-timeouts", "interop", "cython", "benchmarks", "api"):
+        assert (built_docs / f"{page}.html").is_file(), page
+
+
+def test_api_reference_covers_all(built_docs):
+    """Every name in streams.__all__ is documented in the API reference."""
+    import zlib
+
+    import streams
+
+    # objects.inv: four header lines, then zlib-compressed
+    # "name domain:role priority uri dispname" lines.
+    data = (built_docs / "objects.inv").read_bytes()
+    body = data.split(b"\n", 4)[4]
+    documented = {line.split(" ", 1)[0]
+                  for line in zlib.decompress(body).decode("utf-8").splitlines() if line}
+    missing = [name for name in streams.__all__ if f"streams.{name}" not in documented]
+    assert not missing, f"not in docs/api.rst: {missing}"

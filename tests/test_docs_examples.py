@@ -1,0 +1,212 @@
+"""The code examples of the documentation run as written.
+
+* ``.. code-block:: python`` blocks named ``gpu-example-*`` are complete
+  programs; each runs in its own interpreter (pytest marker ``gpu``; skipped
+  without a GPU, and skipped when a library it imports is not installed).
+* The downstream project of docs/cython.rst (blocks ``cimport-example-pyx``
+  and ``cimport-example-setup``) is built against the ``streams`` under test
+  (no GPU needed) and, where there is a GPU, run.
+
+The examples run in subprocesses that import the same ``streams`` as this
+interpreter (an in-place build or an installed wheel).
+"""
+import ast
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+import sysconfig
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import streams
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+
+_DIRECTIVE = re.compile(r"^(?P<indent>\s*)\.\. code-block::\s*(?P<lang>\S+)\s*$")
+_OPTION = re.compile(r"^\s*:(?P<key>[\w-]+):\s*(?P<value>.*?)\s*$")
+
+
+def _named_blocks():
+    """{name: (language, code, "file:line")} of every code block with a :name:."""
+    blocks = {}
+    for path in sorted(DOCS.glob("*.rst")):
+        lines = path.read_text(encoding="utf-8").splitlines()
+        i = 0
+        while i < len(lines):
+            m = _DIRECTIVE.match(lines[i])
+            if not m:
+                i += 1
+                continue
+            start, base = i + 1, len(m.group("indent"))
+            i += 1
+            options = {}
+            while i < len(lines) and (opt := _OPTION.match(lines[i])) \
+                    and len(lines[i]) - len(lines[i].lstrip()) > base:
+                options[opt.group("key")] = opt.group("value")
+                i += 1
+            body = []
+            while i < len(lines) and (not lines[i].strip()
+                                      or len(lines[i]) - len(lines[i].lstrip()) > base):
+                body.append(lines[i])
+                i += 1
+            name = options.get("name")
+            if name:
+                assert name not in blocks, f"duplicate code-block name {name!r}"
+                code = textwrap.dedent("\n".join(body)).strip("\n") + "\n"
+                blocks[name] = (m.group("lang"), code, f"{path.name}:{start}")
+    return blocks
+
+
+BLOCKS = _named_blocks() if DOCS.is_dir() else {}
+GPU_EXAMPLES = sorted(name for name in BLOCKS if name.startswith("gpu-example-"))
+
+
+def _env():
+    """Environment whose Python imports the `streams` this process imports."""
+    parent = Path(streams.__file__).resolve().parent.parent
+    site_dirs = {Path(p).resolve() for p in
+                 (sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"])}
+    env = dict(os.environ)
+    if parent not in site_dirs:  # an in-place build: put its folder first
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(parent)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    return env
+
+
+def _missing_imports(code):
+    """Top-level modules the code imports that are not installed."""
+    missing = []
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        else:
+            continue
+        for name in names:
+            try:
+                found = importlib.util.find_spec(name) is not None
+            except (ImportError, ValueError):
+                found = False
+            if not found:
+                missing.append(name)
+    return missing
+
+
+def _run(args, cwd, timeout=300):
+    proc = subprocess.run(args, cwd=cwd, env=_env(), capture_output=True, text=True,
+                          timeout=timeout)
+    assert proc.returncode == 0, (
+        f"{' '.join(map(str, args))} failed in {cwd} (exit {proc.returncode})\n"
+        f"--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}")
+    return proc
+
+
+def _require_gpu():
+    if streams.device_count() == 0:
+        pytest.skip("no CUDA GPU here (streams.device_count() == 0)")
+
+
+# ---- CPU: the extraction itself -----------------------------------------------
+
+@pytest.mark.skipif(not DOCS.is_dir(), reason="docs/ is missing (not a source checkout)")
+def test_examples_are_found():
+    assert len(GPU_EXAMPLES) >= 5, GPU_EXAMPLES
+    for name in GPU_EXAMPLES:
+        lang, code, where = BLOCKS[name]
+        assert lang == "python", f"{where}: {name} is a {lang} block"
+        compile(code, where, "exec")  # at least valid Python everywhere
+    assert BLOCKS["cimport-example-pyx"][0] == "cython"
+    assert BLOCKS["cimport-example-setup"][0] == "python"
+
+
+@pytest.mark.skipif(not DOCS.is_dir(), reason="docs/ is missing (not a source checkout)")
+def test_examples_type_check(tmp_path):
+    """The named Python examples agree with the stubs (names, arguments).
+
+    Catches examples that fall behind the API without a GPU.  Libraries
+    that are not installed type as Any.
+    """
+    pytest.importorskip("mypy", reason="mypy is not installed (pip install mypy)")
+    files = []
+    for name, (lang, code, where) in sorted(BLOCKS.items()):
+        if lang == "python":
+            path = tmp_path / (name.replace("-", "_") + ".py")
+            path.write_text(f"# {where}\n{code}", encoding="utf-8")
+            files.append(str(path))
+    config = tmp_path / "mypy.ini"
+    config.write_text("[mypy]\n", encoding="utf-8")
+    env = _env()
+    env.pop("MYPYPATH", None)
+    if "PYTHONPATH" in env:  # an in-place build: mypy reads its stubs from there
+        env["MYPYPATH"] = env["PYTHONPATH"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "mypy", "--config-file", str(config), "--no-incremental",
+         "--python-version", "3.10", "--ignore-missing-imports", "--check-untyped-defs",
+         "--disable-error-code", "var-annotated", *files],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}"
+
+
+# ---- GPU: every gpu-example-* block -------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", GPU_EXAMPLES)
+def test_gpu_example(name, tmp_path):
+    _require_gpu()
+    _, code, where = BLOCKS[name]
+    missing = _missing_imports(code)
+    if missing:
+        pytest.skip(f"{where}: needs {', '.join(missing)}, not installed")
+    script = tmp_path / f"{name}.py"
+    script.write_text(f"# {where}\n{code}", encoding="utf-8")
+    _run([sys.executable, str(script)], cwd=tmp_path)
+
+
+# ---- the downstream Cython project of docs/cython.rst ----------------------------
+
+@pytest.fixture(scope="module")
+def fastwait_dir(tmp_path_factory):
+    pytest.importorskip("Cython", reason="Cython is not installed")
+    pytest.importorskip("setuptools", reason="setuptools is not installed")
+    if "cimport-example-pyx" not in BLOCKS:
+        pytest.skip("docs/ is missing (not a source checkout)")
+    where = tmp_path_factory.mktemp("fastwait")
+    (where / "fastwait.pyx").write_text(BLOCKS["cimport-example-pyx"][1], encoding="utf-8")
+    (where / "setup.py").write_text(BLOCKS["cimport-example-setup"][1], encoding="utf-8")
+    _run([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=where, timeout=600)
+    return where
+
+
+def test_cimport_example_builds_and_imports(fastwait_dir):
+    _run([sys.executable, "-c", textwrap.dedent("""
+        import fastwait
+        assert fastwait.all_done([]) is True
+        try:
+            fastwait.all_done([None])
+        except TypeError:
+            pass
+        else:
+            raise AssertionError("all_done([None]) did not raise TypeError")
+        """)], cwd=fastwait_dir)
+
+
+@pytest.mark.gpu
+def test_cimport_example_runs(fastwait_dir):
+    _require_gpu()
+    _run([sys.executable, "-c", textwrap.dedent("""
+        import streams
+        import fastwait
+        from streams.testing import spin
+
+        a, b = streams.Stream(), streams.Stream()
+        spin(a, 200_000)
+        assert fastwait.all_done([a, b]) is False
+        fastwait.drain(a, b)
+        assert fastwait.all_done([a, b]) is True
+        """)], cwd=fastwait_dir)

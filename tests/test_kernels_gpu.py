@@ -1,0 +1,276 @@
+"""Kernel launch, prepared launches and stream-ordered memory on a real GPU."""
+import pytest
+
+np = pytest.importorskip("numpy", reason="the kernel and memory tests check results with numpy")
+
+import streams
+from streams import DeviceBuffer, Event, ManagedBuffer, Module, PinnedBuffer, Stream
+from streams.testing import BUILTIN_PTX, builtin_module, spin
+
+pytestmark = pytest.mark.gpu
+
+MS = 1000
+
+AXPY_PTX = r"""
+.version 7.0
+.target sm_75
+.address_size 64
+.visible .entry axpy(.param .f32 a, .param .u64 x, .param .u64 y, .param .u64 n)
+{
+    .reg .pred %p;
+    .reg .b32 %r<4>;
+    .reg .f32 %f<4>;
+    .reg .b64 %rd<10>;
+    ld.param.f32 %f1, [a];
+    ld.param.u64 %rd1, [x];
+    ld.param.u64 %rd2, [y];
+    ld.param.u64 %rd3, [n];
+    mov.u32 %r1, %ctaid.x;
+    mov.u32 %r2, %ntid.x;
+    mov.u32 %r3, %tid.x;
+    mad.wide.u32 %rd4, %r1, %r2, 0;
+    cvt.u64.u32 %rd5, %r3;
+    add.u64 %rd4, %rd4, %rd5;
+    setp.ge.u64 %p, %rd4, %rd3;
+    @%p bra DONE;
+    shl.b64 %rd6, %rd4, 2;
+    add.u64 %rd7, %rd1, %rd6;
+    add.u64 %rd8, %rd2, %rd6;
+    ld.global.f32 %f2, [%rd7];
+    ld.global.f32 %f3, [%rd8];
+    fma.rn.f32 %f3, %f1, %f2, %f3;
+    st.global.f32 [%rd8], %f3;
+DONE:
+    ret;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def builtins():
+    m = builtin_module()
+    yield m
+    m.close()
+
+
+def to_device(array, stream):
+    buf = DeviceBuffer(array.nbytes, stream)
+    streams.memcpy_async(buf, array, stream=stream)
+    return buf
+
+
+def to_host(buf, dtype, stream):
+    out = np.empty(buf.nbytes // np.dtype(dtype).itemsize, dtype=dtype)
+    streams.memcpy_async(out, buf, stream=stream)
+    stream.synchronize()
+    return out
+
+
+def test_axpy_matches_numpy_on_random_data(stream):
+    rng = np.random.default_rng()
+    n = 1_000_003
+    x = rng.standard_normal(n, dtype=np.float32)
+    y = rng.standard_normal(n, dtype=np.float32)
+    a = float(rng.standard_normal())
+    mod = Module.from_ptx(AXPY_PTX)
+    axpy = mod.get_kernel("axpy", signature=("float32", "pointer", "pointer", "int64"))
+    assert axpy.signature == ("float32", "pointer", "pointer", "int64")
+    dx, dy = to_device(x, stream), to_device(y, stream)
+    stream.launch(axpy, (n + 255) // 256, 256, a, dx, dy, n)
+    got = to_host(dy, np.float32, stream)
+    ref = np.float32(a) * x + y
+    assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < 1e-6
+    # numpy scalars work without a signature
+    plain = mod.get_kernel("axpy")
+    stream.launch(plain, (n + 255) // 256, 256, np.float32(1.0), dx, dy, np.int64(n))
+    got2 = to_host(dy, np.float32, stream)
+    assert np.allclose(got2, ref + x, rtol=1e-5, atol=1e-5)
+    dx.close()
+    dy.close()
+    mod.close()
+
+
+def test_fill_and_increment_and_prepared_launch(stream, builtins):
+    n = 1 << 20
+    buf = DeviceBuffer(n * 4, stream)
+    value = int(np.random.default_rng().integers(1, 1 << 30))
+    fill = builtins.get_kernel("streams_fill_u32", signature="pointer, uint32, uint64")
+    inc = builtins.get_kernel("streams_increment_u32", signature=("pointer", "uint64"))
+    stream.launch(fill, 256, 256, buf, value, n)
+    prepared = inc.prepare(256, 256, buf, n)
+    for _ in range(5):
+        prepared.launch(stream)
+    out = to_host(buf, np.uint32, stream)
+    assert (out == value + 5).all()
+    buf.close()
+
+
+def test_ordering_across_streams_sees_writes(builtins):
+    a, b = Stream(), Stream()
+    n = 1 << 16
+    buf = DeviceBuffer(n * 4, a)
+    fill = builtins.get_kernel("streams_fill_u32", signature="pointer, uint32, uint64")
+    inc = builtins.get_kernel("streams_increment_u32", signature="pointer, uint64")
+    spin(a, 100 * MS)
+    a.launch(fill, 64, 256, buf, 41, n)
+    ev = a.record()
+    b.wait_event(ev)
+    b.launch(inc, 64, 256, buf, n)
+    out = to_host(buf, np.uint32, b)
+    assert (out == 42).all(), "b's increment must see a's fill"
+    buf.close()
+    ev.close()
+    a.synchronize()
+    a.close()
+    b.close()
+
+
+def test_launch_argument_errors(stream, builtins):
+    fill = builtins.get_kernel("streams_fill_u32", signature="pointer, uint32, uint64")
+    with pytest.raises(TypeError, match=r"takes 3 argument\(s\)"):
+        stream.launch(fill, 1, 1, 0, 1)
+    with pytest.raises(TypeError, match="argument 1 must be an integer \\(uint32\\), not str"):
+        stream.launch(fill, 1, 1, 0, "1", 4)
+    with pytest.raises(ValueError, match="argument 1: -1 does not fit uint32"):
+        stream.launch(fill, 1, 1, 0, -1, 4)
+    with pytest.raises(TypeError, match="argument 0 must be a pointer"):
+        stream.launch(fill, 1, 1, object(), 1, 4)
+    with pytest.raises(TypeError, match="kernel must be a streams.Kernel"):
+        stream.launch("fill", 1, 1)
+    with pytest.raises(ValueError, match="grid dimensions must be >= 1"):
+        stream.launch(fill, 0, 1, 0, 1, 4)
+    with pytest.raises(TypeError, match="block must be an int or a tuple of up to 3 ints"):
+        stream.launch(fill, 1, (1, 1, 1, 1), 0, 1, 4)
+    plain = builtins.get_kernel("streams_fill_u32")
+    with pytest.raises(TypeError, match="argument 1: a Python int is ambiguous"):
+        stream.launch(plain, 1, 1, 0, 1, np.uint64(4))
+    with pytest.raises(ValueError, match=r"signature\[1\]: unknown C type 'float16'"):
+        builtins.get_kernel("streams_fill_u32", signature=("pointer", "float16", "uint64"))
+    with pytest.raises(streams.CudaError) as info:
+        builtins.get_kernel("no_such_kernel")
+    assert info.value.name in ("cudaErrorSymbolNotFound", "cudaErrorInvalidDeviceFunction")
+    with pytest.raises(ValueError, match="does not look like PTX"):
+        Module.from_ptx("hello")
+    with pytest.raises(ValueError, match="not a cubin"):
+        Module.from_cubin(b"garbage")
+    with pytest.raises(FileNotFoundError):
+        Module.from_file("/no/such/file.ptx")
+
+
+def test_kernel_attributes_and_dynamic_shared_memory(builtins):
+    k = builtins.get_kernel("streams_spin")
+    assert k.max_threads_per_block >= 256
+    assert k.num_regs > 0
+    assert k.shared_size_bytes == 0
+    k.max_dynamic_shared_size_bytes = 64 * 1024
+    assert k.max_dynamic_shared_size_bytes == 64 * 1024
+    with pytest.raises(ValueError, match="must be >= 0"):
+        k.max_dynamic_shared_size_bytes = -1
+
+
+def test_launch_ex_cluster_and_cooperative(stream, builtins):
+    empty = builtins.get_kernel("streams_empty")
+    stream.launch_ex(empty, 4, 32, cluster=2)
+    stream.launch_ex(empty, 2, 32, cooperative=True)
+    stream.synchronize()
+    with pytest.raises(streams.CudaError):
+        stream.launch_ex(empty, 3, 32, cluster=2)  # grid must be a multiple of the cluster
+        stream.synchronize()
+
+
+def test_module_from_file(tmp_path, stream):
+    path = tmp_path / "k.ptx"
+    path.write_text(BUILTIN_PTX)
+    mod = Module.from_file(str(path))
+    k = mod.get_kernel("streams_empty")
+    stream.launch(k, 1, 1)
+    stream.synchronize()
+    mod.close()
+
+
+def test_pinned_buffer_numpy_view_and_round_trip(stream):
+    n = 1 << 20
+    pinned = PinnedBuffer(n)
+    view = np.asarray(pinned)
+    assert view.shape == (n,) and view.dtype == np.uint8
+    rng = np.random.default_rng()
+    view[:] = rng.integers(0, 256, n, dtype=np.uint8)
+    dev = DeviceBuffer(n, stream)
+    back = PinnedBuffer(n)
+    streams.memcpy_async(dev, pinned, stream=stream)
+    streams.memcpy_async(back, dev, stream=stream)
+    stream.synchronize()
+    assert np.array_equal(np.asarray(back), view)
+    with pytest.raises(BufferError, match="buffer view"):
+        pinned.close()
+    del view
+    pinned.close()
+    back.close()
+    dev.close()
+
+
+def test_memset_and_managed_buffer(stream):
+    managed = ManagedBuffer(4096)
+    streams.memset_async(managed, 7, stream=stream)
+    stream.synchronize()
+    assert (np.asarray(managed) == 7).all()
+    dev = DeviceBuffer(4096, stream)
+    streams.memset_async(dev, 0xAB, 100, stream=stream)
+    host = np.zeros(100, np.uint8)
+    streams.memcpy_async(host, dev, 100, stream=stream)
+    stream.synchronize()
+    assert (host == 0xAB).all()
+    with pytest.raises(ValueError, match="value must be a byte"):
+        streams.memset_async(dev, 256)
+    with pytest.raises(ValueError, match="more than dst holds"):
+        streams.memset_async(dev, 0, 5000, stream=stream)
+    with pytest.raises(ValueError, match="more than src holds"):
+        streams.memcpy_async(dev, np.zeros(10, np.uint8), 11, stream=stream)
+    with pytest.raises(TypeError, match="dst must be a streams buffer"):
+        streams.memcpy_async(object(), dev, stream=stream)
+    with pytest.raises(TypeError, match="writable"):
+        streams.memcpy_async(b"immutable", dev, 4, stream=stream)
+    with pytest.raises(ValueError, match="nbytes is required"):
+        streams.memcpy_async(dev, dev.ptr, stream=stream)
+    dev.close()
+    managed.close()
+
+
+def test_device_buffer_cai_and_dlpack_with_cupy_and_torch(stream):
+    n = 1024
+    dev = DeviceBuffer(n, stream)
+    streams.memset_async(dev, 5, stream=stream)
+    cai = dev.__cuda_array_interface__
+    assert cai["version"] == 3 and cai["shape"] == (n,) and cai["data"][0] == dev.ptr
+    assert cai["stream"] == stream.handle
+    assert dev.__dlpack_device__() == (2, dev.device_id)
+    cupy = pytest.importorskip("cupy")
+    arr = cupy.asarray(dev)
+    assert arr.data.ptr == dev.ptr
+    assert int(arr.sum()) == 5 * n
+    arr2 = cupy.from_dlpack(dev)
+    assert arr2.data.ptr == dev.ptr and int(arr2[3]) == 5
+    torch = pytest.importorskip("torch")
+    t = torch.from_dlpack(dev)
+    assert t.data_ptr() == dev.ptr and int(t.sum()) == 5 * n
+    t2 = torch.as_tensor(dev, device="cuda")
+    assert t2.data_ptr() == dev.ptr
+    # a torch tensor passes its pointer to our kernel
+    del arr, arr2, t, t2
+    stream.synchronize()
+    dev.close()
+
+
+def test_device_buffer_freed_in_stream_order(stream):
+    buf = DeviceBuffer(1 << 20, stream)
+    spin(stream, 100 * MS)
+    buf.close()  # freed after the spin, in stream order
+    buf.close()
+    with pytest.raises(ValueError, match="closed DeviceBuffer"):
+        buf.ptr
+    assert stream.query() is False
+    stream.synchronize()
+    with pytest.raises(ValueError, match="nbytes must be >= 0"):
+        DeviceBuffer(-1)
+    with pytest.raises(TypeError, match="nbytes must be an int"):
+        DeviceBuffer("1")

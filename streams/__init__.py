@@ -9,6 +9,8 @@ import atexit as _atexit
 import os as _os
 
 from streams._core import (
+    AccessPolicyWindow,
+    AccessProperty,
     CaptureInfo,
     CudaError,
     Device,
@@ -24,6 +26,8 @@ from streams._core import (
     PinnedBuffer,
     PreparedLaunch,
     Stream,
+    StreamAttribute,
+    SyncPolicy,
     UpdateResult,
     capture_mode,
     current_stream,
@@ -34,6 +38,7 @@ from streams._core import (
     get_device,
     memcpy_async,
     memset_async,
+    reset_persisting_l2_cache,
     runtime_version,
     set_device,
     stream_priority_range,
@@ -44,6 +49,8 @@ from streams import _core
 __version__ = "0.1.0"
 
 __all__ = [
+    "AccessPolicyWindow",
+    "AccessProperty",
     "CaptureInfo",
     "CudaError",
     "Device",
@@ -59,6 +66,8 @@ __all__ = [
     "PinnedBuffer",
     "PreparedLaunch",
     "Stream",
+    "StreamAttribute",
+    "SyncPolicy",
     "UpdateResult",
     "capture_mode",
     "current_stream",
@@ -70,6 +79,7 @@ __all__ = [
     "get_include",
     "memcpy_async",
     "memset_async",
+    "reset_persisting_l2_cache",
     "runtime_version",
     "set_device",
     "stream_priority_range",

@@ -34,7 +34,7 @@ def info_lines(info):
         f"  Python:                {platform.python_version()} ({sys.executable})",
         f"  built with Cython:     {info['cython'] or 'unknown'} (installed: {installed})",
         f"  CUDA runtime (static): {_version(info['runtime_version'])}",
-        f"  driver supports CUDA:  "
+        "  driver supports CUDA:  "
         + (_version(info['driver_version']) if info['driver_version'] else "none (no driver)"),
     ]
     if info["devices"]:

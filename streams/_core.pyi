@@ -10,11 +10,26 @@
 # tests/test_stubs.py); genuine Cython artefacts are listed, with reasons, in
 # .github/stubtest-allowlist.txt.
 
+import enum
 import os
+import sys
 from collections.abc import Callable, Iterable
-from typing import Any, ClassVar, Literal, NamedTuple, Protocol, SupportsIndex, SupportsInt, TypedDict, TypeVar, final, overload
+from typing import (
+    Any,
+    ClassVar,
+    Literal,
+    NamedTuple,
+    Protocol,
+    SupportsFloat,
+    SupportsIndex,
+    SupportsInt,
+    TypedDict,
+    TypeVar,
+    final,
+    overload,
+)
 
-from typing_extensions import Self, TypeAlias, disjoint_base
+from typing_extensions import Buffer, CapsuleType, Self, TypeAlias, disjoint_base
 
 _T = TypeVar("_T")
 
@@ -57,6 +72,23 @@ class _HasPtr(Protocol):
 
 _StreamLike: TypeAlias = Stream | _CudaStreamMethod | _CudaStreamAttribute | _HasCudaStream | _HasPtr
 
+# Grid, block and cluster dimensions: an int or a tuple of up to 3 ints.
+_Dim: TypeAlias = int | tuple[int] | tuple[int, int] | tuple[int, int, int]
+
+class _HasCudaArrayInterface(Protocol):
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]: ...
+
+class _HasDLPack(Protocol):
+    def __dlpack__(self, *, stream: Any = ...) -> CapsuleType: ...
+
+# Memory arguments (memcpy_async, memset_async): a streams buffer, an object
+# with __cuda_array_interface__, a C-contiguous host buffer, or a raw address.
+_Memory: TypeAlias = _Buffer | _HasCudaArrayInterface | Buffer | int
+# Kernel arguments: numbers (numpy scalars included) or pointers (ints,
+# buffers, CUDA-array-interface or DLPack objects, None for NULL).
+_KernelArg: TypeAlias = SupportsIndex | SupportsFloat | _Buffer | _HasCudaArrayInterface | _HasDLPack | None
+
 # ---------------------------------------------------------------------------
 # _errors.pxi
 # ---------------------------------------------------------------------------
@@ -82,7 +114,7 @@ def device_count() -> int: ...
 def stream_priority_range(device: _DeviceLike | None = None) -> tuple[int, int]: ...
 def get_device() -> int: ...
 def set_device(device: _DeviceLike) -> None: ...
-def synchronize_device(device: _DeviceLike | None = None) -> None: ...
+def synchronize_device(device: _DeviceLike | None = None, timeout: float | None = None) -> bool: ...
 @final
 class Device:
     def __init__(self, device: _DeviceLike | None = None) -> None: ...
@@ -205,6 +237,45 @@ class Stream:
     def add_callback(self, callback: Callable[[Stream, CudaError | None, None], object], arg: None = None) -> None: ...
     @overload
     def add_callback(self, callback: Callable[[Stream, CudaError | None, _T], object], arg: _T) -> None: ...
+    # attributes (implemented in _attributes.pxi)
+    @overload
+    def get_attribute(self, name: Literal[StreamAttribute.ACCESS_POLICY_WINDOW, "access_policy_window"]) -> AccessPolicyWindow: ...
+    @overload
+    def get_attribute(self, name: Literal[StreamAttribute.SYNCHRONIZATION_POLICY, "synchronization_policy"]) -> SyncPolicy: ...
+    @overload
+    def get_attribute(self, name: Literal[StreamAttribute.PRIORITY, "priority"]) -> int: ...
+    @overload
+    def get_attribute(self, name: StreamAttribute | str | int) -> AccessPolicyWindow | SyncPolicy | int: ...
+    @overload
+    def set_attribute(
+        self, name: Literal[StreamAttribute.ACCESS_POLICY_WINDOW, "access_policy_window"], value: AccessPolicyWindow
+    ) -> None: ...
+    @overload
+    def set_attribute(
+        self, name: Literal[StreamAttribute.SYNCHRONIZATION_POLICY, "synchronization_policy"], value: _SyncPolicyLike
+    ) -> None: ...
+    @overload
+    def set_attribute(self, name: Literal[StreamAttribute.PRIORITY, "priority"], value: int) -> None: ...
+    @overload
+    def set_attribute(self, name: StreamAttribute | str | int, value: AccessPolicyWindow | _SyncPolicyLike) -> None: ...
+    def copy_attributes(self, src: Stream) -> None: ...
+    def attach_mem_async(
+        self, buffer: _Buffer | SupportsIndex, length: SupportsIndex = 0, flags: Literal["single", "global", "host"] = "single"
+    ) -> None: ...
+    @property
+    def device(self) -> Device: ...
+    # kernels (implemented in _module.pxi)
+    def launch(self, kernel: Kernel, grid: _Dim, block: _Dim, *args: _KernelArg, shared_mem: SupportsIndex = 0) -> None: ...
+    def launch_ex(
+        self,
+        kernel: Kernel,
+        grid: _Dim,
+        block: _Dim,
+        *args: _KernelArg,
+        shared_mem: SupportsIndex = 0,
+        cluster: _Dim | None = None,
+        cooperative: bool = False,
+    ) -> None: ...
     # capture (implemented in _graph.pxi)
     def begin_capture(self, mode: _CaptureMode = "global") -> None: ...
     def begin_capture_to_graph(self, graph: Graph, dependencies: _Nodes = (), mode: _CaptureMode = "global") -> None: ...
@@ -244,6 +315,7 @@ class Stream:
 # _kernels.pxi (private: used by streams.testing)
 # ---------------------------------------------------------------------------
 
+def _builtin_ptx() -> str: ...
 def _spin(stream: Stream, microseconds: float) -> None: ...
 def _launch_empty(stream: Stream) -> None: ...
 def _fill_u32(stream: Stream, ptr: int, value: int, n: int) -> None: ...
@@ -259,7 +331,6 @@ _CaptureStatus: TypeAlias = Literal["none", "active", "invalidated"]
 _Nodes: TypeAlias = GraphNode | Iterable[GraphNode] | None
 # Until streams.Kernel lands, kernel nodes run the built-in kernels only.
 _BuiltinKernel: TypeAlias = Literal["empty", "spin", "fill_u32", "increment_u32"]
-_Dim: TypeAlias = int | tuple[int] | tuple[int, int] | tuple[int, int, int]
 _StrOrBytesPath: TypeAlias = str | bytes | os.PathLike[str] | os.PathLike[bytes]
 
 class CaptureInfo(NamedTuple):
@@ -356,3 +427,159 @@ class GraphExec:
     def __exit__(self, *exc: object) -> Literal[False]: ...
 
 def _drain_deferred() -> int: ...
+
+# ---------------------------------------------------------------------------
+# _memory.pxi
+# ---------------------------------------------------------------------------
+
+@disjoint_base
+class _Buffer:
+    # Common base of the memory classes.
+    @property
+    def ptr(self) -> int: ...
+    @property
+    def nbytes(self) -> int: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def device_id(self) -> int: ...
+    @property
+    def closed(self) -> bool: ...
+    def __len__(self) -> int: ...
+    def __enter__(self) -> Self: ...
+    def __exit__(self, *exc: object) -> Literal[False]: ...
+
+@final
+class DeviceBuffer(_Buffer):
+    def __init__(self, nbytes: SupportsIndex, stream: Stream | None = None) -> None: ...
+    @property
+    def stream(self) -> Stream: ...
+    def close(self, stream: Stream | None = None) -> None: ...
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]: ...
+    def __dlpack_device__(self) -> tuple[int, int]: ...
+    def __dlpack__(
+        self,
+        *,
+        stream: Stream | int | None = None,
+        max_version: tuple[int, int] | None = None,
+        dl_device: tuple[int, int] | None = None,
+        copy: bool | None = None,
+    ) -> CapsuleType: ...
+
+@disjoint_base
+class _HostBuffer(_Buffer):
+    # Host memory with the buffer protocol (memoryview, numpy.asarray).
+    if sys.version_info >= (3, 12):
+        def __buffer__(self, flags: int, /) -> memoryview: ...
+        def __release_buffer__(self, buffer: memoryview, /) -> None: ...
+
+@final
+class PinnedBuffer(_HostBuffer):
+    def __init__(self, nbytes: SupportsIndex) -> None: ...
+    def __dlpack_device__(self) -> tuple[int, int]: ...
+    def close(self) -> None: ...
+
+@final
+class ManagedBuffer(_HostBuffer):
+    def __init__(self, nbytes: SupportsIndex, *, attach: Literal["global", "host"] = "global") -> None: ...
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]: ...
+    def __dlpack_device__(self) -> tuple[int, int]: ...
+    def close(self) -> None: ...
+
+def memcpy_async(dst: _Memory, src: _Memory, nbytes: SupportsIndex | None = None, stream: Stream | None = None) -> None: ...
+def memset_async(dst: _Memory, value: int, nbytes: SupportsIndex | None = None, stream: Stream | None = None) -> None: ...
+
+# ---------------------------------------------------------------------------
+# _module.pxi
+# ---------------------------------------------------------------------------
+
+@final
+class Module:
+    @staticmethod
+    def from_ptx(text: str | bytes) -> Module: ...
+    @staticmethod
+    def from_cubin(data: bytes | bytearray | memoryview) -> Module: ...
+    @staticmethod
+    def from_fatbin(data: bytes | bytearray | memoryview) -> Module: ...
+    @staticmethod
+    def from_file(path: _StrOrBytesPath) -> Module: ...
+    # signature: C types such as "int32", "float32", "pointer" (a list, or
+    # one comma-separated string).
+    def get_kernel(self, name: str, signature: str | Iterable[str] | None = None) -> Kernel: ...
+    def close(self) -> None: ...
+
+@final
+class Kernel:
+    @property
+    def name(self) -> str: ...
+    @property
+    def signature(self) -> tuple[str, ...] | None: ...
+    @property
+    def handle(self) -> int: ...
+    @property
+    def max_threads_per_block(self) -> int: ...
+    @property
+    def num_regs(self) -> int: ...
+    @property
+    def shared_size_bytes(self) -> int: ...
+    @property
+    def local_size_bytes(self) -> int: ...
+    @property
+    def const_size_bytes(self) -> int: ...
+    @property
+    def max_dynamic_shared_size_bytes(self) -> int: ...
+    @max_dynamic_shared_size_bytes.setter
+    def max_dynamic_shared_size_bytes(self, value: int) -> None: ...
+    def prepare(self, grid: _Dim, block: _Dim, *args: _KernelArg, shared_mem: int = 0) -> PreparedLaunch: ...
+
+@final
+class PreparedLaunch:
+    def launch(self, stream: Stream | None = None) -> None: ...
+    @property
+    def kernel(self) -> Kernel: ...
+
+# ---------------------------------------------------------------------------
+# _attributes.pxi
+# ---------------------------------------------------------------------------
+
+class StreamAttribute(enum.IntEnum):
+    ACCESS_POLICY_WINDOW = 1
+    SYNCHRONIZATION_POLICY = 3
+    PRIORITY = 8
+
+class SyncPolicy(enum.IntEnum):
+    AUTO = 1
+    SPIN = 2
+    YIELD = 3
+    BLOCKING_SYNC = 4
+
+class AccessProperty(enum.IntEnum):
+    NORMAL = 0
+    STREAMING = 1
+    PERSISTING = 2
+
+# Enum arguments also take the member's value or its name in any case
+# ("persisting", "blocking_sync").
+_SyncPolicyLike: TypeAlias = SyncPolicy | Literal["auto", "spin", "yield", "blocking_sync"] | int
+_AccessPropertyLike: TypeAlias = AccessProperty | Literal["normal", "streaming", "persisting"] | int
+
+class AccessPolicyWindow:
+    base_ptr: int
+    num_bytes: int
+    hit_ratio: float
+    hit_prop: AccessProperty
+    miss_prop: AccessProperty
+    def __init__(
+        self,
+        base_ptr: _Buffer | SupportsIndex,
+        num_bytes: SupportsIndex,
+        hit_ratio: SupportsFloat = 1.0,
+        hit_prop: _AccessPropertyLike = ...,
+        miss_prop: _AccessPropertyLike = ...,
+    ) -> None: ...
+    def __eq__(self, other: object) -> bool: ...
+    __hash__: ClassVar[None]  # type: ignore[assignment]
+
+def reset_persisting_l2_cache() -> None: ...

@@ -9,6 +9,7 @@ import os as _os
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
 from libc.stdint cimport uintptr_t, uint64_t
+from libc.string cimport memset
 
 from streams.cudart cimport *
 
@@ -23,3 +24,4 @@ include "_kernels.pxi"
 include "_graph.pxi"
 include "_memory.pxi"
 include "_module.pxi"
+include "_attributes.pxi"

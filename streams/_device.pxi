@@ -3,6 +3,9 @@
 cdef enum:
     _MAX_DEVICES = 64
 
+import threading
+import time as _time
+
 cdef object _MISSING = object()
 cdef int _device_count = -1                     # cached: fixed for the process
 cdef int _prio_least[_MAX_DEVICES]
@@ -175,9 +178,7 @@ def set_device(device):
         check(cudaSetDevice(dev))
 
 
-def synchronize_device(device=None):
-    """Wait for all work on a device (default: the current one) to finish."""
-    cdef int dev = _resolve_device(device)
+cdef int _device_synchronize_on(int dev) except -1:
     cdef int cur = _current_device()
     with nogil:
         if cur != dev:
@@ -187,6 +188,48 @@ def synchronize_device(device=None):
         finally:
             if cur != dev:
                 check(cudaSetDevice(cur))
+    return 0
+
+
+def _device_sync_worker(int dev, list outcome, object finished):
+    try:
+        _device_synchronize_on(dev)
+    except BaseException as exc:
+        outcome.append(exc)
+    finally:
+        finished.set()
+
+
+def synchronize_device(device=None, timeout=None):
+    """Wait for all work on a device (default: the current one) to finish.
+
+    ``cudaDeviceSynchronize`` cannot be interrupted, so it runs on a helper
+    thread while this one waits with the GIL released and Ctrl-C working.
+    Returns True when done; with ``timeout`` in seconds, False if it expired
+    first (the device keeps working either way).
+    """
+    cdef int dev = _resolve_device(device)
+    cdef double seconds = -1
+    if timeout is not None:
+        seconds = timeout
+        if seconds != seconds or seconds < 0:
+            raise ValueError(f"timeout must be None or a number >= 0, got {timeout!r}")
+    guard()
+    outcome = []
+    finished = threading.Event()
+    worker = threading.Thread(target=_device_sync_worker, args=(dev, outcome, finished),
+                              name="streams-device-sync", daemon=True)
+    worker.start()
+    # Event.wait(timeout) is interruptible; bounded slices keep Ctrl-C
+    # responsive on every platform.
+    deadline = None if seconds < 0 else _time.monotonic() + seconds
+    while not finished.wait(0.05 if deadline is None else
+                            max(0.0, min(0.05, deadline - _time.monotonic()))):
+        if deadline is not None and _time.monotonic() >= deadline:
+            return False
+    if outcome:
+        raise outcome[0]
+    return True
 
 
 @cython.final

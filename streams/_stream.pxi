@@ -122,7 +122,14 @@ cdef class Stream:
         with nogil:
             if dev != cur:
                 check(cudaSetDevice(dev))
-            err = cudaStreamCreateWithPriority(&handle, flags, prio)
+            # The plainest call that expresses the request (all three end
+            # in the same driver call; this keeps each one reachable).
+            if prio == least and flags == cudaStreamDefault:
+                err = cudaStreamCreate(&handle)
+            elif prio == least:
+                err = cudaStreamCreateWithFlags(&handle, flags)
+            else:
+                err = cudaStreamCreateWithPriority(&handle, flags, prio)
             if dev != cur:
                 cudaSetDevice(cur)
         check(err)
@@ -348,6 +355,45 @@ cdef class Stream:
         Prefer ``launch_host_func``; CUDA may deprecate stream callbacks.
         """
         _enqueue_call(self, _new_call(callback, arg, self, _KIND_STREAM_CB))
+
+    # ---- attributes -----------------------------------------------------------
+    def get_attribute(self, name):
+        """``cudaStreamGetAttribute``: "access_policy_window" (an AccessPolicyWindow),
+        "synchronization_policy" (a SyncPolicy) or "priority" (an int)."""
+        return _stream_get_attribute(self, name)
+
+    def set_attribute(self, name, value):
+        """``cudaStreamSetAttribute``; see ``get_attribute`` for names and value types."""
+        _stream_set_attribute(self, name, value)
+
+    def copy_attributes(self, src):
+        """Copy ``src``'s attributes onto this stream (``cudaStreamCopyAttributes``)."""
+        if not isinstance(src, Stream):
+            raise TypeError(f"src must be a streams.Stream, not {type(src).__name__}")
+        guard()
+        self._check_open()
+        (<Stream>src)._check_open()
+        with nogil:
+            check(cudaStreamCopyAttributes(<cudaStream_t>self._handle,
+                                           <cudaStream_t>(<Stream>src)._handle))
+
+    def attach_mem_async(self, buffer, length=0, flags="single"):
+        """Attach managed memory to this stream (``cudaStreamAttachMemAsync``).
+
+        ``flags``: "single" (only this stream touches it), "global" or "host".
+        ``length`` 0 means the whole allocation.
+        """
+        _stream_attach_mem(self, buffer, _as_nbytes(length, "length"), flags)
+
+    @property
+    def device(self):
+        """The stream's Device (``cudaStreamGetDevice``)."""
+        cdef int dev = -1
+        guard()
+        self._check_open()
+        with nogil:
+            check(cudaStreamGetDevice(<cudaStream_t>self._handle, &dev))
+        return Device(dev)
 
     # ---- kernels --------------------------------------------------------------
     def launch(self, kernel, grid, block, *args, shared_mem=0):

@@ -118,7 +118,8 @@ CONTENDERS = (
               "benchmarks/c_floor/bench.c: the CUDA calls from a C loop (gcc, static cudart)"),
     Contender("streams-py", "streams (Py)", "streams", "streams from Python"),
     Contender("streams-cy", "streams (Cy)", "streams",
-              "benchmarks/cy_bench.pyx: `from streams cimport Stream, Event`, nogil C-level calls"),
+              "benchmarks/cy_bench.pyx: `from streams cimport Stream, Event`, nogil C-level "
+              "calls (c_query, c_record, ..., PreparedLaunch/GraphExec.c_launch)"),
     Contender("cupy", "CuPy", "cupy", "cupy.cuda.Stream/Event, Function from the same PTX"),
     Contender("torch", "PyTorch", "torch", "torch.cuda.Stream/Event, torch.cuda._sleep(0)"),
     Contender("cuda-core", "cuda.core", "cuda.core",
@@ -134,7 +135,7 @@ CONTENDER_BY_NAME = {c.name: c for c in CONTENDERS}
 DEFAULT_CONTENDERS = tuple(c.name for c in CONTENDERS if not c.hidden)
 _GPU_FREE = {"noop"}
 
-FULL = {"rounds": 5, "batches": 10, "scale": 1.0}
+FULL = {"rounds": 6, "batches": 15, "scale": 1.0}
 QUICK = {"rounds": 2, "batches": 5, "scale": 0.2}
 
 CELL_STATUSES = ("ok", "n/a", "missing", "unavailable", "error")
@@ -167,6 +168,12 @@ def builtin_ptx(root=None):
     """
     root = root or source_root()
     if root is None:
+        # Outside a checkout, builds that export the PTX still have it.
+        try:
+            from streams import testing
+            return testing.BUILTIN_PTX
+        except (ImportError, AttributeError):
+            pass
         raise FileNotFoundError("streams/_kernels.pxi not found: the benchmark's kernels "
                                 "come from a source checkout")
     path = os.path.join(root, "streams", "_kernels.pxi")
@@ -297,10 +304,11 @@ C_FLAGS = ["-O2", "-std=gnu11", "-Wall", "-Wextra"]
 C_LIBS = ["-lrt", "-ldl", "-lpthread"]
 
 
-def build_c_floor(cache_dir=None, force=False):
+def build_c_floor(cache_dir=None, force=False, root=None):
     """Compile benchmarks/c_floor/bench.c; returns ``(executable, None)`` or
-    ``(None, why)``.  Rebuilt only when an input changes."""
-    root = source_root()
+    ``(None, why)``.  Rebuilt only when an input changes.  ``root``: the
+    source checkout (default: the one this package runs from)."""
+    root = root or source_root()
     if root is None:
         return None, "needs a source checkout (benchmarks/c_floor/bench.c)"
     src = os.path.join(root, "benchmarks", "c_floor", "bench.c")
@@ -358,10 +366,10 @@ setup(name="streams-cy-bench",
 """ % _CY_MODULE
 
 
-def build_cython_bench(cache_dir=None, force=False):
+def build_cython_bench(cache_dir=None, force=False, root=None):
     """Compile benchmarks/cy_bench.pyx against the installed streams; returns
     ``(module_path, None)`` or ``(None, why)``."""
-    root = source_root()
+    root = root or source_root()
     if root is None:
         return None, "needs a source checkout (benchmarks/cy_bench.pyx)"
     src = os.path.join(root, "benchmarks", "cy_bench.pyx")
@@ -620,11 +628,11 @@ class Adapter:
                 "graph_launch_sync": "graph_launch"}.get(op, op)
         if base in _HOST_FUNC_OPS:
             base = "host_func_enqueue"
-        stmt = self.stmts.get(base)
-        if stmt is None:
+        if base not in self.stmts:
             raise NotAvailable(f"no {OP_BY_NAME[op].label} in this library")
         env = self.env(op)
         closers = env.pop("_closers", [])
+        stmt = self.stmts[base]     # after env(): set-up may pick the statement
         note = self.notes.get(op) or self.notes.get(base)
         try:
             if op in _HOST_FUNC_OPS:
@@ -715,19 +723,49 @@ class StreamsPy(Adapter):
         "stream_create_destroy": "Stream().close()",
         "kernel_launch": "launch(s)",
         "host_func_enqueue": "s.launch_host_func(cb, None)",
+        "graph_launch": "ex.launch(s)",
     }
-    na = {"graph_launch": "not available yet: streams has no Graph API",
-          "graph_launch_sync": "not available yet: streams has no Graph API"}
-    notes = {"kernel_launch": "streams.testing.launch_empty(s) (Stream.launch is coming)"}
 
     def setup(self):
         import streams
         import streams.testing
         self.streams = streams
         streams.synchronize_device()    # creates the context now, and fails if it can't
+        # The kernel and graph APIs are newer than the rest: use them where
+        # this build has them, and say so in the cell's note.
+        self.has_launch = hasattr(streams.Stream, "launch") and hasattr(streams, "Module")
+        self.has_graphs = (hasattr(streams.Stream, "begin_capture")
+                           and hasattr(streams.Stream, "end_capture")
+                           and hasattr(streams, "Graph"))
+        if not self.has_graphs:
+            why = "not available yet: streams has no Graph API"
+            self.na = {"graph_launch": why, "graph_launch_sync": why}
 
     def info(self):
-        return {"versions": {"streams": streams_info()}}
+        return {"versions": {"streams": streams_info()},
+                "apis": {"Stream.launch": self.has_launch, "graphs": self.has_graphs}}
+
+    def _launcher(self, s, env):
+        """Set ``env`` up for an empty-kernel launch on ``s``; returns the
+        statement, a set-up-only launch function, and the cell's note."""
+        st = self.streams
+        fallback = ""
+        if self.has_launch:
+            try:
+                mod = st.Module.from_ptx(self.ptx().decode("ascii"))
+                env["_closers"].append(mod.close)
+                k = env["k"] = mod.get_kernel("streams_empty")
+                s.launch(k, 1, 1)
+                s.synchronize()
+                return ("s.launch(k, 1, 1)", lambda stream: stream.launch(k, 1, 1),
+                        "Stream.launch(k, 1, 1) of Module.from_ptx (the shared PTX)")
+            except Exception as exc:
+                env.pop("k", None)
+                fallback = f"Stream.launch failed ({_describe(exc)}), so: "
+        launch = env["launch"] = st.testing.launch_empty
+        launch(s)           # loads the kernels now: never inside a capture
+        s.synchronize()
+        return "launch(s)", launch, fallback + "streams.testing.launch_empty(s)"
 
     def env(self, op):
         st = self.streams
@@ -735,8 +773,26 @@ class StreamsPy(Adapter):
         other.record(done)
         other.synchronize()
         env = {"s": s, "ev": ev, "done": done, "Event": st.Event, "Stream": st.Stream,
-               "launch": st.testing.launch_empty,
                "_closers": [s.close, other.close, ev.close, done.close]}
+        if op.startswith(("kernel", "graph")):
+            stmt, launch, note = self._launcher(s, env)
+            self.stmts = dict(self.stmts, kernel_launch=stmt)
+            self.notes = {"kernel_launch": note}
+            if op.startswith("graph"):
+                s.begin_capture()
+                try:
+                    for _ in range(GRAPH_KERNELS):
+                        launch(s)
+                finally:
+                    g = s.end_capture()
+                env["_closers"].append(getattr(g, "close", lambda: None))
+                ex = env["ex"] = g.instantiate()
+                env["_closers"].append(getattr(ex, "close", lambda: None))
+                if hasattr(ex, "upload"):
+                    ex.upload(s)
+                s.synchronize()
+                self.notes["graph_launch"] = ("GraphExec.launch(s) of Stream.begin_capture/"
+                                              f"end_capture + Graph.instantiate; kernels: {note}")
         return _callbacks(env)
 
     def busy_stream(self, env):
@@ -768,13 +824,44 @@ class StreamsCy(Adapter):
         s, other, ev, done = st.Stream(), st.Stream(), st.Event(), st.Event()
         other.record(done)
         other.synchronize()
+        closers = [s.close, other.close, ev.close, done.close]
+        prepared = graph = None
+        note = None
+        try:
+            if op.startswith(("kernel", "graph")):
+                mod = st.Module.from_ptx(self.ptx().decode("ascii"))
+                closers.append(mod.close)
+                prepared = mod.get_kernel("streams_empty").prepare(1, 1)
+                prepared.launch(s)
+                s.synchronize()
+                note = "PreparedLaunch.c_launch of Kernel.prepare(1, 1)"
+            if op.startswith("graph"):
+                s.begin_capture()
+                try:
+                    for _ in range(GRAPH_KERNELS):
+                        prepared.launch(s)
+                finally:
+                    g = s.end_capture()
+                closers.append(g.close)
+                graph = g.instantiate()
+                closers.append(graph.close)
+                graph.upload(s)
+                s.synchronize()
+                note = "GraphExec.c_launch; 10 captured PreparedLaunch kernels"
+        except BaseException:
+            for fn in reversed(closers):
+                try:
+                    fn()
+                except Exception:
+                    pass
+            raise
         run, mod_op = self.mod.run_batch, op
 
         def timed(n):
-            return run(mod_op, s, ev, done, n)
+            return run(mod_op, s, ev, done, n, prepared, graph)
 
         after = (lambda n, ns: s.synchronize()) if op in _ENQUEUES else None
-        return Case(timed, after=after, closers=[s.close, other.close, ev.close, done.close])
+        return Case(timed, after=after, closers=closers, note=note)
 
 
 class Cupy(Adapter):
@@ -931,8 +1018,9 @@ class CudaCore(Adapter):
     def setup(self):
         try:
             import cuda.core as cc
-            cc.Device
-        except (ImportError, AttributeError):
+            if not hasattr(cc, "Device"):      # older versions: only .experimental
+                raise ImportError
+        except ImportError:
             import cuda.core.experimental as cc
         self.cc = cc
         self.dev = cc.Device(0)
@@ -995,6 +1083,7 @@ class CudaBindings(Adapter):
         "kernel_launch": "driver cuLaunchKernel of cuLibraryGetKernel (the runtime "
                          "bindings have no cudaLaunchKernel)",
         "host_func_enqueue": "cudaLaunchHostFunc of a ctypes CFUNCTYPE callback",
+        "graph_launch": "cudaGraphLaunch of cudaStreamBeginCapture + 10 cuLaunchKernel",
     }
 
     def setup(self):
@@ -1046,7 +1135,9 @@ class CudaBindings(Adapter):
         if op.startswith(("kernel", "graph")):
             lib = ck(drv.cuLibraryLoadData(self.ptx(), None, None, 0, None, None, 0))
             closers.append(lambda: drv.cuLibraryUnload(lib))
-            k = env["k"] = ck(drv.cuLibraryGetKernel(lib, b"streams_empty"))
+            # As a CUfunction, which cuLaunchKernel accepts for a CUkernel: the
+            # binding then takes its fast path instead of converting per call.
+            k = env["k"] = drv.CUfunction(int(ck(drv.cuLibraryGetKernel(lib, b"streams_empty"))))
             if op.startswith("graph"):
                 mode = rt.cudaStreamCaptureMode.cudaStreamCaptureModeThreadLocal
                 ck(rt.cudaStreamBeginCapture(s, mode))
@@ -1294,6 +1385,9 @@ class Worker:
         self._buf = b""
 
     def start(self):
+        if self.proc is not None:      # a restart: let go of the dead one's files
+            self.kill()
+            self._close_files()
         self.errlog = tempfile.TemporaryFile()
         self._buf = b""
         self.starts += 1
@@ -1385,7 +1479,10 @@ class Worker:
                 self.proc.wait(timeout=15)
             except (OSError, subprocess.TimeoutExpired):
                 self.kill()
-        for f in (self.proc.stdout, self.errlog):
+        self._close_files()
+
+    def _close_files(self):
+        for f in (self.proc.stdin, self.proc.stdout, self.errlog):
             try:
                 f.close()
             except (OSError, AttributeError):
@@ -1440,7 +1537,8 @@ class Progress:
 
 class Config:
     def __init__(self, ops=None, contenders=None, quick=False, rounds=None, batches=None,
-                 warmup=1, scale=None, cache_dir=None, timeout=180.0, progress=True):
+                 warmup=1, scale=None, cache_dir=None, timeout=180.0, progress=True,
+                 source_dir=None):
         base = QUICK if quick else FULL
         self.ops = list(ops or [op.name for op in OPS])
         self.contenders = list(contenders or DEFAULT_CONTENDERS)
@@ -1452,6 +1550,7 @@ class Config:
         self.cache_dir = cache_dir or default_cache_dir()
         self.timeout = timeout
         self.progress = progress
+        self.source_dir = source_dir or source_root()
 
     def iters(self, op):
         return max(1, int(round(OP_BY_NAME[op].iters * self.scale)))
@@ -1543,7 +1642,7 @@ def _prepare(config, doc, progress):
     """Build what is needed and start one worker per usable contender."""
     ptx_path, ptx_error = None, None
     try:
-        ptx = builtin_ptx()
+        ptx = builtin_ptx(config.source_dir)
         d = os.path.join(config.cache_dir, "ptx")
         os.makedirs(d, exist_ok=True)
         ptx_path = os.path.join(d, "streams_builtin.ptx")
@@ -1557,7 +1656,7 @@ def _prepare(config, doc, progress):
         spec = CONTENDER_BY_NAME[name]
         if name == "c":
             progress.message("building the C floor ...")
-            exe, why = build_c_floor(config.cache_dir)
+            exe, why = build_c_floor(config.cache_dir, root=config.source_dir)
             if exe is None:
                 entry.update(status="unavailable", reason=why)
                 progress.message(f"C floor: unavailable ({why})")
@@ -1576,7 +1675,7 @@ def _prepare(config, doc, progress):
                 argv += ["--ptx", ptx_path]
             if name == "streams-cy":
                 progress.message("building the Cython contender ...")
-                mod, why = build_cython_bench(config.cache_dir)
+                mod, why = build_cython_bench(config.cache_dir, root=config.source_dir)
                 if mod is None:
                     entry.update(status="unavailable", reason=why)
                     progress.message(f"streams (Cython): unavailable ({why})")
@@ -1640,6 +1739,9 @@ def run_benchmark(config, progress=None):
     try:
         for op in config.ops:
             _measure_op(op, config, doc, workers, active, progress)
+    except KeyboardInterrupt:
+        # What was measured is still worth a table and a file.
+        doc["interrupted"] = True
     finally:
         progress.close()
         for w in workers.values():
@@ -1754,7 +1856,7 @@ def finalize(doc):
                 summary["misses"].append(
                     {"op": op, "contender": c, "ratio": round(cell["ratio_to_c"], 3),
                      "target": target})
-        for c, target in targets.items():
+        for c in targets:
             if c not in row and c in doc.get("contenders", {}):
                 summary["not_measured"] += 1
     doc["summary"] = summary
@@ -1927,6 +2029,8 @@ def render_table(doc, ops=None, contenders=None):
     title = "streams launch overhead"
     if doc.get("synthetic"):
         title += " -- SYNTHETIC FIXTURE, NOT A MEASUREMENT"
+    if doc.get("interrupted"):
+        title += " -- INTERRUPTED, PARTIAL"
     out.append(title)
     facts = [f"GPU: {gpu.get('name', 'unknown')}"]
     if gpu.get("driver_cuda_version"):
@@ -2062,6 +2166,9 @@ def build_parser():
     p.add_argument("--cache-dir", metavar="DIR",
                    help="where the C floor and Cython module are built (default: "
                         "benchmarks/build in a checkout, else ~/.cache/streams-bench)")
+    p.add_argument("--source-dir", metavar="DIR",
+                   help="source checkout holding benchmarks/ (default: the one streams runs "
+                        "from); needed for the C floor and Cython columns of an installed package")
     p.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
     p.add_argument("--list", action="store_true", help="list operations and contenders")
     p.add_argument("--worker", help=argparse.SUPPRESS)
@@ -2136,20 +2243,19 @@ def main(argv=None, out=None):
     config = Config(ops=args.ops, contenders=args.contenders, quick=args.quick,
                     rounds=args.rounds, batches=args.batches, scale=args.scale,
                     cache_dir=args.cache_dir, timeout=args.timeout,
-                    progress=not args.no_progress)
+                    progress=not args.no_progress, source_dir=args.source_dir)
     if not set(config.contenders) <= _GPU_FREE:
         info = streams_info()
         if info["device_count"] == 0:
             print("cannot run the benchmark: no usable CUDA device ("
                   + (info["error"] or "device_count() == 0") + ")", file=sys.stderr)
             return 1
-    try:
-        doc = run_benchmark(config)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    doc = run_benchmark(config)
     out.write(render_table(doc, args.ops, args.contenders))
     _write_outputs(doc, args, out)
+    if doc.get("interrupted"):
+        print("interrupted: the results above are partial", file=sys.stderr)
+        return 130
     return 0
 
 

@@ -143,7 +143,7 @@ def test_launch_argument_errors(stream, builtins):
         stream.launch(fill, 1, (1, 1, 1, 1), 0, 1, 4)
     plain = builtins.get_kernel("streams_fill_u32")
     with pytest.raises(TypeError, match="argument 1: a Python int is ambiguous"):
-        stream.launch(plain, 1, 1, 0, 1, np.uint64(4))
+        stream.launch(plain, 1, 1, np.uint64(0), 1, np.uint64(4))
     with pytest.raises(ValueError, match=r"signature\[1\]: unknown C type 'float16'"):
         builtins.get_kernel("streams_fill_u32", signature=("pointer", "float16", "uint64"))
     with pytest.raises(streams.CudaError) as info:

@@ -2,7 +2,7 @@
 
 Runs ``python -m mypy.stubtest streams`` in a subprocess, against whichever
 ``streams`` this interpreter imports (an in-place build or an installed
-wheel), with the allowlist of Cython artefacts in
+wheel), with the [tool.mypy] config of pyproject.toml and the allowlist in
 .github/stubtest-allowlist.txt.  Needs mypy; no GPU.
 """
 import os
@@ -15,6 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 ALLOWLIST = ROOT / ".github" / "stubtest-allowlist.txt"
+CONFIG = ROOT / "pyproject.toml"  # [tool.mypy]
 
 
 def _stubtest_env_and_cwd(tmp_path):
@@ -40,11 +41,11 @@ def _stubtest_env_and_cwd(tmp_path):
 
 def test_stubtest(tmp_path):
     pytest.importorskip("mypy.stubtest", reason="mypy is not installed (pip install mypy)")
-    if not ALLOWLIST.is_file():
-        pytest.skip(f"{ALLOWLIST} is missing (not a source checkout)")
+    if not ALLOWLIST.is_file() or not CONFIG.is_file():
+        pytest.skip(f"{ALLOWLIST} or {CONFIG} is missing (not a source checkout)")
     env, cwd = _stubtest_env_and_cwd(tmp_path)
     cmd = [sys.executable, "-m", "mypy.stubtest", "streams",
-           "--allowlist", str(ALLOWLIST)]
+           "--mypy-config-file", str(CONFIG), "--allowlist", str(ALLOWLIST)]
     proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, (
         f"stubtest failed (cwd={cwd}): {' '.join(cmd)}\n{proc.stdout}\n{proc.stderr}")

@@ -1,0 +1,116 @@
+"""The rest of the runtime stream surface: attributes, managed memory, IPC events."""
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import streams
+from streams import (AccessPolicyWindow, AccessProperty, DeviceBuffer, Event, ManagedBuffer,
+                     Stream, SyncPolicy)
+from streams.testing import builtin_module, spin
+
+pytestmark = pytest.mark.gpu
+
+MS = 1000
+
+
+def test_synchronization_policy_round_trip_and_copy():
+    a, b = Stream(), Stream()
+    try:
+        a.set_attribute("synchronization_policy", "blocking_sync")
+        assert a.get_attribute("synchronization_policy") is SyncPolicy.BLOCKING_SYNC
+        a.set_attribute(streams.StreamAttribute.SYNCHRONIZATION_POLICY, SyncPolicy.YIELD)
+        assert a.get_attribute("SYNCHRONIZATION_POLICY") is SyncPolicy.YIELD
+        assert b.get_attribute("synchronization_policy") is not SyncPolicy.YIELD
+        b.copy_attributes(a)
+        assert b.get_attribute("synchronization_policy") is SyncPolicy.YIELD
+    finally:
+        a.close()
+        b.close()
+
+
+def test_priority_attribute_matches_property():
+    least, greatest = streams.stream_priority_range()
+    s = Stream(priority=greatest)
+    try:
+        assert s.get_attribute("priority") == s.priority == greatest
+    finally:
+        s.close()
+
+
+def test_access_policy_window(stream):
+    buf = DeviceBuffer(1 << 20, stream)
+    window = AccessPolicyWindow(buf, buf.nbytes, hit_ratio=0.5,
+                                hit_prop="persisting", miss_prop=AccessProperty.STREAMING)
+    stream.set_attribute("access_policy_window", window)
+    got = stream.get_attribute("access_policy_window")
+    assert got == window, got
+    streams.reset_persisting_l2_cache()
+    buf.close()
+
+
+def test_attribute_argument_errors(stream):
+    with pytest.raises(ValueError, match="name must be a StreamAttribute or one of"):
+        stream.get_attribute("colour")
+    with pytest.raises(ValueError, match="value must be a SyncPolicy or one of"):
+        stream.set_attribute("synchronization_policy", "sometimes")
+    with pytest.raises(TypeError, match="must be an AccessPolicyWindow"):
+        stream.set_attribute("access_policy_window", 5)
+    with pytest.raises(TypeError, match="value for priority must be an int"):
+        stream.set_attribute("priority", "high")
+    with pytest.raises(ValueError, match=r"hit_ratio must be in \[0, 1\]"):
+        AccessPolicyWindow(0, 10, hit_ratio=2)
+    with pytest.raises(ValueError, match="hit_prop must be a AccessProperty"):
+        AccessPolicyWindow(0, 10, hit_prop="sticky")
+    with pytest.raises(TypeError, match="src must be a streams.Stream"):
+        stream.copy_attributes(None)
+    with pytest.raises(ValueError, match="flags must be one of"):
+        stream.attach_mem_async(0, flags="everywhere")
+
+
+def test_stream_device():
+    s = Stream()
+    try:
+        assert s.device == streams.Device(streams.get_device())
+    finally:
+        s.close()
+
+
+def test_attach_mem_async_single(stream):
+    np = pytest.importorskip("numpy")
+    if not streams.Device(streams.get_device()).attribute(89):  # concurrentManagedAccess
+        pytest.skip("device without concurrent managed access")
+    n = 4096
+    managed = ManagedBuffer(n * 4)
+    stream.attach_mem_async(managed, 0, "single")
+    mod = builtin_module()
+    fill = mod.get_kernel("streams_fill_u32", signature="pointer, uint32, uint64")
+    stream.launch(fill, 16, 256, managed, 1234, n)
+    stream.synchronize()
+    assert (np.frombuffer(managed, dtype=np.uint32) == 1234).all()
+    stream.attach_mem_async(managed, flags="global")
+    stream.synchronize()
+    mod.close()
+    managed.close()
+
+
+def test_ipc_event_across_processes(stream):
+    ev = Event(interprocess=True)
+    spin(stream, 1500 * MS)
+    ev.record(stream)
+    child = textwrap.dedent("""
+        import sys, streams
+        handle = bytes.fromhex(sys.stdin.readline().strip())
+        ev = streams.Event.from_ipc_handle(handle)
+        print("first", ev.query(), flush=True)
+        ev.synchronize()
+        print("then", ev.query(), flush=True)
+        ev.close()
+    """)
+    result = subprocess.run([sys.executable, "-c", child], input=ev.ipc_handle().hex() + "\n",
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == ["first", "False", "then", "True"]
+    assert ev.query() is True
+    ev.close()

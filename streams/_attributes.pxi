@@ -77,6 +77,7 @@ cdef object _stream_get_attribute(Stream stream, object name):
     cdef cudaStreamAttrValue value
     cdef cudaStreamAttrID attr
     attr = <cudaStreamAttrID><int>_as_enum(StreamAttribute, name, "name")
+    memset(&value, 0, sizeof(value))
     guard()
     stream._check_open()
     with nogil:
@@ -86,7 +87,10 @@ cdef object _stream_get_attribute(Stream stream, object name):
         return AccessPolicyWindow(<uintptr_t>w.base_ptr, w.num_bytes, w.hitRatio,
                                   <int>w.hitProp, <int>w.missProp)
     if attr == cudaStreamAttributeSynchronizationPolicy:
-        return SyncPolicy(<int>value.syncPolicy)
+        # A stream whose policy was never set reports -1: the device's
+        # scheduling flags apply.
+        policy = <int>value.syncPolicy
+        return SyncPolicy(policy) if policy in SyncPolicy._value2member_map_ else None
     return value.priority
 
 

@@ -6,9 +6,11 @@
 # that exist only for type checkers start with an underscore: stubtest ignores
 # private names that are absent at runtime, and they are not re-exported.
 #
-# Checked against the built module by `python -m mypy.stubtest` (see
-# tests/test_stubs.py); genuine Cython artefacts are listed, with reasons, in
-# .github/stubtest-allowlist.txt.
+# Checked against the built module by `python -m mypy.stubtest` (run
+# `python tests/test_stubs.py` for the command); the Cython artefacts it must
+# ignore are listed, with reasons, in .github/stubtest-allowlist.txt.  A new
+# public name in _core needs an entry here and, when streams/__init__.py
+# re-exports it, in __init__.pyi too.
 
 import enum
 import os
@@ -216,8 +218,8 @@ class Stream:
     legacy: ClassVar[Stream]  # cudaStreamLegacy, handle 1
     per_thread: ClassVar[Stream]  # cudaStreamPerThread, handle 2
     def __init__(self, device: _DeviceLike | None = None, priority: int = 0, non_blocking: bool = False) -> None: ...
-    @staticmethod
-    def from_handle(ptr: SupportsIndex, owner: object = None, device: _DeviceLike | None = None) -> Stream: ...
+    @classmethod
+    def from_handle(cls, ptr: SupportsIndex, owner: object = None, device: _DeviceLike | None = None) -> Self: ...
     @staticmethod
     def from_external(obj: _StreamLike) -> Stream: ...
     def __cuda_stream__(self) -> tuple[Literal[0], int]: ...

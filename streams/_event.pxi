@@ -1,7 +1,7 @@
 # Event: cudaEvent_t with RAII, recording, waiting and timing.
 
 
-cdef int _wait_until_done(int kind, void* handle, object timeout) except -1:
+cdef int _wait_until_done(int kind, void* handle, object timeout, bint sleepy=False) except -1:
     """Wait for a stream (kind 0) or event (kind 1) to complete.
 
     Returns 1 when the work is done, 0 when ``timeout`` seconds passed first.
@@ -9,8 +9,11 @@ cdef int _wait_until_done(int kind, void* handle, object timeout) except -1:
     slices so that Ctrl-C raises KeyboardInterrupt within milliseconds.
     Completion is noticed by polling the status with a yield between polls:
     the same spin-then-yield the driver does for a synchronize under its
-    default scheduling, so it adds no wake-up latency.
+    default scheduling, so it adds no wake-up latency.  ``sleepy`` waits
+    (blocking-sync events) sleep between polls instead, backing off from
+    20 us to 1 ms, trading that much latency for an idle CPU.
     """
+    cdef long long nap_ns = 20000
     cdef cudaError_t err
     cdef long long deadline = -1
     cdef long long slice_end
@@ -33,7 +36,12 @@ cdef int _wait_until_done(int kind, void* handle, object timeout) except -1:
                     err = cudaEventQuery(<cudaEvent_t>handle)
                 if err != cudaErrorNotReady or streams_now_ns() >= slice_end:
                     break
-                streams_cpu_yield()
+                if sleepy:
+                    streams_sleep_ns(nap_ns)
+                    if nap_ns < 1000000:
+                        nap_ns = nap_ns * 2
+                else:
+                    streams_cpu_yield()
         if err == cudaSuccess:
             return 1
         if err != cudaErrorNotReady:
@@ -46,8 +54,9 @@ cdef int _wait_until_done(int kind, void* handle, object timeout) except -1:
 cdef class Event:
     """A CUDA event (``cudaEventCreateWithFlags``), destroyed by ``close()`` or GC.
 
-    ``enable_timing`` allows ``elapsed_time``; ``blocking`` makes
-    ``synchronize`` sleep in the driver instead of spinning;
+    ``enable_timing`` allows ``elapsed_time``; ``blocking``
+    (``cudaEventBlockingSync``) makes ``synchronize`` sleep between checks
+    instead of spinning;
     ``interprocess`` allows sharing with another process (timing must then
     be off, as CUDA requires).
     """
@@ -154,7 +163,8 @@ cdef class Event:
         """
         guard()
         self._check_open()
-        return _wait_until_done(1, <void*>self._handle, timeout) == 1
+        return _wait_until_done(1, <void*>self._handle, timeout,
+                                (self._flags & cudaEventBlockingSync) != 0) == 1
 
     def wait(self, stream=None):
         """Make ``stream`` (default: the current stream) wait for this event."""
@@ -262,7 +272,8 @@ cdef class Event:
             _debug_event_destroyed()
             if not streams_is_shutting_down() and not streams_py_finalizing() \
                     and streams_guard_state() == 0:
-                cudaEventDestroy(<cudaEvent_t>self._handle)
+                with nogil:
+                    cudaEventDestroy(<cudaEvent_t>self._handle)
 
     def __enter__(self):
         return self

@@ -37,7 +37,8 @@ _UPDATE_RESULT_NAMES = {
     cudaGraphExecUpdateErrorUnsupportedFunctionChange: "unsupported kernel function change",
     cudaGraphExecUpdateErrorAttributesChanged: "attributes changed unsupportedly"}
 
-CaptureInfo = namedtuple("CaptureInfo", "status id graph dependencies edge_data")
+CaptureInfo = namedtuple("CaptureInfo", "status id graph dependencies edge_data",
+                         module="streams")
 CaptureInfo.__doc__ = """What ``Stream.capture_info()`` returns.
 
 ``status`` is "none", "active" or "invalidated"; ``graph`` is the graph
@@ -45,7 +46,7 @@ being built (valid while the capture runs); ``dependencies`` the nodes the
 next captured work will depend on; ``edge_data`` one ``(from_port, to_port,
 type)`` per dependency."""
 
-UpdateResult = namedtuple("UpdateResult", "ok reason error_node")
+UpdateResult = namedtuple("UpdateResult", "ok reason error_node", module="streams")
 UpdateResult.__doc__ = """What ``GraphExec.update()`` returns: ``ok``, a
 ``reason`` in words, and the node CUDA blamed (or None)."""
 
@@ -681,7 +682,8 @@ cdef class Graph:
             _debug_graph_destroyed()
             if not streams_is_shutting_down() and not streams_py_finalizing() \
                     and streams_guard_state() == 0:
-                cudaGraphDestroy(<cudaGraph_t>self._handle)
+                with nogil:
+                    cudaGraphDestroy(<cudaGraph_t>self._handle)
 
     def __enter__(self):
         return self
@@ -787,7 +789,8 @@ cdef class GraphExec:
             _debug_graph_exec_destroyed()
             if not streams_is_shutting_down() and not streams_py_finalizing() \
                     and streams_guard_state() == 0:
-                cudaGraphExecDestroy(<cudaGraphExec_t>self._handle)
+                with nogil:
+                    cudaGraphExecDestroy(<cudaGraphExec_t>self._handle)
 
     def __enter__(self):
         return self

@@ -189,7 +189,8 @@ cdef class DeviceBuffer(_Buffer):
             return
         h = cudaStreamLegacy if self._stream is None or self._stream._closed \
             else <cudaStream_t>self._stream._handle
-        cudaFreeAsync(self._ptr, h)
+        with nogil:
+            cudaFreeAsync(self._ptr, h)
 
     @property
     def __cuda_array_interface__(self):
@@ -314,7 +315,8 @@ cdef class PinnedBuffer(_HostBuffer):
     def __dealloc__(self):
         if not self._closed and self._ptr != NULL and not streams_is_shutting_down() \
                 and not streams_py_finalizing() and streams_guard_state() == 0:
-            cudaFreeHost(self._ptr)
+            with nogil:
+                cudaFreeHost(self._ptr)
 
 
 @cython.final
@@ -365,7 +367,8 @@ cdef class ManagedBuffer(_HostBuffer):
     def __dealloc__(self):
         if not self._closed and self._ptr != NULL and not streams_is_shutting_down() \
                 and not streams_py_finalizing() and streams_guard_state() == 0:
-            cudaFree(self._ptr)
+            with nogil:
+                cudaFree(self._ptr)
 
 
 cdef struct _Span:

@@ -248,7 +248,8 @@ cdef class Module:
     def __dealloc__(self):
         if not self._closed and not streams_is_shutting_down() \
                 and not streams_py_finalizing() and streams_guard_state() == 0:
-            cudaLibraryUnload(<cudaLibrary_t>self._handle)
+            with nogil:
+                cudaLibraryUnload(<cudaLibrary_t>self._handle)
 
 
 cdef Module _load_module_image(bytes image):

@@ -65,8 +65,8 @@ def current_stream(device=None):
     return Stream.legacy if s is None else s
 
 
-cdef Stream _make_special(uintptr_t handle, object owner=None):
-    cdef Stream s = Stream.__new__(Stream)
+cdef Stream _make_special(uintptr_t handle, object owner=None, type cls=Stream):
+    cdef Stream s = Stream.__new__(cls)
     s._handle = <streams_stream_t>handle
     s._device = -1
     s._special = True
@@ -140,8 +140,8 @@ cdef class Stream:
         _debug_stream_created()
 
     # ---- factories for handles we do not own -------------------------------
-    @staticmethod
-    def from_handle(ptr, owner=None, device=None):
+    @classmethod
+    def from_handle(cls, ptr, owner=None, device=None):
         """Wrap a foreign ``cudaStream_t`` (an int) without taking ownership.
 
         ``owner`` is kept alive as long as the returned Stream; ``device`` is
@@ -152,7 +152,7 @@ cdef class Stream:
         cdef Stream s
         cdef int dev = -1
         if h <= _HANDLE_PER_THREAD:
-            return _make_special(h, owner)
+            return _make_special(h, owner, cls)
         guard()
         if device is not None:
             dev = _resolve_device(device)
@@ -160,7 +160,7 @@ cdef class Stream:
             _require_device()
             with nogil:
                 check(cudaStreamGetDevice(<cudaStream_t>h, &dev))
-        s = Stream.__new__(Stream)
+        s = Stream.__new__(cls)
         s._handle = <streams_stream_t>h
         s._device = dev
         s._owner = owner
@@ -359,7 +359,8 @@ cdef class Stream:
     # ---- attributes -----------------------------------------------------------
     def get_attribute(self, name):
         """``cudaStreamGetAttribute``: "access_policy_window" (an AccessPolicyWindow),
-        "synchronization_policy" (a SyncPolicy) or "priority" (an int)."""
+        "synchronization_policy" (a SyncPolicy, or None while never set: the
+        device's scheduling flags apply) or "priority" (an int)."""
         return _stream_get_attribute(self, name)
 
     def set_attribute(self, name, value):
@@ -571,7 +572,8 @@ cdef class Stream:
             _debug_stream_destroyed()
             if not streams_is_shutting_down() and not streams_py_finalizing() \
                     and streams_guard_state() == 0:
-                cudaStreamDestroy(<cudaStream_t>self._handle)
+                with nogil:
+                    cudaStreamDestroy(<cudaStream_t>self._handle)
 
     def __eq__(self, other):
         if not isinstance(other, Stream):

@@ -69,6 +69,13 @@ static inline long long streams_now_ns(void) {
 
 static inline void streams_cpu_yield(void) { sched_yield(); }
 
+static inline void streams_sleep_ns(long long ns) {
+    struct timespec ts;
+    ts.tv_sec = ns / 1000000000LL;
+    ts.tv_nsec = ns % 1000000000LL;
+    nanosleep(&ts, NULL);
+}
+
 /* ---- Host callbacks ---------------------------------------------------
  * The payload is a PyObject owned by the enqueueing side: one strong
  * reference travels with the CUDA work item.  The Python-level work (call,

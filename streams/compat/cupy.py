@@ -1,0 +1,136 @@
+"""``cupy.cuda.Stream`` and ``cupy.cuda.Event``, on streams' core classes.
+
+``Stream(null=False, non_blocking=False, ptds=False)`` creates a new stream,
+or wraps the null stream (handle 0) or the per-thread default stream
+(handle 2); ``Stream.null`` and ``Stream.ptds`` are those wrappers as
+singletons, with ``device_id`` -1.  ``Event(block=False,
+disable_timing=False, interprocess=False)`` takes CuPy's flags: unlike
+``streams.Event``, timing is on unless ``disable_timing`` is given.
+``add_callback`` hands its callback the CUDA status as an int, as CuPy does.
+
+Everything else (``ptr``, ``device_id``, ``done``, ``synchronize``, ``use``,
+``wait_event``, ``launch_host_func``, ``with stream:``) is the core's.  See
+docs/compat/cupy.rst for the mapping.
+"""
+import functools
+
+import streams as _streams
+from streams.compat import _adopt, _check_event, _wrap_default
+
+__all__ = ["Event", "Stream", "get_current_stream", "get_elapsed_time"]
+
+
+class Event(_streams.Event):
+    """A CUDA event with CuPy's constructor (timing on by default).
+
+    ``ptr`` is the ``cudaEvent_t`` as an int.
+    """
+
+    def __init__(self, block=False, disable_timing=False, interprocess=False):
+        # Checked here so that the message names CuPy's arguments.
+        if interprocess and not disable_timing:
+            raise ValueError("interprocess=True requires disable_timing=True (CUDA cannot "
+                             "time interprocess events)")
+        super().__init__(enable_timing=not disable_timing, blocking=bool(block),
+                         interprocess=bool(interprocess))
+
+    @property
+    def ptr(self):
+        return self.handle
+
+
+class Stream(_streams.Stream):
+    """A CUDA stream with CuPy's constructor, singletons and ordering.
+
+    ``null=True`` wraps the null stream and ``ptds=True`` (with ``null``
+    False) the per-thread default stream; neither owns a handle.
+    ``non_blocking`` applies only to a new stream.  Streams order by
+    ``ptr``, and compare equal when they wrap the same handle.
+    """
+
+    def __new__(cls, null=False, non_blocking=False, ptds=False):
+        if null:
+            return _wrap_default(cls, 0)
+        if ptds:
+            return _wrap_default(cls, 2)
+        return super().__new__(cls)
+
+    def __init__(self, null=False, non_blocking=False, ptds=False):
+        if null or ptds:
+            return  # __new__ returned a wrapper: there is nothing to create
+        super().__init__(non_blocking=bool(non_blocking))
+
+    def record(self, event=None):
+        """Record ``event`` (a new timing Event if None) on this stream; return it."""
+        _check_event(event, "event", allow_none=True)
+        return super().record(Event() if event is None else event)
+
+    def add_callback(self, callback, arg=None):
+        """Run ``callback(stream, status, arg)`` once the work enqueued so far is done.
+
+        ``status`` is 0, or the ``cudaError_t`` code CUDA reported, as an int.
+        Prefer ``launch_host_func``.
+        """
+        if not callable(callback):
+            raise TypeError(f"callback must be callable, not {type(callback).__name__}")
+
+        # The core reports the status as None or a CudaError; CuPy callbacks
+        # expect the raw code.  wraps() keeps the user's callback's name in
+        # error reports.
+        @functools.wraps(callback)
+        def with_int_status(stream, status, user_arg):
+            callback(stream, 0 if status is None else status.code, user_arg)
+
+        super().add_callback(with_int_status, arg)
+
+    def __lt__(self, other):
+        if not isinstance(other, _streams.Stream):
+            return NotImplemented
+        return self.ptr < other.ptr
+
+    def __le__(self, other):
+        if not isinstance(other, _streams.Stream):
+            return NotImplemented
+        return self.ptr <= other.ptr
+
+    def __gt__(self, other):
+        if not isinstance(other, _streams.Stream):
+            return NotImplemented
+        return self.ptr > other.ptr
+
+    def __ge__(self, other):
+        if not isinstance(other, _streams.Stream):
+            return NotImplemented
+        return self.ptr >= other.ptr
+
+    def __repr__(self):
+        state = " closed" if self.closed else ""
+        return f"<streams.compat.cupy.Stream {self.ptr} (device {self.device_id}){state}>"
+
+
+Stream.null = _wrap_default(Stream, 0)
+Stream.ptds = _wrap_default(Stream, 2)
+
+
+def get_current_stream(device_id=-1):
+    """The current stream of ``device_id`` (-1 or None: the current device).
+
+    ``Stream.null`` when no stream was made current, as in CuPy.
+    """
+    if isinstance(device_id, int) and not isinstance(device_id, bool) and device_id < 0:
+        device_id = None
+    current = _streams.current_stream(device_id)
+    if isinstance(current, Stream):
+        return current
+    if current.device_id < 0:
+        # Unset, the core reports the legacy stream (handle 1): CuPy calls
+        # that same stream the null stream, handle 0.
+        return Stream.ptds if current.handle == 2 else Stream.null
+    return _adopt(Stream, current)
+
+
+def get_elapsed_time(start_event, end_event):
+    """Milliseconds between two recorded timing events (waits for both)."""
+    _check_event(start_event, "start_event")
+    _check_event(end_event, "end_event")
+    return start_event.elapsed_time(end_event)

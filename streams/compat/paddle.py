@@ -1,0 +1,120 @@
+"""``paddle.device.Stream``, ``paddle.device.Event`` and the
+``paddle.device`` stream functions, on streams' core classes.
+
+``Stream(device=None, priority=None, blocking=False)``:
+
+* ``device``: None (current device), an int (negative: current device),
+  ``"gpu"``, ``"gpu:N"``, or a place object with ``get_device_id()``
+  (``paddle.CUDAPlace``).  Other device types raise ValueError.
+* ``priority``: Paddle numbers priorities 1 (high) and 2 (normal, the
+  default, also what None means).  1 becomes the device's greatest CUDA
+  priority and 2 its least; anything else raises ValueError.
+* ``blocking``: False (the default) creates a ``cudaStreamNonBlocking``
+  stream, which does not synchronize with the legacy default stream;
+  True creates a default-flag stream, which does.  This is the mapping of
+  Paddle's stream binding for custom devices (its CUDA binding always
+  creates non-blocking streams).
+
+See docs/compat/paddle.rst for the mapping.
+"""
+import operator
+
+import streams as _streams
+from streams.compat import _StreamGuard, _adopt, _check_event
+
+__all__ = ["Event", "Stream", "current_stream", "stream_guard", "synchronize"]
+
+_HIGH, _NORMAL = 1, 2
+
+
+def _requested_priority(priority):
+    if priority is None:
+        return _NORMAL
+    try:
+        value = None if isinstance(priority, bool) else operator.index(priority)
+    except TypeError:
+        value = None
+    if value not in (_HIGH, _NORMAL):
+        raise ValueError(f"priority must be 1 (high), 2 (normal) or None, got {priority!r}")
+    return value
+
+
+def _device_arg(device):
+    """A Paddle device argument in a form the core parses (None: current)."""
+    if device is None:
+        return None
+    if isinstance(device, int) and not isinstance(device, bool):
+        return None if device < 0 else device
+    if isinstance(device, str):
+        return device
+    get_type = getattr(device, "get_device_type", None)
+    if callable(get_type):
+        kind = get_type()
+        if kind not in ("gpu", "cuda"):
+            raise ValueError(f"device={device!r} is a {kind!r} place, not a CUDA GPU")
+    get_id = getattr(device, "get_device_id", None)
+    if callable(get_id):
+        return get_id()
+    return device
+
+
+def _device_index(device):
+    device = _device_arg(device)
+    if device is None:
+        return _streams.get_device()
+    return _streams.Device(device).device_id
+
+
+class Event(_streams.Event):
+    """A CUDA event: ``Event(enable_timing=False, blocking=False, interprocess=False)``.
+
+    Created on the current device, as in current Paddle (whose ``device``
+    argument is gone).
+    """
+
+    def __init__(self, enable_timing=False, blocking=False, interprocess=False):
+        super().__init__(enable_timing=enable_timing, blocking=blocking,
+                         interprocess=interprocess)
+
+    def elapsed_time(self, end_event):
+        """Milliseconds from this event to ``end_event`` (waits for both)."""
+        _check_event(end_event, "end_event")
+        return super().elapsed_time(end_event)
+
+
+class Stream(_streams.Stream):
+    """A CUDA stream: ``Stream(device=None, priority=None, blocking=False)``."""
+
+    def __init__(self, device=None, priority=None, blocking=False):
+        # Both checks come before any CUDA call, so that bad arguments are
+        # reported as such even without a GPU.
+        requested = _requested_priority(priority)
+        index = _device_index(device)
+        least, greatest = _streams.stream_priority_range(index)
+        super().__init__(device=index, priority=greatest if requested == _HIGH else least,
+                         non_blocking=not blocking)
+
+    def record_event(self, event=None):
+        """Record ``event`` (a new Event if None) on this stream and return it."""
+        _check_event(event, "event", allow_none=True)
+        return super().record(Event() if event is None else event)
+
+
+class stream_guard(_StreamGuard):  # noqa: N801  (Paddle's name)
+    """``with stream_guard(s):`` makes ``s`` the current stream for the block
+    (None: do nothing)."""
+
+    __slots__ = ()
+
+    def __init__(self, stream=None):
+        super().__init__(stream, "stream")
+
+
+def current_stream(device=None):
+    """The current stream of ``device`` (None: the current device)."""
+    return _adopt(Stream, _streams.current_stream(_device_index(device)))
+
+
+def synchronize(device=None):
+    """Wait for all work on ``device`` (None: the current device)."""
+    _streams.synchronize_device(_device_index(device))

@@ -22,5 +22,9 @@ if ! $PY -m pip install --no-build-isolation --no-deps -e . >"$OUT/build.log" 2>
 fi
 $PY -c "import streams; print('streams', streams.__version__, 'devices', streams.device_count(), 'driver', streams.driver_version(), 'runtime', streams.runtime_version())"
 echo "== tests"
-$PY -m pytest tests -q -rs -p no:cacheprovider --junitxml="$OUT/junit.xml" "$@" 2>&1 | tee "$OUT/pytest.log"
+# A hang must not eat the whole call: per-test timeouts dump every thread's
+# stack, and the suite as a whole stops before the device call's limit.
+timeout "${SUITE_TIMEOUT:-540}" $PY -m pytest tests -q -rs -p no:cacheprovider \
+    --timeout=120 -o faulthandler_timeout=100 \
+    --junitxml="$OUT/junit.xml" "$@" 2>&1 | tee "$OUT/pytest.log"
 exit "${PIPESTATUS[0]}"

@@ -592,7 +592,7 @@ cdef class Graph:
         cdef cudaError_t err
         cdef cudaMemsetParams params
         self._check_open()
-        params.dst = <void*>_as_handle(ptr, "ptr")
+        params.dst = _known_address(ptr, "ptr")
         params.pitch = 0
         params.value = <unsigned int>(value & 0xff)
         params.elementSize = 1
@@ -612,8 +612,8 @@ cdef class Graph:
         cdef void* d
         cdef void* s
         self._check_open()
-        d = <void*>_as_handle(dst, "dst")
-        s = <void*>_as_handle(src, "src")
+        d = _known_address(dst, "dst")
+        s = _known_address(src, "src")
         n = _node_array(dependencies, &deps, "dependencies")
         with nogil:
             err = cudaGraphAddMemcpyNode1D(&node, <cudaGraph_t>self._handle, deps, n, d, s,

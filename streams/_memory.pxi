@@ -371,6 +371,32 @@ cdef class ManagedBuffer(_HostBuffer):
                 cudaFree(self._ptr)
 
 
+cdef void* _known_address(object value, str argname) except? NULL:
+    """A raw int address, accepted only where CUDA knows the memory.
+
+    With cudaMemcpyDefault an address CUDA does not know is taken for
+    pageable host memory and copied with a plain memcpy: a wrong int would
+    crash the process.  Host memory must come as a buffer object instead.
+    """
+    cdef void* p = <void*>_as_handle(value, argname)
+    cdef cudaPointerAttributes attrs
+    cdef cudaError_t err
+    if p == NULL:
+        raise ValueError(f"{argname} is a NULL address")
+    guard()
+    with nogil:
+        err = cudaPointerGetAttributes(&attrs, p)
+    if err != cudaSuccess:
+        cudaGetLastError()
+        raise ValueError(f"{argname}=0x{<uintptr_t>p:x}: CUDA cannot describe this address "
+                         f"({CudaError(<int>err).name})")
+    if attrs.type == cudaMemoryTypeUnregistered:
+        raise ValueError(f"{argname}=0x{<uintptr_t>p:x} is not memory CUDA knows (device, "
+                         "managed or pinned); pass host memory as an object with the buffer "
+                         "protocol (numpy array, bytearray) instead of a raw address")
+    return p
+
+
 cdef struct _Span:
     void* ptr
     size_t nbytes
@@ -387,7 +413,7 @@ cdef int _span_of(object obj, _Span* span, bint writable, str argname) except -1
         span.nbytes = (<_Buffer>obj)._nbytes
         return 0
     if isinstance(obj, int) and not isinstance(obj, bool):
-        span.ptr = <void*>_as_handle(obj, argname)
+        span.ptr = _known_address(obj, argname)
         span.nbytes = <size_t>-1     # unknown: nbytes= must be given
         return 0
     cai = getattr(obj, "__cuda_array_interface__", None)

@@ -567,11 +567,19 @@ cdef class Stream:
                 check(cudaStreamDestroy(h))
 
     def __dealloc__(self):
-        # Never raises; skips CUDA at interpreter shutdown and in forked children.
+        # Never raises; skips CUDA at interpreter shutdown and in forked
+        # children.  Inside a host callback (the last reference dropped by a
+        # payload) CUDA calls are forbidden: the destroy is deferred.
+        cdef int state
         if self._owns_handle and not self._closed:
             _debug_stream_destroyed()
-            if not streams_is_shutting_down() and not streams_py_finalizing() \
-                    and streams_guard_state() == 0:
+            if streams_is_shutting_down() or streams_py_finalizing():
+                return
+            state = streams_guard_state()
+            if state == 1:
+                _deferred_stream_destroys.append(<uintptr_t>self._handle)
+                Py_AddPendingCall(_run_deferred_destroys, NULL)
+            elif state == 0:
                 with nogil:
                     cudaStreamDestroy(<cudaStream_t>self._handle)
 
@@ -598,6 +606,21 @@ cdef class Stream:
 
 
 cdef dict _special_markers = {}
+cdef list _deferred_stream_destroys = []
+
+cdef extern from "Python.h":
+    int Py_AddPendingCall(int (*func)(void*) noexcept, void* arg)
+
+
+cdef int _run_deferred_destroys(void* unused) noexcept with gil:
+    cdef uintptr_t h
+    if streams_guard_state() != 0:
+        return 0  # still inside a callback: the next pending call does it
+    while _deferred_stream_destroys:
+        h = _deferred_stream_destroys.pop()
+        with nogil:
+            cudaStreamDestroy(<cudaStream_t>h)
+    return 0
 
 
 cdef _install_special_streams():

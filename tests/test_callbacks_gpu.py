@@ -203,3 +203,22 @@ def test_exit_with_pending_callbacks_is_clean():
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stderr == ""
     assert elapsed < 10, f"exit took {elapsed:.1f} s"
+
+
+def test_stream_dropped_with_callbacks_pending_is_destroyed_later():
+    """The payload holds the last reference: its Stream is freed on CUDA's
+    callback thread, where cudaStreamDestroy is forbidden; it is deferred."""
+    import gc
+    seen = []
+    s = Stream()
+    spin(s, 50 * MS)
+    s.launch_host_func(seen.append, 1)
+    del s
+    gc.collect()
+    deadline = time.monotonic() + 5
+    while (not seen or streams.debug_counters()["live_callbacks"]) and \
+            time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert seen == [1]
+    streams.synchronize_device()
+    time.sleep(0.05)  # let the pending call run the deferred destroy

@@ -87,6 +87,7 @@ def test_module_level_functions(a, b):
     call(streams.PinnedBuffer, a)
     call(streams.memset_async, a, b)
     call(streams.memcpy_async, a, b)
+    call(streams.memcpy_async, b, a, 1)
 
 
 @pytest.mark.gpu

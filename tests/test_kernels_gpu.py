@@ -232,6 +232,12 @@ def test_memset_and_managed_buffer(stream):
         streams.memcpy_async(b"immutable", dev, 4, stream=stream)
     with pytest.raises(ValueError, match="nbytes is required"):
         streams.memcpy_async(dev, dev.ptr, stream=stream)
+    # raw ints must be memory CUDA knows: a wrong one would crash a memcpy
+    for bad in (1, 4096, host.ctypes.data):
+        with pytest.raises(ValueError, match="not memory CUDA knows|cannot describe"):
+            streams.memcpy_async(bad, dev, 4, stream=stream)
+    with pytest.raises(ValueError, match="NULL address"):
+        streams.memset_async(0, 1, 4, stream=stream)
     dev.close()
     managed.close()
 

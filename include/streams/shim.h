@@ -130,9 +130,11 @@ static void streams_run_payload(void *payload, int status, int consume) {
     }
     streams_tls_in_callback = 1;
     streams_dispatch((PyObject *)payload, status);
-    streams_tls_in_callback = 0;
+    /* Still flagged: dropping the payload may free the last reference to a
+     * Stream, whose deallocator must then defer cudaStreamDestroy. */
     if (consume)
         Py_DECREF((PyObject *)payload);
+    streams_tls_in_callback = 0;
     PyGILState_Release(gil);
     atomic_fetch_sub(&streams_trampolines_active, 1);
 }

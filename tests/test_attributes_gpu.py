@@ -77,22 +77,36 @@ def test_stream_device():
         s.close()
 
 
-def test_attach_mem_async_single(stream):
-    np = pytest.importorskip("numpy")
-    if not streams.Device(streams.get_device()).attribute(89):  # concurrentManagedAccess
+def test_attach_mem_async_single():
+    # Runs in its own process: on the H200 (driver 580.159.04) a burst of
+    # 100,000 host functions on a new stream hung when it ran later in the
+    # same process as this test (bisected; cause not established), so the
+    # attachment must not leak into the rest of the suite.
+    code = textwrap.dedent("""
+        import numpy as np, streams
+        from streams.testing import builtin_module
+        if not streams.Device(streams.get_device()).attribute(89):
+            print("SKIP"); raise SystemExit
+        s = streams.Stream()
+        n = 4096
+        managed = streams.ManagedBuffer(n * 4)
+        s.attach_mem_async(managed, 0, "single")
+        mod = builtin_module()
+        fill = mod.get_kernel("streams_fill_u32", signature="pointer, uint32, uint64")
+        s.launch(fill, 16, 256, managed, 1234, n)
+        s.synchronize()
+        ok = bool((np.frombuffer(managed, dtype=np.uint32) == 1234).all())
+        s.attach_mem_async(managed, flags="global")
+        s.synchronize()
+        mod.close(); managed.close(); s.close()
+        print("OK" if ok else "WRONG")
+    """)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    if result.stdout.strip() == "SKIP":
         pytest.skip("device without concurrent managed access")
-    n = 4096
-    managed = ManagedBuffer(n * 4)
-    stream.attach_mem_async(managed, 0, "single")
-    mod = builtin_module()
-    fill = mod.get_kernel("streams_fill_u32", signature="pointer, uint32, uint64")
-    stream.launch(fill, 16, 256, managed, 1234, n)
-    stream.synchronize()
-    assert (np.frombuffer(managed, dtype=np.uint32) == 1234).all()
-    stream.attach_mem_async(managed, flags="global")
-    stream.synchronize()
-    mod.close()
-    managed.close()
+    assert result.stdout.strip() == "OK"
 
 
 def test_ipc_event_across_processes(stream):

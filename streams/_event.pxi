@@ -147,10 +147,8 @@ cdef class Event:
 
     def query(self):
         """True when all work captured by the last record has completed."""
-        cdef int done
-        with nogil:
-            done = self.c_query()
-        return done == 1
+        # GIL kept: a pure status check, as in Stream.query().
+        return self.c_query() == 1
 
     @property
     def done(self):
@@ -161,8 +159,8 @@ cdef class Event:
 
         Returns True when done; with ``timeout`` (seconds), False if it expired.
         """
-        guard()
-        self._check_open()
+        if self.c_query() == 1:   # fast path, GIL kept (see Stream.query)
+            return True
         return _wait_until_done(1, <void*>self._handle, timeout,
                                 (self._flags & cudaEventBlockingSync) != 0) == 1
 

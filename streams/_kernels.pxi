@@ -113,6 +113,7 @@ cdef int _load_builtin_kernels() except -1:
     global _builtin_library, _k_empty, _k_spin, _k_fill_u32, _k_increment_u32
     cdef cudaLibrary_t lib = NULL
     cdef cudaKernel_t k0 = NULL, k1 = NULL, k2 = NULL, k3 = NULL
+    cdef cudaFuncAttributes attrs
     if _builtin_library != NULL:
         return 0
     guard()
@@ -124,6 +125,12 @@ cdef int _load_builtin_kernels() except -1:
         check(cudaLibraryGetKernel(&k1, lib, b"streams_spin"))
         check(cudaLibraryGetKernel(&k2, lib, b"streams_fill_u32"))
         check(cudaLibraryGetKernel(&k3, lib, b"streams_increment_u32"))
+        # Loaded now rather than at a first launch, which would wait for
+        # work already running (see Module.get_kernel).
+        check(cudaFuncGetAttributes(&attrs, <const void*>k0))
+        check(cudaFuncGetAttributes(&attrs, <const void*>k1))
+        check(cudaFuncGetAttributes(&attrs, <const void*>k2))
+        check(cudaFuncGetAttributes(&attrs, <const void*>k3))
     if _builtin_library != NULL:
         # Another thread won the race while the GIL was released.
         with nogil:
@@ -243,6 +250,8 @@ cdef _BuiltinArgs _pack_builtin_args(object name, object args):
 
 
 cdef tuple _dim(object value, str argname):
+    if type(value) is int and 1 <= <long long>value <= 0x7FFFFFFF:
+        return (value, 1, 1)
     if isinstance(value, bool):
         raise TypeError(f"{argname} must be an int or a tuple of up to 3 ints, not bool")
     if isinstance(value, int):

@@ -138,6 +138,12 @@ cdef int _pack_args(Kernel kernel, tuple args, _ArgPack* pack) except -1:
 
 
 cdef int _dims3(object value, dim3* out, str argname) except -1:
+    cdef long long v
+    if type(value) is int:
+        v = value
+        if 1 <= v <= 0x7FFFFFFF:   # the common 1-D case, without tuples
+            out.x, out.y, out.z = <unsigned int>v, 1, 1
+            return 0
     cdef tuple d = _dim(value, argname)
     out.x, out.y, out.z = d
     return 0
@@ -203,6 +209,7 @@ cdef class Module:
         """
         cdef Kernel k = Kernel.__new__(Kernel)
         cdef cudaKernel_t handle = NULL
+        cdef cudaFuncAttributes attrs
         cdef bytes bname
         cdef const char* c_name
         if not isinstance(name, str):
@@ -227,6 +234,10 @@ cdef class Module:
         guard()
         with nogil:
             check(cudaLibraryGetKernel(&handle, <cudaLibrary_t>self._handle, c_name))
+            # Load it into the current device now: CUDA loads kernels lazily,
+            # and a first launch that has to load waits for the work already
+            # running on the device (a surprise synchronization in a hot loop).
+            check(cudaFuncGetAttributes(&attrs, <const void*>handle))
         k._func = <void*>handle
         k._module = self
         k._name = name

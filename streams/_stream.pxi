@@ -282,10 +282,12 @@ cdef class Stream:
     # ---- Python API -------------------------------------------------------
     def query(self):
         """True when all work enqueued so far has completed (never blocks)."""
-        cdef int done
-        with nogil:
-            done = self.c_query()
-        return done == 1
+        # The GIL stays held: cudaStreamQuery only reads status and never
+        # waits on another thread (CUDA runs host functions without holding
+        # the locks a query takes), so a callback waiting for the GIL cannot
+        # block it; releasing and retaking the GIL would cost about as much
+        # as the query itself (~250 ns on an H200 host, benchmarks/results).
+        return self.c_query() == 1
 
     @property
     def done(self):
@@ -299,9 +301,10 @@ cdef class Stream:
         host callback enqueued on this stream raised since the last check.
         """
         cdef int done
-        guard()
-        self._check_open()
-        done = _wait_until_done(0, <void*>self._handle, timeout)
+        # Idle fast path with the GIL held (see query()).
+        done = self.c_query()
+        if done == 0:
+            done = _wait_until_done(0, <void*>self._handle, timeout)
         if self._callback_error is not None:
             _raise_callback_error(self)
         return done == 1
@@ -404,7 +407,9 @@ cdef class Stream:
         buffers and objects with ``__cuda_array_interface__``/``__dlpack__``
         pass their address.  The stream's device must be current.
         """
-        _stream_launch(self, kernel, grid, block, args, _as_nbytes(shared_mem, "shared_mem"))
+        _stream_launch(self, kernel, grid, block, args,
+                       shared_mem if type(shared_mem) is int and shared_mem >= 0
+                       else _as_nbytes(shared_mem, "shared_mem"))
 
     def launch_ex(self, kernel, grid, block, *args, shared_mem=0, cluster=None,
                   cooperative=False):

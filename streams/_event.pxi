@@ -1,6 +1,19 @@
 # Event: cudaEvent_t with RAII, recording, waiting and timing.
 
 
+cdef int _check_timeout(object timeout) except -1:
+    cdef double seconds
+    if timeout is None:
+        return 0
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(f"timeout must be None or a number of seconds, not "
+                        f"{type(timeout).__name__}")
+    seconds = timeout
+    if seconds != seconds or seconds < 0:
+        raise ValueError(f"timeout must be None or a number >= 0, got {timeout!r}")
+    return 0
+
+
 cdef int _wait_until_done(int kind, void* handle, object timeout, bint sleepy=False) except -1:
     """Wait for a stream (kind 0) or event (kind 1) to complete.
 
@@ -159,6 +172,7 @@ cdef class Event:
 
         Returns True when done; with ``timeout`` (seconds), False if it expired.
         """
+        _check_timeout(timeout)
         if self.c_query() == 1:   # fast path, GIL kept (see Stream.query)
             return True
         return _wait_until_done(1, <void*>self._handle, timeout,

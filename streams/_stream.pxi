@@ -301,6 +301,7 @@ cdef class Stream:
         host callback enqueued on this stream raised since the last check.
         """
         cdef int done
+        _check_timeout(timeout)
         # Idle fast path with the GIL held (see query()).
         done = self.c_query()
         if done == 0:

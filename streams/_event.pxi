@@ -27,6 +27,7 @@ cdef int _wait_until_done(int kind, void* handle, object timeout, bint sleepy=Fa
     20 us to 1 ms, trading that much latency for an idle CPU.
     """
     cdef long long nap_ns = 20000
+    cdef long long spin_until = streams_now_ns() + 100000   # 100 us of pause-spinning
     cdef cudaError_t err
     cdef long long deadline = -1
     cdef long long slice_end
@@ -53,6 +54,8 @@ cdef int _wait_until_done(int kind, void* handle, object timeout, bint sleepy=Fa
                     streams_sleep_ns(nap_ns)
                     if nap_ns < 1000000:
                         nap_ns = nap_ns * 2
+                elif streams_now_ns() < spin_until:
+                    streams_cpu_relax()
                 else:
                     streams_cpu_yield()
         if err == cudaSuccess:

@@ -10,6 +10,7 @@ cdef extern from "streams/shim.h" nogil:
     int streams_wait_trampolines_idle(long long timeout_ns)
     long long streams_now_ns()
     void streams_cpu_yield()
+    void streams_cpu_relax()
     void streams_sleep_ns(long long ns)
     int streams_py_finalizing()
 

@@ -77,6 +77,7 @@ __all__ = [
     "exchange_capture_mode",
     "get_device",
     "get_include",
+    "show_config",
     "memcpy_async",
     "memset_async",
     "reset_persisting_l2_cache",
@@ -89,6 +90,18 @@ __all__ = [
 # Registered at import, so it runs after atexit hooks registered later
 # (user code that still synchronizes), and before the interpreter finalizes.
 _atexit.register(_core._shutdown)
+
+
+def show_config(file=None):
+    """Print what this build is and sees: package, Python, the Cython and CUDA
+    runtime it was built with, the driver, and the devices (the same report
+    as ``python -m streams --info``)."""
+    import sys
+
+    from streams import bench
+    from streams.__main__ import info_lines
+
+    print("\n".join(info_lines(bench.streams_info())), file=file or sys.stdout)
 
 
 def get_include():

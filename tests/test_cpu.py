@@ -227,3 +227,13 @@ def test_debug_counters_shape():
     c = streams.debug_counters()
     for key in ("live_streams", "live_events", "live_callbacks", "callbacks_enqueued"):
         assert isinstance(c[key], int)
+
+
+def test_show_config_reports_build_facts():
+    import io
+    out = io.StringIO()
+    streams.show_config(out)
+    text = out.getvalue()
+    assert text.startswith(f"streams {streams.__version__}")
+    assert "CUDA runtime (static): 13." in text
+    assert "built with Cython:" in text

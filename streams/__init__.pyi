@@ -1,9 +1,11 @@
 # Type stubs for the `streams` package (streams/__init__.py).
 #
-# Every public name but get_include is re-exported from the compiled module
+# Every public name but get_include and show_config is re-exported from the compiled module
 # (see _core.pyi for the types).  stubtest checks that these re-exports and
 # __all__ match the runtime: when streams/__init__.py grows a name, add it
 # to both lists here (tests/test_stubs.py fails until it is).
+
+from _typeshed import SupportsWrite
 
 from streams._core import (
     AccessPolicyWindow as AccessPolicyWindow,
@@ -78,8 +80,10 @@ __all__ = [
     "reset_persisting_l2_cache",
     "runtime_version",
     "set_device",
+    "show_config",
     "stream_priority_range",
     "synchronize_device",
 ]
 
 def get_include() -> str: ...
+def show_config(file: SupportsWrite[str] | None = None) -> None: ...

@@ -47,6 +47,44 @@ def no_leaked_handles(request):
 
 
 @pytest.fixture
+def kernels():
+    """The built-in fill and increment kernels, with their signatures."""
+    from types import SimpleNamespace
+
+    from streams.testing import builtin_module
+
+    mod = builtin_module()
+    yield SimpleNamespace(
+        fill=mod.get_kernel("streams_fill_u32", signature="pointer, uint32, uint64"),
+        increment=mod.get_kernel("streams_increment_u32", signature="pointer, uint64"))
+    streams.synchronize_device()
+    mod.close()
+
+
+@pytest.fixture
+def device_buffer():
+    """A factory of zeroed device buffers of N uint32, closed after the test."""
+    from _support import N
+
+    made = []
+
+    def new():
+        buf = streams.DeviceBuffer(N * 4, stream=streams.Stream.legacy)
+        streams.memset_async(buf, 0, stream=streams.Stream.legacy)
+        # Ready before any stream uses it: non-blocking streams are not
+        # ordered after the legacy stream.
+        streams.Stream.legacy.synchronize()
+        made.append(buf)
+        return buf
+
+    yield new
+    streams.synchronize_device()
+    for buf in made:
+        buf.close()
+    streams.synchronize_device()
+
+
+@pytest.fixture
 def stream():
     s = streams.Stream()
     yield s

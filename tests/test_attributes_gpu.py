@@ -6,9 +6,8 @@ import textwrap
 import pytest
 
 import streams
-from streams import (AccessPolicyWindow, AccessProperty, DeviceBuffer, Event, ManagedBuffer,
-                     Stream, SyncPolicy)
-from streams.testing import builtin_module, spin
+from streams import AccessPolicyWindow, AccessProperty, DeviceBuffer, Event, Stream, SyncPolicy
+from streams.testing import spin
 
 pytestmark = pytest.mark.gpu
 

@@ -20,10 +20,6 @@ MS = 1000  # spin() takes microseconds
 
 needs_no_gpu = pytest.mark.skipif(streams.device_count() > 0,
                                   reason="checks the no-GPU error path; a GPU is present")
-needs_subclass_wrappers = pytest.mark.skipif(
-    not streams.compat.WRAPS_AS_SUBCLASS,
-    reason="streams.Stream.from_handle builds plain streams.Stream objects whatever class "
-           "it is called on, so the default-stream singletons are not cupy Streams")
 
 
 def _uninitialised():
@@ -69,14 +65,10 @@ def test_singletons_wrap_handles_0_and_2_on_device_minus_1():
     assert cp.Stream.ptds.ptr == 2 and cp.Stream.ptds.device_id == -1
     assert cp.Stream.null is cp.Stream.null
     assert isinstance(cp.Stream.null, streams.Stream)
-    if streams.compat.WRAPS_AS_SUBCLASS:
-        assert isinstance(cp.Stream.null, cp.Stream)
-        assert isinstance(cp.Stream.ptds, cp.Stream)
-        assert repr(cp.Stream.null) == "<streams.compat.cupy.Stream 0 (device -1)>"
-        assert repr(cp.Stream.ptds) == "<streams.compat.cupy.Stream 2 (device -1)>"
-    else:
-        assert cp.Stream.null is streams.Stream.null
-        assert cp.Stream.ptds is streams.Stream.per_thread
+    assert isinstance(cp.Stream.null, cp.Stream)
+    assert isinstance(cp.Stream.ptds, cp.Stream)
+    assert repr(cp.Stream.null) == "<streams.compat.cupy.Stream 0 (device -1)>"
+    assert repr(cp.Stream.ptds) == "<streams.compat.cupy.Stream 2 (device -1)>"
 
 
 def test_null_and_ptds_arguments_need_no_gpu():
@@ -94,7 +86,6 @@ def test_null_and_ptds_arguments_need_no_gpu():
     assert not s.closed and not cp.Stream.null.closed
 
 
-@needs_subclass_wrappers
 def test_singletons_compare_and_order_by_ptr():
     null, ptds = cp.Stream.null, cp.Stream.ptds
     assert null == cp.Stream(null=True) and not (null != cp.Stream(null=True))
@@ -367,8 +358,7 @@ def test_current_core_stream_is_adopted(restore_current_stream):
         with core:
             got = cp.get_current_stream()
             assert got == core and got.ptr == core.handle
-            if streams.compat.WRAPS_AS_SUBCLASS:
-                assert isinstance(got, cp.Stream) and got.owner is core
+            assert isinstance(got, cp.Stream) and got.owner is core
             spin(got, 100 * MS)
             assert core.done is False
         core.synchronize()
@@ -386,10 +376,8 @@ def test_streams_compare_and_order_by_ptr():
         assert lo != hi and not (lo == hi)
         assert lo == lo and lo <= lo and lo >= lo
         assert sorted([hi, cp.Stream.null, lo]) == [cp.Stream.null, lo, hi]
-        if streams.compat.WRAPS_AS_SUBCLASS:
-            # (Otherwise both singletons are core streams, which do not order.)
-            assert sorted([hi, cp.Stream.ptds, lo, cp.Stream.null]) == \
-                [cp.Stream.null, cp.Stream.ptds, lo, hi]
+        assert sorted([hi, cp.Stream.ptds, lo, cp.Stream.null]) == \
+            [cp.Stream.null, cp.Stream.ptds, lo, hi]
         foreign = streams.Stream.from_handle(lo.ptr)
         assert foreign == lo and hash(foreign) == hash(lo)
         assert len({lo, foreign, hi}) == 2

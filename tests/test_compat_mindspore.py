@@ -12,18 +12,15 @@ import inspect
 import subprocess
 import sys
 import time
-from types import SimpleNamespace
 
 import pytest
 
 import streams
 import streams.compat
 from streams.compat import mindspore as ms
-from streams.testing import builtin_module, spin
+from streams.testing import spin
 
-MS = 1000  # spin() takes microseconds
-N = 1024   # uint32 elements per device buffer
-GRID, BLOCK = 4, 256
+from _support import BLOCK, GRID, MS, N, to_host  # noqa: E402  (kernels, device_buffer: conftest)
 
 needs_no_gpu = pytest.mark.skipif(streams.device_count() > 0,
                                   reason="checks the no-GPU error path; a GPU is present")
@@ -134,43 +131,6 @@ def test_no_gpu_raises_cuda_error():
 
 
 # ---- GPU ---------------------------------------------------------------------
-
-@pytest.fixture
-def kernels():
-    mod = builtin_module()
-    yield SimpleNamespace(
-        fill=mod.get_kernel("streams_fill_u32", signature="pointer, uint32, uint64"),
-        increment=mod.get_kernel("streams_increment_u32", signature="pointer, uint64"))
-    streams.synchronize_device()
-    mod.close()
-
-
-@pytest.fixture
-def device_buffer():
-    made = []
-
-    def new():
-        buf = streams.DeviceBuffer(N * 4, stream=streams.Stream.legacy)
-        streams.memset_async(buf, 0, stream=streams.Stream.legacy)
-        # Ready before any stream uses it, whatever its flags.
-        streams.Stream.legacy.synchronize()
-        made.append(buf)
-        return buf
-
-    yield new
-    streams.synchronize_device()
-    for buf in made:
-        buf.close()
-    streams.synchronize_device()
-
-
-def to_host(buf, stream):
-    np = pytest.importorskip("numpy")
-    host = np.empty(N, dtype=np.uint32)
-    streams.memcpy_async(host, buf, stream=stream)
-    stream.synchronize()
-    return host
-
 
 def on_current_stream():
     """Where MindSpore would enqueue an operator: the current stream."""
@@ -328,8 +288,7 @@ def test_current_stream_wraps_the_default_stream():
     t.start()
     t.join()
     assert seen[0] == streams.Stream.legacy
-    if streams.compat.WRAPS_AS_SUBCLASS:
-        assert isinstance(seen[0], ms.Stream)
+    assert isinstance(seen[0], ms.Stream)
 
 
 @pytest.mark.gpu

@@ -12,18 +12,15 @@ import inspect
 import subprocess
 import sys
 import time
-from types import SimpleNamespace
 
 import pytest
 
 import streams
 import streams.compat
 from streams.compat import paddle as pd
-from streams.testing import builtin_module, launch_empty, spin
+from streams.testing import launch_empty, spin
 
-MS = 1000  # spin() takes microseconds
-N = 1024   # uint32 elements per device buffer
-GRID, BLOCK = 4, 256
+from _support import BLOCK, GRID, MS, N, to_host  # noqa: E402  (kernels, device_buffer: conftest)
 
 needs_no_gpu = pytest.mark.skipif(streams.device_count() > 0,
                                   reason="checks the no-GPU error path; a GPU is present")
@@ -138,44 +135,6 @@ def test_no_gpu_functions_raise_cuda_error():
 
 
 # ---- GPU ---------------------------------------------------------------------
-
-@pytest.fixture
-def kernels():
-    mod = builtin_module()
-    yield SimpleNamespace(
-        fill=mod.get_kernel("streams_fill_u32", signature="pointer, uint32, uint64"),
-        increment=mod.get_kernel("streams_increment_u32", signature="pointer, uint64"))
-    streams.synchronize_device()
-    mod.close()
-
-
-@pytest.fixture
-def device_buffer():
-    made = []
-
-    def new():
-        buf = streams.DeviceBuffer(N * 4, stream=streams.Stream.legacy)
-        streams.memset_async(buf, 0, stream=streams.Stream.legacy)
-        # Paddle's streams are non-blocking: they are not ordered after the
-        # legacy stream, so the buffer must be ready before they use it.
-        streams.Stream.legacy.synchronize()
-        made.append(buf)
-        return buf
-
-    yield new
-    streams.synchronize_device()
-    for buf in made:
-        buf.close()
-    streams.synchronize_device()
-
-
-def to_host(buf, stream):
-    np = pytest.importorskip("numpy")
-    host = np.empty(N, dtype=np.uint32)
-    streams.memcpy_async(host, buf, stream=stream)
-    stream.synchronize()
-    return host
-
 
 @pytest.fixture
 def restore_current():
@@ -395,8 +354,7 @@ def test_current_stream_and_device_wide_synchronize(restore_current):
     for device in (None, cur, -1, "gpu", f"gpu:{cur}", CUDAPlace(cur)):
         got = pd.current_stream(device)
         assert got == streams.Stream.legacy
-        if streams.compat.WRAPS_AS_SUBCLASS:
-            assert isinstance(got, pd.Stream)
+        assert isinstance(got, pd.Stream)
     a, b = pd.Stream(), pd.Stream(priority=1)
     try:
         spin(a, 150 * MS)

@@ -292,12 +292,11 @@ def test_default_stream_has_cuda_stream_0_and_is_current_by_default(restore_curr
     assert default.handle == 0
     assert tc.current_stream() == default
     assert tc.current_stream(-1) == tc.default_stream(-1) == default
-    if streams.compat.WRAPS_AS_SUBCLASS:
-        assert isinstance(default, tc.Stream)
-        assert default.cuda_stream == 0
-        assert default.device_index == streams.get_device()
-        assert tc.default_stream(streams.get_device()).device == streams.Device(
-            streams.get_device())
+    assert isinstance(default, tc.Stream)
+    assert default.cuda_stream == 0
+    assert default.device_index == streams.get_device()
+    assert tc.default_stream(streams.get_device()).device == streams.Device(
+        streams.get_device())
     # The default stream synchronizes with other (blocking) streams.
     s = tc.Stream()
     try:

@@ -4,7 +4,7 @@ import pytest
 np = pytest.importorskip("numpy", reason="the kernel and memory tests check results with numpy")
 
 import streams
-from streams import DeviceBuffer, Event, ManagedBuffer, Module, PinnedBuffer, Stream
+from streams import DeviceBuffer, ManagedBuffer, Module, PinnedBuffer, Stream
 from streams.testing import BUILTIN_PTX, builtin_module, spin
 
 pytestmark = pytest.mark.gpu

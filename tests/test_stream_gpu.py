@@ -1,7 +1,6 @@
 """Stream behaviour on a real GPU: ordering is observed with spin kernels."""
 import gc
 import signal
-import sys
 import threading
 import time
 import weakref

@@ -11,40 +11,23 @@ imitates, and importing them does no GPU work.
 
 Wrappers of streams that the caller does not own (the default streams, or
 another module's current stream) are built with ``Stream.from_handle`` on the
-compat class.  Where the core builds plain ``streams.Stream`` objects from
-that factory whatever class it is called on, those wrappers are plain
-``streams.Stream`` objects: same handle, same methods, but not the
-framework's class (``WRAPS_AS_SUBCLASS`` says which case applies).
+compat class, which returns an instance of that class.
 """
 import streams as _streams
 from streams import Event as _CoreEvent
 from streams import Stream as _CoreStream
 
-__all__ = ["WRAPS_AS_SUBCLASS"]
-
-
-class _Probe(_CoreStream):
-    pass
-
-
-# Asked of a default stream's handle: that path of from_handle does no CUDA
-# call, so the answer costs nothing at import, GPU or not.
-WRAPS_AS_SUBCLASS = isinstance(_Probe.from_handle(1), _Probe)
-del _Probe
-
-_CORE_DEFAULT = {0: _CoreStream.null, 1: _CoreStream.legacy, 2: _CoreStream.per_thread}
+__all__ = []
 
 
 def _wrap_default(cls, handle):
     """``cls`` wrapping default stream ``handle`` (0, 1 or 2), device -1."""
-    if WRAPS_AS_SUBCLASS:
-        return cls.from_handle(handle)
-    return _CORE_DEFAULT[handle]
+    return cls.from_handle(handle)
 
 
 def _adopt(cls, stream):
     """``stream`` as a ``cls`` sharing its handle (``stream`` itself if it is one)."""
-    if isinstance(stream, cls) or not WRAPS_AS_SUBCLASS or stream.closed:
+    if isinstance(stream, cls) or stream.closed:
         return stream
     if stream.device_id < 0:
         return cls.from_handle(stream.handle)

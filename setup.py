@@ -8,9 +8,15 @@ CUDA headers and libcudart_static.a come from, in this order:
    on ``sys.path``; both are in ``build-system.requires``);
 3. ``/usr/local/cuda``.
 
+``STREAMS_CUDA_MAJOR`` (13, the default, or 12) selects the CUDA major the
+build targets; the headers found must be of that major.  CUDA 12's wheels
+lay out differently: ``nvidia/cuda_runtime`` holds the runtime, and
+``crt/host_defines.h`` comes from ``nvidia-cuda-nvcc-cu12``.
+
 Set ``STREAMS_CYTHON_ANNOTATE=1`` for Cython's HTML annotation.
 """
 import os
+import re
 import shutil
 import sys
 
@@ -18,7 +24,12 @@ from setuptools import Extension, setup
 from setuptools.command.build_py import build_py
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CUDA_MAJOR = "13"
+CUDA_MAJOR = os.environ.get("STREAMS_CUDA_MAJOR", "13")
+if CUDA_MAJOR not in ("12", "13"):
+    sys.exit(f"streams: STREAMS_CUDA_MAJOR must be 12 or 13, not {CUDA_MAJOR!r}")
+# Where the PyPI wheels of each major put the runtime and the crt/ headers.
+WHEEL_RUNTIME = {"13": ("cu13",), "12": ("cuda_runtime",)}[CUDA_MAJOR]
+WHEEL_CRT = {"13": ("cu13",), "12": ("cuda_nvcc", "cuda_runtime")}[CUDA_MAJOR]
 
 
 def _candidates():
@@ -31,12 +42,24 @@ def _candidates():
                 os.path.join(root, "targets", "sbsa-linux", "lib")]
             return  # an explicit choice is never second-guessed
     for entry in sys.path:
-        root = os.path.join(entry or ".", "nvidia", f"cu{CUDA_MAJOR}")
-        if os.path.isdir(root):
-            yield f"the nvidia-cuda-runtime wheel ({root})", os.path.join(root, "include"), [
-                os.path.join(root, "lib")]
+        for sub in WHEEL_RUNTIME:
+            root = os.path.join(entry or ".", "nvidia", sub)
+            if os.path.isdir(root):
+                yield f"the nvidia-cuda-runtime wheel ({root})", os.path.join(root, "include"), [
+                    os.path.join(root, "lib")]
     yield "/usr/local/cuda", "/usr/local/cuda/include", [
         "/usr/local/cuda/lib64", "/usr/local/cuda/lib"]
+
+
+def _check_major(include_dir, label):
+    """Refuse headers of another CUDA major than STREAMS_CUDA_MAJOR."""
+    with open(os.path.join(include_dir, "cuda_runtime_api.h"), errors="replace") as f:
+        found = re.search(r"#define\s+CUDART_VERSION\s+(\d+)", f.read())
+    major = str(int(found.group(1)) // 1000) if found else "?"
+    if major != CUDA_MAJOR:
+        sys.exit(f"streams: {label} has CUDA {major} headers, but STREAMS_CUDA_MAJOR is "
+                 f"{CUDA_MAJOR}; point CUDA_HOME at a CUDA {CUDA_MAJOR} toolkit or set "
+                 f"STREAMS_CUDA_MAJOR={major}")
 
 
 def find_cuda():
@@ -57,18 +80,22 @@ def find_cuda():
                 # nvidia-cuda-crt installs crt/ beside the runtime's headers,
                 # possibly under another sys.path entry.
                 for entry in sys.path:
-                    alt = os.path.join(entry or ".", "nvidia", f"cu{CUDA_MAJOR}", "include")
-                    if os.path.isfile(os.path.join(alt, "crt", "host_defines.h")):
-                        incs.append(alt)
-                        has_crt = True
-                        break
+                    for sub in WHEEL_CRT:
+                        alt = os.path.join(entry or ".", "nvidia", sub, "include")
+                        if not has_crt and os.path.isfile(
+                                os.path.join(alt, "crt", "host_defines.h")):
+                            incs.append(alt)
+                            has_crt = True
             if has_crt:
+                _check_major(inc, label)
                 return incs, lib
     sys.exit(
         "streams: cannot find the CUDA runtime headers and static library.\n"
         "Looked for cuda_runtime_api.h, crt/host_defines.h and libcudart_static.a in:\n"
         + "\n".join(tried) + "\n"
-        f"Fix: `pip install nvidia-cuda-runtime=={CUDA_MAJOR}.* nvidia-cuda-crt=={CUDA_MAJOR}.*` "
+        "Fix: `pip install " + ("nvidia-cuda-runtime==13.* nvidia-cuda-crt==13.*"
+                                if CUDA_MAJOR == "13" else
+                                "nvidia-cuda-runtime-cu12==12.* nvidia-cuda-nvcc-cu12==12.*") + "` "
         "into the build environment (pip does this by itself without "
         "--no-build-isolation), or set CUDA_HOME to a CUDA toolkit.")
 

@@ -146,6 +146,16 @@ CONTENDER_STATUSES = ("ok", "missing", "unavailable", "error")
 # Sources, PTX, CUDA; building the C floor and the Cython contender
 # ---------------------------------------------------------------------------
 
+
+def _close_quietly(closers):
+    """Undo a half-built case, newest first; its own error is the one to report."""
+    for fn in reversed(closers):
+        try:
+            fn()
+        except Exception:
+            pass
+
+
 def source_root():
     """The source checkout this package runs from, or None.
 
@@ -644,11 +654,7 @@ class Adapter:
                 after = (lambda n, ns: sync()) if op in _ENQUEUES else None
                 case = Case(make_loop(stmt, **env), after=after)
         except BaseException:
-            for fn in reversed(closers):
-                try:
-                    fn()
-                except Exception:
-                    pass
+            _close_quietly(closers)
             raise
         case.closers = closers
         case.note = note
@@ -849,11 +855,7 @@ class StreamsCy(Adapter):
                 s.synchronize()
                 note = "GraphExec.c_launch; 10 captured PreparedLaunch kernels"
         except BaseException:
-            for fn in reversed(closers):
-                try:
-                    fn()
-                except Exception:
-                    pass
+            _close_quietly(closers)
             raise
         run, mod_op = self.mod.run_batch, op
 

@@ -35,6 +35,13 @@ def _adopt(cls, stream):
     return cls.from_handle(stream.handle, owner=stream, device=stream.device_id)
 
 
+def _device_index(device):
+    """The index of a device argument already in the core's form (None: current)."""
+    if device is None:
+        return _streams.get_device()
+    return _streams.Device(device).device_id
+
+
 def _reject_kwargs(where, kwargs):
     # The frameworks take **kwargs for internal uses they do not document;
     # accepting and ignoring them would hide typos.

@@ -21,6 +21,7 @@ import operator
 
 import streams as _streams
 from streams.compat import _StreamGuard, _adopt, _check_event
+from streams.compat import _device_index as _core_device_index
 
 __all__ = ["Event", "Stream", "current_stream", "stream_guard", "synchronize"]
 
@@ -59,10 +60,7 @@ def _device_arg(device):
 
 
 def _device_index(device):
-    device = _device_arg(device)
-    if device is None:
-        return _streams.get_device()
-    return _streams.Device(device).device_id
+    return _core_device_index(_device_arg(device))
 
 
 class Event(_streams.Event):

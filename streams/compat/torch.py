@@ -9,6 +9,7 @@ The default stream is reported with ``cuda_stream`` 0, as in PyTorch.
 See docs/compat/torch.rst for the mapping.
 """
 import streams as _streams
+from streams.compat import _device_index as _core_device_index
 from streams.compat import (_StreamGuard, _adopt, _check_event, _check_stream,
                             _reject_kwargs, _wrap_default)
 
@@ -25,10 +26,7 @@ def _device_arg(device):
 
 
 def _device_index(device):
-    device = _device_arg(device)
-    if device is None:
-        return _streams.get_device()
-    return _streams.Device(device).device_id
+    return _core_device_index(_device_arg(device))
 
 
 class Event(_streams.Event):

@@ -88,10 +88,16 @@ cdef void _report_callback_error(_HostCall call, BaseException exc) noexcept:
     PyErr_WriteUnraisable(call)
 
 
+cdef int _raise_host_callback_error(tuple first, str what) except -1:
+    """Raise HostCallbackError for the (callback, exception) an owner kept."""
+    fn, exc = first
+    raise HostCallbackError(f"{what} {fn!r} raised {type(exc).__name__}: {exc}") from exc
+
+
 cdef int _raise_callback_error(Stream stream) except -1:
-    fn, exc = stream._callback_error
+    first = stream._callback_error
     stream._callback_error = None
-    raise HostCallbackError(f"host callback {fn!r} raised {type(exc).__name__}: {exc}") from exc
+    return _raise_host_callback_error(first, "host callback")
 
 
 cdef _HostCall _new_call(object callback, object arg, Stream stream, int kind):

@@ -8,7 +8,7 @@ cimport cython
 import os as _os
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
-from libc.stdint cimport uintptr_t, uint64_t
+from libc.stdint cimport uintptr_t
 from libc.string cimport memset
 
 from streams.cudart cimport *

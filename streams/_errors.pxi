@@ -90,6 +90,15 @@ cdef int _raise_guard(int state) except -1:
         "used in the child (use the 'spawn' or 'forkserver' start method)")
 
 
+cdef inline bint _dealloc_may_call_cuda() noexcept:
+    """Whether a destructor may release its CUDA handle now: not once the
+    interpreter is shutting down (Python and the runtime are being torn
+    down), not in a forked child nor inside a host callback (CUDA forbids
+    calls there).  Otherwise the handle is left to the process's end."""
+    return (not streams_is_shutting_down() and not streams_py_finalizing()
+            and streams_guard_state() == 0)
+
+
 cdef inline int guard() except -1 nogil:
     """Refuse CUDA calls where CUDA forbids them (host callbacks, forked children)."""
     cdef int state = streams_guard_state()

@@ -285,8 +285,7 @@ cdef class Event:
         # Never raises; skips CUDA at interpreter shutdown and in forked children.
         if self._owns_handle and not self._closed:
             _debug_event_destroyed()
-            if not streams_is_shutting_down() and not streams_py_finalizing() \
-                    and streams_guard_state() == 0:
+            if _dealloc_may_call_cuda():
                 with nogil:
                     cudaEventDestroy(<cudaEvent_t>self._handle)
 

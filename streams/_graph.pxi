@@ -680,8 +680,7 @@ cdef class Graph:
     def __dealloc__(self):
         if self._owns_handle and not self._closed:
             _debug_graph_destroyed()
-            if not streams_is_shutting_down() and not streams_py_finalizing() \
-                    and streams_guard_state() == 0:
+            if _dealloc_may_call_cuda():
                 with nogil:
                     cudaGraphDestroy(<cudaGraph_t>self._handle)
 
@@ -787,8 +786,7 @@ cdef class GraphExec:
     def __dealloc__(self):
         if not self._closed:
             _debug_graph_exec_destroyed()
-            if not streams_is_shutting_down() and not streams_py_finalizing() \
-                    and streams_guard_state() == 0:
+            if _dealloc_may_call_cuda():
                 with nogil:
                     cudaGraphExecDestroy(<cudaGraphExec_t>self._handle)
 
@@ -806,10 +804,9 @@ cdef class GraphExec:
 
 
 cdef int _raise_slot_error(_ErrorSlot slot) except -1:
-    fn, exc = slot._callback_error
+    first = slot._callback_error
     slot._callback_error = None
-    raise HostCallbackError(f"graph host callback {fn!r} raised {type(exc).__name__}: "
-                            f"{exc}") from exc
+    return _raise_host_callback_error(first, "graph host callback")
 
 
 def _drain_deferred():

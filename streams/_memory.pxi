@@ -185,7 +185,7 @@ cdef class DeviceBuffer(_Buffer):
         cdef cudaStream_t h
         if self._closed or self._ptr == NULL:
             return
-        if streams_is_shutting_down() or streams_py_finalizing() or streams_guard_state():
+        if not _dealloc_may_call_cuda():
             return
         h = cudaStreamLegacy if self._stream is None or self._stream._closed \
             else <cudaStream_t>self._stream._handle
@@ -313,8 +313,7 @@ cdef class PinnedBuffer(_HostBuffer):
                 check(cudaFreeHost(p))
 
     def __dealloc__(self):
-        if not self._closed and self._ptr != NULL and not streams_is_shutting_down() \
-                and not streams_py_finalizing() and streams_guard_state() == 0:
+        if not self._closed and self._ptr != NULL and _dealloc_may_call_cuda():
             with nogil:
                 cudaFreeHost(self._ptr)
 
@@ -365,8 +364,7 @@ cdef class ManagedBuffer(_HostBuffer):
                 check(cudaFree(p))
 
     def __dealloc__(self):
-        if not self._closed and self._ptr != NULL and not streams_is_shutting_down() \
-                and not streams_py_finalizing() and streams_guard_state() == 0:
+        if not self._closed and self._ptr != NULL and _dealloc_may_call_cuda():
             with nogil:
                 cudaFree(self._ptr)
 

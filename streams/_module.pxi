@@ -257,8 +257,7 @@ cdef class Module:
             check(cudaLibraryUnload(<cudaLibrary_t>self._handle))
 
     def __dealloc__(self):
-        if not self._closed and not streams_is_shutting_down() \
-                and not streams_py_finalizing() and streams_guard_state() == 0:
+        if not self._closed and _dealloc_may_call_cuda():
             with nogil:
                 cudaLibraryUnload(<cudaLibrary_t>self._handle)
 

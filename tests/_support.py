@@ -1,5 +1,9 @@
-"""Helpers shared by GPU tests that compute on device buffers (the ported
-framework examples): sizes, and copying a result back to the host."""
+"""Helpers shared by the tests: sizes and host copies for GPU tests that
+compute on device buffers, and the environment of child processes."""
+import os
+import sysconfig
+from pathlib import Path
+
 import pytest
 
 import streams
@@ -16,3 +20,18 @@ def to_host(buf, stream):
     streams.memcpy_async(host, buf, stream=stream)
     stream.synchronize()
     return host
+
+
+def env_importing_this_streams(extra=None):
+    """``os.environ`` (plus ``extra``) for a child Python that imports the
+    same ``streams`` as this process: an in-place build's folder goes first
+    on PYTHONPATH; an installed package needs nothing."""
+    parent = Path(streams.__file__).resolve().parent.parent
+    site_dirs = {Path(p).resolve() for p in
+                 (sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"])}
+    env = dict(os.environ)
+    env.update(extra or {})
+    if parent not in site_dirs:
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(parent)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    return env

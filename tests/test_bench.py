@@ -25,13 +25,9 @@ EXAMPLE = os.path.join(ROOT, "benchmarks", "results", "example-dry-run.json")
 
 def _run(args, tmp_path, env=None, timeout=300):
     """``python ARGS`` in a child that imports the same streams as this process."""
-    import streams
-    full_env = dict(os.environ)
-    full_env.update(env or {})
-    here = os.path.dirname(os.path.dirname(os.path.abspath(streams.__file__)))
-    full_env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (here, os.environ.get("PYTHONPATH")) if p)
-    return subprocess.run([sys.executable] + args, cwd=str(tmp_path), env=full_env,
+    from _support import env_importing_this_streams
+    return subprocess.run([sys.executable] + args, cwd=str(tmp_path),
+                          env=env_importing_this_streams(env),
                           capture_output=True, text=True, timeout=timeout)
 
 

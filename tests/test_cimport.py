@@ -11,6 +11,8 @@ import pytest
 import streams
 from streams.testing import spin
 
+from _support import env_importing_this_streams
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 pytest.importorskip("Cython", reason="the cimport test needs Cython to build the extension")
@@ -20,22 +22,19 @@ pytest.importorskip("Cython", reason="the cimport test needs Cython to build the
 def ext(tmp_path_factory):
     build = tmp_path_factory.mktemp("cimport_build")
     shutil.copy(os.path.join(HERE, "cython_ext", "cimport_ext.pyx"), build)
-    (build / "setup.py").write_text(textwrap.dedent(f"""
+    (build / "setup.py").write_text(textwrap.dedent("""
         from setuptools import Extension, setup
         from Cython.Build import cythonize
         import streams
         setup(ext_modules=cythonize(
             [Extension("cimport_ext", ["cimport_ext.pyx"],
                        include_dirs=[streams.get_include()])],
-            compiler_directives={{"language_level": 3}}))
+            compiler_directives={"language_level": 3}))
     """))
-    env = dict(os.environ)
+    env = env_importing_this_streams()
     # Prove that no CUDA headers are needed downstream.
     for var in ("CUDA_HOME", "CUDA_PATH", "CPATH", "C_INCLUDE_PATH"):
         env.pop(var, None)
-    # The same `streams` this test imported (installed, or built in place).
-    pkg_parent = os.path.dirname(os.path.dirname(os.path.abspath(streams.__file__)))
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [pkg_parent, env.get("PYTHONPATH")]))
     result = subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace"],
                             cwd=build, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

@@ -5,30 +5,16 @@ subprocess that imports the same ``streams`` as this interpreter (autodoc
 reads the compiled module).  Needs sphinx and furo
 (``pip install -r docs/requirements.txt``); no GPU.
 """
-import os
 import subprocess
 import sys
-import sysconfig
 from pathlib import Path
 
 import pytest
 
+from _support import env_importing_this_streams
+
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-
-
-def _env_for_streams():
-    """Environment whose Python imports the `streams` this process imports."""
-    import streams
-
-    parent = Path(streams.__file__).resolve().parent.parent
-    site_dirs = {Path(p).resolve() for p in
-                 (sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"])}
-    env = dict(os.environ)
-    if parent not in site_dirs:  # an in-place build: put its folder first
-        env["PYTHONPATH"] = os.pathsep.join(
-            [str(parent)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    return env
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +29,7 @@ def built_docs(tmp_path_factory):
     doctrees = tmp_path_factory.mktemp("doctrees")
     cmd = [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-b", "html",
            "-d", str(doctrees), str(DOCS), str(out)]
-    proc = subprocess.run(cmd, cwd=out, env=_env_for_streams(), capture_output=True,
+    proc = subprocess.run(cmd, cwd=out, env=env_importing_this_streams(), capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, (
         f"sphinx-build failed: {' '.join(cmd)}\n{proc.stdout[-5000:]}\n{proc.stderr}")

@@ -12,15 +12,15 @@ interpreter (an in-place build or an installed wheel).
 """
 import ast
 import importlib.util
-import os
 import re
 import subprocess
 import sys
-import sysconfig
 import textwrap
 from pathlib import Path
 
 import pytest
+
+from _support import env_importing_this_streams
 
 import streams
 
@@ -66,18 +66,6 @@ BLOCKS = _named_blocks() if DOCS.is_dir() else {}
 GPU_EXAMPLES = sorted(name for name in BLOCKS if name.startswith("gpu-example-"))
 
 
-def _env():
-    """Environment whose Python imports the `streams` this process imports."""
-    parent = Path(streams.__file__).resolve().parent.parent
-    site_dirs = {Path(p).resolve() for p in
-                 (sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"])}
-    env = dict(os.environ)
-    if parent not in site_dirs:  # an in-place build: put its folder first
-        env["PYTHONPATH"] = os.pathsep.join(
-            [str(parent)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    return env
-
-
 def _missing_imports(code):
     """Top-level modules the code imports that are not installed."""
     missing = []
@@ -99,7 +87,7 @@ def _missing_imports(code):
 
 
 def _run(args, cwd, timeout=300):
-    proc = subprocess.run(args, cwd=cwd, env=_env(), capture_output=True, text=True,
+    proc = subprocess.run(args, cwd=cwd, env=env_importing_this_streams(), capture_output=True, text=True,
                           timeout=timeout)
     assert proc.returncode == 0, (
         f"{' '.join(map(str, args))} failed in {cwd} (exit {proc.returncode})\n"
@@ -141,7 +129,7 @@ def test_examples_type_check(tmp_path):
             files.append(str(path))
     config = tmp_path / "mypy.ini"
     config.write_text("[mypy]\n", encoding="utf-8")
-    env = _env()
+    env = env_importing_this_streams()
     env.pop("MYPYPATH", None)
     if "PYTHONPATH" in env:  # an in-place build: mypy reads its stubs from there
         env["MYPYPATH"] = env["PYTHONPATH"]

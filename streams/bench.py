@@ -1377,10 +1377,11 @@ class Worker:
     floor (bench_c --serve) and the Python workers speak the same lines.
     """
 
-    def __init__(self, name, argv, env=None):
+    def __init__(self, name, argv, env=None, cwd=None):
         self.name = name
         self.argv = argv
         self.env = env
+        self.cwd = cwd
         self.proc = None
         self.errlog = None
         self.starts = 0
@@ -1396,8 +1397,8 @@ class Worker:
         # Its own session: Ctrl-C reaches the harness only, which then
         # stops the workers in order.
         self.proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self.errlog, env=self.env, bufsize=0,
-                                     start_new_session=True)
+                                     stderr=self.errlog, env=self.env, cwd=self.cwd,
+                                     bufsize=0, start_new_session=True)
 
     @property
     def alive(self):
@@ -1549,7 +1550,7 @@ class Config:
         self.batches = batches or base["batches"]
         self.warmup = warmup
         self.scale = scale if scale is not None else base["scale"]
-        self.cache_dir = cache_dir or default_cache_dir()
+        self.cache_dir = os.path.abspath(cache_dir or default_cache_dir())
         self.timeout = timeout
         self.progress = progress
         self.source_dir = source_dir or source_root()
@@ -1633,10 +1634,14 @@ def _compiler_version(cc):
         return None
 
 
+def _package_parent():
+    """The folder that holds the ``streams`` this harness runs from."""
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
 def _python_worker_env():
     env = dict(os.environ)
-    pkg_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_parent, env.get("PYTHONPATH")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (_package_parent(), env.get("PYTHONPATH")) if p)
     return env
 
 
@@ -1667,7 +1672,7 @@ def _prepare(config, doc, progress):
             entry["versions"] = {"compiler": _compiler_version(cc) if cc else None,
                                  "cuda": find_cuda()[0]}
             argv = [exe, "--serve"]
-            env = None
+            env = cwd = None
         else:
             if spec.module and not _module_present(spec.module):
                 entry.update(status="missing", reason=f"{spec.module} is not importable")
@@ -1684,10 +1689,13 @@ def _prepare(config, doc, progress):
                     continue
                 argv += ["--cy-module", mod]
             env = _python_worker_env()
+            # `-m` puts the cwd first on sys.path: a source checkout there
+            # (no compiled module) would shadow an installed streams.
+            cwd = _package_parent()
         if ptx_error and name != "c":
             entry["ptx_error"] = ptx_error
         progress.message(f"starting {spec.label} ...")
-        w = Worker(name, argv, env)
+        w = Worker(name, argv, env, cwd)
         try:
             w.start()
             info = w.ask("info", max(config.timeout, 300.0))

@@ -1,6 +1,8 @@
 """Helpers shared by the tests: sizes and host copies for GPU tests that
 compute on device buffers, and the environment of child processes."""
 import os
+import subprocess
+import sys
 import sysconfig
 from pathlib import Path
 
@@ -35,3 +37,14 @@ def env_importing_this_streams(extra=None):
         env["PYTHONPATH"] = os.pathsep.join(
             [str(parent)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     return env
+
+
+def run_python(code, *, timeout, input=None, extra_env=None):
+    """Run ``python -c code`` in a child that imports the same ``streams`` as
+    this process.  Its working directory is the folder that holds that
+    package: ``-c`` puts the cwd first on sys.path, and a source checkout
+    there (no compiled module) would otherwise shadow an installed wheel."""
+    where = Path(streams.__file__).resolve().parent.parent
+    return subprocess.run([sys.executable, "-c", code], cwd=str(where), input=input,
+                          env=env_importing_this_streams(extra_env),
+                          capture_output=True, text=True, timeout=timeout)

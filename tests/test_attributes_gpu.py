@@ -1,9 +1,9 @@
 """The rest of the runtime stream surface: attributes, managed memory, IPC events."""
-import subprocess
-import sys
 import textwrap
 
 import pytest
+
+from _support import run_python
 
 import streams
 from streams import AccessPolicyWindow, AccessProperty, DeviceBuffer, Event, Stream, SyncPolicy
@@ -100,8 +100,7 @@ def test_attach_mem_async_single():
         mod.close(); managed.close(); s.close()
         print("OK" if ok else "WRONG")
     """)
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            timeout=120)
+    result = run_python(code, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     if result.stdout.strip() == "SKIP":
         pytest.skip("device without concurrent managed access")
@@ -121,8 +120,7 @@ def test_ipc_event_across_processes(stream):
         print("then", ev.query(), flush=True)
         ev.close()
     """)
-    result = subprocess.run([sys.executable, "-c", child], input=ev.ipc_handle().hex() + "\n",
-                            capture_output=True, text=True, timeout=60)
+    result = run_python(child, timeout=60, input=ev.ipc_handle().hex() + "\n")
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.split() == ["first", "False", "then", "True"]
     assert ev.query() is True

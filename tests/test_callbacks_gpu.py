@@ -1,11 +1,12 @@
 """Python host callbacks: order, exactly-once, refcounts, errors, shutdown, deadlocks."""
-import subprocess
 import sys
 import textwrap
 import threading
 import time
 
 import pytest
+
+from _support import run_python
 
 import streams
 from streams import HostCallbackError, Stream
@@ -180,8 +181,7 @@ def test_no_deadlock_callbacks_with_busy_threads():
         assert counts == [PER_STREAM] * N_STREAMS, counts
         print("OK", sum(counts))
     """)
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            timeout=120)
+    result = run_python(code, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip() == f"OK {4 * 2000}"
 
@@ -197,8 +197,7 @@ def test_exit_with_pending_callbacks_is_clean():
         # exit now, with every callback still pending behind the spin
     """)
     t0 = time.perf_counter()
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            timeout=60)
+    result = run_python(code, timeout=60)
     elapsed = time.perf_counter() - t0
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stderr == ""

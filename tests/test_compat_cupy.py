@@ -5,11 +5,11 @@ tests check each documented statement instead, quoted in the test's comment.
 Ordering is observed with spin kernels holding a stream busy.
 """
 import inspect
-import subprocess
-import sys
 import time
 
 import pytest
+
+from _support import run_python
 
 import streams
 import streams.compat
@@ -52,8 +52,7 @@ def test_import_prints_nothing_and_touches_no_handle():
     code = ("import streams, streams.compat.cupy as cp; "
             "c = streams.debug_counters(); "
             "assert c['streams_created'] == c['events_created'] == 0, c")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=60)
+    out = run_python(code, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout == "" and out.stderr == ""
 

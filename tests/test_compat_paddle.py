@@ -9,8 +9,6 @@ spin kernels (to hold a stream busy) and the built-in fill / increment
 kernels, whose results are checked on the host.
 """
 import inspect
-import subprocess
-import sys
 import time
 
 import pytest
@@ -20,7 +18,7 @@ import streams.compat
 from streams.compat import paddle as pd
 from streams.testing import launch_empty, spin
 
-from _support import BLOCK, GRID, MS, N, to_host  # noqa: E402  (kernels, device_buffer: conftest)
+from _support import BLOCK, GRID, MS, N, run_python, to_host  # noqa: E402  (kernels, device_buffer: conftest)
 
 needs_no_gpu = pytest.mark.skipif(streams.device_count() > 0,
                                   reason="checks the no-GPU error path; a GPU is present")
@@ -75,8 +73,7 @@ def test_import_prints_nothing_and_touches_no_handle():
     code = ("import streams, streams.compat.paddle; "
             "c = streams.debug_counters(); "
             "assert c['streams_created'] == c['events_created'] == 0, c")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=60)
+    out = run_python(code, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout == "" and out.stderr == ""
 

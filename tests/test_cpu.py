@@ -1,9 +1,10 @@
 """Behaviour that needs no GPU: import, errors, argument validation."""
 import pickle
-import subprocess
 import sys
 
 import pytest
+
+from _support import run_python
 
 import streams
 from streams import CudaError, Event, Stream
@@ -18,8 +19,7 @@ def test_import_and_version():
 
 
 def test_import_in_fresh_interpreter_prints_nothing():
-    out = subprocess.run([sys.executable, "-c", "import streams"], capture_output=True,
-                         text=True, timeout=60)
+    out = run_python("import streams", timeout=60)
     assert out.returncode == 0
     assert out.stdout == "" and out.stderr == ""
 

@@ -2,13 +2,13 @@
 import gc
 import os
 import signal
-import subprocess
-import sys
 import textwrap
 import threading
 import time
 
 import pytest
+
+from _support import run_python
 
 import streams
 from streams import Event, Stream
@@ -102,8 +102,7 @@ def test_sixteen_threads_mixed_operations():
         print("OK", sum(totals))
     """)
     t0 = time.perf_counter()
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            timeout=300)
+    result = run_python(code, timeout=300)
     elapsed = time.perf_counter() - t0
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     assert result.stdout.split() == ["OK", str(16 * 1000)]
@@ -202,8 +201,7 @@ def test_interpreter_exit_with_everything_live():
         Keep = (s, other, events, g, exe, buf)
     """)
     t0 = time.perf_counter()
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            timeout=60)
+    result = run_python(code, timeout=60)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout == "" and result.stderr == ""
     assert time.perf_counter() - t0 < 10

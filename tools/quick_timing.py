@@ -2,7 +2,6 @@
 from `python -m streams.bench`, which also runs the C floor)."""
 import time
 
-import streams
 from streams import Event, Stream
 from streams.testing import launch_empty
 

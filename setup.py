@@ -9,9 +9,13 @@ CUDA headers and libcudart_static.a come from, in this order:
 3. ``/usr/local/cuda``.
 
 ``STREAMS_CUDA_MAJOR`` (13, the default, or 12) selects the CUDA major the
-build targets; the headers found must be of that major.  CUDA 12's wheels
-lay out differently: ``nvidia/cuda_runtime`` holds the runtime, and
-``crt/host_defines.h`` comes from ``nvidia-cuda-nvcc-cu12``.
+build targets and with it the distribution (``cuda-streams`` or
+``cuda-streams-cu12``; see tools/streams_build.py, which an sdist's
+``CUDA_MAJOR`` marker overrides).  The headers found must be of that major.
+CUDA 12's wheels lay out differently: ``nvidia/cuda_runtime`` holds the
+runtime, and ``crt/host_defines.h`` comes from ``nvidia-cuda-nvcc-cu12``.
+The CUDA inputs are looked up when extensions are built, not when the
+script is read: an sdist needs none.
 
 Set ``STREAMS_CYTHON_ANNOTATE=1`` for Cython's HTML annotation.
 """
@@ -21,12 +25,20 @@ import shutil
 import sys
 
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 from setuptools.command.build_py import build_py
+from setuptools.command.sdist import sdist
+from setuptools.dist import Distribution
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CUDA_MAJOR = os.environ.get("STREAMS_CUDA_MAJOR", "13")
-if CUDA_MAJOR not in ("12", "13"):
-    sys.exit(f"streams: STREAMS_CUDA_MAJOR must be 12 or 13, not {CUDA_MAJOR!r}")
+# The PEP 517 backend has tools/ on sys.path already; `python setup.py` not.
+sys.path.insert(0, os.path.join(HERE, "tools"))
+import streams_build  # noqa: E402
+
+try:
+    CUDA_MAJOR = streams_build.cuda_major(HERE)
+except streams_build.CudaMajorError as exc:
+    sys.exit(f"streams: {exc}")
 # Where the PyPI wheels of each major put the runtime and the crt/ headers.
 WHEEL_RUNTIME = {"13": ("cu13",), "12": ("cuda_runtime",)}[CUDA_MAJOR]
 WHEEL_CRT = {"13": ("cu13",), "12": ("cuda_nvcc", "cuda_runtime")}[CUDA_MAJOR]
@@ -113,35 +125,76 @@ class build_py_with_headers(build_py):
                 shutil.copy2(os.path.join(src, name), os.path.join(dst, name))
 
 
-def extensions():
-    from Cython.Build import cythonize
+class DistributionForCudaMajor(Distribution):
+    """pyproject.toml names the CUDA 13 distribution; a CUDA 12 build renames
+    itself after reading it (the name cannot be `dynamic` in pyproject)."""
 
-    include_dirs, static_lib = find_cuda()
-    ext = Extension(
-        "streams._core",
-        sources=["streams/_core.pyx"],
-        include_dirs=[os.path.join(HERE, "include")] + include_dirs,
-        extra_objects=[static_lib],
-        libraries=["rt", "dl", "pthread"],
-        extra_compile_args=["-O2", "-std=gnu11", "-Wno-unused-function"],
-        # Keep cudart's symbols private to this extension.
-        extra_link_args=["-Wl,--exclude-libs,ALL"],
-    )
-    return cythonize(
-        [ext],
-        compiler_directives={
-            "language_level": 3,
-            # Signatures in docstrings: help() and the API docs show them.
-            "embedsignature": True,
-            # Real function objects: inspect.signature and stubtest work.
-            "binding": True,
-            # Handles and counters are checked explicitly where they matter.
-            "boundscheck": False,
-            "wraparound": False,
-            "cdivision": True,
-        },
-        annotate=bool(os.environ.get("STREAMS_CYTHON_ANNOTATE")),
-    )
+    def parse_config_files(self, *args, **kwargs):
+        super().parse_config_files(*args, **kwargs)
+        self.metadata.name = streams_build.DISTRIBUTION[CUDA_MAJOR]
+        self.metadata.classifiers = [
+            c.replace("NVIDIA CUDA :: 13", f"NVIDIA CUDA :: {CUDA_MAJOR}")
+            for c in (self.metadata.classifiers or [])]
 
 
-setup(ext_modules=extensions(), cmdclass={"build_py": build_py_with_headers})
+class sdist_with_cuda_major(sdist):
+    """Record the major in the sdist, which then always builds that one."""
+
+    def make_release_tree(self, base_dir, files):
+        super().make_release_tree(base_dir, files)
+        marker = os.path.join(base_dir, streams_build.MARKER)
+        if os.path.lexists(marker):     # a hard link into the source tree
+            os.unlink(marker)
+        with open(marker, "w") as f:
+            f.write(CUDA_MAJOR + "\n")
+
+
+class build_ext_with_cuda(build_ext):
+    """Find the CUDA inputs and cythonize only when building extensions."""
+
+    def run(self):
+        from Cython.Build import cythonize
+
+        include_dirs, static_lib = find_cuda()
+        for ext in self.extensions:
+            ext.include_dirs.extend(include_dirs)
+            ext.extra_objects.append(static_lib)
+        # cythonize() returns new Extension objects; keep the ones setuptools
+        # finalized (it annotated them) and take over only their C sources.
+        translated = cythonize(
+            self.extensions,
+            compiler_directives={
+                "language_level": 3,
+                # Signatures in docstrings: help() and the API docs show them.
+                "embedsignature": True,
+                # Real function objects: inspect.signature and stubtest work.
+                "binding": True,
+                # Handles and counters are checked explicitly where they matter.
+                "boundscheck": False,
+                "wraparound": False,
+                "cdivision": True,
+            },
+            annotate=bool(os.environ.get("STREAMS_CYTHON_ANNOTATE")),
+        )
+        sources = {ext.name: ext.sources for ext in translated}
+        for ext in self.extensions:
+            ext.sources = sources[ext.name]
+        super().run()
+
+
+core = Extension(
+    "streams._core",
+    sources=["streams/_core.pyx"],
+    include_dirs=[os.path.join(HERE, "include")],
+    libraries=["rt", "dl", "pthread"],
+    extra_compile_args=["-O2", "-std=gnu11", "-Wno-unused-function"],
+    # Keep cudart's symbols private to this extension.
+    extra_link_args=["-Wl,--exclude-libs,ALL"],
+)
+
+setup(
+    distclass=DistributionForCudaMajor,
+    ext_modules=[core],
+    cmdclass={"build_py": build_py_with_headers, "build_ext": build_ext_with_cuda,
+              "sdist": sdist_with_cuda_major},
+)

@@ -15,7 +15,17 @@ needs_no_gpu = pytest.mark.skipif(streams.device_count() > 0,
 
 def test_import_and_version():
     assert streams.__version__
-    assert streams.runtime_version() >= 13000
+    assert streams.runtime_version() // 1000 in (12, 13)
+
+
+def test_runtime_major_matches_the_distribution_name():
+    from importlib.metadata import packages_distributions
+    owners = set(packages_distributions().get("streams", ())) & {"cuda-streams",
+                                                                 "cuda-streams-cu12"}
+    if len(owners) != 1:
+        pytest.skip(f"streams is not installed as one distribution here ({sorted(owners)})")
+    expected = 12 if owners == {"cuda-streams-cu12"} else 13
+    assert streams.runtime_version() // 1000 == expected, owners
 
 
 def test_import_in_fresh_interpreter_prints_nothing():
@@ -235,5 +245,6 @@ def test_show_config_reports_build_facts():
     streams.show_config(out)
     text = out.getvalue()
     assert text.startswith(f"streams {streams.__version__}")
-    assert "CUDA runtime (static): 13." in text
+    v = streams.runtime_version()
+    assert f"CUDA runtime (static): {v // 1000}.{v % 1000 // 10} ({v})" in text
     assert "built with Cython:" in text

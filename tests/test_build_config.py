@@ -1,0 +1,87 @@
+"""The build's choice of CUDA major and distribution (tools/streams_build.py):
+no compiler or GPU involved, only the rules that decide what gets built."""
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+
+TOOLS = Path(__file__).resolve().parent.parent / "tools" / "streams_build.py"
+if not TOOLS.is_file():
+    pytest.skip("tools/streams_build.py is not in this checkout", allow_module_level=True)
+pytest.importorskip("setuptools.build_meta")
+
+
+@pytest.fixture
+def build_config(monkeypatch):
+    monkeypatch.delenv("STREAMS_CUDA_MAJOR", raising=False)
+    spec = importlib.util.spec_from_file_location("streams_build_under_test", TOOLS)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_default_is_cuda_13(build_config, tmp_path):
+    assert build_config.cuda_major(str(tmp_path)) == "13"
+    assert build_config.DISTRIBUTION["13"] == "cuda-streams"
+
+
+def test_variable_selects_cuda_12(build_config, tmp_path, monkeypatch):
+    monkeypatch.setenv("STREAMS_CUDA_MAJOR", "12")
+    assert build_config.cuda_major(str(tmp_path)) == "12"
+    assert build_config.DISTRIBUTION["12"] == "cuda-streams-cu12"
+
+
+@pytest.mark.parametrize("value", ["11", "13.0", "cu12", "twelve"])
+def test_variable_out_of_range_is_refused_by_name(build_config, tmp_path, monkeypatch, value):
+    monkeypatch.setenv("STREAMS_CUDA_MAJOR", value)
+    with pytest.raises(build_config.CudaMajorError, match="STREAMS_CUDA_MAJOR must be 12 or 13"):
+        build_config.cuda_major(str(tmp_path))
+
+
+def test_sdist_marker_wins_without_a_variable(build_config, tmp_path):
+    (tmp_path / "CUDA_MAJOR").write_text("12\n")
+    assert build_config.cuda_major(str(tmp_path)) == "12"
+
+
+def test_marker_and_matching_variable_agree(build_config, tmp_path, monkeypatch):
+    (tmp_path / "CUDA_MAJOR").write_text("12\n")
+    monkeypatch.setenv("STREAMS_CUDA_MAJOR", "12")
+    assert build_config.cuda_major(str(tmp_path)) == "12"
+
+
+def test_variable_contradicting_the_sdist_is_refused(build_config, tmp_path, monkeypatch):
+    (tmp_path / "CUDA_MAJOR").write_text("12\n")
+    monkeypatch.setenv("STREAMS_CUDA_MAJOR", "13")
+    with pytest.raises(build_config.CudaMajorError,
+                       match=r"this source is cuda-streams-cu12 \(CUDA 12\).*cuda-streams"):
+        build_config.cuda_major(str(tmp_path))
+
+
+def test_corrupt_marker_is_refused(build_config, tmp_path):
+    (tmp_path / "CUDA_MAJOR").write_text("14\n")
+    with pytest.raises(build_config.CudaMajorError, match="holds '14'"):
+        build_config.cuda_major(str(tmp_path))
+
+
+def test_cuda_12_build_asks_for_the_cuda_12_wheels(build_config, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)   # no marker here: the variable decides
+    base = set(build_config._setuptools.get_requires_for_build_wheel())
+    monkeypatch.setenv("STREAMS_CUDA_MAJOR", "12")
+    extra = set(build_config.get_requires_for_build_wheel()) - base
+    assert extra == {"nvidia-cuda-runtime-cu12==12.*", "nvidia-cuda-nvcc-cu12==12.*"}
+    extra = set(build_config.get_requires_for_build_editable()) - base
+    assert extra == {"nvidia-cuda-runtime-cu12==12.*", "nvidia-cuda-nvcc-cu12==12.*"}
+    monkeypatch.setenv("STREAMS_CUDA_MAJOR", "13")
+    assert set(build_config.get_requires_for_build_wheel()) == base
+
+
+def test_pyproject_points_at_this_backend():
+    tomllib = pytest.importorskip("tomllib")
+    with open(TOOLS.parent.parent / "pyproject.toml", "rb") as f:
+        system = tomllib.load(f)["build-system"]
+    assert system["build-backend"] == "streams_build"
+    assert system["backend-path"] == ["tools"]
+    # The CUDA 13 inputs stay declared statically.
+    assert "nvidia-cuda-runtime==13.*" in system["requires"]
+    assert "nvidia-cuda-crt==13.*" in system["requires"]

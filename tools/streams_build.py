@@ -1,0 +1,72 @@
+"""Which CUDA major a build targets, and the PEP 517 backend that knows it.
+
+One source tree gives two distributions: ``cuda-streams`` (CUDA 13, the
+default) and ``cuda-streams-cu12``.  ``STREAMS_CUDA_MAJOR`` picks one when
+building from a checkout; an sdist carries its choice in a ``CUDA_MAJOR``
+file, so that ``pip install cuda-streams-cu12`` from source builds what its
+name says without any variable.
+
+The backend is setuptools' own, with one difference: a CUDA 12 build also
+asks for the CUDA 12 runtime wheels.  ``build-system.requires`` is one
+static list and keeps the CUDA 13 inputs; a CUDA 12 build environment gets
+those too, unused (``setup.py`` looks only at the major it builds for).
+"""
+import os
+
+from setuptools import build_meta as _setuptools
+from setuptools.build_meta import (  # noqa: F401  (PEP 517 hooks, unchanged)
+    build_editable,
+    build_sdist,
+    build_wheel,
+    get_requires_for_build_sdist,
+    prepare_metadata_for_build_editable,
+    prepare_metadata_for_build_wheel,
+)
+
+DEFAULT_MAJOR = "13"
+DISTRIBUTION = {"13": "cuda-streams", "12": "cuda-streams-cu12"}
+# The CUDA 13 inputs are in build-system.requires.  CUDA 12 has no
+# nvidia-cuda-crt: crt/host_defines.h ships in the nvcc wheel.
+EXTRA_BUILD_REQUIRES = {
+    "13": [],
+    "12": ["nvidia-cuda-runtime-cu12==12.*", "nvidia-cuda-nvcc-cu12==12.*"],
+}
+MARKER = "CUDA_MAJOR"
+
+
+class CudaMajorError(ValueError):
+    pass
+
+
+def cuda_major(source_dir="."):
+    """The CUDA major to build for: the sdist's marker, else
+    ``STREAMS_CUDA_MAJOR``, else 13.  A variable that contradicts the
+    marker is refused rather than building a wheel under the wrong name."""
+    asked = os.environ.get("STREAMS_CUDA_MAJOR", "").strip() or None
+    if asked is not None and asked not in DISTRIBUTION:
+        raise CudaMajorError(f"STREAMS_CUDA_MAJOR must be 12 or 13, not {asked!r}")
+    marker = os.path.join(source_dir, MARKER)
+    if os.path.isfile(marker):
+        with open(marker) as f:
+            fixed = f.read().strip()
+        if fixed not in DISTRIBUTION:
+            raise CudaMajorError(f"{marker} holds {fixed!r}, not 12 or 13")
+        if asked is not None and asked != fixed:
+            raise CudaMajorError(
+                f"this source is {DISTRIBUTION[fixed]} (CUDA {fixed}), but "
+                f"STREAMS_CUDA_MAJOR={asked} asks for CUDA {asked}: build "
+                f"{DISTRIBUTION[asked]} from its own sdist or a checkout")
+        return fixed
+    return asked or DEFAULT_MAJOR
+
+
+def _extra(config_settings=None):
+    return list(EXTRA_BUILD_REQUIRES[cuda_major()])
+
+
+def get_requires_for_build_wheel(config_settings=None):
+    return _setuptools.get_requires_for_build_wheel(config_settings) + _extra()
+
+
+def get_requires_for_build_editable(config_settings=None):
+    return _setuptools.get_requires_for_build_editable(config_settings) + _extra()

@@ -17,7 +17,11 @@ runtime, and ``crt/host_defines.h`` comes from ``nvidia-cuda-nvcc-cu12``.
 The CUDA inputs are looked up when extensions are built, not when the
 script is read: an sdist needs none.
 
-Set ``STREAMS_CYTHON_ANNOTATE=1`` for Cython's HTML annotation.
+Set ``STREAMS_CYTHON_ANNOTATE=1`` for Cython's HTML annotation, and
+``STREAMS_DEBUG_REFCOUNTS=1`` for the debug build, which counts every
+reference taken and dropped on callback payloads and DLPack exports and
+every allocation and module made and given back (``streams.debug_build()``,
+``streams.debug_counters()``).
 """
 import os
 import re
@@ -156,9 +160,21 @@ class build_ext_with_cuda(build_ext):
         from Cython.Build import cythonize
 
         include_dirs, static_lib = find_cuda()
+        debug = os.environ.get("STREAMS_DEBUG_REFCOUNTS", "") not in ("", "0")
         for ext in self.extensions:
             ext.include_dirs.extend(include_dirs)
             ext.extra_objects.append(static_lib)
+            if debug:
+                ext.define_macros.append(("STREAMS_DEBUG_REFCOUNTS", "1"))
+        # The flavour changes no source file: an up-to-date check would keep
+        # the other flavour's binary.
+        flavour = "debug-refcounts" if debug else "release"
+        stamp = os.path.join(self.build_temp, "streams-flavour")
+        try:
+            with open(stamp) as f:
+                self.force = self.force or f.read() != flavour
+        except OSError:
+            self.force = True
         # cythonize() returns new Extension objects; keep the ones setuptools
         # finalized (it annotated them) and take over only their C sources.
         translated = cythonize(
@@ -180,6 +196,9 @@ class build_ext_with_cuda(build_ext):
         for ext in self.extensions:
             ext.sources = sources[ext.name]
         super().run()
+        os.makedirs(self.build_temp, exist_ok=True)
+        with open(stamp, "w") as f:
+            f.write(flavour)
 
 
 core = Extension(

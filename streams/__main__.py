@@ -34,6 +34,8 @@ def info_lines(info):
         f"  Python:                {platform.python_version()} ({sys.executable})",
         f"  built with Cython:     {info['cython'] or 'unknown'} (installed: {installed})",
         f"  CUDA runtime (static): {_version(info['runtime_version'])}",
+        "  debug build:           " + ("yes (STREAMS_DEBUG_REFCOUNTS: reference counts on)"
+                                       if info.get("debug_build") else "no"),
         "  driver supports CUDA:  "
         + (_version(info['driver_version']) if info['driver_version'] else "none (no driver)"),
     ]

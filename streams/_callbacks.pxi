@@ -129,7 +129,7 @@ cdef int _enqueue_call(Stream stream, _HostCall call) except -1:
         check(err)
         if status == cudaStreamCaptureStatusActive:
             return _enqueue_captured_call(stream, call, graph)
-    Py_INCREF(call)              # the reference that travels with the work item
+    streams_payload_incref(payload)     # the reference that travels with the work item
     _callbacks_enqueued += 1
     with nogil:
         if call.kind == _KIND_HOST_FUNC:
@@ -141,7 +141,7 @@ cdef int _enqueue_call(Stream stream, _HostCall call) except -1:
                                         <void*>payload, 0)
     if err != cudaSuccess:
         _callbacks_dropped += 1
-        Py_DECREF(call)
+        streams_payload_decref(payload)
         check(err)
     return 0
 

@@ -31,7 +31,7 @@ from typing import (
     overload,
 )
 
-from typing_extensions import Buffer, CapsuleType, Self, TypeAlias, disjoint_base
+from typing_extensions import Buffer, CapsuleType, NotRequired, Self, TypeAlias, disjoint_base
 
 _T = TypeVar("_T")
 
@@ -169,7 +169,23 @@ class _DebugCounters(TypedDict):
     graph_callback_runs: int
     live_graphs: int
     live_graph_execs: int
+    debug_build: bool
+    # Only in a debug build (STREAMS_DEBUG_REFCOUNTS=1 when building):
+    payload_increfs: NotRequired[int]
+    payload_decrefs: NotRequired[int]
+    live_payload_refs: NotRequired[int]
+    payloads_leaked: NotRequired[int]
+    dlpack_increfs: NotRequired[int]
+    dlpack_decrefs: NotRequired[int]
+    live_dlpack_refs: NotRequired[int]
+    memory_allocs: NotRequired[int]
+    memory_frees: NotRequired[int]
+    live_allocations: NotRequired[int]
+    module_loads: NotRequired[int]
+    module_unloads: NotRequired[int]
+    live_modules: NotRequired[int]
 
+def debug_build() -> bool: ...
 def debug_counters() -> _DebugCounters: ...
 
 # ---------------------------------------------------------------------------

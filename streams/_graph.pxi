@@ -297,12 +297,12 @@ cdef int _attach_payload(cudaGraph_t graph, _HostCall call) except -1:
     cdef cudaUserObject_t uo = NULL
     cdef cudaError_t err
     cdef PyObject* payload = <PyObject*>call
-    Py_INCREF(call)
+    streams_payload_incref(payload)
     with nogil:
         err = cudaUserObjectCreate(&uo, <void*>payload, streams_user_object_release, 1,
                                    cudaUserObjectNoDestructorSync)
     if err != cudaSuccess:
-        Py_DECREF(call)
+        streams_payload_decref(payload)
         return check(err)
     with nogil:
         err = cudaGraphRetainUserObject(graph, uo, 1, cudaGraphUserObjectMove)

@@ -45,6 +45,7 @@ cdef enum:
 
 cdef void _dlpack_deleter(_DLManagedTensor* managed) noexcept with gil:
     # Consumers call this from whichever thread frees the tensor.
+    streams_dbg_count(STREAMS_DBG_DLPACK_DECREF)
     Py_DECREF(<object>managed.manager_ctx)
     free(managed)
 
@@ -152,6 +153,7 @@ cdef class DeviceBuffer(_Buffer):
         if n:
             with nogil:
                 check(cudaMallocAsync(&p, n, <cudaStream_t>s._handle))
+                streams_dbg_count(STREAMS_DBG_MEMORY_ALLOC)
         self._ptr = p
         self._nbytes = n
         self._stream = s
@@ -179,6 +181,7 @@ cdef class DeviceBuffer(_Buffer):
         self._ptr = NULL
         if p != NULL:
             with nogil:
+                streams_dbg_count(STREAMS_DBG_MEMORY_FREE)
                 check(cudaFreeAsync(p, h))
 
     def __dealloc__(self):
@@ -190,6 +193,7 @@ cdef class DeviceBuffer(_Buffer):
         h = cudaStreamLegacy if self._stream is None or self._stream._closed \
             else <cudaStream_t>self._stream._handle
         with nogil:
+            streams_dbg_count(STREAMS_DBG_MEMORY_FREE)
             cudaFreeAsync(self._ptr, h)
 
     @property
@@ -238,6 +242,7 @@ cdef object _make_dlpack(_Buffer buf, int device_type):
     block.managed.dl_tensor.shape = block.shape
     block.managed.dl_tensor.strides = NULL
     block.managed.dl_tensor.byte_offset = 0
+    streams_dbg_count(STREAMS_DBG_DLPACK_INCREF)
     Py_INCREF(buf)
     block.managed.manager_ctx = <void*>buf
     block.managed.deleter = _dlpack_deleter
@@ -293,6 +298,7 @@ cdef class PinnedBuffer(_HostBuffer):
         if n:
             with nogil:
                 check(cudaHostAlloc(&p, n, cudaHostAllocDefault))
+                streams_dbg_count(STREAMS_DBG_MEMORY_ALLOC)
         self._ptr = p
         self._nbytes = n
         self._closed = False
@@ -310,11 +316,13 @@ cdef class PinnedBuffer(_HostBuffer):
         self._ptr = NULL
         if p != NULL:
             with nogil:
+                streams_dbg_count(STREAMS_DBG_MEMORY_FREE)
                 check(cudaFreeHost(p))
 
     def __dealloc__(self):
         if not self._closed and self._ptr != NULL and _dealloc_may_call_cuda():
             with nogil:
+                streams_dbg_count(STREAMS_DBG_MEMORY_FREE)
                 cudaFreeHost(self._ptr)
 
 
@@ -338,6 +346,7 @@ cdef class ManagedBuffer(_HostBuffer):
         if n:
             with nogil:
                 check(cudaMallocManaged(&p, n, flags))
+                streams_dbg_count(STREAMS_DBG_MEMORY_ALLOC)
         self._ptr = p
         self._nbytes = n
         self._closed = False
@@ -361,11 +370,13 @@ cdef class ManagedBuffer(_HostBuffer):
         self._ptr = NULL
         if p != NULL:
             with nogil:
+                streams_dbg_count(STREAMS_DBG_MEMORY_FREE)
                 check(cudaFree(p))
 
     def __dealloc__(self):
         if not self._closed and self._ptr != NULL and _dealloc_may_call_cuda():
             with nogil:
+                streams_dbg_count(STREAMS_DBG_MEMORY_FREE)
                 cudaFree(self._ptr)
 
 

@@ -197,6 +197,7 @@ cdef class Module:
         _require_device()
         with nogil:
             check(cudaLibraryLoadFromFile(&lib, c_name, NULL, NULL, 0, NULL, NULL, 0))
+            streams_dbg_count(STREAMS_DBG_MODULE_LOAD)
         m._handle = <void*>lib
         m._closed = False
         return m
@@ -254,11 +255,13 @@ cdef class Module:
             return
         self._closed = True
         with nogil:
+            streams_dbg_count(STREAMS_DBG_MODULE_UNLOAD)
             check(cudaLibraryUnload(<cudaLibrary_t>self._handle))
 
     def __dealloc__(self):
         if not self._closed and _dealloc_may_call_cuda():
             with nogil:
+                streams_dbg_count(STREAMS_DBG_MODULE_UNLOAD)
                 cudaLibraryUnload(<cudaLibrary_t>self._handle)
 
 
@@ -270,6 +273,7 @@ cdef Module _load_module_image(bytes image):
     _require_device()
     with nogil:
         check(cudaLibraryLoadData(&lib, <const void*>data, NULL, NULL, 0, NULL, NULL, 0))
+        streams_dbg_count(STREAMS_DBG_MODULE_LOAD)
     m._handle = <void*>lib
     m._image = image  # the driver may read it again when loading lazily
     m._closed = False

@@ -22,6 +22,27 @@ cdef extern from "streams/shim.h" nogil:
 
 cdef extern from "streams/shim.h":
     Py_ssize_t streams_drain_deferred()
+    # Every reference a work item or user object holds on a payload goes
+    # through these (counted in a debug build).
+    void streams_payload_incref(PyObject* payload)
+    void streams_payload_decref(PyObject* payload)
+
+cdef extern from "streams/shim.h" nogil:
+    # The debug build's counters (STREAMS_DEBUG_REFCOUNTS=1 when building);
+    # in a normal build counting is a no-op and every value reads 0.
+    enum:
+        STREAMS_DBG_PAYLOAD_INCREF
+        STREAMS_DBG_PAYLOAD_DECREF
+        STREAMS_DBG_DLPACK_INCREF
+        STREAMS_DBG_DLPACK_DECREF
+        STREAMS_DBG_MEMORY_ALLOC
+        STREAMS_DBG_MEMORY_FREE
+        STREAMS_DBG_MODULE_LOAD
+        STREAMS_DBG_MODULE_UNLOAD
+        STREAMS_DBG_PAYLOAD_LEAKED
+    void streams_dbg_count(int which)
+    unsigned long long streams_dbg_value(int which)
+    int streams_debug_build()
 
 cdef extern from "streams/compat.h" nogil:
     cudaError_t streams_cudaStreamGetCaptureInfo(

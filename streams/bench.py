@@ -422,7 +422,7 @@ def build_cython_bench(cache_dir=None, force=False, root=None):
 
 def streams_info():
     """Version, build and device facts of the streams package (never raises)."""
-    info = {"version": None, "cython": None, "runtime_version": None,
+    info = {"version": None, "cython": None, "debug_build": None, "runtime_version": None,
             "driver_version": None, "device_count": 0, "devices": [], "error": None}
     try:
         import streams
@@ -431,6 +431,7 @@ def streams_info():
         info["error"] = f"cannot import streams: {type(exc).__name__}: {exc}"
         return info
     info["version"] = getattr(streams, "__version__", None)
+    info["debug_build"] = bool(getattr(_core, "debug_build", lambda: False)())
     # Cython 3 names its shared function type's module after its own
     # version (_cython_3_1_2): the version that compiled _core, not the
     # one installed now.

@@ -119,6 +119,46 @@ static int streams_wait_trampolines_idle(long long timeout_ns) {
     return 0;
 }
 
+/* ---- Debug build: STREAMS_DEBUG_REFCOUNTS=1 when building ---------------
+ * Counts every reference the C paths take or drop on a callback payload or
+ * a DLPack export, and every owned allocation and module made or given
+ * back, so that tests can prove each INCREF has its DECREF (a leaked
+ * payload is otherwise invisible when something else keeps it alive).  In
+ * a normal build the counting compiles away.  Atomic: CUDA's threads may
+ * count while Python threads do. */
+enum {
+    STREAMS_DBG_PAYLOAD_INCREF, STREAMS_DBG_PAYLOAD_DECREF,
+    STREAMS_DBG_DLPACK_INCREF, STREAMS_DBG_DLPACK_DECREF,
+    STREAMS_DBG_MEMORY_ALLOC, STREAMS_DBG_MEMORY_FREE,
+    STREAMS_DBG_MODULE_LOAD, STREAMS_DBG_MODULE_UNLOAD,
+    STREAMS_DBG_PAYLOAD_LEAKED,  /* dropped on purpose at shutdown or on ENOMEM */
+    STREAMS_DBG_NCOUNTERS
+};
+#ifdef STREAMS_DEBUG_REFCOUNTS
+#define STREAMS_DEBUG_BUILD 1
+static atomic_ullong streams_dbg_counters[STREAMS_DBG_NCOUNTERS];
+static inline void streams_dbg_count(int which) {
+    atomic_fetch_add_explicit(&streams_dbg_counters[which], 1, memory_order_relaxed);
+}
+static inline unsigned long long streams_dbg_value(int which) {
+    return atomic_load(&streams_dbg_counters[which]);
+}
+#else
+#define STREAMS_DEBUG_BUILD 0
+static inline void streams_dbg_count(int which) { (void)which; }
+static inline unsigned long long streams_dbg_value(int which) { (void)which; return 0; }
+#endif
+static inline int streams_debug_build(void) { return STREAMS_DEBUG_BUILD; }
+
+static inline void streams_payload_incref(PyObject *payload) {
+    streams_dbg_count(STREAMS_DBG_PAYLOAD_INCREF);
+    Py_INCREF(payload);
+}
+static inline void streams_payload_decref(PyObject *payload) {
+    streams_dbg_count(STREAMS_DBG_PAYLOAD_DECREF);
+    Py_DECREF(payload);
+}
+
 /* CUDA runs host functions on a thread Python does not know.  Creating and
  * deleting a Python thread state for every callback costs microseconds, so
  * the first callback on such a thread keeps its thread state alive (the
@@ -133,6 +173,8 @@ static void streams_run_payload(void *payload, int status, int consume) {
      * block forever or end this CUDA-owned thread: leak the payload. */
     if (atomic_load(&streams_shutting_down) || streams_py_finalizing() ||
             streams_dispatch == NULL) {
+        if (consume)
+            streams_dbg_count(STREAMS_DBG_PAYLOAD_LEAKED);
         atomic_fetch_sub(&streams_trampolines_active, 1);
         return;
     }
@@ -146,7 +188,7 @@ static void streams_run_payload(void *payload, int status, int consume) {
     /* Still flagged: dropping the payload may free the last reference to a
      * Stream, whose deallocator must then defer cudaStreamDestroy. */
     if (consume)
-        Py_DECREF((PyObject *)payload);
+        streams_payload_decref((PyObject *)payload);
     streams_tls_in_callback = 0;
     PyGILState_Release(gil);
     atomic_fetch_sub(&streams_trampolines_active, 1);
@@ -195,7 +237,7 @@ static Py_ssize_t streams_drain_deferred(void) {
     atomic_store(&streams_deferred_pending, 0);
     pthread_mutex_unlock(&streams_deferred_lock);
     for (i = 0; i < n; i++)
-        Py_DECREF(items[i]);
+        streams_payload_decref(items[i]);
     free(items);
     return (Py_ssize_t)n;
 }
@@ -209,8 +251,10 @@ static int streams_drain_deferred_pending_call(void *unused) {
 /* cudaHostFn_t destructor of a user object: no GIL, no Python calls. */
 static void CUDART_CB streams_user_object_release(void *payload) {
     int queued = 0;
-    if (atomic_load(&streams_shutting_down))
+    if (atomic_load(&streams_shutting_down)) {
+        streams_dbg_count(STREAMS_DBG_PAYLOAD_LEAKED);
         return;  /* the process is ending: leak rather than touch Python */
+    }
     pthread_mutex_lock(&streams_deferred_lock);
     if (streams_deferred_len == streams_deferred_cap) {
         size_t cap = streams_deferred_cap ? 2 * streams_deferred_cap : 64;
@@ -226,7 +270,8 @@ static void CUDART_CB streams_user_object_release(void *payload) {
     }
     atomic_store(&streams_deferred_pending, 1);
     pthread_mutex_unlock(&streams_deferred_lock);
-    (void)queued;  /* out of memory: the payload leaks, which is safe */
+    if (!queued)  /* out of memory: the payload leaks, which is safe */
+        streams_dbg_count(STREAMS_DBG_PAYLOAD_LEAKED);
     /* Safe without the GIL; if the queue of pending calls is full, the
      * next drain from a streams API call picks the payload up. */
     Py_AddPendingCall(streams_drain_deferred_pending_call, NULL);

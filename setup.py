@@ -81,7 +81,6 @@ def _check_major(include_dir, label):
 def find_cuda():
     """Return (include_dirs, static_lib_path), or stop with what was tried."""
     tried = []
-    headers = None
     for label, inc, libdirs in _candidates():
         has_api = os.path.isfile(os.path.join(inc, "cuda_runtime_api.h"))
         has_crt = os.path.isfile(os.path.join(inc, "crt", "host_defines.h"))

@@ -1,7 +1,6 @@
 """The build's choice of CUDA major and distribution (tools/streams_build.py):
 no compiler or GPU involved, only the rules that decide what gets built."""
 import importlib.util
-import os
 from pathlib import Path
 
 import pytest
@@ -85,3 +84,34 @@ def test_pyproject_points_at_this_backend():
     # The CUDA 13 inputs stay declared statically.
     assert "nvidia-cuda-runtime==13.*" in system["requires"]
     assert "nvidia-cuda-crt==13.*" in system["requires"]
+
+
+def _check_wheel():
+    spec = importlib.util.spec_from_file_location("check_wheel_under_test",
+                                                  TOOLS.parent / "check_wheel.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("name, allowed", [
+    ("libc.so.6", True), ("libm.so.6", True), ("ld-linux-x86-64.so.2", True),
+    ("ld-linux-aarch64.so.1", True), ("libcudart.so.13", False), ("libcuda.so.1", False),
+    ("libstdc++.so.6", False)])
+def test_wheel_check_allows_only_libc_dependencies(name, allowed):
+    assert bool(_check_wheel().ALLOWED_NEEDED.match(name)) is allowed
+
+
+def test_wheel_check_refuses_stray_and_missing_files(tmp_path, capsys):
+    import zipfile
+    check = _check_wheel()
+    wheel = tmp_path / "cuda_streams-0.1.0-cp312-cp312-linux_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        for name in check.REQUIRED:
+            z.writestr(name, "")
+        z.writestr("streams/_core.c", "")
+        z.writestr("tools/streams_build.py", "")
+    assert check.main(str(wheel)) == 1
+    out = capsys.readouterr().out
+    assert "streams/_core.c" in out and "tools/streams_build.py" in out
+    assert "exactly one compiled streams._core" in out

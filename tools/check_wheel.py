@@ -1,6 +1,10 @@
 """Check a built wheel: what cimporters and type checkers need is inside,
 and no build leftovers are."""
+import re
+import shutil
+import subprocess
 import sys
+import tempfile
 import zipfile
 
 REQUIRED = [
@@ -10,6 +14,21 @@ REQUIRED = [
     "streams/include/streams/compat.h", "streams/compat/__init__.py",
 ]
 FORBIDDEN_SUFFIXES = (".c", ".o", ".pyx", ".pxi", ".html")
+# cudart is linked statically: the extension may need the C library and the
+# loader, nothing of CUDA (the driver, libcuda, is opened by cudart at run time).
+ALLOWED_NEEDED = re.compile(r"(libc|libm|libdl|libpthread|librt|ld-linux[-\w]*)\.so(\.\d+)*$")
+
+
+def needed_libraries(wheel, member):
+    """DT_NEEDED of ``member`` (via readelf), or None where readelf is missing."""
+    readelf = shutil.which("readelf")
+    if readelf is None:
+        return None
+    with tempfile.TemporaryDirectory() as scratch:
+        path = zipfile.ZipFile(wheel).extract(member, scratch)
+        out = subprocess.run([readelf, "-d", path], capture_output=True, text=True,
+                             check=True).stdout
+    return re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", out)
 
 
 def main(path):
@@ -28,6 +47,14 @@ def main(path):
         problems.append(f"stray build files: {stray}")
     if len(modules) != 1:
         problems.append(f"expected exactly one compiled streams._core, got {modules}")
+    else:
+        needed = needed_libraries(path, modules[0])
+        if needed is None:
+            print(f"{path}: readelf not found, shared-library dependencies not checked")
+        else:
+            foreign = [n for n in needed if not ALLOWED_NEEDED.match(n)]
+            if foreign:
+                problems.append(f"streams._core needs shared libraries beyond libc: {foreign}")
     if problems:
         print(f"{path}: " + "; ".join(problems))
         return 1

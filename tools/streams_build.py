@@ -23,6 +23,13 @@ from setuptools.build_meta import (  # noqa: F401  (PEP 517 hooks, unchanged)
     prepare_metadata_for_build_wheel,
 )
 
+__all__ = [
+    "build_editable", "build_sdist", "build_wheel", "get_requires_for_build_editable",
+    "get_requires_for_build_sdist", "get_requires_for_build_wheel",
+    "prepare_metadata_for_build_editable", "prepare_metadata_for_build_wheel",
+    "cuda_major", "CudaMajorError", "DISTRIBUTION", "MARKER",
+]
+
 DEFAULT_MAJOR = "13"
 DISTRIBUTION = {"13": "cuda-streams", "12": "cuda-streams-cu12"}
 # The CUDA 13 inputs are in build-system.requires.  CUDA 12 has no

@@ -39,12 +39,18 @@ def env_importing_this_streams(extra=None):
     return env
 
 
-def run_python(code, *, timeout, input=None, extra_env=None):
-    """Run ``python -c code`` in a child that imports the same ``streams`` as
-    this process.  Its working directory is the folder that holds that
-    package: ``-c`` puts the cwd first on sys.path, and a source checkout
-    there (no compiled module) would otherwise shadow an installed wheel."""
-    where = Path(streams.__file__).resolve().parent.parent
-    return subprocess.run([sys.executable, "-c", code], cwd=str(where), input=input,
+def run_python_args(args, *, timeout, cwd=None, input=None, extra_env=None):
+    """Run ``python ARGS`` in a child that imports the same ``streams`` as
+    this process.  By default its working directory is the folder that
+    holds that package: ``-c`` and ``-m`` put the cwd first on sys.path,
+    and a source checkout there (no compiled module) would otherwise
+    shadow an installed wheel."""
+    where = cwd if cwd is not None else Path(streams.__file__).resolve().parent.parent
+    return subprocess.run([sys.executable] + list(args), cwd=str(where), input=input,
                           env=env_importing_this_streams(extra_env),
                           capture_output=True, text=True, timeout=timeout)
+
+
+def run_python(code, **kwargs):
+    """``python -c code`` in a child, as :func:`run_python_args` runs it."""
+    return run_python_args(["-c", code], **kwargs)

@@ -10,7 +10,6 @@ import io
 import json
 import os
 import re
-import subprocess
 import sys
 
 import pytest
@@ -25,10 +24,8 @@ EXAMPLE = os.path.join(ROOT, "benchmarks", "results", "example-dry-run.json")
 
 def _run(args, tmp_path, env=None, timeout=300):
     """``python ARGS`` in a child that imports the same streams as this process."""
-    from _support import env_importing_this_streams
-    return subprocess.run([sys.executable] + args, cwd=str(tmp_path),
-                          env=env_importing_this_streams(env),
-                          capture_output=True, text=True, timeout=timeout)
+    from _support import run_python_args
+    return run_python_args(args, cwd=tmp_path, extra_env=env, timeout=timeout)
 
 
 @pytest.fixture

@@ -37,6 +37,8 @@ done
 echo "== nvidia-smi"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 echo "== build ($TAG, CUDA_HOME=$CUDA_HOME)"
+# One distribution owns `streams` at a time (cuda-streams or -cu12).
+$PY -m pip uninstall -y -q cuda-streams cuda-streams-cu12 >/dev/null 2>&1 || true
 if ! $PY -m pip install --no-build-isolation --no-deps -e . >"$OUT/build-$TAG.log" 2>&1; then
     tail -50 "$OUT/build-$TAG.log"
     echo "BUILD FAILED"

@@ -248,3 +248,13 @@ def test_show_config_reports_build_facts():
     v = streams.runtime_version()
     assert f"CUDA runtime (static): {v // 1000}.{v % 1000 // 10} ({v})" in text
     assert "built with Cython:" in text
+
+
+@pytest.mark.parametrize("framework", ["torch", "paddle", "mindspore"])
+def test_compat_elapsed_time_names_end_event_before_touching_cuda(framework):
+    import importlib
+    module = importlib.import_module(f"streams.compat.{framework}")
+    event = module.Event.__new__(module.Event)     # no CUDA event behind it
+    with pytest.raises(TypeError, match=r"end_event must be an Event \(a streams\.Event or any "
+                                        r"streams\.compat Event\), not str"):
+        event.elapsed_time("not an event")

@@ -68,6 +68,16 @@ def _check_event(event, argname, allow_none=False):
                         f"streams.compat Event), not {type(event).__name__}")
 
 
+class _FrameworkEvent(_CoreEvent):
+    """What the frameworks' Event classes share: ``elapsed_time(end_event)``
+    names its argument as they do and accepts any streams Event."""
+
+    def elapsed_time(self, end_event):
+        """Milliseconds from this event to ``end_event`` (waits for both)."""
+        _check_event(end_event, "end_event")
+        return super().elapsed_time(end_event)
+
+
 class _StreamGuard:
     """``with`` block that makes a stream current, and a no-op for None.
 

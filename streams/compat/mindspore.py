@@ -9,13 +9,13 @@ other compat modules are accepted.  See docs/compat/mindspore.rst for the
 mapping.
 """
 import streams as _streams
-from streams.compat import (_StreamGuard, _adopt, _check_event, _check_stream,
+from streams.compat import (_FrameworkEvent, _StreamGuard, _adopt, _check_event, _check_stream,
                             _reject_kwargs)
 
 __all__ = ["Event", "Stream", "StreamCtx", "current_stream", "synchronize"]
 
 
-class Event(_streams.Event):
+class Event(_FrameworkEvent):
     """A device event: ``Event(enable_timing=False, blocking=False)``."""
 
     def __init__(self, enable_timing=False, blocking=False):
@@ -30,11 +30,6 @@ class Event(_streams.Event):
         """Make future work on ``stream`` (None: the current stream) wait for this event."""
         _check_stream(stream, "stream", allow_none=True)
         return super().wait(stream)
-
-    def elapsed_time(self, end_event):
-        """Milliseconds from this event to ``end_event`` (waits for both)."""
-        _check_event(end_event, "end_event")
-        return super().elapsed_time(end_event)
 
 
 class Stream(_streams.Stream):

@@ -20,7 +20,7 @@ See docs/compat/paddle.rst for the mapping.
 import operator
 
 import streams as _streams
-from streams.compat import _StreamGuard, _adopt, _check_event
+from streams.compat import _FrameworkEvent, _StreamGuard, _adopt, _check_event
 from streams.compat import _device_index as _core_device_index
 
 __all__ = ["Event", "Stream", "current_stream", "stream_guard", "synchronize"]
@@ -63,7 +63,7 @@ def _device_index(device):
     return _core_device_index(_device_arg(device))
 
 
-class Event(_streams.Event):
+class Event(_FrameworkEvent):
     """A CUDA event: ``Event(enable_timing=False, blocking=False, interprocess=False)``.
 
     Created on the current device, as in current Paddle (whose ``device``
@@ -73,11 +73,6 @@ class Event(_streams.Event):
     def __init__(self, enable_timing=False, blocking=False, interprocess=False):
         super().__init__(enable_timing=enable_timing, blocking=blocking,
                          interprocess=interprocess)
-
-    def elapsed_time(self, end_event):
-        """Milliseconds from this event to ``end_event`` (waits for both)."""
-        _check_event(end_event, "end_event")
-        return super().elapsed_time(end_event)
 
 
 class Stream(_streams.Stream):

@@ -10,7 +10,7 @@ See docs/compat/torch.rst for the mapping.
 """
 import streams as _streams
 from streams.compat import _device_index as _core_device_index
-from streams.compat import (_StreamGuard, _adopt, _check_event, _check_stream,
+from streams.compat import (_FrameworkEvent, _StreamGuard, _adopt, _check_event, _check_stream,
                             _reject_kwargs, _wrap_default)
 
 __all__ = ["Event", "Stream", "StreamContext", "current_stream", "default_stream",
@@ -29,17 +29,12 @@ def _device_index(device):
     return _core_device_index(_device_arg(device))
 
 
-class Event(_streams.Event):
+class Event(_FrameworkEvent):
     """A CUDA event: ``Event(enable_timing=False, blocking=False, interprocess=False)``."""
 
     def __init__(self, enable_timing=False, blocking=False, interprocess=False):
         super().__init__(enable_timing=enable_timing, blocking=blocking,
                          interprocess=interprocess)
-
-    def elapsed_time(self, end_event):
-        """Milliseconds from this event to ``end_event`` (waits for both)."""
-        _check_event(end_event, "end_event")
-        return super().elapsed_time(end_event)
 
 
 class Stream(_streams.Stream):

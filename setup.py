@@ -161,10 +161,16 @@ class build_ext_with_cuda(build_ext):
         include_dirs, static_lib = find_cuda()
         debug = os.environ.get("STREAMS_DEBUG_REFCOUNTS", "") not in ("", "0")
         for ext in self.extensions:
+            # Every module reads the CUDA headers' types; only the call
+            # layer links the runtime (one copy per process).
             ext.include_dirs.extend(include_dirs)
-            ext.extra_objects.append(static_lib)
+            if ext.name == CALL_LAYER:
+                ext.extra_objects.append(static_lib)
             if debug:
                 ext.define_macros.append(("STREAMS_DEBUG_REFCOUNTS", "1"))
+        # Independent modules: compile them side by side.
+        if not self.parallel:
+            self.parallel = os.cpu_count() or 1
         # The flavour changes no source file: an up-to-date check would keep
         # the other flavour's binary.
         flavour = "debug-refcounts" if debug else "release"
@@ -178,6 +184,7 @@ class build_ext_with_cuda(build_ext):
         # finalized (it annotated them) and take over only their C sources.
         translated = cythonize(
             self.extensions,
+            nthreads=os.cpu_count() or 1,
             compiler_directives={
                 "language_level": 3,
                 # Signatures in docstrings: help() and the API docs show them.
@@ -200,19 +207,29 @@ class build_ext_with_cuda(build_ext):
             f.write(flavour)
 
 
-core = Extension(
-    "streams._core",
-    sources=["streams/_core.pyx"],
-    include_dirs=[os.path.join(HERE, "include")],
-    libraries=["rt", "dl", "pthread"],
-    extra_compile_args=["-O2", "-std=gnu11", "-Wno-unused-function"],
-    # Keep cudart's symbols private to this extension.
-    extra_link_args=["-Wl,--exclude-libs,ALL"],
-)
+# One extension per concept; the imports between them point one way (see
+# docs/architecture.rst).  streams._cudart alone links libcudart_static.a.
+CALL_LAYER = "streams._cudart"
+MODULES = ["_cudart", "_args", "_device", "_stream", "_hostcall", "_memory", "_launch", "_graph"]
+
+
+def _extension(name):
+    full = f"streams.{name}"
+    owner = full == CALL_LAYER
+    return Extension(
+        full,
+        sources=[f"streams/{name}.pyx"],
+        include_dirs=[os.path.join(HERE, "include")],
+        libraries=["rt", "dl", "pthread"] if owner else [],
+        extra_compile_args=["-O2", "-std=gnu11", "-Wno-unused-function"],
+        # Keep cudart's symbols private to the call layer.
+        extra_link_args=["-Wl,--exclude-libs,ALL"] if owner else [],
+    )
+
 
 setup(
     distclass=DistributionForCudaMajor,
-    ext_modules=[core],
+    ext_modules=[_extension(name) for name in MODULES],
     cmdclass={"build_py": build_py_with_headers, "build_ext": build_ext_with_cuda,
               "sdist": sdist_with_cuda_major},
 )

@@ -8,44 +8,22 @@ can be interrupted with Ctrl-C; other Cython projects can ``cimport streams``
 import atexit as _atexit
 import os as _os
 
-from streams._core import (
-    AccessPolicyWindow,
-    AccessProperty,
-    CaptureInfo,
-    CudaError,
-    Device,
-    DeviceBuffer,
-    Event,
-    Graph,
-    GraphExec,
-    GraphNode,
-    HostCallbackError,
-    Kernel,
-    ManagedBuffer,
-    Module,
-    PinnedBuffer,
-    PreparedLaunch,
-    Stream,
-    StreamAttribute,
-    SyncPolicy,
-    UpdateResult,
-    capture_mode,
-    current_stream,
-    debug_build,
-    debug_counters,
-    device_count,
-    driver_version,
-    exchange_capture_mode,
-    get_device,
-    memcpy_async,
-    memset_async,
-    reset_persisting_l2_cache,
-    runtime_version,
-    set_device,
-    stream_priority_range,
-    synchronize_device,
-)
-from streams import _core
+# The layers, each built on the ones before it (see docs/architecture.rst).
+from streams._cudart import (CudaError, HostCallbackError, debug_build, debug_counters,
+                             driver_version, runtime_version)
+from streams._args import StreamsEnum
+from streams._device import (Device, device_count, get_device, set_device,
+                             stream_priority_range, synchronize_device)
+from streams._stream import (AccessPolicyWindow, AccessProperty, CaptureMode, CaptureStatus,
+                             Event, MemAttach, Stream, StreamAttribute, SyncPolicy,
+                             current_stream, reset_persisting_l2_cache)
+from streams import _hostcall  # noqa: F401  (registers the host-callback paths)
+from streams._memory import (DeviceBuffer, ManagedBuffer, PinnedBuffer, memcpy_async,
+                             memset_async)
+from streams._launch import Kernel, Module, PreparedLaunch
+from streams._graph import (CaptureInfo, Graph, GraphExec, GraphNode, NodeType, UpdateResult,
+                            capture_mode, exchange_capture_mode)
+from streams import _cudart
 
 __version__ = "0.1.0"
 
@@ -53,6 +31,8 @@ __all__ = [
     "AccessPolicyWindow",
     "AccessProperty",
     "CaptureInfo",
+    "CaptureMode",
+    "CaptureStatus",
     "CudaError",
     "Device",
     "DeviceBuffer",
@@ -63,11 +43,14 @@ __all__ = [
     "HostCallbackError",
     "Kernel",
     "ManagedBuffer",
+    "MemAttach",
     "Module",
+    "NodeType",
     "PinnedBuffer",
     "PreparedLaunch",
     "Stream",
     "StreamAttribute",
+    "StreamsEnum",
     "SyncPolicy",
     "UpdateResult",
     "capture_mode",
@@ -91,7 +74,7 @@ __all__ = [
 
 # Registered at import, so it runs after atexit hooks registered later
 # (user code that still synchronizes), and before the interpreter finalizes.
-_atexit.register(_core._shutdown)
+_atexit.register(_cudart._shutdown)
 
 
 def show_config(file=None):

@@ -426,7 +426,7 @@ def streams_info():
             "driver_version": None, "device_count": 0, "devices": [], "error": None}
     try:
         import streams
-        from streams import _core
+        from streams import _cudart as _core
     except Exception as exc:
         info["error"] = f"cannot import streams: {type(exc).__name__}: {exc}"
         return info
@@ -435,7 +435,7 @@ def streams_info():
     # Cython 3 names its shared function type's module after its own
     # version (_cython_3_1_2): the version that compiled _core, not the
     # one installed now.
-    mod = type(_core.device_count).__module__
+    mod = type(_core.runtime_version).__module__
     if mod.startswith("_cython_"):
         info["cython"] = mod[len("_cython_"):].replace("_", ".")
     try:

@@ -1,11 +1,13 @@
-# Raw declarations of the CUDA runtime API that `streams` uses.
+# Raw declarations of the CUDA runtime API, as far as `streams` calls it.
 #
-# Only what the package calls is declared, sectioned as in the CUDA runtime
-# reference.  Handles are opaque pointers: Cython never needs their layout.
-# Cimporting this file pulls in <cuda_runtime_api.h>, so a downstream build
-# that uses it directly needs the CUDA headers (the `nvidia-cuda-runtime`
-# wheel has them) and must link cudart itself.  Cimporting the classes from
-# `streams` needs neither (see streams/_core.pxd).
+# The package's own declaration file, not an API for other projects: only
+# streams._cudart calls these functions (it alone links the static cudart,
+# and a second module linking it would make a second runtime in the
+# process); the other modules use the types and constants, and call CUDA
+# through streams/_cudart.pxd.  Only what the package calls is declared,
+# sectioned as in the CUDA runtime reference, with signatures that CUDA 12
+# and 13 share (include/streams/compat.h spells the ones that differ).
+# Handles are opaque pointers: Cython never needs their layout.
 
 from libc.stddef cimport size_t
 
@@ -178,21 +180,6 @@ cdef extern from "cuda_runtime_api.h" nogil:
     cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event,
                                     unsigned int flags)
     cudaError_t cudaThreadExchangeStreamCaptureMode(cudaStreamCaptureMode* mode)
-    # CUDA 12.3+ spelling (the `_v3`/`_v2` forms of CUDA 12 are the base names
-    # in CUDA 13); include/streams/compat.h maps CUDA 12 onto these names.
-    cudaError_t cudaStreamGetCaptureInfo(cudaStream_t stream,
-                                         cudaStreamCaptureStatus* captureStatus_out,
-                                         unsigned long long* id_out,
-                                         cudaGraph_t* graph_out,
-                                         const cudaGraphNode_t** dependencies_out,
-                                         const cudaGraphEdgeData** edgeData_out,
-                                         size_t* numDependencies_out)
-    cudaError_t cudaStreamUpdateCaptureDependencies(cudaStream_t stream,
-                                                    cudaGraphNode_t* dependencies,
-                                                    const cudaGraphEdgeData* dependencyData,
-                                                    size_t numDependencies,
-                                                    unsigned int flags)
-
     # ---- Event management -------------------------------------------------
     enum:
         cudaEventDefault
@@ -415,14 +402,6 @@ cdef extern from "cuda_runtime_api.h" nogil:
                                           const cudaGraphNode_t* pDependencies,
                                           size_t numDependencies, cudaEvent_t event)
     cudaError_t cudaGraphNodeGetType(cudaGraphNode_t node, cudaGraphNodeType* pType)
-    # CUDA 13 signatures; include/streams/compat.h has CUDA 12's.
-    cudaError_t cudaGraphGetEdges(cudaGraph_t graph, cudaGraphNode_t* from_,
-                                  cudaGraphNode_t* to, cudaGraphEdgeData* edgeData,
-                                  size_t* numEdges)
-    cudaError_t cudaGraphNodeGetDependencies(cudaGraphNode_t node,
-                                             cudaGraphNode_t* pDependencies,
-                                             cudaGraphEdgeData* edgeData,
-                                             size_t* pNumDependencies)
     cudaError_t cudaGraphExecUpdate(cudaGraphExec_t hGraphExec, cudaGraph_t hGraph,
                                     cudaGraphExecUpdateResultInfo* resultInfo)
     cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t* pGraphExec, cudaGraph_t graph,

@@ -1,13 +1,13 @@
 """Helpers for tests and benchmarks that need real work on a stream."""
-from streams import _core
-from streams._core import Stream
+from streams import _launch
+from streams._stream import Stream
 
 __all__ = ["spin", "launch_empty", "fill_u32", "increment_u32", "BUILTIN_PTX",
            "builtin_module"]
 
 #: PTX of the built-in kernels: streams_empty(), streams_spin(u64 ns),
 #: streams_fill_u32(u32* p, u32 v, u64 n), streams_increment_u32(u32* p, u64 n).
-BUILTIN_PTX = _core._builtin_ptx()
+BUILTIN_PTX = _launch.builtin_ptx()
 
 
 def builtin_module():
@@ -27,19 +27,19 @@ def spin(stream, microseconds):
         raise TypeError(f"stream must be a streams.Stream, not {type(stream).__name__}")
     if isinstance(microseconds, bool) or not isinstance(microseconds, (int, float)):
         raise TypeError(f"microseconds must be a number, not {type(microseconds).__name__}")
-    _core._spin(stream, microseconds)
+    _launch._spin(stream, microseconds)
 
 
 def launch_empty(stream):
     """Launch an empty 1x1 kernel on ``stream``."""
-    _core._launch_empty(stream)
+    _launch._launch_empty(stream)
 
 
 def fill_u32(stream, ptr, value, count):
     """Fill ``count`` uint32 at device pointer ``ptr`` with ``value``."""
-    _core._fill_u32(stream, ptr, value, count)
+    _launch._fill_u32(stream, ptr, value, count)
 
 
 def increment_u32(stream, ptr, count):
     """Add 1 to ``count`` uint32 at device pointer ``ptr``."""
-    _core._increment_u32(stream, ptr, count)
+    _launch._increment_u32(stream, ptr, count)

@@ -35,13 +35,13 @@ def no_leaked_handles(request):
     # and dropped shortly after on ours.
     deadline = time.monotonic() + 2.0
     while True:
-        streams._core._drain_deferred()
+        streams._cudart._drain_deferred()
         after = streams.debug_counters()
         if after["live_host_calls"] <= before["live_host_calls"] or time.monotonic() > deadline:
             break
         time.sleep(0.01)
     keys = ["live_streams", "live_events", "live_callbacks", "live_host_calls",
-            "live_graphs", "live_graph_execs"]
+            "live_graphs", "live_graph_execs", "live_modules", "live_buffers"]
     if after["debug_build"]:
         # The debug build also counts each reference the C code takes and
         # drops, and each allocation and module: every one must be undone.
@@ -52,7 +52,8 @@ def no_leaked_handles(request):
 
 
 # What a debug build (STREAMS_DEBUG_REFCOUNTS=1) adds to the leak check.
-DEBUG_BALANCES = ["live_payload_refs", "live_dlpack_refs", "live_allocations", "live_modules"]
+DEBUG_BALANCES = ["live_payload_refs", "live_dlpack_refs", "live_allocations",
+                  "live_module_loads"]
 
 
 @pytest.fixture

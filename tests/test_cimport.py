@@ -66,6 +66,15 @@ def test_cimport_on_cpu(ext):
         ext.query_nogil(Lazy())
     with pytest.raises(TypeError):
         ext.query_nogil(object())
+    # Library-made objects that were never initialised refuse, never crash.
+    with pytest.raises(ValueError, match="never initialised"):
+        ext.prepared_nogil(streams.PreparedLaunch.__new__(streams.PreparedLaunch),
+                           streams.Stream.legacy, 1)
+    with pytest.raises(ValueError, match="never initialised"):
+        ext.fill_nogil(streams.Kernel.__new__(streams.Kernel), streams.Stream.legacy, 0, 0, 0)
+    with pytest.raises(ValueError, match="closed GraphExec"):
+        ext.graph_launch_nogil(streams.GraphExec.__new__(streams.GraphExec),
+                               streams.Stream.legacy, 1)
 
 
 @pytest.mark.gpu
@@ -83,8 +92,41 @@ def test_cimport_nogil_methods_on_gpu(ext):
         assert ext.query_nogil(a) == 1, "b finished, so a must have finished"
         assert ext.event_query_nogil(ev) == 1
         assert ext.handle_of(a) == a.handle
+        assert ext.device_of(a) == a.device_id
+        assert ext.event_nogil(ev, b) == (ev.handle, 1)
     finally:
         a.synchronize()
         a.close()
         b.close()
         ev.close()
+
+
+@pytest.mark.gpu
+def test_cimport_kernel_graph_and_prepared_launch_on_gpu(ext):
+    np = pytest.importorskip("numpy")
+    from streams.testing import builtin_module
+
+    n = 1024
+    s = streams.Stream()
+    mod = builtin_module()
+    fill = mod.get_kernel("streams_fill_u32", signature="pointer, uint32, uint64")
+    increment = mod.get_kernel("streams_increment_u32", signature="pointer, uint64")
+    buf = streams.DeviceBuffer(n * 4, s)
+    host = np.zeros(n, np.uint32)
+    try:
+        assert ext.fill_nogil(fill, s, buf.ptr, 40, n) == fill.handle
+        ext.prepared_nogil(increment.prepare(4, 256, buf, n), s, 1)
+        g = streams.Graph()
+        g.add_kernel_node(increment, 4, 256, buf, n)
+        assert ext.graph_handle(g) == g.handle
+        with g.instantiate() as ex:
+            assert ext.graph_launch_nogil(ex, s, 1) == ex.handle
+        streams.memcpy_async(host, buf, stream=s)
+        s.synchronize()
+        assert (host == 42).all(), "fill 40, then one prepared and one graph increment"
+        g.close()
+    finally:
+        s.synchronize()
+        buf.close()
+        mod.close()
+        s.close()

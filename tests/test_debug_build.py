@@ -15,7 +15,7 @@ from _support import MS
 DEBUG_KEYS = {"payload_increfs", "payload_decrefs", "live_payload_refs", "payloads_leaked",
               "dlpack_increfs", "dlpack_decrefs", "live_dlpack_refs", "memory_allocs",
               "memory_frees", "live_allocations", "module_loads", "module_unloads",
-              "live_modules"}
+              "live_module_loads"}
 
 debug_only = pytest.mark.skipif(not streams.debug_build(),
                                 reason="needs a build with STREAMS_DEBUG_REFCOUNTS=1 "
@@ -68,12 +68,12 @@ def test_graph_payload_is_held_once_for_all_replays(stream):
     assert _delta(before, "payload_increfs", "payload_decrefs") == (1, 0)
     graph.close()
     gc.collect()
-    streams._core._drain_deferred()
+    streams._cudart._drain_deferred()
     # CUDA releases the user object on its own thread; the drop follows.
     for _ in range(200):
         if _delta(before, "payload_decrefs") == (1,):
             break
-        streams._core._drain_deferred()
+        streams._cudart._drain_deferred()
         stream.synchronize()
     assert _delta(before, "payload_increfs", "payload_decrefs") == (1, 1)
 

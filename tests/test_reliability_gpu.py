@@ -221,5 +221,5 @@ def test_debug_counters_see_graph_payloads():
     deadline = time.monotonic() + 2
     while streams.debug_counters()["live_host_calls"] != before["live_host_calls"]:
         assert time.monotonic() < deadline, streams.debug_counters()
-        streams._core._drain_deferred()
+        streams._cudart._drain_deferred()
         time.sleep(0.01)

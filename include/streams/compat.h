@@ -21,4 +21,16 @@
 #error "streams needs CUDA 12.3 or newer (edge data in the capture API)"
 #endif
 
+/* A kernel's parameter layout, which launches are checked against.  Older
+ * runtimes cannot tell it: kernels then need an explicit signature. */
+#if CUDART_VERSION >= 12060
+#define streams_cudaFuncGetParamInfo cudaFuncGetParamInfo
+#else
+static inline cudaError_t streams_cudaFuncGetParamInfo(const void *func, size_t index,
+                                                       size_t *offset, size_t *size) {
+    (void)func; (void)index; (void)offset; (void)size;
+    return cudaErrorNotSupported;
+}
+#endif
+
 #endif /* STREAMS_COMPAT_H */

@@ -1,26 +1,31 @@
-/* Internal C shim of the `streams` extension: the parts that must not be
- * written in Cython because they run on threads Python does not own, or
- * before/after the interpreter is usable.
+/* Internal C shim of `streams._cudart`, the one module that links the CUDA
+ * runtime: the parts that run on threads Python does not own, or before or
+ * after the interpreter is usable, and so cannot be written in Cython.
  *
- *  - the host-function trampoline that CUDA calls on its own callback thread;
- *  - the per-thread "inside a host callback" flag (CUDA forbids CUDA calls
- *    there, and making one can deadlock the callback thread on itself);
- *  - the fork flag (a child forked after CUDA was initialised must not touch
- *    the inherited, unusable CUDA state);
- *  - the shutdown flag (after Python's atexit ran, callbacks must not touch
- *    the interpreter any more: they leak their payload instead).
+ *  - the guard: the per-thread "inside a host callback" flag (CUDA forbids
+ *    CUDA calls there, and one can deadlock the callback thread on itself)
+ *    and the fork flag (a child forked after CUDA was initialised must not
+ *    touch the inherited, unusable CUDA state);
+ *  - the shutdown flag (after Python's atexit ran, callbacks must not enter
+ *    the interpreter any more: they leak their payload instead);
+ *  - the host-function trampolines CUDA calls on its own thread;
+ *  - the deferred releases: a handle whose last reference drops where CUDA
+ *    cannot be called (a host callback) is released later, on a safe thread;
+ *  - per-thread marker events (wait_stream, foreign streams' orderings);
+ *  - one helper thread per device for interruptible device synchronization;
+ *  - the handle and reference counters of debug_counters().
  *
- * Included by exactly one translation unit (streams/_core.pyx). */
+ * Included by exactly one translation unit (streams/_cudart.pyx). */
 #ifndef STREAMS_SHIM_H
 #define STREAMS_SHIM_H
 
 #include <Python.h>
 #include <pthread.h>
 #include <stdatomic.h>
-#include <time.h>
-#include <sched.h>
+#include <stdlib.h>
 #include <cuda_runtime_api.h>
 #include "streams/streams.h"
+#include "streams/clock.h"
 
 #if defined(__GNUC__)
 #define STREAMS_UNLIKELY(x) __builtin_expect(!!(x), 0)
@@ -28,9 +33,11 @@
 #define STREAMS_UNLIKELY(x) (x)
 #endif
 
+#define STREAMS_MAX_DEVICES 64
+
 /* Set by the shim while a Python host callback runs on this thread. */
 static _Thread_local int streams_tls_in_callback = 0;
-/* 1 once any CUDA call went through check(); read by the fork handler. */
+/* 1 once any CUDA call went through the call layer; read by the fork handler. */
 static int streams_cuda_touched = 0;
 /* 1 in a child forked after the parent had touched CUDA. */
 static int streams_forked_child = 0;
@@ -44,58 +51,20 @@ static inline int streams_guard_state(void) {
     return 0;
 }
 
-static void streams_atfork_child(void) {
-    streams_forked_child = streams_cuda_touched;
-}
-
-static int streams_install_fork_handler(void) {
-    return pthread_atfork(NULL, NULL, streams_atfork_child);
-}
-
 static inline void streams_mark_shutting_down(void) {
     atomic_store(&streams_shutting_down, 1);
+}
+
+/* A module object that outlives one interpreter (an embedding application
+ * that finalizes and initializes Python again) must not keep the previous
+ * interpreter's shutdown flag: callbacks would never run again. */
+static inline void streams_clear_shutting_down(void) {
+    atomic_store(&streams_shutting_down, 0);
 }
 
 static inline int streams_is_shutting_down(void) {
     return atomic_load_explicit(&streams_shutting_down, memory_order_relaxed);
 }
-
-/* Monotonic clock in nanoseconds, for the interruptible waits. */
-static inline long long streams_now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
-static inline void streams_cpu_yield(void) { sched_yield(); }
-
-/* About a quarter microsecond of spinning without a system call, so that a
- * short wait polls often without hammering the driver's locks. */
-static inline void streams_cpu_relax(void) {
-    int i;
-    for (i = 0; i < 64; i++) {
-#if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
-#elif defined(__aarch64__)
-        __asm__ __volatile__("yield");
-#endif
-    }
-}
-
-static inline void streams_sleep_ns(long long ns) {
-    struct timespec ts;
-    ts.tv_sec = ns / 1000000000LL;
-    ts.tv_nsec = ns % 1000000000LL;
-    nanosleep(&ts, NULL);
-}
-
-/* ---- Host callbacks ---------------------------------------------------
- * The payload is a PyObject owned by the enqueueing side: one strong
- * reference travels with the CUDA work item.  The Python-level work (call,
- * report, deliver the error) is done by a dispatcher that the Cython module
- * registers, run with the GIL held and the in-callback flag set. */
-typedef void (*streams_dispatch_fn)(PyObject *payload, int status);
-static streams_dispatch_fn streams_dispatch = NULL;
 
 static inline int streams_py_finalizing(void) {
 #if PY_VERSION_HEX >= 0x030D0000
@@ -104,6 +73,139 @@ static inline int streams_py_finalizing(void) {
     return _Py_IsFinalizing();
 #endif
 }
+
+/* Whether Python objects and CUDA may be touched from here to release
+ * something (destructors, deleters): not while the interpreter is being
+ * torn down. */
+static inline int streams_interpreter_alive(void) {
+    return !streams_is_shutting_down() && !streams_py_finalizing();
+}
+
+/* ---- Counters -----------------------------------------------------------
+ * The list is in streams/counters.h (every module names them).  Atomic:
+ * releases happen on whichever thread is the last user of a handle, and
+ * CUDA's threads count while Python threads do. */
+#include "streams/counters.h"
+#ifdef STREAMS_DEBUG_REFCOUNTS
+#define STREAMS_DEBUG_BUILD 1
+#else
+#define STREAMS_DEBUG_BUILD 0
+#endif
+static atomic_ullong streams_counters[STREAMS_CNT_N];
+
+static inline void streams_count(int which) {
+    if (which >= STREAMS_CNT_FIRST_DEBUG && !STREAMS_DEBUG_BUILD)
+        return;
+    atomic_fetch_add_explicit(&streams_counters[which], 1, memory_order_relaxed);
+}
+static inline unsigned long long streams_counter(int which) {
+    return atomic_load(&streams_counters[which]);
+}
+static inline int streams_debug_build(void) { return STREAMS_DEBUG_BUILD; }
+
+static inline void streams_payload_incref(PyObject *payload) {
+    streams_count(STREAMS_CNT_PAYLOAD_INCREF);
+    Py_INCREF(payload);
+}
+static inline void streams_payload_decref(PyObject *payload) {
+    streams_count(STREAMS_CNT_PAYLOAD_DECREF);
+    Py_DECREF(payload);
+}
+
+/* ---- Deferred releases --------------------------------------------------
+ * An item is a C release function with its argument, and/or a Python
+ * reference to drop.  The queue is drained with the GIL held, outside any
+ * host callback: by a pending call CUDA-owned threads schedule, or by the
+ * next streams call that makes or closes a handle.  First in, first out:
+ * a buffer freed in a callback is queued before the stream it kept alive. */
+typedef void (*streams_release_fn)(void *arg);
+typedef struct {
+    streams_release_fn fn;
+    void *arg;
+    PyObject *keep;
+} streams_deferred_item;
+
+static pthread_mutex_t streams_deferred_lock = PTHREAD_MUTEX_INITIALIZER;
+static streams_deferred_item *streams_deferred = NULL;
+static size_t streams_deferred_len = 0, streams_deferred_cap = 0;
+static atomic_int streams_deferred_pending = 0;
+
+static int streams_drain_pending_call(void *unused);
+
+/* Any thread, GIL or not.  Returns 0, or -1 when out of memory (the item is
+ * then dropped: a leak, which is safe). */
+static int streams_defer(streams_release_fn fn, void *arg, PyObject *keep) {
+    int queued = 0;
+    pthread_mutex_lock(&streams_deferred_lock);
+    if (streams_deferred_len == streams_deferred_cap) {
+        size_t cap = streams_deferred_cap ? 2 * streams_deferred_cap : 64;
+        streams_deferred_item *grown = (streams_deferred_item *)realloc(
+            streams_deferred, cap * sizeof(streams_deferred_item));
+        if (grown) {
+            streams_deferred = grown;
+            streams_deferred_cap = cap;
+        }
+    }
+    if (streams_deferred_len < streams_deferred_cap) {
+        streams_deferred_item *item = &streams_deferred[streams_deferred_len++];
+        item->fn = fn;
+        item->arg = arg;
+        item->keep = keep;
+        queued = 1;
+    }
+    atomic_store(&streams_deferred_pending, 1);
+    pthread_mutex_unlock(&streams_deferred_lock);
+    if (!queued) {
+        streams_count(STREAMS_CNT_PAYLOAD_LEAKED);
+        return -1;
+    }
+    /* Safe without the GIL.  If the interpreter's queue of pending calls is
+     * full, the next drain from a streams call picks the item up. */
+    if (streams_interpreter_alive())
+        Py_AddPendingCall(streams_drain_pending_call, NULL);
+    return 0;
+}
+
+/* With the GIL held, outside callbacks: run every queued release.
+ * Returns how many ran. */
+static Py_ssize_t streams_drain_deferred(void) {
+    streams_deferred_item *items;
+    size_t n, i;
+    if (!atomic_load_explicit(&streams_deferred_pending, memory_order_acquire))
+        return 0;
+    if (streams_guard_state() != 0)
+        return 0;  /* a callback thread: the next safe caller drains */
+    pthread_mutex_lock(&streams_deferred_lock);
+    items = streams_deferred;
+    n = streams_deferred_len;
+    streams_deferred = NULL;
+    streams_deferred_len = streams_deferred_cap = 0;
+    atomic_store(&streams_deferred_pending, 0);
+    pthread_mutex_unlock(&streams_deferred_lock);
+    for (i = 0; i < n; i++) {
+        if (items[i].fn && streams_interpreter_alive())
+            items[i].fn(items[i].arg);
+        if (items[i].keep)
+            streams_payload_decref(items[i].keep);
+        streams_count(STREAMS_CNT_DEFERRED_RELEASES);
+    }
+    free(items);
+    return (Py_ssize_t)n;
+}
+
+static int streams_drain_pending_call(void *unused) {
+    (void)unused;
+    streams_drain_deferred();
+    return 0;
+}
+
+/* ---- Host callbacks -----------------------------------------------------
+ * The payload is a PyObject owned by the enqueueing side: one strong
+ * reference travels with the CUDA work item.  The Python-level work (call,
+ * report, deliver the error) is done by a dispatcher that streams._hostcall
+ * registers, run with the GIL held and the in-callback flag set. */
+typedef void (*streams_dispatch_fn)(PyObject *payload, int status);
+static streams_dispatch_fn streams_dispatch = NULL;
 
 /* Trampolines that passed the shutdown check and may be waiting for, or
  * holding, the GIL.  The atexit hook waits for this to drain so that no
@@ -119,46 +221,6 @@ static int streams_wait_trampolines_idle(long long timeout_ns) {
     return 0;
 }
 
-/* ---- Debug build: STREAMS_DEBUG_REFCOUNTS=1 when building ---------------
- * Counts every reference the C paths take or drop on a callback payload or
- * a DLPack export, and every owned allocation and module made or given
- * back, so that tests can prove each INCREF has its DECREF (a leaked
- * payload is otherwise invisible when something else keeps it alive).  In
- * a normal build the counting compiles away.  Atomic: CUDA's threads may
- * count while Python threads do. */
-enum {
-    STREAMS_DBG_PAYLOAD_INCREF, STREAMS_DBG_PAYLOAD_DECREF,
-    STREAMS_DBG_DLPACK_INCREF, STREAMS_DBG_DLPACK_DECREF,
-    STREAMS_DBG_MEMORY_ALLOC, STREAMS_DBG_MEMORY_FREE,
-    STREAMS_DBG_MODULE_LOAD, STREAMS_DBG_MODULE_UNLOAD,
-    STREAMS_DBG_PAYLOAD_LEAKED,  /* dropped on purpose at shutdown or on ENOMEM */
-    STREAMS_DBG_NCOUNTERS
-};
-#ifdef STREAMS_DEBUG_REFCOUNTS
-#define STREAMS_DEBUG_BUILD 1
-static atomic_ullong streams_dbg_counters[STREAMS_DBG_NCOUNTERS];
-static inline void streams_dbg_count(int which) {
-    atomic_fetch_add_explicit(&streams_dbg_counters[which], 1, memory_order_relaxed);
-}
-static inline unsigned long long streams_dbg_value(int which) {
-    return atomic_load(&streams_dbg_counters[which]);
-}
-#else
-#define STREAMS_DEBUG_BUILD 0
-static inline void streams_dbg_count(int which) { (void)which; }
-static inline unsigned long long streams_dbg_value(int which) { (void)which; return 0; }
-#endif
-static inline int streams_debug_build(void) { return STREAMS_DEBUG_BUILD; }
-
-static inline void streams_payload_incref(PyObject *payload) {
-    streams_dbg_count(STREAMS_DBG_PAYLOAD_INCREF);
-    Py_INCREF(payload);
-}
-static inline void streams_payload_decref(PyObject *payload) {
-    streams_dbg_count(STREAMS_DBG_PAYLOAD_DECREF);
-    Py_DECREF(payload);
-}
-
 /* CUDA runs host functions on a thread Python does not know.  Creating and
  * deleting a Python thread state for every callback costs microseconds, so
  * the first callback on such a thread keeps its thread state alive (the
@@ -171,10 +233,9 @@ static void streams_run_payload(void *payload, int status, int consume) {
     atomic_fetch_add(&streams_trampolines_active, 1);
     /* After our atexit hook, or once finalization began, taking the GIL may
      * block forever or end this CUDA-owned thread: leak the payload. */
-    if (atomic_load(&streams_shutting_down) || streams_py_finalizing() ||
-            streams_dispatch == NULL) {
+    if (!streams_interpreter_alive() || streams_dispatch == NULL) {
         if (consume)
-            streams_dbg_count(STREAMS_DBG_PAYLOAD_LEAKED);
+            streams_count(STREAMS_CNT_PAYLOAD_LEAKED);
         atomic_fetch_sub(&streams_trampolines_active, 1);
         return;
     }
@@ -186,7 +247,7 @@ static void streams_run_payload(void *payload, int status, int consume) {
     streams_tls_in_callback = 1;
     streams_dispatch((PyObject *)payload, status);
     /* Still flagged: dropping the payload may free the last reference to a
-     * Stream, whose deallocator must then defer cudaStreamDestroy. */
+     * handle owner, whose deallocator must then defer its CUDA release. */
     if (consume)
         streams_payload_decref((PyObject *)payload);
     streams_tls_in_callback = 0;
@@ -212,69 +273,223 @@ static void CUDART_CB streams_graph_host_fn_trampoline(void *payload) {
     streams_run_payload(payload, 0, 0);
 }
 
-/* ---- Payloads owned by CUDA user objects (graph host nodes) -------------
- * CUDA destroys a user object on one of its own threads, possibly while a
- * Python thread holds the GIL and waits on CUDA: taking the GIL there could
- * deadlock.  So the destructor only queues the payload; the references are
- * dropped later with the GIL held, by a pending call or by the next
- * streams API call that drains the queue. */
-static pthread_mutex_t streams_deferred_lock = PTHREAD_MUTEX_INITIALIZER;
-static PyObject **streams_deferred = NULL;
-static size_t streams_deferred_len = 0, streams_deferred_cap = 0;
-static atomic_int streams_deferred_pending = 0;
+/* cudaHostFn_t destructor of a user object, called on a CUDA thread
+ * possibly while a Python thread holds the GIL and waits on CUDA: taking
+ * the GIL here could deadlock, so the reference is only queued. */
+static void CUDART_CB streams_user_object_release(void *payload) {
+    if (!streams_interpreter_alive()) {
+        streams_count(STREAMS_CNT_PAYLOAD_LEAKED);
+        return;  /* the process is ending: leak rather than touch Python */
+    }
+    streams_defer(NULL, NULL, (PyObject *)payload);
+}
 
-/* With the GIL held: drop every queued reference.  Returns how many. */
-static Py_ssize_t streams_drain_deferred(void) {
-    PyObject **items;
-    size_t n, i;
-    if (!atomic_load_explicit(&streams_deferred_pending, memory_order_acquire))
+/* ---- Per-thread marker events -------------------------------------------
+ * "Make stream A wait for what stream B has so far" records an event on B
+ * and waits on it from A.  One event a thread and device serves every such
+ * wait: cudaStreamWaitEvent takes the event's state at call time, so its
+ * next record cannot disturb an earlier wait; and being per thread, two
+ * threads cannot record each other's per-thread default stream into it. */
+static pthread_key_t streams_marker_key;
+static pthread_once_t streams_marker_once = PTHREAD_ONCE_INIT;
+
+static void streams_free_markers(void *p) {
+    cudaEvent_t *markers = (cudaEvent_t *)p;
+    int i;
+    if (markers == NULL)
+        return;
+    if (streams_guard_state() == 0 && !streams_is_shutting_down()) {
+        for (i = 0; i < STREAMS_MAX_DEVICES; i++)
+            if (markers[i])
+                cudaEventDestroy(markers[i]);
+    }
+    free(markers);
+}
+
+static void streams_marker_key_init(void) {
+    pthread_key_create(&streams_marker_key, streams_free_markers);
+}
+
+/* The calling thread's marker event on device `dev` (made on first use). */
+static cudaError_t streams_thread_marker(int dev, cudaEvent_t *out) {
+    cudaEvent_t *markers;
+    cudaError_t err = cudaSuccess;
+    int cur = -1;
+    if (dev < 0 || dev >= STREAMS_MAX_DEVICES)
+        return cudaErrorInvalidDevice;
+    pthread_once(&streams_marker_once, streams_marker_key_init);
+    markers = (cudaEvent_t *)pthread_getspecific(streams_marker_key);
+    if (markers == NULL) {
+        markers = (cudaEvent_t *)calloc(STREAMS_MAX_DEVICES, sizeof(cudaEvent_t));
+        if (markers == NULL)
+            return cudaErrorMemoryAllocation;
+        pthread_setspecific(streams_marker_key, markers);
+    }
+    if (markers[dev] == NULL) {
+        err = cudaGetDevice(&cur);
+        if (err == cudaSuccess && cur != dev)
+            err = cudaSetDevice(dev);
+        if (err == cudaSuccess)
+            err = cudaEventCreateWithFlags(&markers[dev], cudaEventDisableTiming);
+        if (cur >= 0 && cur != dev)
+            cudaSetDevice(cur);
+        if (err != cudaSuccess) {
+            markers[dev] = NULL;
+            return err;
+        }
+    }
+    *out = markers[dev];
+    return cudaSuccess;
+}
+
+/* ---- Device synchronization on a helper thread ---------------------------
+ * cudaDeviceSynchronize cannot be interrupted, so one helper thread per
+ * device makes the call and waiting threads poll its progress with the GIL
+ * released, checking for Ctrl-C between slices.  Requests are numbered: a
+ * waiter is done once a synchronize that *started* after its request has
+ * finished, so calls that arrive while one runs share the next one, and a
+ * waiter that gives up (timeout, Ctrl-C) leaves no thread behind. */
+typedef struct {
+    pthread_mutex_t lock;
+    pthread_cond_t wake, done;
+    int running;                 /* the helper thread exists */
+    unsigned long long requested, started, finished;
+    long long started_at_ns;     /* when the synchronize in flight began */
+    cudaError_t last_error;      /* of the synchronize that finished last */
+} streams_devsync_t;
+
+static streams_devsync_t streams_devsync[STREAMS_MAX_DEVICES];
+static pthread_once_t streams_devsync_once = PTHREAD_ONCE_INIT;
+
+static void streams_devsync_init(void) {
+    int i;
+    for (i = 0; i < STREAMS_MAX_DEVICES; i++) {
+        pthread_mutex_init(&streams_devsync[i].lock, NULL);
+        pthread_cond_init(&streams_devsync[i].wake, NULL);
+        pthread_cond_init(&streams_devsync[i].done, NULL);
+    }
+}
+
+static void *streams_devsync_main(void *arg) {
+    int dev = (int)(intptr_t)arg;
+    streams_devsync_t *d = &streams_devsync[dev];
+    cudaError_t err;
+    unsigned long long ticket;
+    err = cudaSetDevice(dev);
+    pthread_mutex_lock(&d->lock);
+    for (;;) {
+        while (d->started == d->requested)
+            pthread_cond_wait(&d->wake, &d->lock);
+        ticket = d->requested;
+        d->started = ticket;
+        d->started_at_ns = streams_now_ns();
+        pthread_mutex_unlock(&d->lock);
+        if (err == cudaSuccess || err == cudaErrorInvalidDevice)
+            err = cudaSetDevice(dev);
+        if (err == cudaSuccess)
+            err = cudaDeviceSynchronize();
+        /* CUDA's per-thread last error of this helper thread is never read. */
+        cudaGetLastError();
+        pthread_mutex_lock(&d->lock);
+        d->finished = ticket;
+        d->last_error = err;
+        err = cudaSuccess;
+        pthread_cond_broadcast(&d->done);
+    }
+    return NULL;
+}
+
+/* Ask for a synchronize of `dev`; returns the ticket to wait for, or 0
+ * (with *err set) when the helper thread cannot be started. */
+static unsigned long long streams_devsync_request(int dev, cudaError_t *err) {
+    streams_devsync_t *d;
+    pthread_t thread;
+    pthread_attr_t attr;
+    unsigned long long ticket;
+    *err = cudaSuccess;
+    if (dev < 0 || dev >= STREAMS_MAX_DEVICES) {
+        *err = cudaErrorInvalidDevice;
         return 0;
+    }
+    pthread_once(&streams_devsync_once, streams_devsync_init);
+    d = &streams_devsync[dev];
+    pthread_mutex_lock(&d->lock);
+    if (!d->running) {
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        if (pthread_create(&thread, &attr, streams_devsync_main, (void *)(intptr_t)dev) != 0) {
+            pthread_attr_destroy(&attr);
+            pthread_mutex_unlock(&d->lock);
+            *err = cudaErrorMemoryAllocation;
+            return 0;
+        }
+        pthread_attr_destroy(&attr);
+        d->running = 1;
+    }
+    ticket = ++d->requested;
+    pthread_cond_signal(&d->wake);
+    pthread_mutex_unlock(&d->lock);
+    return ticket;
+}
+
+/* Wait up to `slice_ns` for `ticket`.  1: done (*err: that synchronize's
+ * result); 0: not yet.  *in_flight_ns: how long the synchronize that will
+ * answer this ticket has been running (0 while it has not started). */
+static int streams_devsync_wait(int dev, unsigned long long ticket, long long slice_ns,
+                                cudaError_t *err, long long *in_flight_ns) {
+    streams_devsync_t *d = &streams_devsync[dev];
+    struct timespec until;
+    long long deadline_ns;
+    int done;
+    clock_gettime(CLOCK_REALTIME, &until);
+    deadline_ns = (long long)until.tv_sec * 1000000000LL + until.tv_nsec + slice_ns;
+    until.tv_sec = deadline_ns / 1000000000LL;
+    until.tv_nsec = deadline_ns % 1000000000LL;
+    pthread_mutex_lock(&d->lock);
+    while (d->finished < ticket) {
+        if (pthread_cond_timedwait(&d->done, &d->lock, &until) != 0)
+            break;
+    }
+    done = d->finished >= ticket;
+    *err = done ? d->last_error : cudaSuccess;
+    *in_flight_ns = (!done && d->started >= ticket) ? streams_now_ns() - d->started_at_ns : 0;
+    pthread_mutex_unlock(&d->lock);
+    return done;
+}
+
+/* ---- fork ------------------------------------------------------------------
+ * The child gets one thread: locks another thread held at the fork are
+ * re-made, the helper threads and callbacks in flight do not exist there. */
+static void streams_atfork_prepare(void) {
     pthread_mutex_lock(&streams_deferred_lock);
-    items = streams_deferred;
-    n = streams_deferred_len;
+}
+
+static void streams_atfork_parent(void) {
+    pthread_mutex_unlock(&streams_deferred_lock);
+}
+
+static void streams_atfork_child(void) {
+    int i;
+    pthread_mutex_init(&streams_deferred_lock, NULL);
+    /* The queued releases name the parent's handles: never run them. */
     streams_deferred = NULL;
     streams_deferred_len = streams_deferred_cap = 0;
     atomic_store(&streams_deferred_pending, 0);
-    pthread_mutex_unlock(&streams_deferred_lock);
-    for (i = 0; i < n; i++)
-        streams_payload_decref(items[i]);
-    free(items);
-    return (Py_ssize_t)n;
+    atomic_store(&streams_trampolines_active, 0);
+    for (i = 0; i < STREAMS_MAX_DEVICES; i++) {
+        pthread_mutex_init(&streams_devsync[i].lock, NULL);
+        pthread_cond_init(&streams_devsync[i].wake, NULL);
+        pthread_cond_init(&streams_devsync[i].done, NULL);
+        streams_devsync[i].running = 0;
+        streams_devsync[i].requested = streams_devsync[i].started = 0;
+        streams_devsync[i].finished = 0;
+    }
+    streams_forked_child = streams_cuda_touched;
 }
 
-static int streams_drain_deferred_pending_call(void *unused) {
-    (void)unused;
-    streams_drain_deferred();
-    return 0;
-}
-
-/* cudaHostFn_t destructor of a user object: no GIL, no Python calls. */
-static void CUDART_CB streams_user_object_release(void *payload) {
-    int queued = 0;
-    if (atomic_load(&streams_shutting_down)) {
-        streams_dbg_count(STREAMS_DBG_PAYLOAD_LEAKED);
-        return;  /* the process is ending: leak rather than touch Python */
-    }
-    pthread_mutex_lock(&streams_deferred_lock);
-    if (streams_deferred_len == streams_deferred_cap) {
-        size_t cap = streams_deferred_cap ? 2 * streams_deferred_cap : 64;
-        PyObject **grown = (PyObject **)realloc(streams_deferred, cap * sizeof(PyObject *));
-        if (grown) {
-            streams_deferred = grown;
-            streams_deferred_cap = cap;
-        }
-    }
-    if (streams_deferred_len < streams_deferred_cap) {
-        streams_deferred[streams_deferred_len++] = (PyObject *)payload;
-        queued = 1;
-    }
-    atomic_store(&streams_deferred_pending, 1);
-    pthread_mutex_unlock(&streams_deferred_lock);
-    if (!queued)  /* out of memory: the payload leaks, which is safe */
-        streams_dbg_count(STREAMS_DBG_PAYLOAD_LEAKED);
-    /* Safe without the GIL; if the queue of pending calls is full, the
-     * next drain from a streams API call picks the payload up. */
-    Py_AddPendingCall(streams_drain_deferred_pending_call, NULL);
+static int streams_install_fork_handler(void) {
+    pthread_once(&streams_devsync_once, streams_devsync_init);
+    return pthread_atfork(streams_atfork_prepare, streams_atfork_parent, streams_atfork_child);
 }
 
 #endif /* STREAMS_SHIM_H */

@@ -1,7 +1,6 @@
-// Source of the built-in kernels shipped as PTX in streams/_kernels.pxi.
-// Regenerate with: nvcc -ptx -arch=compute_75 builtin.cu, strip comments,
-// and lower ".version" to 7.0 (these kernels need nothing newer), so that
-// any driver from CUDA 11.0 on can JIT them.
+// Source of the built-in kernels, shipped as streams/kernels/builtin.ptx
+// (regenerate with tools/gen_builtin_ptx.py; PTX ISA lowered to 7.0 so that
+// any driver of a CUDA 12 or 13 build can JIT it).
 extern "C" __global__ void streams_empty() {}
 extern "C" __global__ void streams_spin(unsigned long long ns) {
     unsigned long long t0, t1;

@@ -1,14 +1,22 @@
 # cython: language_level=3
 # A downstream extension that cimports streams, as another project would.
 # Built by tests/test_cimport.py with only streams.get_include() added to
-# include_dirs: no CUDA headers, no cudart.
+# include_dirs: no CUDA headers, no cudart.  Every class with a C-level API
+# is reached through `from streams cimport ...` and called without the GIL.
 from libc.stdint cimport uintptr_t
 
-from streams cimport Event, Stream
+from streams cimport Event, Graph, GraphExec, Kernel, PreparedLaunch, Stream
 
 
 def handle_of(Stream s):
     return <uintptr_t>s.c_handle()
+
+
+def device_of(Stream s):
+    cdef int dev
+    with nogil:
+        dev = s.c_device()
+    return dev
 
 
 def query_nogil(Stream s):
@@ -31,8 +39,52 @@ def order_nogil(Stream first, Stream second, Event event):
         second.c_wait_stream(first)
 
 
+def event_nogil(Event e, Stream s):
+    """Record on s, make s wait on it, wait for it; returns (handle, done)."""
+    cdef int done
+    with nogil:
+        e.c_record(s)
+        e.c_wait(s)
+        e.c_synchronize()
+        done = e.c_query()
+    return <uintptr_t>e.c_handle(), done
+
+
 def event_query_nogil(Event e):
     cdef int done
     with nogil:
         done = e.c_query()
     return done
+
+
+def graph_handle(Graph g):
+    return <uintptr_t>g.c_handle()
+
+
+def graph_launch_nogil(GraphExec ex, Stream s, int times):
+    cdef int i
+    with nogil:
+        ex.c_upload(s)
+        for i in range(times):
+            ex.c_launch(s)
+    return <uintptr_t>ex.c_handle()
+
+
+def fill_nogil(Kernel fill_u32, Stream s, uintptr_t ptr, unsigned int value,
+               unsigned long long n):
+    """streams_fill_u32(ptr, value, n), its arguments packed here as CUDA wants."""
+    cdef unsigned long long p = ptr
+    cdef void* args[3]
+    args[0] = &p
+    args[1] = &value
+    args[2] = &n
+    with nogil:
+        fill_u32.c_launch(s, 4, 1, 1, 256, 1, 1, args, 0)
+    return <uintptr_t>fill_u32.c_handle()
+
+
+def prepared_nogil(PreparedLaunch launch, Stream s, int times):
+    cdef int i
+    with nogil:
+        for i in range(times):
+            launch.c_launch(s)

@@ -1,0 +1,71 @@
+/* The life of a CUDA handle owned by a streams object, as one atomic word.
+ *
+ * Python threads release the GIL around CUDA calls, and Cython projects call
+ * the C-level methods with no GIL at all, so close() in one thread can run
+ * while another thread is inside a call that uses the handle.  Every user
+ * therefore announces itself (use_begin/use_end) and close() only marks the
+ * object closed: whoever finds it closed with no users left (close() itself,
+ * or the last user on its way out) is the one that releases the handle, once.
+ *
+ * Bits: CLOSED (no new users), RELEASED (the release was claimed), and a
+ * count of users in the rest.  Header-only and free of CUDA types, so that
+ * every module of the package and any project that cimports it can use it.
+ * GCC/Clang atomics: the package builds with either. */
+#ifndef STREAMS_HANDLE_H
+#define STREAMS_HANDLE_H
+
+#define STREAMS_H_CLOSED 1u
+#define STREAMS_H_RELEASED 2u
+#define STREAMS_H_USER 4u
+/* What an object that owns nothing (yet) starts as. */
+#define STREAMS_H_INERT (STREAMS_H_CLOSED | STREAMS_H_RELEASED)
+
+/* 0: the handle may be used until streams_use_end; -1: closed.  Either way
+ * the caller must call streams_use_end exactly once. */
+static inline int streams_use_begin(unsigned int *state) {
+    unsigned int old = __atomic_fetch_add(state, STREAMS_H_USER, __ATOMIC_SEQ_CST);
+    return (old & STREAMS_H_CLOSED) ? -1 : 0;
+}
+
+/* 1 when the caller was the last user of a closed object and must now
+ * release the handle; 0 otherwise. */
+static inline int streams_use_end(unsigned int *state) {
+    unsigned int expected = STREAMS_H_CLOSED;
+    if (__atomic_sub_fetch(state, STREAMS_H_USER, __ATOMIC_SEQ_CST) != STREAMS_H_CLOSED)
+        return 0;
+    return __atomic_compare_exchange_n(state, &expected, STREAMS_H_INERT, 0,
+                                       __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+}
+
+/* 0: it was closed already; 1: closed now with no user: the caller releases;
+ * 2: closed now, and the last user to leave releases. */
+static inline int streams_close_begin(unsigned int *state) {
+    unsigned int expected = STREAMS_H_CLOSED;
+    unsigned int old = __atomic_fetch_or(state, STREAMS_H_CLOSED, __ATOMIC_SEQ_CST);
+    if (old & STREAMS_H_CLOSED)
+        return 0;
+    return __atomic_compare_exchange_n(state, &expected, STREAMS_H_INERT, 0,
+                                       __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST) ? 1 : 2;
+}
+
+static inline int streams_is_closed(const unsigned int *state) {
+    return (__atomic_load_n(state, __ATOMIC_ACQUIRE) & STREAMS_H_CLOSED) != 0;
+}
+
+/* Whether the handle still waits for its release (dealloc: no user can be
+ * left, since every user holds a reference to the object). */
+static inline int streams_needs_release(const unsigned int *state) {
+    return (__atomic_load_n(state, __ATOMIC_ACQUIRE) & STREAMS_H_RELEASED) == 0;
+}
+
+static inline void streams_open(unsigned int *state) {
+    __atomic_store_n(state, 0u, __ATOMIC_RELEASE);
+}
+
+/* Remember that something (a device index) was used, from any thread. */
+static inline void streams_mark_bit(unsigned long long *mask, int bit) {
+    if (bit >= 0 && bit < 64)
+        __atomic_fetch_or(mask, 1ull << bit, __ATOMIC_RELAXED);
+}
+
+#endif /* STREAMS_HANDLE_H */

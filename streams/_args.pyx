@@ -1,0 +1,125 @@
+# cython: language_level=3
+"""Argument checks shared by every module, and the enum base class.
+
+One place decides what a timeout, a byte count, a raw handle, a launch
+dimension or an enum argument may be, so that every API takes the same
+values and says the same thing about the wrong ones.
+"""
+import enum as _enum
+
+from libc.stdint cimport uintptr_t
+
+from streams.cudart cimport dim3
+
+# The longest wait a timeout can ask for: about 31 years, far from the end
+# of a 64-bit count of nanoseconds, so that deadline arithmetic cannot wrap.
+cdef long long _MAX_TIMEOUT_NS = 1000000000000000000
+
+
+cdef long long as_timeout_ns(object timeout) except -2:
+    cdef double seconds
+    if timeout is None:
+        return -1
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(f"timeout must be None or a number of seconds, not "
+                        f"{type(timeout).__name__}")
+    seconds = timeout
+    if seconds != seconds or seconds < 0:
+        raise ValueError(f"timeout must be None or a number >= 0, got {timeout!r}")
+    if seconds * 1e9 >= <double>_MAX_TIMEOUT_NS:
+        return -1   # inf, or longer than any process lives: no limit
+    return <long long>(seconds * 1e9)
+
+
+cdef size_t as_nbytes(object value, str argname) except? 0:
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise TypeError(f"{argname} must be an int, not {type(value).__name__}")
+    n = value.__index__()
+    if n < 0:
+        raise ValueError(f"{argname} must be >= 0, got {n}")
+    if n > <size_t>-1:
+        raise ValueError(f"{argname}={n} is larger than memory can be")
+    return <size_t>n
+
+
+cdef uintptr_t as_pointer_int(object value, str argname) except? 0:
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise TypeError(f"{argname} must be an int handle, not {type(value).__name__}")
+    v = value.__index__()
+    if v < 0 or v > <uintptr_t>-1:
+        raise ValueError(f"{argname}={v} does not fit in a pointer")
+    return <uintptr_t>v
+
+
+cdef int as_int(object value, str argname) except? -1:
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise TypeError(f"{argname} must be an int, not {type(value).__name__}")
+    v = value.__index__()
+    if v < -0x80000000 or v > 0x7FFFFFFF:
+        raise ValueError(f"{argname}={v} does not fit a C int")
+    return <int>v
+
+
+cdef object as_enum(object cls, object value, str argname):
+    """A member of IntEnum ``cls`` from a member, its int value or its name
+    (any case)."""
+    if isinstance(value, cls):
+        return value
+    if isinstance(value, str):
+        member = cls.__members__.get(value.upper())
+        if member is not None:
+            return member
+    elif not isinstance(value, bool) and isinstance(value, int):
+        try:
+            return cls(value)
+        except ValueError:
+            pass
+    names = ", ".join(repr(m.name.lower()) for m in cls)
+    raise ValueError(f"{argname} must be one of {names} (or a {cls.__name__}), got {value!r}")
+
+
+cdef int as_dim3(object value, dim3* out, str argname) except -1:
+    cdef long long v
+    if type(value) is int:
+        v = value
+        if 1 <= v <= 0x7FFFFFFF:   # the common 1-D case, without tuples
+            out.x, out.y, out.z = <unsigned int>v, 1, 1
+            return 0
+    if isinstance(value, bool):
+        raise TypeError(f"{argname} must be an int or a tuple of up to 3 ints, not bool")
+    if isinstance(value, int):
+        value = (value,)
+    if not isinstance(value, tuple) or not 1 <= len(value) <= 3:
+        raise TypeError(f"{argname} must be an int or a tuple of up to 3 ints, got {value!r}")
+    dims = [1, 1, 1]
+    for i, d in enumerate(value):
+        if isinstance(d, bool) or not isinstance(d, int):
+            raise TypeError(f"{argname} must be an int or a tuple of up to 3 ints, got {value!r}")
+        if d < 1 or d > 0x7FFFFFFF:
+            raise ValueError(f"{argname} dimensions must be >= 1 and < 2**31, got {value!r}")
+        dims[i] = d
+    out.x, out.y, out.z = dims[0], dims[1], dims[2]
+    return 0
+
+
+class StreamsEnum(_enum.IntEnum):
+    """Base of the package's enums: ``IntEnum`` members that are also found
+    by name (``CaptureMode("relaxed")``) and compare equal to their
+    lower-case name (``stream.capture_status == "active"``)."""
+
+    @classmethod
+    def _missing_(cls, value):
+        if isinstance(value, str):
+            return cls.__members__.get(value.upper())
+        return None
+
+    def __eq__(self, other):
+        if isinstance(other, str):
+            return self.name.lower() == other.lower()
+        return int.__eq__(self, other)
+
+    def __ne__(self, other):
+        result = self.__eq__(other)
+        return result if result is NotImplemented else not result
+
+    __hash__ = int.__hash__

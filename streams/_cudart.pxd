@@ -1,0 +1,155 @@
+# The call layer of streams: what streams._cudart, the one owner of the CUDA
+# runtime, gives the other modules.  Every wrapper refuses to call CUDA where
+# CUDA forbids it (inside a host callback, in a forked child) and raises
+# CudaError on failure; use them from `with nogil:` blocks.  The release_*
+# functions never raise: they release now, later on a safe thread (inside a
+# host callback), or never (interpreter teardown, forked child).
+#
+# Internal to the package: it cimports the CUDA headers' declarations.
+from cpython.ref cimport PyObject
+
+from streams.cudart cimport *
+
+cdef extern from "streams/counters.h":
+    enum:
+        STREAMS_CNT_STREAM_CREATED
+        STREAMS_CNT_STREAM_DESTROYED
+        STREAMS_CNT_EVENT_CREATED
+        STREAMS_CNT_EVENT_DESTROYED
+        STREAMS_CNT_GRAPH_CREATED
+        STREAMS_CNT_GRAPH_DESTROYED
+        STREAMS_CNT_EXEC_CREATED
+        STREAMS_CNT_EXEC_DESTROYED
+        STREAMS_CNT_MODULE_CREATED
+        STREAMS_CNT_MODULE_DESTROYED
+        STREAMS_CNT_BUFFER_CREATED
+        STREAMS_CNT_BUFFER_FREED
+        STREAMS_CNT_HOST_CALL_CREATED
+        STREAMS_CNT_HOST_CALL_FREED
+        STREAMS_CNT_CALLBACK_ENQUEUED
+        STREAMS_CNT_CALLBACK_COMPLETED
+        STREAMS_CNT_CALLBACK_DROPPED
+        STREAMS_CNT_GRAPH_CALLBACK_RUNS
+        STREAMS_CNT_DEFERRED_RELEASES
+        STREAMS_CNT_PAYLOAD_INCREF
+        STREAMS_CNT_PAYLOAD_DECREF
+        STREAMS_CNT_DLPACK_INCREF
+        STREAMS_CNT_DLPACK_DECREF
+        STREAMS_CNT_MEMORY_ALLOC
+        STREAMS_CNT_MEMORY_FREE
+        STREAMS_CNT_MODULE_LOAD
+        STREAMS_CNT_MODULE_UNLOAD
+        STREAMS_CNT_PAYLOAD_LEAKED
+
+# A release run later on a safe thread, with the GIL held.
+ctypedef void (*release_fn)(void* arg) noexcept nogil
+# Runs a Python host callback's payload (streams._hostcall registers it).
+ctypedef void (*dispatch_fn)(PyObject* payload, int status) noexcept
+
+cdef int raise_cuda_error(cudaError_t err) except -1
+cdef int check(cudaError_t err) except -1 nogil
+cdef int guard() except -1 nogil
+cdef bint may_release() noexcept nogil
+cdef bint may_defer() noexcept nogil
+cdef bint may_release_any_thread() noexcept nogil
+cdef str error_name(int code)
+cdef int raise_closed(object obj) except -1
+cdef int refuse_construction(object obj, str how) except -1
+cdef void count(int which) noexcept nogil
+cdef unsigned long long counter(int which) noexcept nogil
+cdef void payload_incref(PyObject* payload) noexcept
+cdef void payload_decref(PyObject* payload) noexcept
+cdef int defer_release(release_fn fn, void* arg, object keep) except -1
+cdef Py_ssize_t drain_deferred() noexcept
+cdef int get_device_count() except -1 nogil
+cdef int no_device_error() except -1
+cdef int get_device() except -1 nogil
+cdef int set_device(int dev) except -1 nogil
+cdef int device_get_attribute(int* value, cudaDeviceAttr attr, int dev) except -1 nogil
+cdef int device_get_name(char* out, size_t size, int dev) except -1 nogil
+cdef int device_get_stream_priority_range(int* least, int* greatest) except -1 nogil
+cdef int ctx_reset_persisting_l2_cache() except -1 nogil
+cdef unsigned long long device_synchronize_request(int dev) except 0 nogil
+cdef int device_synchronize_wait(int dev, unsigned long long ticket, long long slice_ns, long long* in_flight_ns) except -1 nogil
+cdef int stream_create(cudaStream_t* out, unsigned int flags, int priority, bint default_priority) except -1 nogil
+cdef int stream_destroy(cudaStream_t h) except -1 nogil
+cdef void release_stream(cudaStream_t h) noexcept nogil
+cdef int stream_query(cudaStream_t h) except -1 nogil
+cdef int stream_synchronize(cudaStream_t h) except -1 nogil
+cdef int stream_wait_event(cudaStream_t h, cudaEvent_t ev, unsigned int flags) except -1 nogil
+cdef int stream_wait_stream(cudaStream_t waiter, cudaStream_t other, int other_device) except -1 nogil
+cdef int stream_get_priority(cudaStream_t h, int* out) except -1 nogil
+cdef int stream_get_flags(cudaStream_t h, unsigned int* out) except -1 nogil
+cdef int stream_get_id(cudaStream_t h, unsigned long long* out) except -1 nogil
+cdef int stream_get_device(cudaStream_t h, int* out) except -1 nogil
+cdef int stream_get_attribute(cudaStream_t h, cudaStreamAttrID attr, cudaStreamAttrValue* out) except -1 nogil
+cdef int stream_set_attribute(cudaStream_t h, cudaStreamAttrID attr, const cudaStreamAttrValue* value) except -1 nogil
+cdef int stream_copy_attributes(cudaStream_t dst, cudaStream_t src) except -1 nogil
+cdef int stream_attach_mem_async(cudaStream_t h, void* p, size_t length, unsigned int flags) except -1 nogil
+cdef int stream_begin_capture(cudaStream_t h, cudaStreamCaptureMode mode) except -1 nogil
+cdef int stream_begin_capture_to_graph(cudaStream_t h, cudaGraph_t g, const cudaGraphNode_t* deps, size_t n, cudaStreamCaptureMode mode) except -1 nogil
+cdef int stream_end_capture(cudaStream_t h, cudaGraph_t* out) except -1 nogil
+cdef int stream_is_capturing(cudaStream_t h, cudaStreamCaptureStatus* out) except -1 nogil
+cdef int stream_get_capture_info(cudaStream_t h, cudaStreamCaptureStatus* status, unsigned long long* cid, cudaGraph_t* graph, const cudaGraphNode_t** deps, const cudaGraphEdgeData** edges, size_t* n) except -1 nogil
+cdef int stream_update_capture_dependencies(cudaStream_t h, cudaGraphNode_t* deps, size_t n, unsigned int flags) except -1 nogil
+cdef int thread_exchange_capture_mode(cudaStreamCaptureMode* mode) except -1 nogil
+cdef int event_create(cudaEvent_t* out, unsigned int flags) except -1 nogil
+cdef int event_destroy(cudaEvent_t h) except -1 nogil
+cdef void release_event(cudaEvent_t h) noexcept nogil
+cdef int event_record(cudaEvent_t ev, cudaStream_t s, unsigned int flags) except -1 nogil
+cdef int event_query(cudaEvent_t h) except -1 nogil
+cdef int event_synchronize(cudaEvent_t h) except -1 nogil
+cdef int event_elapsed_time(float* ms, cudaEvent_t start, cudaEvent_t end) except -1 nogil
+cdef int ipc_get_event_handle(cudaIpcEventHandle_t* out, cudaEvent_t h) except -1 nogil
+cdef int ipc_open_event_handle(cudaEvent_t* out, cudaIpcEventHandle_t handle) except -1 nogil
+cdef void set_dispatcher(dispatch_fn fn) noexcept
+cdef int launch_host_func(cudaStream_t h, PyObject* payload) except -1 nogil
+cdef int launch_graph_host_func(cudaStream_t h, PyObject* payload) except -1 nogil
+cdef int stream_add_callback(cudaStream_t h, PyObject* payload) except -1 nogil
+cdef int graph_attach_payload(cudaGraph_t g, PyObject* payload) except -1
+cdef int graph_add_host_node(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps, size_t n, PyObject* payload) except -1 nogil
+cdef int library_load_data(cudaLibrary_t* out, const void* image, bint resident) except -1 nogil
+cdef int library_load_from_file(cudaLibrary_t* out, const char* path) except -1 nogil
+cdef int library_unload(cudaLibrary_t lib, unsigned long long devices) except -1 nogil
+cdef void release_library(cudaLibrary_t lib, unsigned long long devices) noexcept nogil
+cdef int library_get_kernel(cudaKernel_t* out, cudaLibrary_t lib, const char* name) except -1 nogil
+cdef int func_get_attributes(cudaFuncAttributes* out, const void* func) except -1 nogil
+cdef int func_set_attribute(const void* func, cudaFuncAttribute attr, int value) except -1 nogil
+cdef int func_get_param_info(const void* func, size_t index, size_t* offset, size_t* size) except -1 nogil
+cdef int launch_kernel(const void* func, dim3 grid, dim3 block, void** args, size_t shared, cudaStream_t s) except -1 nogil
+cdef int launch_kernel_ex(const cudaLaunchConfig_t* config, const void* func, void** args) except -1 nogil
+cdef int malloc_async(void** out, size_t n, cudaStream_t s) except -1 nogil
+cdef int free_async(void* p, cudaStream_t s) except -1 nogil
+cdef int host_alloc(void** out, size_t n) except -1 nogil
+cdef int free_host(void* p) except -1 nogil
+cdef void free_async_quiet(void* p, cudaStream_t s) noexcept nogil
+cdef void release_host(void* p) noexcept nogil
+cdef int malloc_managed(void** out, size_t n, unsigned int flags) except -1 nogil
+cdef int free_managed(void* p) except -1 nogil
+cdef void release_managed(void* p) noexcept nogil
+cdef int pointer_get_attributes(cudaPointerAttributes* out, const void* p) except -1 nogil
+cdef int memset_async(void* p, int value, size_t n, cudaStream_t s) except -1 nogil
+cdef int memcpy_async(void* dst, const void* src, size_t n, cudaStream_t s) except -1 nogil
+cdef int graph_create(cudaGraph_t* out) except -1 nogil
+cdef void count_graph_adopted() noexcept nogil
+cdef int graph_clone(cudaGraph_t* out, cudaGraph_t g) except -1 nogil
+cdef int graph_destroy(cudaGraph_t g) except -1 nogil
+cdef void release_graph(cudaGraph_t g) noexcept nogil
+cdef int graph_get_nodes(cudaGraph_t g, cudaGraphNode_t* nodes, size_t* n) except -1 nogil
+cdef int graph_get_edges(cudaGraph_t g, cudaGraphNode_t* src, cudaGraphNode_t* dst, cudaGraphEdgeData* data, size_t* n) except -1 nogil
+cdef int graph_node_get_type(cudaGraphNode_t node, cudaGraphNodeType* out) except -1 nogil
+cdef int graph_node_get_dependencies(cudaGraphNode_t node, cudaGraphNode_t* deps, size_t* n) except -1 nogil
+cdef int graph_add_empty_node(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps, size_t n) except -1 nogil
+cdef int graph_add_kernel_node(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps, size_t n, const cudaKernelNodeParams* params) except -1 nogil
+cdef int graph_add_memset_node(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps, size_t n, const cudaMemsetParams* params) except -1 nogil
+cdef int graph_add_memcpy_node_1d(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps, size_t n, void* dst, const void* src, size_t count) except -1 nogil
+cdef int graph_add_child_graph_node(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps, size_t n, cudaGraph_t child) except -1 nogil
+cdef int graph_add_event_record_node(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps, size_t n, cudaEvent_t ev) except -1 nogil
+cdef int graph_add_event_wait_node(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps, size_t n, cudaEvent_t ev) except -1 nogil
+cdef int graph_debug_dot_print(cudaGraph_t g, const char* path, unsigned int flags) except -1 nogil
+cdef int graph_instantiate(cudaGraphExec_t* out, cudaGraph_t g, unsigned long long flags) except -1 nogil
+cdef int graph_exec_destroy(cudaGraphExec_t ex) except -1 nogil
+cdef void release_graph_exec(cudaGraphExec_t ex) noexcept nogil
+cdef int graph_launch(cudaGraphExec_t ex, cudaStream_t s) except -1 nogil
+cdef int graph_upload(cudaGraphExec_t ex, cudaStream_t s) except -1 nogil
+cdef int graph_exec_update(cudaGraphExec_t ex, cudaGraph_t g, cudaGraphExecUpdateResultInfo* info) except -1 nogil

@@ -1,0 +1,1103 @@
+# cython: language_level=3
+"""The one owner of the CUDA runtime in streams.
+
+This is the only extension of the package that links ``libcudart_static.a``
+and the C shim (include/streams/shim.h): one runtime per process.  Every
+other module calls CUDA through the thin ``nogil`` wrappers declared in
+``_cudart.pxd``, each of which refuses the call where CUDA forbids it (inside
+a host callback, in a forked child) and turns a failure into ``CudaError``,
+so that no call site can forget either.  Releases of handles (``release_*``)
+never raise and are deferred to a safe thread when they cannot run now.
+"""
+from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
+from libc.stdint cimport uintptr_t
+from libc.stdlib cimport free, malloc
+
+from streams.cudart cimport *
+
+cdef extern from "Python.h":
+    int Py_AddPendingCall(int (*func)(void*) noexcept, void* arg)
+
+cdef extern from "streams/shim.h" nogil:
+    int streams_guard_state()
+    int streams_cuda_touched
+    int streams_install_fork_handler()
+    void streams_mark_shutting_down()
+    void streams_clear_shutting_down()
+    int streams_is_shutting_down()
+    int streams_py_finalizing()
+    int streams_interpreter_alive()
+    int streams_wait_trampolines_idle(long long timeout_ns)
+    long long streams_now_ns()
+    void streams_count(int which)
+    unsigned long long streams_counter(int which)
+    int streams_debug_build()
+
+    ctypedef void (*streams_release_fn)(void* arg) noexcept nogil
+    int streams_defer(streams_release_fn fn, void* arg, PyObject* keep)
+
+    void streams_host_fn_trampoline(void* payload)
+    void streams_stream_callback_trampoline(cudaStream_t stream, cudaError_t status,
+                                            void* payload)
+    void streams_graph_host_fn_trampoline(void* payload)
+    void streams_user_object_release(void* payload)
+
+    cudaError_t streams_thread_marker(int dev, cudaEvent_t* out)
+    unsigned long long streams_devsync_request(int dev, cudaError_t* err)
+    int streams_devsync_wait(int dev, unsigned long long ticket, long long slice_ns,
+                             cudaError_t* err, long long* in_flight_ns)
+
+cdef extern from "streams/shim.h":
+    Py_ssize_t streams_drain_deferred()
+    void streams_payload_incref(PyObject* payload)
+    void streams_payload_decref(PyObject* payload)
+    ctypedef void (*streams_dispatch_fn)(PyObject* payload, int status) noexcept
+    streams_dispatch_fn streams_dispatch
+
+cdef extern from "streams/compat.h" nogil:
+    cudaError_t streams_cudaStreamGetCaptureInfo(
+        cudaStream_t stream, cudaStreamCaptureStatus* captureStatus_out,
+        unsigned long long* id_out, cudaGraph_t* graph_out,
+        const cudaGraphNode_t** dependencies_out, const cudaGraphEdgeData** edgeData_out,
+        size_t* numDependencies_out)
+    cudaError_t streams_cudaStreamUpdateCaptureDependencies(
+        cudaStream_t stream, cudaGraphNode_t* dependencies,
+        const cudaGraphEdgeData* dependencyData, size_t numDependencies, unsigned int flags)
+    cudaError_t streams_cudaGraphGetEdges(cudaGraph_t graph, cudaGraphNode_t* from_,
+                                          cudaGraphNode_t* to, cudaGraphEdgeData* edgeData,
+                                          size_t* numEdges)
+    cudaError_t streams_cudaGraphNodeGetDependencies(cudaGraphNode_t node,
+                                                     cudaGraphNode_t* pDependencies,
+                                                     cudaGraphEdgeData* edgeData,
+                                                     size_t* pNumDependencies)
+    cudaError_t streams_cudaFuncGetParamInfo(const void* func, size_t index, size_t* offset,
+                                             size_t* size)
+
+
+# ---- errors ------------------------------------------------------------------
+
+class CudaError(RuntimeError):
+    """A CUDA runtime call failed.
+
+    ``code`` is the numeric ``cudaError_t``, ``name`` its enumerator name
+    (``"cudaErrorInvalidResourceHandle"``) and ``message`` the explanation.
+    Instances pickle and compare by these three fields.
+    """
+
+    def __init__(self, code, name=None, message=None):
+        code = int(code)
+        if name is None:
+            name = error_name(code)
+        if message is None:
+            message = error_message(code)
+        super().__init__(code, name, message)
+        self.code = code
+        self.name = name
+        self.message = message
+
+    def __str__(self):
+        return f"{self.name}: {self.message}"
+
+    def __reduce__(self):
+        return (type(self), (self.code, self.name, self.message))
+
+    def __eq__(self, other):
+        if not isinstance(other, CudaError):
+            return NotImplemented
+        return (self.code, self.name, self.message) == (other.code, other.name, other.message)
+
+    __hash__ = RuntimeError.__hash__
+
+
+class HostCallbackError(RuntimeError):
+    """A Python host callback enqueued on a stream raised.
+
+    Raised by the stream's next ``synchronize()`` (and by a graph's next
+    ``launch()``); ``__cause__`` is the first exception the callback raised.
+    Every exception is also reported through ``sys.unraisablehook`` when it
+    happens.
+    """
+
+
+cdef str error_name(int code):
+    # cudaGetErrorName needs neither a driver nor a device.
+    return (<bytes>cudaGetErrorName(<cudaError_t>code)).decode("ascii", "replace")
+
+
+cdef str error_message(int code):
+    cdef str text = (<bytes>cudaGetErrorString(<cudaError_t>code)).decode("utf-8", "replace")
+    if code == <int>cudaErrorInsufficientDriver:
+        return ("no NVIDIA driver found, or the installed driver is older than the CUDA "
+                f"{_runtime_version_str()} runtime this package was built with "
+                f"(CUDA says: {text})")
+    if code == <int>cudaErrorNoDevice:
+        return f"no CUDA device: the NVIDIA driver sees no GPU (CUDA says: {text})"
+    return text
+
+
+cdef int raise_cuda_error(cudaError_t err) except -1:
+    # Reset the runtime's per-thread last error so that it does not leak
+    # into a later, unrelated cudaGetLastError().
+    cudaGetLastError()
+    raise CudaError(<int>err)
+
+
+cdef int check(cudaError_t err) except -1 nogil:
+    if err == cudaSuccess:
+        return 0
+    with gil:
+        return raise_cuda_error(err)
+
+
+cdef int _raise_guard(int state) except -1:
+    if state == 1:
+        raise RuntimeError(
+            "CUDA calls are not allowed inside a host callback (CUDA forbids them there and "
+            "they can deadlock); do the work after synchronize(), or enqueue it from another "
+            "thread")
+    raise RuntimeError(
+        "this process was forked after CUDA was initialised in its parent; CUDA cannot be "
+        "used in the child (use the 'spawn' or 'forkserver' start method)")
+
+
+cdef int guard() except -1 nogil:
+    global streams_cuda_touched
+    cdef int state = streams_guard_state()
+    if state == 0:
+        streams_cuda_touched = 1
+        return 0
+    with gil:
+        return _raise_guard(state)
+
+
+cdef bint may_release() noexcept nogil:
+    return streams_guard_state() == 0 and streams_interpreter_alive()
+
+
+cdef bint may_defer() noexcept nogil:
+    # Inside a host callback, with the interpreter alive: queue it.
+    return streams_guard_state() == 1 and streams_interpreter_alive()
+
+
+cdef bint may_release_any_thread() noexcept nogil:
+    # For C callbacks from other libraries (DLPack deleters): Python may be
+    # entered, whatever CUDA would allow on this thread.
+    return streams_interpreter_alive() != 0
+
+
+cdef int raise_closed(object obj) except -1:
+    # Named by the streams class it is (a subclass of a user or of the
+    # compat layer still says "Stream").
+    name = type(obj).__name__
+    for cls in type(obj).__mro__:
+        module = getattr(cls, "__module__", "")
+        if module.startswith("streams._"):
+            name = cls.__name__.lstrip("_")
+            break
+    raise ValueError(f"operation on a closed {name} (or one never initialised)")
+
+
+cdef int refuse_construction(object obj, str how) except -1:
+    raise TypeError(f"{type(obj).__module__}.{type(obj).__qualname__} cannot be instantiated "
+                    f"directly; {how}")
+
+
+# ---- counters and deferred releases ---------------------------------------------
+
+cdef void count(int which) noexcept nogil:
+    streams_count(which)
+
+
+cdef unsigned long long counter(int which) noexcept nogil:
+    return streams_counter(which)
+
+
+cdef void payload_incref(PyObject* payload) noexcept:
+    streams_payload_incref(payload)
+
+
+cdef void payload_decref(PyObject* payload) noexcept:
+    streams_payload_decref(payload)
+
+
+cdef int defer_release(release_fn fn, void* arg, object keep) except -1:
+    """Queue a release for a safe thread; ``keep`` (if any) is held until then."""
+    cdef PyObject* kept = NULL
+    if keep is not None:
+        kept = <PyObject*>keep
+        streams_payload_incref(kept)
+    if streams_defer(<streams_release_fn>fn, arg, kept) != 0 and kept != NULL:
+        pass  # out of memory: the item and its reference are leaked, safely
+    return 0
+
+
+cdef Py_ssize_t drain_deferred() noexcept:
+    return streams_drain_deferred()
+
+
+def _drain_deferred():
+    """Run the releases that CUDA's threads queued, now (tests use this)."""
+    return streams_drain_deferred()
+
+
+def debug_build():
+    """Whether this extension was built with ``STREAMS_DEBUG_REFCOUNTS=1``,
+    which adds reference and allocation counts to :func:`debug_counters`."""
+    return bool(streams_debug_build())
+
+
+cdef object _pair(int made, int gone):
+    cdef unsigned long long a = streams_counter(made), b = streams_counter(gone)
+    return a, b, <long long>(a - b)
+
+
+def debug_counters():
+    """Counts of handles, callback payloads and releases, for leak checks.
+
+    ``live_*`` are the differences of what was made and given back:
+    ``live_streams``/``live_events``/``live_graphs``/``live_graph_execs``/
+    ``live_modules``/``live_buffers`` the owned handles, ``live_callbacks``
+    the one-shot callbacks enqueued that have not run, ``live_host_calls``
+    every callback payload still alive (graph-owned ones included).
+
+    In a debug build (:func:`debug_build`) there are more: every reference
+    the C code took (``*_increfs``) and dropped (``*_decrefs``) on callback
+    payloads and DLPack exports, allocations and modules made and given
+    back, and ``payloads_leaked``: payloads let go on purpose (a callback
+    arriving during interpreter shutdown).
+    """
+    counters = {}
+    for name, made, gone in (
+            ("streams", STREAMS_CNT_STREAM_CREATED, STREAMS_CNT_STREAM_DESTROYED),
+            ("events", STREAMS_CNT_EVENT_CREATED, STREAMS_CNT_EVENT_DESTROYED),
+            ("graphs", STREAMS_CNT_GRAPH_CREATED, STREAMS_CNT_GRAPH_DESTROYED),
+            ("graph_execs", STREAMS_CNT_EXEC_CREATED, STREAMS_CNT_EXEC_DESTROYED),
+            ("modules", STREAMS_CNT_MODULE_CREATED, STREAMS_CNT_MODULE_DESTROYED),
+            ("buffers", STREAMS_CNT_BUFFER_CREATED, STREAMS_CNT_BUFFER_FREED)):
+        a, b, live = _pair(made, gone)
+        counters[f"{name}_created"] = a
+        counters[f"{name}_destroyed"] = b
+        counters[f"live_{name}"] = live
+    enq = streams_counter(STREAMS_CNT_CALLBACK_ENQUEUED)
+    done = streams_counter(STREAMS_CNT_CALLBACK_COMPLETED)
+    dropped = streams_counter(STREAMS_CNT_CALLBACK_DROPPED)
+    counters.update({
+        "callbacks_enqueued": enq,
+        "callbacks_completed": done,
+        "callbacks_dropped": dropped,
+        "live_callbacks": <long long>(enq - done - dropped),
+        "live_host_calls": _pair(STREAMS_CNT_HOST_CALL_CREATED, STREAMS_CNT_HOST_CALL_FREED)[2],
+        "graph_callback_runs": streams_counter(STREAMS_CNT_GRAPH_CALLBACK_RUNS),
+        "deferred_releases": streams_counter(STREAMS_CNT_DEFERRED_RELEASES),
+        "debug_build": bool(streams_debug_build()),
+    })
+    if streams_debug_build():
+        for name, made, gone, live in (
+                ("payload", STREAMS_CNT_PAYLOAD_INCREF, STREAMS_CNT_PAYLOAD_DECREF,
+                 "live_payload_refs"),
+                ("dlpack", STREAMS_CNT_DLPACK_INCREF, STREAMS_CNT_DLPACK_DECREF,
+                 "live_dlpack_refs")):
+            a, b, diff = _pair(made, gone)
+            counters.update({f"{name}_increfs": a, f"{name}_decrefs": b, live: diff})
+        for name, made, gone in (
+                ("memory", STREAMS_CNT_MEMORY_ALLOC, STREAMS_CNT_MEMORY_FREE),
+                ("module", STREAMS_CNT_MODULE_LOAD, STREAMS_CNT_MODULE_UNLOAD)):
+            a, b, diff = _pair(made, gone)
+            key = "allocs" if name == "memory" else "loads"
+            back = "frees" if name == "memory" else "unloads"
+            counters.update({f"{name}_{key}": a, f"{name}_{back}": b})
+        counters["live_allocations"] = _pair(STREAMS_CNT_MEMORY_ALLOC, STREAMS_CNT_MEMORY_FREE)[2]
+        counters["live_module_loads"] = _pair(STREAMS_CNT_MODULE_LOAD,
+                                              STREAMS_CNT_MODULE_UNLOAD)[2]
+        counters["payloads_leaked"] = streams_counter(STREAMS_CNT_PAYLOAD_LEAKED)
+    return counters
+
+
+# ---- versions and devices ------------------------------------------------------------
+
+cdef str _runtime_version_str():
+    cdef int v = 0
+    cudaRuntimeGetVersion(&v)
+    return f"{v // 1000}.{(v % 1000) // 10}"
+
+
+def runtime_version():
+    """The CUDA runtime version this package was built with, e.g. ``13000``."""
+    cdef int v = 0
+    check(cudaRuntimeGetVersion(&v))
+    return v
+
+
+def driver_version():
+    """The CUDA version the installed driver supports, e.g. ``13000``; 0 without a driver."""
+    cdef int v = 0
+    cdef cudaError_t err
+    with nogil:
+        err = cudaDriverGetVersion(&v)
+    if err != cudaSuccess:
+        cudaGetLastError()
+        return 0
+    return v
+
+
+cdef int get_device_count() except -1 nogil:
+    cdef int n = 0
+    cdef cudaError_t err
+    guard()
+    err = cudaGetDeviceCount(&n)
+    if err == cudaErrorNoDevice or err == cudaErrorInsufficientDriver:
+        cudaGetLastError()
+        return 0
+    check(err)
+    return n
+
+
+cdef int no_device_error() except -1:
+    """Raise the plain-words CudaError of a process that sees no usable GPU."""
+    cdef int n = 0
+    cdef cudaError_t err
+    with nogil:
+        err = cudaGetDeviceCount(&n)
+    if err == cudaSuccess:
+        err = cudaErrorNoDevice
+    return raise_cuda_error(err)
+
+
+cdef int get_device() except -1 nogil:
+    cdef int dev = 0
+    guard()
+    check(cudaGetDevice(&dev))
+    return dev
+
+
+cdef int set_device(int dev) except -1 nogil:
+    guard()
+    return check(cudaSetDevice(dev))
+
+
+cdef int device_get_attribute(int* value, cudaDeviceAttr attr, int dev) except -1 nogil:
+    guard()
+    return check(cudaDeviceGetAttribute(value, attr, dev))
+
+
+cdef int device_get_name(char* out, size_t size, int dev) except -1 nogil:
+    cdef cudaDeviceProp prop
+    cdef size_t i
+    guard()
+    check(cudaGetDeviceProperties(&prop, dev))
+    for i in range(size - 1):
+        out[i] = prop.name[i]
+        if prop.name[i] == 0:
+            break
+    out[size - 1] = 0
+    return 0
+
+
+cdef int device_get_stream_priority_range(int* least, int* greatest) except -1 nogil:
+    guard()
+    return check(cudaDeviceGetStreamPriorityRange(least, greatest))
+
+
+cdef int ctx_reset_persisting_l2_cache() except -1 nogil:
+    guard()
+    return check(cudaCtxResetPersistingL2Cache())
+
+
+cdef unsigned long long device_synchronize_request(int dev) except 0 nogil:
+    cdef cudaError_t err = cudaSuccess
+    cdef unsigned long long ticket
+    guard()
+    ticket = streams_devsync_request(dev, &err)
+    if ticket == 0:
+        check(err)
+        with gil:
+            raise RuntimeError("could not start the device-synchronize helper thread")
+    return ticket
+
+
+cdef int device_synchronize_wait(int dev, unsigned long long ticket, long long slice_ns,
+                                 long long* in_flight_ns) except -1 nogil:
+    cdef cudaError_t err = cudaSuccess
+    cdef int done = streams_devsync_wait(dev, ticket, slice_ns, &err, in_flight_ns)
+    if done:
+        check(err)
+    return done
+
+
+# ---- streams --------------------------------------------------------------------------
+
+cdef int stream_create(cudaStream_t* out, unsigned int flags, int priority,
+                       bint default_priority) except -1 nogil:
+    cdef cudaError_t err
+    guard()
+    # The plainest call that expresses the request (all three end in the
+    # same driver call; this keeps each one reachable).
+    if default_priority and flags == cudaStreamDefault:
+        err = cudaStreamCreate(out)
+    elif default_priority:
+        err = cudaStreamCreateWithFlags(out, flags)
+    else:
+        err = cudaStreamCreateWithPriority(out, flags, priority)
+    check(err)
+    streams_count(STREAMS_CNT_STREAM_CREATED)
+    return 0
+
+
+cdef int stream_destroy(cudaStream_t h) except -1 nogil:
+    guard()
+    check(cudaStreamDestroy(h))
+    streams_count(STREAMS_CNT_STREAM_DESTROYED)
+    return 0
+
+
+cdef void _destroy_stream_later(void* h) noexcept nogil:
+    if cudaStreamDestroy(<cudaStream_t>h) != cudaSuccess:
+        cudaGetLastError()
+
+
+cdef void release_stream(cudaStream_t h) noexcept nogil:
+    streams_count(STREAMS_CNT_STREAM_DESTROYED)
+    _release(_destroy_stream_later, <void*>h)
+
+
+cdef inline void _release(release_fn fn, void* arg) noexcept nogil:
+    # Forked child or interpreter teardown: leave it to the process's end.
+    # Inside a host callback: later, on a safe thread.
+    cdef int state = streams_guard_state()
+    if state == 2 or not streams_interpreter_alive():
+        return
+    if state == 1:
+        streams_defer(<streams_release_fn>fn, arg, NULL)
+        return
+    fn(arg)
+
+
+cdef int stream_query(cudaStream_t h) except -1 nogil:
+    cdef cudaError_t err
+    guard()
+    err = cudaStreamQuery(h)
+    if err == cudaSuccess:
+        return 1
+    if err == cudaErrorNotReady:
+        return 0
+    return check(err)
+
+
+cdef int stream_synchronize(cudaStream_t h) except -1 nogil:
+    guard()
+    return check(cudaStreamSynchronize(h))
+
+
+cdef int stream_wait_event(cudaStream_t h, cudaEvent_t ev, unsigned int flags) except -1 nogil:
+    guard()
+    return check(cudaStreamWaitEvent(h, ev, flags))
+
+
+cdef int stream_wait_stream(cudaStream_t waiter, cudaStream_t other,
+                            int other_device) except -1 nogil:
+    cdef cudaEvent_t marker = NULL
+    guard()
+    check(streams_thread_marker(other_device, &marker))
+    check(cudaEventRecord(marker, other))
+    return check(cudaStreamWaitEvent(waiter, marker, 0))
+
+
+cdef int stream_get_priority(cudaStream_t h, int* out) except -1 nogil:
+    guard()
+    return check(cudaStreamGetPriority(h, out))
+
+
+cdef int stream_get_flags(cudaStream_t h, unsigned int* out) except -1 nogil:
+    guard()
+    return check(cudaStreamGetFlags(h, out))
+
+
+cdef int stream_get_id(cudaStream_t h, unsigned long long* out) except -1 nogil:
+    guard()
+    return check(cudaStreamGetId(h, out))
+
+
+cdef int stream_get_device(cudaStream_t h, int* out) except -1 nogil:
+    guard()
+    return check(cudaStreamGetDevice(h, out))
+
+
+cdef int stream_get_attribute(cudaStream_t h, cudaStreamAttrID attr,
+                              cudaStreamAttrValue* out) except -1 nogil:
+    guard()
+    return check(cudaStreamGetAttribute(h, attr, out))
+
+
+cdef int stream_set_attribute(cudaStream_t h, cudaStreamAttrID attr,
+                              const cudaStreamAttrValue* value) except -1 nogil:
+    guard()
+    return check(cudaStreamSetAttribute(h, attr, value))
+
+
+cdef int stream_copy_attributes(cudaStream_t dst, cudaStream_t src) except -1 nogil:
+    guard()
+    return check(cudaStreamCopyAttributes(dst, src))
+
+
+cdef int stream_attach_mem_async(cudaStream_t h, void* p, size_t length,
+                                 unsigned int flags) except -1 nogil:
+    guard()
+    return check(cudaStreamAttachMemAsync(h, p, length, flags))
+
+
+# ---- capture ----------------------------------------------------------------------------
+
+cdef int stream_begin_capture(cudaStream_t h, cudaStreamCaptureMode mode) except -1 nogil:
+    guard()
+    return check(cudaStreamBeginCapture(h, mode))
+
+
+cdef int stream_begin_capture_to_graph(cudaStream_t h, cudaGraph_t g,
+                                       const cudaGraphNode_t* deps, size_t n,
+                                       cudaStreamCaptureMode mode) except -1 nogil:
+    guard()
+    return check(cudaStreamBeginCaptureToGraph(h, g, deps, NULL, n, mode))
+
+
+cdef int stream_end_capture(cudaStream_t h, cudaGraph_t* out) except -1 nogil:
+    guard()
+    return check(cudaStreamEndCapture(h, out))
+
+
+cdef int stream_is_capturing(cudaStream_t h, cudaStreamCaptureStatus* out) except -1 nogil:
+    guard()
+    return check(cudaStreamIsCapturing(h, out))
+
+
+cdef int stream_get_capture_info(cudaStream_t h, cudaStreamCaptureStatus* status,
+                                 unsigned long long* cid, cudaGraph_t* graph,
+                                 const cudaGraphNode_t** deps,
+                                 const cudaGraphEdgeData** edges, size_t* n) except -1 nogil:
+    guard()
+    return check(streams_cudaStreamGetCaptureInfo(h, status, cid, graph, deps, edges, n))
+
+
+cdef int stream_update_capture_dependencies(cudaStream_t h, cudaGraphNode_t* deps, size_t n,
+                                            unsigned int flags) except -1 nogil:
+    guard()
+    return check(streams_cudaStreamUpdateCaptureDependencies(h, deps, NULL, n, flags))
+
+
+cdef int thread_exchange_capture_mode(cudaStreamCaptureMode* mode) except -1 nogil:
+    guard()
+    return check(cudaThreadExchangeStreamCaptureMode(mode))
+
+
+# ---- events -----------------------------------------------------------------------------
+
+cdef int event_create(cudaEvent_t* out, unsigned int flags) except -1 nogil:
+    guard()
+    check(cudaEventCreateWithFlags(out, flags))
+    streams_count(STREAMS_CNT_EVENT_CREATED)
+    return 0
+
+
+cdef int event_destroy(cudaEvent_t h) except -1 nogil:
+    guard()
+    check(cudaEventDestroy(h))
+    streams_count(STREAMS_CNT_EVENT_DESTROYED)
+    return 0
+
+
+cdef void _destroy_event_later(void* h) noexcept nogil:
+    if cudaEventDestroy(<cudaEvent_t>h) != cudaSuccess:
+        cudaGetLastError()
+
+
+cdef void release_event(cudaEvent_t h) noexcept nogil:
+    streams_count(STREAMS_CNT_EVENT_DESTROYED)
+    _release(_destroy_event_later, <void*>h)
+
+
+cdef int event_record(cudaEvent_t ev, cudaStream_t s, unsigned int flags) except -1 nogil:
+    guard()
+    if flags == cudaEventRecordDefault:
+        return check(cudaEventRecord(ev, s))
+    return check(cudaEventRecordWithFlags(ev, s, flags))
+
+
+cdef int event_query(cudaEvent_t h) except -1 nogil:
+    cdef cudaError_t err
+    guard()
+    err = cudaEventQuery(h)
+    if err == cudaSuccess:
+        return 1
+    if err == cudaErrorNotReady:
+        return 0
+    return check(err)
+
+
+cdef int event_synchronize(cudaEvent_t h) except -1 nogil:
+    guard()
+    return check(cudaEventSynchronize(h))
+
+
+cdef int event_elapsed_time(float* ms, cudaEvent_t start, cudaEvent_t end) except -1 nogil:
+    guard()
+    return check(cudaEventElapsedTime(ms, start, end))
+
+
+cdef int ipc_get_event_handle(cudaIpcEventHandle_t* out, cudaEvent_t h) except -1 nogil:
+    guard()
+    return check(cudaIpcGetEventHandle(out, h))
+
+
+cdef int ipc_open_event_handle(cudaEvent_t* out, cudaIpcEventHandle_t handle) except -1 nogil:
+    guard()
+    check(cudaIpcOpenEventHandle(out, handle))
+    streams_count(STREAMS_CNT_EVENT_CREATED)
+    return 0
+
+
+# ---- host functions ---------------------------------------------------------------------
+
+cdef void set_dispatcher(dispatch_fn fn) noexcept:
+    global streams_dispatch
+    streams_dispatch = <streams_dispatch_fn>fn
+
+
+cdef int launch_host_func(cudaStream_t h, PyObject* payload) except -1 nogil:
+    guard()
+    return check(cudaLaunchHostFunc(h, streams_host_fn_trampoline, <void*>payload))
+
+
+cdef int launch_graph_host_func(cudaStream_t h, PyObject* payload) except -1 nogil:
+    guard()
+    return check(cudaLaunchHostFunc(h, streams_graph_host_fn_trampoline, <void*>payload))
+
+
+cdef int stream_add_callback(cudaStream_t h, PyObject* payload) except -1 nogil:
+    guard()
+    return check(cudaStreamAddCallback(h, streams_stream_callback_trampoline,
+                                       <void*>payload, 0))
+
+
+cdef int graph_attach_payload(cudaGraph_t g, PyObject* payload) except -1:
+    """Give graph ``g`` a CUDA user object owning one reference to ``payload``."""
+    cdef cudaUserObject_t uo = NULL
+    cdef cudaError_t err
+    guard()
+    streams_payload_incref(payload)
+    with nogil:
+        err = cudaUserObjectCreate(&uo, <void*>payload, streams_user_object_release, 1,
+                                   cudaUserObjectNoDestructorSync)
+    if err != cudaSuccess:
+        streams_payload_decref(payload)
+        return check(err)
+    with nogil:
+        err = cudaGraphRetainUserObject(g, uo, 1, cudaGraphUserObjectMove)
+        if err != cudaSuccess:
+            # Our reference dies with the user object (via the deferred queue).
+            cudaUserObjectRelease(uo, 1)
+    return check(err)
+
+
+cdef int graph_add_host_node(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps,
+                             size_t n, PyObject* payload) except -1 nogil:
+    cdef cudaHostNodeParams params
+    guard()
+    params.fn = streams_graph_host_fn_trampoline
+    params.userData = <void*>payload
+    return check(cudaGraphAddHostNode(out, g, deps, n, &params))
+
+
+def _shutdown():
+    """atexit hook: stop callbacks from entering Python, then let those
+    already on their way finish (bounded), so that no CUDA thread is left
+    waiting for the GIL while the interpreter finalizes."""
+    streams_mark_shutting_down()
+    with nogil:
+        streams_wait_trampolines_idle(2000000000)
+
+
+# ---- kernels and libraries ------------------------------------------------------------
+
+cdef int library_load_data(cudaLibrary_t* out, const void* image, bint resident) except -1 nogil:
+    guard()
+    check(cudaLibraryLoadData(out, image, NULL, NULL, 0, NULL, NULL, 0))
+    if not resident:   # the package's built-in kernels stay for the process
+        streams_count(STREAMS_CNT_MODULE_CREATED)
+        streams_count(STREAMS_CNT_MODULE_LOAD)
+    return 0
+
+
+cdef int library_load_from_file(cudaLibrary_t* out, const char* path) except -1 nogil:
+    guard()
+    check(cudaLibraryLoadFromFile(out, path, NULL, NULL, 0, NULL, NULL, 0))
+    streams_count(STREAMS_CNT_MODULE_CREATED)
+    streams_count(STREAMS_CNT_MODULE_LOAD)
+    return 0
+
+
+cdef cudaError_t _sync_devices(unsigned long long devices) noexcept nogil:
+    # A library must not go while kernels of it are queued or running: wait
+    # for every device one of its kernels was launched on.
+    cdef int cur = -1, dev
+    cdef cudaError_t err = cudaSuccess, e
+    if devices == 0:
+        return cudaSuccess
+    if cudaGetDevice(&cur) != cudaSuccess:
+        return cudaGetLastError()
+    for dev in range(64):
+        if devices & ((<unsigned long long>1) << dev):
+            e = cudaSetDevice(dev)
+            if e == cudaSuccess:
+                e = cudaDeviceSynchronize()
+            if e != cudaSuccess and err == cudaSuccess:
+                err = e
+    cudaSetDevice(cur)
+    return err
+
+
+cdef int library_unload(cudaLibrary_t lib, unsigned long long devices) except -1 nogil:
+    guard()
+    check(_sync_devices(devices))
+    check(cudaLibraryUnload(lib))
+    streams_count(STREAMS_CNT_MODULE_DESTROYED)
+    streams_count(STREAMS_CNT_MODULE_UNLOAD)
+    return 0
+
+
+cdef struct _LibraryRelease:
+    cudaLibrary_t lib
+    unsigned long long devices
+
+
+cdef void _unload_library_later(void* arg) noexcept nogil:
+    cdef _LibraryRelease* rel = <_LibraryRelease*>arg
+    _sync_devices(rel.devices)
+    if cudaLibraryUnload(rel.lib) != cudaSuccess:
+        cudaGetLastError()
+    free(rel)
+
+
+cdef void release_library(cudaLibrary_t lib, unsigned long long devices) noexcept nogil:
+    cdef _LibraryRelease* rel
+    cdef int state = streams_guard_state()
+    streams_count(STREAMS_CNT_MODULE_DESTROYED)
+    streams_count(STREAMS_CNT_MODULE_UNLOAD)
+    if state == 2 or not streams_interpreter_alive():
+        return
+    rel = <_LibraryRelease*>malloc(sizeof(_LibraryRelease))
+    if rel == NULL:
+        return   # out of memory: the library stays loaded, which is safe
+    rel.lib = lib
+    rel.devices = devices
+    if state == 1:
+        streams_defer(_unload_library_later, <void*>rel, NULL)
+    else:
+        _unload_library_later(<void*>rel)
+
+
+cdef int library_get_kernel(cudaKernel_t* out, cudaLibrary_t lib,
+                            const char* name) except -1 nogil:
+    guard()
+    return check(cudaLibraryGetKernel(out, lib, name))
+
+
+cdef int func_get_attributes(cudaFuncAttributes* out, const void* func) except -1 nogil:
+    guard()
+    return check(cudaFuncGetAttributes(out, func))
+
+
+cdef int func_set_attribute(const void* func, cudaFuncAttribute attr,
+                            int value) except -1 nogil:
+    guard()
+    return check(cudaFuncSetAttribute(func, attr, value))
+
+
+cdef int func_get_param_info(const void* func, size_t index, size_t* offset,
+                             size_t* size) except -1 nogil:
+    """0 with the parameter's offset and size; 1 past the last parameter;
+    2 when this runtime cannot tell (older than CUDA 12.6)."""
+    cdef cudaError_t err
+    guard()
+    err = streams_cudaFuncGetParamInfo(func, index, offset, size)
+    if err == cudaSuccess:
+        return 0
+    cudaGetLastError()
+    if err == cudaErrorInvalidValue:
+        return 1
+    if err == cudaErrorNotSupported:
+        return 2
+    return check(err)
+
+
+cdef int launch_kernel(const void* func, dim3 grid, dim3 block, void** args, size_t shared,
+                       cudaStream_t s) except -1 nogil:
+    guard()
+    return check(cudaLaunchKernel(func, grid, block, args, shared, s))
+
+
+cdef int launch_kernel_ex(const cudaLaunchConfig_t* config, const void* func,
+                          void** args) except -1 nogil:
+    guard()
+    return check(cudaLaunchKernelExC(config, func, args))
+
+
+# ---- memory -----------------------------------------------------------------------------
+
+cdef int malloc_async(void** out, size_t n, cudaStream_t s) except -1 nogil:
+    guard()
+    check(cudaMallocAsync(out, n, s))
+    streams_count(STREAMS_CNT_MEMORY_ALLOC)
+    return 0
+
+
+cdef int free_async(void* p, cudaStream_t s) except -1 nogil:
+    guard()
+    check(cudaFreeAsync(p, s))
+    streams_count(STREAMS_CNT_MEMORY_FREE)
+    return 0
+
+
+cdef int host_alloc(void** out, size_t n) except -1 nogil:
+    guard()
+    check(cudaHostAlloc(out, n, cudaHostAllocDefault))
+    streams_count(STREAMS_CNT_MEMORY_ALLOC)
+    return 0
+
+
+cdef int free_host(void* p) except -1 nogil:
+    guard()
+    check(cudaFreeHost(p))
+    streams_count(STREAMS_CNT_MEMORY_FREE)
+    return 0
+
+
+cdef void _free_host_later(void* p) noexcept nogil:
+    if cudaFreeHost(p) != cudaSuccess:
+        cudaGetLastError()
+
+
+cdef void free_async_quiet(void* p, cudaStream_t s) noexcept nogil:
+    # For releases that already know CUDA may be called here.
+    streams_count(STREAMS_CNT_MEMORY_FREE)
+    if cudaFreeAsync(p, s) != cudaSuccess:
+        cudaGetLastError()
+
+
+cdef void release_host(void* p) noexcept nogil:
+    streams_count(STREAMS_CNT_MEMORY_FREE)
+    _release(_free_host_later, p)
+
+
+cdef int malloc_managed(void** out, size_t n, unsigned int flags) except -1 nogil:
+    guard()
+    check(cudaMallocManaged(out, n, flags))
+    streams_count(STREAMS_CNT_MEMORY_ALLOC)
+    return 0
+
+
+cdef int free_managed(void* p) except -1 nogil:
+    guard()
+    check(cudaFree(p))
+    streams_count(STREAMS_CNT_MEMORY_FREE)
+    return 0
+
+
+cdef void _free_managed_later(void* p) noexcept nogil:
+    if cudaFree(p) != cudaSuccess:
+        cudaGetLastError()
+
+
+cdef void release_managed(void* p) noexcept nogil:
+    streams_count(STREAMS_CNT_MEMORY_FREE)
+    _release(_free_managed_later, p)
+
+
+cdef int pointer_get_attributes(cudaPointerAttributes* out, const void* p) except -1 nogil:
+    """The cudaError_t of cudaPointerGetAttributes (0: ``out`` is filled)."""
+    cdef cudaError_t err
+    guard()
+    err = cudaPointerGetAttributes(out, p)
+    if err != cudaSuccess:
+        cudaGetLastError()
+    return <int>err
+
+
+cdef int memset_async(void* p, int value, size_t n, cudaStream_t s) except -1 nogil:
+    guard()
+    return check(cudaMemsetAsync(p, value, n, s))
+
+
+cdef int memcpy_async(void* dst, const void* src, size_t n, cudaStream_t s) except -1 nogil:
+    guard()
+    return check(cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, s))
+
+
+# ---- graphs -----------------------------------------------------------------------------
+
+cdef int graph_create(cudaGraph_t* out) except -1 nogil:
+    guard()
+    check(cudaGraphCreate(out, 0))
+    streams_count(STREAMS_CNT_GRAPH_CREATED)
+    return 0
+
+
+cdef void count_graph_adopted() noexcept nogil:
+    # A graph CUDA made (end of a capture) and streams now owns.
+    streams_count(STREAMS_CNT_GRAPH_CREATED)
+
+
+cdef int graph_clone(cudaGraph_t* out, cudaGraph_t g) except -1 nogil:
+    guard()
+    check(cudaGraphClone(out, g))
+    streams_count(STREAMS_CNT_GRAPH_CREATED)
+    return 0
+
+
+cdef int graph_destroy(cudaGraph_t g) except -1 nogil:
+    guard()
+    check(cudaGraphDestroy(g))
+    streams_count(STREAMS_CNT_GRAPH_DESTROYED)
+    return 0
+
+
+cdef void _destroy_graph_later(void* g) noexcept nogil:
+    if cudaGraphDestroy(<cudaGraph_t>g) != cudaSuccess:
+        cudaGetLastError()
+
+
+cdef void release_graph(cudaGraph_t g) noexcept nogil:
+    streams_count(STREAMS_CNT_GRAPH_DESTROYED)
+    _release(_destroy_graph_later, <void*>g)
+
+
+cdef int graph_get_nodes(cudaGraph_t g, cudaGraphNode_t* nodes, size_t* n) except -1 nogil:
+    guard()
+    return check(cudaGraphGetNodes(g, nodes, n))
+
+
+cdef int graph_get_edges(cudaGraph_t g, cudaGraphNode_t* src, cudaGraphNode_t* dst,
+                         cudaGraphEdgeData* data, size_t* n) except -1 nogil:
+    guard()
+    return check(streams_cudaGraphGetEdges(g, src, dst, data, n))
+
+
+cdef int graph_node_get_type(cudaGraphNode_t node, cudaGraphNodeType* out) except -1 nogil:
+    guard()
+    return check(cudaGraphNodeGetType(node, out))
+
+
+cdef int graph_node_get_dependencies(cudaGraphNode_t node, cudaGraphNode_t* deps,
+                                     size_t* n) except -1 nogil:
+    guard()
+    return check(streams_cudaGraphNodeGetDependencies(node, deps, NULL, n))
+
+
+cdef int graph_add_empty_node(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps,
+                              size_t n) except -1 nogil:
+    guard()
+    return check(cudaGraphAddEmptyNode(out, g, deps, n))
+
+
+cdef int graph_add_kernel_node(cudaGraphNode_t* out, cudaGraph_t g,
+                               const cudaGraphNode_t* deps, size_t n,
+                               const cudaKernelNodeParams* params) except -1 nogil:
+    guard()
+    return check(cudaGraphAddKernelNode(out, g, deps, n, params))
+
+
+cdef int graph_add_memset_node(cudaGraphNode_t* out, cudaGraph_t g,
+                               const cudaGraphNode_t* deps, size_t n,
+                               const cudaMemsetParams* params) except -1 nogil:
+    guard()
+    return check(cudaGraphAddMemsetNode(out, g, deps, n, params))
+
+
+cdef int graph_add_memcpy_node_1d(cudaGraphNode_t* out, cudaGraph_t g,
+                                  const cudaGraphNode_t* deps, size_t n, void* dst,
+                                  const void* src, size_t count) except -1 nogil:
+    guard()
+    return check(cudaGraphAddMemcpyNode1D(out, g, deps, n, dst, src, count, cudaMemcpyDefault))
+
+
+cdef int graph_add_child_graph_node(cudaGraphNode_t* out, cudaGraph_t g,
+                                    const cudaGraphNode_t* deps, size_t n,
+                                    cudaGraph_t child) except -1 nogil:
+    guard()
+    return check(cudaGraphAddChildGraphNode(out, g, deps, n, child))
+
+
+cdef int graph_add_event_record_node(cudaGraphNode_t* out, cudaGraph_t g,
+                                     const cudaGraphNode_t* deps, size_t n,
+                                     cudaEvent_t ev) except -1 nogil:
+    guard()
+    return check(cudaGraphAddEventRecordNode(out, g, deps, n, ev))
+
+
+cdef int graph_add_event_wait_node(cudaGraphNode_t* out, cudaGraph_t g,
+                                   const cudaGraphNode_t* deps, size_t n,
+                                   cudaEvent_t ev) except -1 nogil:
+    guard()
+    return check(cudaGraphAddEventWaitNode(out, g, deps, n, ev))
+
+
+cdef int graph_debug_dot_print(cudaGraph_t g, const char* path,
+                               unsigned int flags) except -1 nogil:
+    guard()
+    return check(cudaGraphDebugDotPrint(g, path, flags))
+
+
+cdef int graph_instantiate(cudaGraphExec_t* out, cudaGraph_t g,
+                           unsigned long long flags) except -1 nogil:
+    guard()
+    check(cudaGraphInstantiateWithFlags(out, g, flags))
+    streams_count(STREAMS_CNT_EXEC_CREATED)
+    return 0
+
+
+cdef int graph_exec_destroy(cudaGraphExec_t ex) except -1 nogil:
+    guard()
+    check(cudaGraphExecDestroy(ex))
+    streams_count(STREAMS_CNT_EXEC_DESTROYED)
+    return 0
+
+
+cdef void _destroy_exec_later(void* ex) noexcept nogil:
+    if cudaGraphExecDestroy(<cudaGraphExec_t>ex) != cudaSuccess:
+        cudaGetLastError()
+
+
+cdef void release_graph_exec(cudaGraphExec_t ex) noexcept nogil:
+    streams_count(STREAMS_CNT_EXEC_DESTROYED)
+    _release(_destroy_exec_later, <void*>ex)
+
+
+cdef int graph_launch(cudaGraphExec_t ex, cudaStream_t s) except -1 nogil:
+    guard()
+    return check(cudaGraphLaunch(ex, s))
+
+
+cdef int graph_upload(cudaGraphExec_t ex, cudaStream_t s) except -1 nogil:
+    guard()
+    return check(cudaGraphUpload(ex, s))
+
+
+cdef int graph_exec_update(cudaGraphExec_t ex, cudaGraph_t g,
+                           cudaGraphExecUpdateResultInfo* info) except -1 nogil:
+    """0 when updated, 1 when CUDA refused the update (``info`` says why)."""
+    cdef cudaError_t err
+    guard()
+    err = cudaGraphExecUpdate(ex, g, info)
+    if err == cudaSuccess:
+        return 0
+    if err == cudaErrorGraphExecUpdateFailure:
+        cudaGetLastError()
+        return 1
+    return check(err)
+
+
+# ---- module state -------------------------------------------------------------------------
+
+# A module object can outlive one interpreter (an embedding application that
+# finalizes Python and initializes it again): start each life open.
+streams_clear_shutting_down()
+if streams_install_fork_handler() != 0:
+    raise ImportError("streams: pthread_atfork failed")

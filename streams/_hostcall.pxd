@@ -1,0 +1,26 @@
+# Python host callbacks: payloads, the two enqueue paths (a one-shot work
+# item, or a graph-owned node when the stream is being captured), and the
+# registry that hands a capture's error slot to the graph it becomes.
+from streams._stream cimport ErrorSlot, Stream
+
+cdef enum:
+    KIND_HOST_FUNC = 0      # callback(arg)
+    KIND_STREAM_CB = 1      # callback(stream, status, arg)
+
+
+cdef class HostCall:
+    cdef object fn
+    cdef object arg
+    cdef Stream stream       # passed to stream callbacks (or None)
+    cdef ErrorSlot sink      # where an exception waits for the owner
+    cdef int kind
+    cdef bint persistent     # owned by a graph: may run many times
+
+
+cdef HostCall new_call(object callback, object arg, Stream stream, ErrorSlot sink, int kind)
+cdef ErrorSlot new_error_slot()
+# Captures and the error slot (and, for begin_capture_to_graph, the Graph)
+# their callbacks report to, by CUDA's capture id (unique in the process).
+cdef int register_capture(unsigned long long capture_id, ErrorSlot slot,
+                          object target) except -1
+cdef tuple take_capture(unsigned long long capture_id)

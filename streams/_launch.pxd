@@ -1,0 +1,68 @@
+# C-level declarations of modules and kernels (streams._launch).  Like
+# _stream.pxd, free of CUDA types: a project that cimports streams needs no
+# CUDA headers.
+from streams._stream cimport LaunchTarget, Stream
+
+cdef enum:
+    MAX_KERNEL_ARGS = 64
+
+
+cdef class Module:
+    cdef void* _handle           # cudaLibrary_t
+    cdef bytes _image            # the driver may read it again when loading lazily
+    cdef unsigned int _state
+    cdef unsigned long long _devices   # bit d: a kernel of it was launched on device d
+    cdef object __weakref__
+    cdef int _use(self) except -1 nogil
+    cdef void _unuse(self) noexcept nogil
+
+
+cdef class Kernel(LaunchTarget):
+    cdef void* _func             # cudaKernel_t
+    cdef Module _module
+    cdef str _name
+    cdef int _nsig               # parameters the signature names; -1 without one
+    cdef int _kinds[MAX_KERNEL_ARGS]
+    cdef int _nparams            # parameters CUDA reports; -1 when it cannot tell
+    cdef unsigned short _param_size[MAX_KERNEL_ARGS]
+    cdef object _signature_names
+
+    cdef int _check_usable(self) except -1
+    cdef void* c_handle(self) noexcept nogil
+    # One cudaLaunchKernel with arguments the caller packed (CUDA's layout:
+    # an array of pointers to each value) on the stream's device.
+    cdef int c_launch(self, Stream stream, unsigned int grid_x, unsigned int grid_y,
+                      unsigned int grid_z, unsigned int block_x, unsigned int block_y,
+                      unsigned int block_z, void** args, size_t shared_mem) except -1 nogil
+
+
+cdef class PreparedLaunch:
+    cdef Kernel _kernel
+    cdef unsigned int _grid[3]
+    cdef unsigned int _block[3]
+    cdef unsigned long long _slots[MAX_KERNEL_ARGS]
+    cdef void* _ptrs[MAX_KERNEL_ARGS]
+    cdef int _nargs
+    cdef size_t _shared_mem
+    cdef object _keepalive       # the argument objects
+    cdef object _users           # streams buffers held in use while it lives
+
+    # One cudaLaunchKernel: the hot loop of a cimporter.
+    cdef int c_launch(self, Stream stream) except -1 nogil
+
+
+# The argument packer shared by launches, prepared launches and graph
+# kernel nodes: every value written with its parameter's C type into an
+# 8-byte slot; pointer arguments resolved (and checked) as device memory.
+cdef struct ArgPack:
+    unsigned long long slots[MAX_KERNEL_ARGS]
+    void* ptrs[MAX_KERNEL_ARGS]
+    void* users[MAX_KERNEL_ARGS]    # streams buffers held in use meanwhile
+    int nusers
+
+cdef int pack_args(Kernel kernel, tuple args, ArgPack* pack, Stream consumer) except -1
+cdef void release_pack(ArgPack* pack) noexcept
+# An object that holds the buffers of a pack in use until it goes.
+cdef object keep_pack_users(ArgPack* pack)
+# An object that holds a module in use (kept by graphs with its kernels).
+cdef object keep_module(Module module)

@@ -1,0 +1,752 @@
+# cython: language_level=3
+"""Modules and kernels: load PTX/cubin/fatbin with the library API (no nvcc,
+no context juggling), look kernels up, and launch them.
+
+Arguments are packed into fixed 8-byte slots: every CUDA kernel parameter
+of a scalar or pointer type fits, and each value is written with its own C
+type at the start of its slot, so the kernel reads exactly the bytes it
+expects.  Every launch is checked against the parameter layout CUDA reports
+for the kernel (count and sizes), so that a wrong argument list is an error
+instead of a kernel reading stack garbage.
+"""
+import os as _os
+import threading as _threading
+
+cimport cython
+from libc.stdint cimport uintptr_t
+
+cimport streams._cudart as rt
+from streams._args cimport as_dim3, as_nbytes
+from streams._device cimport DeviceScope, enter_device, exit_device, require_device
+from streams._memory cimport SPAN_DEVICE, SPAN_NULL_OK, Span, release_span, resolve_span
+from streams._platform cimport (STREAMS_H_INERT, streams_close_begin, streams_is_closed,
+                                streams_mark_bit, streams_open, streams_use_begin,
+                                streams_use_end)
+from streams._stream cimport LaunchTarget, Stream, as_stream
+from streams.cudart cimport *
+
+cdef enum _ArgType:
+    _T_I8, _T_I16, _T_I32, _T_I64, _T_U8, _T_U16, _T_U32, _T_U64, _T_F32, _T_F64, _T_PTR
+
+_ARG_TYPE_NAMES = {
+    "int8": _T_I8, "int16": _T_I16, "int32": _T_I32, "int64": _T_I64,
+    "uint8": _T_U8, "uint16": _T_U16, "uint32": _T_U32, "uint64": _T_U64,
+    "float32": _T_F32, "float64": _T_F64, "pointer": _T_PTR,
+    # C spellings
+    "char": _T_I8, "short": _T_I16, "int": _T_I32, "long long": _T_I64,
+    "unsigned char": _T_U8, "unsigned short": _T_U16, "unsigned int": _T_U32,
+    "unsigned long long": _T_U64, "float": _T_F32, "double": _T_F64,
+    "ptr": _T_PTR, "void*": _T_PTR, "size_t": _T_U64,
+}
+_ARG_TYPE_LABEL = {_T_I8: "int8", _T_I16: "int16", _T_I32: "int32", _T_I64: "int64",
+                   _T_U8: "uint8", _T_U16: "uint16", _T_U32: "uint32", _T_U64: "uint64",
+                   _T_F32: "float32", _T_F64: "float64", _T_PTR: "pointer"}
+_INT_LIMITS = {_T_I8: (-(1 << 7), (1 << 7) - 1), _T_I16: (-(1 << 15), (1 << 15) - 1),
+               _T_I32: (-(1 << 31), (1 << 31) - 1), _T_I64: (-(1 << 63), (1 << 63) - 1),
+               _T_U8: (0, (1 << 8) - 1), _T_U16: (0, (1 << 16) - 1),
+               _T_U32: (0, (1 << 32) - 1), _T_U64: (0, (1 << 64) - 1)}
+cdef int _SIZE_OF[11]
+_SIZE_OF[:] = [1, 2, 4, 8, 1, 2, 4, 8, 4, 8, 8]
+
+
+# ---- argument packing ---------------------------------------------------------------------
+
+cdef int _store_arg(ArgPack* pack, Py_ssize_t i, int kind, object value,
+                    Stream consumer) except -1:
+    cdef void* slot = &pack.slots[i]
+    cdef Span span
+    pack.ptrs[i] = slot
+    pack.slots[i] = 0
+    if kind == _T_PTR:
+        resolve_span(value, &span, SPAN_DEVICE | SPAN_NULL_OK, consumer, f"argument {i}")
+        (<uintptr_t*>slot)[0] = <uintptr_t>span.ptr
+        if span.user != NULL:
+            # Held in use until the launch is enqueued (or the prepared
+            # launch is gone): a close() meanwhile frees afterwards.
+            pack.users[pack.nusers] = span.user
+            pack.nusers += 1
+        return 0
+    if kind == _T_F32 or kind == _T_F64:
+        if isinstance(value, bool) or not hasattr(value, "__float__"):
+            raise TypeError(f"argument {i} must be a number ({_ARG_TYPE_LABEL[kind]}), not "
+                            f"{type(value).__name__}")
+        if kind == _T_F32:
+            (<float*>slot)[0] = <float>float(value)
+        else:
+            (<double*>slot)[0] = <double>float(value)
+        return 0
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise TypeError(f"argument {i} must be an integer ({_ARG_TYPE_LABEL[kind]}), not "
+                        f"{type(value).__name__}")
+    v = value.__index__()
+    lo, hi = _INT_LIMITS[kind]
+    if v < lo or v > hi:
+        raise ValueError(f"argument {i}: {v} does not fit {_ARG_TYPE_LABEL[kind]}")
+    if kind == _T_I8:
+        (<signed char*>slot)[0] = <signed char>v
+    elif kind == _T_I16:
+        (<short*>slot)[0] = <short>v
+    elif kind == _T_I32:
+        (<int*>slot)[0] = <int>v
+    elif kind == _T_I64:
+        (<long long*>slot)[0] = <long long>v
+    elif kind == _T_U8:
+        (<unsigned char*>slot)[0] = <unsigned char>v
+    elif kind == _T_U16:
+        (<unsigned short*>slot)[0] = <unsigned short>v
+    elif kind == _T_U32:
+        (<unsigned int*>slot)[0] = <unsigned int>v
+    else:
+        (<unsigned long long*>slot)[0] = <unsigned long long>v
+    return 0
+
+
+cdef int _infer_kind(object value, Py_ssize_t pos) except -1:
+    """Type of an argument when the kernel has no signature: numpy scalars
+    say what they are, memory is a pointer; a bare int or float is ambiguous."""
+    dtype = getattr(value, "dtype", None)
+    if dtype is not None and getattr(value, "ndim", 1) == 0:
+        kind = _ARG_TYPE_NAMES.get(str(dtype))
+        if kind is not None:
+            return kind
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        raise TypeError(f"argument {pos}: a Python {type(value).__name__} is ambiguous for a "
+                        "kernel without a signature; pass a numpy scalar (numpy.int32(...)) "
+                        "or declare signature= in get_kernel()")
+    return _T_PTR
+
+
+cdef int pack_args(Kernel kernel, tuple args, ArgPack* pack, Stream consumer) except -1:
+    cdef Py_ssize_t n = len(args), i
+    cdef int kind
+    pack.nusers = 0
+    if n > MAX_KERNEL_ARGS:
+        raise TypeError(f"too many kernel arguments ({n} > {MAX_KERNEL_ARGS})")
+    if kernel._nparams >= 0 and n != kernel._nparams:
+        raise TypeError(f"kernel {kernel._name!r} takes {kernel._nparams} argument(s)"
+                        + (f" {kernel._signature_names}" if kernel._nsig >= 0 else "")
+                        + f", got {n}")
+    if kernel._nsig >= 0 and n != kernel._nsig:
+        raise TypeError(f"kernel {kernel._name!r} takes {kernel._nsig} argument(s) "
+                        f"{kernel._signature_names}, got {n}")
+    if kernel._nsig < 0 and kernel._nparams < 0:
+        raise TypeError(f"kernel {kernel._name!r} has no signature, and this CUDA runtime "
+                        "cannot report its parameters: pass signature= to get_kernel()")
+    try:
+        for i in range(n):
+            if kernel._nsig >= 0:
+                kind = kernel._kinds[i]
+            else:
+                kind = _infer_kind(args[i], i)
+                if _SIZE_OF[kind] != kernel._param_size[i]:
+                    raise TypeError(
+                        f"argument {i} of kernel {kernel._name!r}: a {_ARG_TYPE_LABEL[kind]} "
+                        f"({_SIZE_OF[kind]} bytes) for a {kernel._param_size[i]}-byte "
+                        "parameter")
+            _store_arg(pack, i, kind, args[i], consumer)
+    except BaseException:
+        release_pack(pack)
+        raise
+    return 0
+
+
+cdef void release_pack(ArgPack* pack) noexcept:
+    cdef Span span
+    cdef int i
+    span.has_view = False
+    for i in range(pack.nusers):
+        span.user = pack.users[i]
+        release_span(&span)
+    pack.nusers = 0
+
+
+# ---- modules --------------------------------------------------------------------------------
+
+@cython.final
+cdef class Module:
+    """Code loaded with the CUDA library API (``cudaLibraryLoadData``).
+
+    Build one with ``Module.from_ptx``, ``from_cubin``, ``from_fatbin`` or
+    ``from_file``; the library is loaded into every device lazily.
+    ``close()`` unloads it once the work of its kernels is done (it waits
+    for the devices they ran on) and the graphs and prepared launches that
+    hold them are gone.
+    """
+
+    def __cinit__(self):
+        self._state = STREAMS_H_INERT
+
+    def __init__(self, *args, **kwargs):
+        rt.refuse_construction(self, "use Module.from_ptx, from_cubin, from_fatbin or "
+                                     "from_file")
+
+    @staticmethod
+    def from_ptx(text):
+        """Load PTX source (``str`` or ``bytes``), compiled by the driver."""
+        if isinstance(text, str):
+            text = text.encode("utf-8")
+        if not isinstance(text, bytes):
+            raise TypeError(f"text must be str or bytes of PTX, not {type(text).__name__}")
+        if b".entry" not in text and b".func" not in text:
+            raise ValueError("text does not look like PTX (no .entry or .func)")
+        return _load_image(text + b"\0", False)
+
+    @staticmethod
+    def from_cubin(data):
+        """Load a cubin (ELF) image."""
+        data = _as_image(data, "data")
+        if not data.startswith(b"\x7fELF"):
+            raise ValueError("data is not a cubin (no ELF header)")
+        return _load_image(data, False)
+
+    @staticmethod
+    def from_fatbin(data):
+        """Load a fatbin image (as made by nvcc --fatbin)."""
+        data = _as_image(data, "data")
+        # A fatbin starts with its magic, 0xBA55ED50 (little-endian);
+        # anything else would be read as one by the driver.
+        if not data.startswith(b"\x50\xed\x55\xba"):
+            raise ValueError("data is not a fatbin (no fatbin header)")
+        return _load_image(data, False)
+
+    @staticmethod
+    def from_file(path):
+        """Load a .ptx, .cubin or .fatbin file."""
+        cdef Module m
+        cdef cudaLibrary_t lib = NULL
+        cdef bytes fname = _os.fsencode(path)
+        cdef const char* c_name = fname
+        if not _os.path.isfile(path):
+            raise FileNotFoundError(f"no such module file: {path!r}")
+        require_device()
+        rt.drain_deferred()
+        with nogil:
+            rt.library_load_from_file(&lib, c_name)
+        m = Module.__new__(Module)
+        m._handle = <void*>lib
+        streams_open(&m._state)
+        return m
+
+    def get_kernel(self, name, signature=None):
+        """The kernel ``name`` (an ``extern "C"`` or mangled entry name).
+
+        ``signature`` lists the C type of each parameter ("int32", "float32",
+        "pointer", ...), so plain Python ints and floats can be passed; it
+        must agree with the parameters CUDA reports for the kernel.
+        """
+        cdef Kernel k = Kernel.__new__(Kernel)
+        cdef cudaKernel_t handle = NULL
+        cdef cudaFuncAttributes attrs
+        cdef bytes bname
+        cdef const char* c_name
+        if not isinstance(name, str):
+            raise TypeError(f"name must be a str, not {type(name).__name__}")
+        k._nsig = -1
+        if signature is not None:
+            if isinstance(signature, str):
+                signature = tuple(s.strip() for s in signature.split(",")) if signature.strip() \
+                    else ()
+            try:
+                signature = tuple(signature)
+            except TypeError:
+                raise TypeError(f"signature must be a sequence of C type names, not "
+                                f"{type(signature).__name__}") from None
+            if len(signature) > MAX_KERNEL_ARGS:
+                raise ValueError(f"signature has more than {MAX_KERNEL_ARGS} parameters")
+            for i, t in enumerate(signature):
+                if not isinstance(t, str) or t not in _ARG_TYPE_NAMES:
+                    raise ValueError(f"signature[{i}]: unknown C type {t!r}; use one of "
+                                     f"{sorted(set(_ARG_TYPE_LABEL.values()))}")
+                k._kinds[i] = _ARG_TYPE_NAMES[t]
+            k._nsig = len(signature)
+            k._signature_names = tuple(_ARG_TYPE_LABEL[_ARG_TYPE_NAMES[t]] for t in signature)
+        bname = name.encode("utf-8")
+        c_name = bname
+        self._use()
+        try:
+            with nogil:
+                rt.library_get_kernel(&handle, <cudaLibrary_t>self._handle, c_name)
+                # Load it into the current device now: CUDA loads kernels
+                # lazily, and a first launch that has to load waits for the
+                # work already running on the device (a surprise
+                # synchronization in a hot loop).
+                rt.func_get_attributes(&attrs, <const void*>handle)
+        finally:
+            self._unuse()
+        k._func = <void*>handle
+        k._module = self
+        k._name = name
+        _read_parameters(k)
+        return k
+
+    # ---- the handle's life ---------------------------------------------------
+    cdef int _use(self) except -1 nogil:
+        if streams_use_begin(&self._state) == 0:
+            return 0
+        self._unuse()
+        with gil:
+            return rt.raise_closed(self)
+
+    cdef void _unuse(self) noexcept nogil:
+        if streams_use_end(&self._state):
+            rt.release_library(<cudaLibrary_t>self._handle, self._devices)
+
+    @property
+    def closed(self):
+        return bool(streams_is_closed(&self._state))
+
+    @property
+    def handle(self):
+        """The ``cudaLibrary_t`` as an int."""
+        if streams_is_closed(&self._state):
+            rt.raise_closed(self)
+        return <uintptr_t>self._handle
+
+    def close(self):
+        """Unload, once the kernels launched from it have finished.  Idempotent.
+
+        Kernels of a closed module can no longer be launched; graphs and
+        prepared launches that hold them keep it loaded until they go.
+        """
+        if streams_is_closed(&self._state):
+            return
+        rt.guard()
+        if streams_close_begin(&self._state) == 1:
+            with nogil:
+                rt.library_unload(<cudaLibrary_t>self._handle, self._devices)
+
+    def __dealloc__(self):
+        if streams_close_begin(&self._state) == 1:
+            rt.release_library(<cudaLibrary_t>self._handle, self._devices)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __repr__(self):
+        state = " (closed)" if self.closed else ""
+        return f"<streams.Module 0x{<uintptr_t>self._handle:x}{state}>"
+
+
+cdef Module _load_image(bytes image, bint resident):
+    cdef Module m
+    cdef cudaLibrary_t lib = NULL
+    cdef const char* data = image
+    require_device()
+    rt.drain_deferred()
+    with nogil:
+        rt.library_load_data(&lib, <const void*>data, resident)
+    m = Module.__new__(Module)
+    m._handle = <void*>lib
+    m._image = image
+    streams_open(&m._state)
+    return m
+
+
+cdef bytes _as_image(object data, str argname):
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return bytes(data)
+    raise TypeError(f"{argname} must be bytes, not {type(data).__name__}")
+
+
+cdef int _read_parameters(Kernel k) except -1:
+    """How many parameters the kernel takes and their sizes, from CUDA."""
+    cdef size_t offset = 0, size = 0, i
+    cdef int r
+    k._nparams = -1
+    for i in range(MAX_KERNEL_ARGS + 1):
+        with nogil:
+            r = rt.func_get_param_info(k._func, i, &offset, &size)
+        if r == 2:
+            return 0    # this runtime cannot tell: signatures are the only check
+        if r == 1:
+            k._nparams = <int>i
+            break
+        if i == MAX_KERNEL_ARGS:
+            raise ValueError(f"kernel {k._name!r} has more than {MAX_KERNEL_ARGS} parameters")
+        k._param_size[i] = <unsigned short>size
+    if k._nsig >= 0:
+        if k._nsig != k._nparams:
+            raise ValueError(f"signature of kernel {k._name!r} names {k._nsig} parameter(s), "
+                             f"but the kernel takes {k._nparams}")
+        for i in range(k._nparams):
+            if _SIZE_OF[k._kinds[i]] != k._param_size[i]:
+                raise ValueError(
+                    f"signature[{i}] of kernel {k._name!r} is {k._signature_names[i]} "
+                    f"({_SIZE_OF[k._kinds[i]]} bytes), but the parameter takes "
+                    f"{k._param_size[i]} bytes")
+    else:
+        for i in range(k._nparams):
+            if k._param_size[i] not in (1, 2, 4, 8):
+                raise ValueError(f"kernel {k._name!r}: parameter {i} is a "
+                                 f"{k._param_size[i]}-byte value; streams passes scalars and "
+                                 "pointers (1, 2, 4 or 8 bytes)")
+    return 0
+
+
+# ---- kernels --------------------------------------------------------------------------------
+
+cdef cudaFuncAttributes _kernel_attributes(Kernel k) except *:
+    cdef cudaFuncAttributes attrs
+    k._check_usable()
+    k._module._use()
+    try:
+        with nogil:
+            rt.func_get_attributes(&attrs, <const void*>k._func)
+    finally:
+        k._module._unuse()
+    return attrs
+
+
+cdef int _launch_packed(Kernel k, Stream stream, dim3 grid, dim3 block, void** args,
+                        size_t shared_mem, const cudaLaunchConfig_t* config) except -1 nogil:
+    # Module and stream are held in use for the call: another thread's
+    # close() of either waits for it to leave.
+    cdef DeviceScope scope
+    cdef int dev
+    k._module._use()
+    try:
+        stream._use()
+        try:
+            dev = stream.c_device()
+            enter_device(&scope, dev)
+            try:
+                if config == NULL:
+                    rt.launch_kernel(<const void*>k._func, grid, block, args, shared_mem,
+                                     <cudaStream_t>stream._handle)
+                else:
+                    rt.launch_kernel_ex(config, <const void*>k._func, args)
+                streams_mark_bit(&k._module._devices, dev)
+            finally:
+                exit_device(&scope)
+        finally:
+            stream._unuse()
+    finally:
+        k._module._unuse()
+    return 0
+
+
+@cython.final
+cdef class Kernel(LaunchTarget):
+    """A kernel of a Module; launch it with ``Stream.launch`` or ``prepare``."""
+
+    def __init__(self, *args, **kwargs):
+        rt.refuse_construction(self, "use Module.get_kernel()")
+
+    cdef int _check_usable(self) except -1:
+        if self._module is None:
+            raise ValueError("this Kernel was never initialised (use Module.get_kernel())")
+        return 0
+
+    cdef void* c_handle(self) noexcept nogil:
+        return self._func
+
+    cdef int c_launch(self, Stream stream, unsigned int grid_x, unsigned int grid_y,
+                      unsigned int grid_z, unsigned int block_x, unsigned int block_y,
+                      unsigned int block_z, void** args, size_t shared_mem) except -1 nogil:
+        cdef dim3 g, b
+        if self._module is None:
+            with gil:
+                self._check_usable()
+        g.x, g.y, g.z = grid_x, grid_y, grid_z
+        b.x, b.y, b.z = block_x, block_y, block_z
+        return _launch_packed(self, stream, g, b, args, shared_mem, NULL)
+
+    cdef int _launch_on(self, Stream stream, object grid, object block, tuple args,
+                        object shared_mem, object config) except -1:
+        cdef ArgPack pack
+        cdef dim3 g, b, cl
+        cdef size_t smem
+        cdef cudaLaunchConfig_t cfg
+        cdef cudaLaunchAttribute attrs[2]
+        cdef unsigned int nattrs = 0
+        self._check_usable()
+        as_dim3(grid, &g, "grid")
+        as_dim3(block, &b, "block")
+        smem = shared_mem if type(shared_mem) is int and shared_mem >= 0 \
+            else as_nbytes(shared_mem, "shared_mem")
+        if config is not None:
+            cluster, cooperative = config
+            if cluster is not None:
+                as_dim3(cluster, &cl, "cluster")
+                attrs[nattrs].id = cudaLaunchAttributeClusterDimension
+                attrs[nattrs].val.clusterDim.x = cl.x
+                attrs[nattrs].val.clusterDim.y = cl.y
+                attrs[nattrs].val.clusterDim.z = cl.z
+                nattrs += 1
+            if cooperative:
+                attrs[nattrs].id = cudaLaunchAttributeCooperative
+                attrs[nattrs].val.cooperative = 1
+                nattrs += 1
+            cfg.gridDim = g
+            cfg.blockDim = b
+            cfg.dynamicSmemBytes = smem
+            cfg.attrs = attrs
+            cfg.numAttrs = nattrs
+            cfg.stream = <cudaStream_t>stream._handle
+        cdef void** argv = pack.ptrs if len(args) else NULL
+        cdef const cudaLaunchConfig_t* cfgp = &cfg if config is not None else NULL
+        pack_args(self, args, &pack, stream)
+        try:
+            with nogil:
+                _launch_packed(self, stream, g, b, argv, smem, cfgp)
+        finally:
+            release_pack(&pack)
+        return 0
+
+    @property
+    def name(self):
+        return self._name
+
+    @property
+    def signature(self):
+        """The C types of the parameters, as given to ``get_kernel`` (or None)."""
+        return self._signature_names
+
+    @property
+    def num_params(self):
+        """How many parameters CUDA reports (None when this runtime cannot tell)."""
+        return None if self._nparams < 0 else self._nparams
+
+    @property
+    def param_sizes(self):
+        """The size in bytes of each parameter, as CUDA reports them (or None)."""
+        if self._nparams < 0:
+            return None
+        return tuple(self._param_size[i] for i in range(self._nparams))
+
+    @property
+    def module(self):
+        return self._module
+
+    @property
+    def handle(self):
+        return <uintptr_t>self._func
+
+    @property
+    def max_threads_per_block(self):
+        return _kernel_attributes(self).maxThreadsPerBlock
+
+    @property
+    def num_regs(self):
+        return _kernel_attributes(self).numRegs
+
+    @property
+    def shared_size_bytes(self):
+        """Static shared memory per block."""
+        return _kernel_attributes(self).sharedSizeBytes
+
+    @property
+    def local_size_bytes(self):
+        return _kernel_attributes(self).localSizeBytes
+
+    @property
+    def const_size_bytes(self):
+        return _kernel_attributes(self).constSizeBytes
+
+    @property
+    def max_dynamic_shared_size_bytes(self):
+        return _kernel_attributes(self).maxDynamicSharedSizeBytes
+
+    @max_dynamic_shared_size_bytes.setter
+    def max_dynamic_shared_size_bytes(self, value):
+        cdef int v
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"max_dynamic_shared_size_bytes must be an int, not "
+                            f"{type(value).__name__}")
+        if value < 0 or value > 0x7FFFFFFF:
+            raise ValueError(f"max_dynamic_shared_size_bytes must be >= 0, got {value}")
+        v = value
+        self._check_usable()
+        self._module._use()
+        try:
+            with nogil:
+                rt.func_set_attribute(<const void*>self._func,
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize, v)
+        finally:
+            self._module._unuse()
+
+    def prepare(self, grid, block, *args, shared_mem=0):
+        """Pack the launch once; ``PreparedLaunch.launch(stream)`` is then one C call.
+
+        Pointer arguments are resolved now: the prepared launch keeps the
+        objects (and streams buffers in use, so that closing one frees it
+        only once the prepared launch is gone).
+        """
+        cdef PreparedLaunch p = PreparedLaunch.__new__(PreparedLaunch)
+        cdef ArgPack pack
+        cdef dim3 g, b
+        cdef Py_ssize_t i, n
+        self._check_usable()
+        as_dim3(grid, &g, "grid")
+        as_dim3(block, &b, "block")
+        p._shared_mem = as_nbytes(shared_mem, "shared_mem")
+        pack_args(self, args, &pack, None)
+        p._grid[0], p._grid[1], p._grid[2] = g.x, g.y, g.z
+        p._block[0], p._block[1], p._block[2] = b.x, b.y, b.z
+        n = len(args)
+        for i in range(n):
+            p._slots[i] = pack.slots[i]
+            p._ptrs[i] = &p._slots[i]
+        p._nargs = n
+        p._kernel = self
+        p._keepalive = args
+        p._users = keep_pack_users(&pack)
+        return p
+
+    def __repr__(self):
+        return f"<streams.Kernel {self._name!r}>"
+
+
+@cython.final
+cdef class _BufferUses:
+    """Streams buffers a prepared launch or a graph keeps in use."""
+    cdef ArgPack pack
+
+    def __dealloc__(self):
+        release_pack(&self.pack)
+
+
+cdef object keep_pack_users(ArgPack* pack):
+    cdef _BufferUses uses = _BufferUses.__new__(_BufferUses)
+    uses.pack.nusers = pack.nusers
+    for i in range(pack.nusers):
+        uses.pack.users[i] = pack.users[i]
+    pack.nusers = 0     # handed over
+    return uses
+
+
+@cython.final
+cdef class _ModuleUse:
+    """Holds a module loaded (in use) while a graph can run its kernels."""
+    cdef Module module
+
+    def __dealloc__(self):
+        if self.module is not None:
+            self.module._unuse()
+
+
+cdef object keep_module(Module module):
+    cdef _ModuleUse use = _ModuleUse.__new__(_ModuleUse)
+    module._use()
+    use.module = module
+    return use
+
+
+@cython.final
+cdef class PreparedLaunch:
+    """A kernel launch with its configuration and arguments packed once."""
+
+    def __init__(self, *args, **kwargs):
+        rt.refuse_construction(self, "use Kernel.prepare()")
+
+    cdef int c_launch(self, Stream stream) except -1 nogil:
+        cdef dim3 g, b
+        if self._kernel is None:
+            with gil:
+                raise ValueError("this PreparedLaunch was never initialised (use "
+                                 "Kernel.prepare())")
+        g.x, g.y, g.z = self._grid[0], self._grid[1], self._grid[2]
+        b.x, b.y, b.z = self._block[0], self._block[1], self._block[2]
+        return _launch_packed(self._kernel, stream, g, b, self._ptrs if self._nargs else NULL,
+                              self._shared_mem, NULL)
+
+    def launch(self, stream=None):
+        """Enqueue the launch on ``stream`` (default: the current stream)."""
+        cdef Stream s = as_stream(stream, "stream")
+        with nogil:
+            self.c_launch(s)
+
+    @property
+    def kernel(self):
+        return self._kernel
+
+
+# ---- built-in kernels -------------------------------------------------------------------------
+# empty, spin, fill and increment: what tests, benchmarks and examples run to
+# put real work on a stream.  Shipped as PTX (streams/kernels/builtin.ptx, from
+# builtin.cu), which the driver compiles at first use: building the package
+# needs no nvcc.  Loaded once per process and never counted as a live module.
+
+cdef Module _builtins = None
+cdef Kernel _k_empty, _k_spin, _k_fill_u32, _k_increment_u32
+cdef object _builtins_lock = _threading.Lock()
+
+
+def builtin_ptx():
+    """The PTX text of the built-in kernels (streams/kernels/builtin.ptx)."""
+    here = _os.path.dirname(_os.path.abspath(__file__))
+    with open(_os.path.join(here, "kernels", "builtin.ptx"), encoding="ascii") as f:
+        return f.read()
+
+
+cdef int _load_builtins() except -1:
+    global _builtins, _k_empty, _k_spin, _k_fill_u32, _k_increment_u32
+    cdef Module m
+    if _builtins is not None:
+        return 0
+    with _builtins_lock:   # one load per process: it is never unloaded
+        if _builtins is not None:
+            return 0
+        m = _load_image(builtin_ptx().encode("ascii") + b"\0", True)
+        _k_empty = m.get_kernel("streams_empty", signature=())
+        _k_spin = m.get_kernel("streams_spin", signature=("uint64",))
+        _k_fill_u32 = m.get_kernel("streams_fill_u32",
+                                   signature=("pointer", "uint32", "uint64"))
+        _k_increment_u32 = m.get_kernel("streams_increment_u32",
+                                        signature=("pointer", "uint64"))
+        _builtins = m
+    return 0
+
+
+def builtin_kernel(name):
+    """The built-in kernel ``name`` ("empty", "spin", "fill_u32", "increment_u32")."""
+    _load_builtins()
+    kernels = {"empty": _k_empty, "spin": _k_spin, "fill_u32": _k_fill_u32,
+               "increment_u32": _k_increment_u32}
+    try:
+        return kernels[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"no built-in kernel {name!r}; there are {sorted(kernels)}") from None
+
+
+# The longest spin: a kernel that never ends would hold the GPU until the
+# process dies, so longer requests are clamped.
+cdef double _MAX_SPIN_US = 600e6
+
+
+def _spin(Stream stream not None, double microseconds):
+    cdef void* args[1]
+    cdef unsigned long long ns
+    cdef dim3 one
+    if not (microseconds >= 0):
+        raise ValueError(f"microseconds must be >= 0, got {microseconds!r}")
+    if microseconds > _MAX_SPIN_US:
+        microseconds = _MAX_SPIN_US
+    ns = <unsigned long long>(microseconds * 1000.0)
+    _load_builtins()
+    args[0] = &ns
+    one.x, one.y, one.z = 1, 1, 1
+    with nogil:
+        _launch_packed(_k_spin, stream, one, one, args, 0, NULL)
+
+
+def _launch_empty(Stream stream not None):
+    cdef dim3 one
+    _load_builtins()
+    one.x, one.y, one.z = 1, 1, 1
+    with nogil:
+        _launch_packed(_k_empty, stream, one, one, NULL, 0, NULL)
+
+
+def _fill_u32(Stream stream not None, ptr, value, count):
+    _load_builtins()
+    _k_fill_u32._launch_on(stream, 256, 256, (ptr, value, count), 0, None)
+
+
+def _increment_u32(Stream stream not None, ptr, count):
+    _load_builtins()
+    _k_increment_u32._launch_on(stream, 256, 256, (ptr, count), 0, None)

@@ -1,0 +1,60 @@
+# Memory: device, pinned and managed buffers, copies and sets in stream
+# order, and the one way every API turns a memory-like argument (a streams
+# buffer, a raw address, __cuda_array_interface__, DLPack, a host buffer)
+# into an address.
+from libc.stdint cimport uintptr_t
+
+from streams._stream cimport Stream
+
+cdef enum:
+    SPAN_WRITABLE = 1     # it will be written
+    SPAN_HOST_OK = 2      # pageable host memory (numpy, bytearray) is fine
+    SPAN_DEVICE = 4       # a kernel reads it: device, managed or mapped pinned memory
+    SPAN_NULL_OK = 8      # None or 0 stand for NULL
+
+
+cdef struct Span:
+    void* ptr
+    size_t nbytes         # (size_t)-1 when unknown (a raw address)
+    bint has_view
+    Py_buffer view
+    void* user            # a streams buffer held in use until release_span
+
+
+# Resolve `obj` for use on `consumer` (None: no ordering).  A foreign array
+# whose __cuda_array_interface__ names a stream, or a DLPack producer, gets
+# `consumer` ordered after its work.  Call release_span afterwards.
+cdef int resolve_span(object obj, Span* span, int flags, Stream consumer,
+                      str argname) except -1
+cdef void release_span(Span* span) noexcept
+
+
+cdef class _Buffer:
+    cdef void* _ptr
+    cdef size_t _nbytes
+    cdef unsigned int _state
+    cdef int _device
+    cdef int _views               # buffer-protocol views (numpy) alive
+    cdef object __weakref__
+    cdef int _use(self) except -1
+    cdef void _unuse(self) noexcept
+    cdef void _release_memory(self) noexcept
+    cdef int _check_open(self) except -1
+
+
+cdef class DeviceBuffer(_Buffer):
+    cdef Stream _stream           # the allocation's stream, where it is freed
+    cdef Stream _free_on          # close(stream=...): free there instead
+    cdef uintptr_t _order_handle(self) except? 0
+
+
+cdef class _HostBuffer(_Buffer):
+    pass
+
+
+cdef class PinnedBuffer(_HostBuffer):
+    pass
+
+
+cdef class ManagedBuffer(_HostBuffer):
+    cdef Stream _stream           # the stream its CAI names (legacy unless given)

@@ -1,0 +1,19 @@
+# Declarations of the package's header-only C helpers that need neither
+# CUDA nor Python: clocks and pauses for the waits (streams/clock.h), and
+# the life of an owned handle (streams/handle.h), which every handle owner
+# uses and which a project that cimports streams compiles too.
+
+cdef extern from "streams/clock.h" nogil:
+    long long streams_now_ns()
+    void streams_cpu_yield()
+    void streams_cpu_relax()
+    void streams_sleep_ns(long long ns)
+
+cdef extern from "streams/handle.h" nogil:
+    unsigned int STREAMS_H_INERT
+    int streams_use_begin(unsigned int* state)
+    int streams_use_end(unsigned int* state)
+    int streams_close_begin(unsigned int* state)
+    int streams_is_closed(const unsigned int* state)
+    void streams_open(unsigned int* state)
+    void streams_mark_bit(unsigned long long* mask, int bit)

@@ -1,0 +1,98 @@
+# C-level declarations of Stream and Event (streams._stream).
+#
+# Handles are declared with the types of include/streams/streams.h, so a
+# project that cimports these classes needs `streams.get_include()` on its
+# include path and no CUDA headers.  The C-level methods meant for
+# cimporters run without the GIL and report errors as Python exceptions
+# (`except -1`): call them inside `with nogil:`, holding a reference to each
+# object for the duration of the call.
+
+cdef extern from "streams/streams.h":
+    ctypedef void* streams_stream_t
+    ctypedef void* streams_event_t
+
+
+cdef class Event
+
+
+# Where the exceptions of Python host callbacks wait for their owner (a
+# stream's next synchronize, a graph's next launch) to raise the first one.
+cdef class ErrorSlot:
+    cdef object first           # (callback, exception) or None
+    cdef void keep_first(self, object callback, object exc) noexcept
+    cdef int raise_pending(self, str what) except -1
+
+
+cdef class Stream:
+    cdef streams_stream_t _handle
+    cdef int _device            # -1 for the device-agnostic special streams
+    cdef unsigned int _state    # streams/handle.h: closed flag and users
+    cdef bint _owns_handle
+    cdef bint _special          # legacy / per-thread / null singletons
+    cdef object _owner          # keeps a foreign handle's owner alive
+    cdef ErrorSlot _errors      # made with the first host callback
+    # Buffers whose free is ordered after this stream's work; when the
+    # stream closes with some left, _tail marks where its work ends.
+    cdef int _dependents
+    cdef Event _tail
+    cdef object __weakref__
+
+    # 1 when all work is done, 0 when not; never raises cudaErrorNotReady.
+    cdef int c_query(self) except -1 nogil
+    # Plain cudaStreamSynchronize: blocks, not interruptible.
+    cdef int c_synchronize(self) except -1 nogil
+    cdef int c_record(self, Event event) except -1 nogil
+    cdef int c_wait_event(self, Event event) except -1 nogil
+    cdef int c_wait_stream(self, Stream other) except -1 nogil
+    cdef streams_stream_t c_handle(self) noexcept nogil
+    # The stream's device, or the current one for the special streams.
+    cdef int c_device(self) except -1 nogil
+
+    # Every use of the handle with the GIL released is bracketed by these,
+    # so that close() in another thread never frees it under the caller.
+    cdef int _use(self) except -1 nogil
+    cdef void _unuse(self) noexcept nogil
+    cdef int _check_open(self) except -1 nogil
+
+
+cdef class Event:
+    cdef streams_event_t _handle
+    cdef int _device
+    cdef unsigned int _flags
+    cdef unsigned int _state
+    cdef bint _owns_handle
+    cdef bint _recorded
+    cdef object _owner
+    cdef object __weakref__
+
+    cdef int c_record(self, Stream stream) except -1 nogil
+    cdef int c_query(self) except -1 nogil
+    cdef int c_synchronize(self) except -1 nogil
+    cdef int c_wait(self, Stream stream) except -1 nogil
+    cdef streams_event_t c_handle(self) noexcept nogil
+
+    cdef int _use(self) except -1 nogil
+    cdef void _unuse(self) noexcept nogil
+    cdef int _check_open(self) except -1 nogil
+
+
+# Kernels (streams._launch) derive from this, so that Stream.launch reaches
+# them without _stream importing the later module.
+cdef class LaunchTarget:
+    cdef int _launch_on(self, Stream stream, object grid, object block, tuple args,
+                        object shared_mem, object config) except -1
+
+
+# The later module that runs Python host callbacks registers its enqueue
+# function here when it is imported (the package imports it with itself).
+ctypedef int (*host_call_enqueue_fn)(Stream stream, object callback, object arg,
+                                     int kind) except -1
+cdef void set_host_call_enqueue(host_call_enqueue_fn fn) noexcept
+
+# Python-level helpers the later modules share.
+cdef Stream as_stream(object stream, str argname)
+cdef Event as_event(object event, str argname)
+cdef Event new_event(int device, unsigned int flags)
+# Wait until a stream (kind 0) or event (kind 1) is done, GIL released,
+# Ctrl-C checked; 1 done, 0 when timeout_ns (>= 0) passed first.
+cdef int wait_until_done(object obj, long long timeout_ns) except -1

@@ -1,0 +1,1291 @@
+# cython: language_level=3
+"""Streams and events: ``Stream``, ``Event``, the per-thread current stream,
+waits between them, and stream attributes.
+
+The later modules build on this one: host callbacks (``_hostcall``),
+capture and graphs (``_graph``), kernels (``_launch``) and memory
+(``_memory``).  Where a Stream method belongs to one of them, it reaches it
+through a late import on a cold path, a registered function, or a base
+class declared here (``LaunchTarget``).
+"""
+import threading as _threading
+
+from libc.stdint cimport uintptr_t
+from libc.string cimport memset
+
+cimport streams._cudart as rt
+from streams._args cimport as_enum, as_int, as_nbytes, as_pointer_int, as_timeout_ns
+from streams._device cimport (DeviceScope, current_device, enter_device, exit_device,
+                              priority_range, require_device, resolve_device)
+from streams._platform cimport (STREAMS_H_INERT, streams_close_begin, streams_cpu_relax,
+                                streams_cpu_yield, streams_is_closed, streams_now_ns,
+                                streams_open, streams_sleep_ns, streams_use_begin,
+                                streams_use_end)
+from streams.cudart cimport *
+
+from streams._args import StreamsEnum
+from streams._cudart import HostCallbackError
+from streams._device import Device
+
+cdef extern from "Python.h":
+    int PyErr_CheckSignals() except -1
+    ctypedef struct PyTypeObject:
+        PyObject* tp_dict
+    ctypedef struct PyObject
+    void PyType_Modified(PyTypeObject* t)
+
+# Handles of CUDA's special streams (macros in driver_types.h).
+cdef enum:
+    _HANDLE_NULL = 0
+    _HANDLE_LEGACY = 1
+    _HANDLE_PER_THREAD = 2
+
+# No valid object lives below the lowest address Linux maps (vm.mmap_min_addr
+# is 64 KiB by default), nor at an address that is not pointer-aligned, nor
+# above the user half of a 57-bit address space.
+cdef uintptr_t _LOWEST_HANDLE = 65536
+cdef uintptr_t _HIGHEST_HANDLE = (<uintptr_t>1) << 56
+
+cdef object _tls = _threading.local()   # .current: {device: Stream}, .stack: [...]
+
+
+# ---- enums -------------------------------------------------------------------------
+
+class CaptureStatus(StreamsEnum):
+    """A stream's capture status (``cudaStreamCaptureStatus``)."""
+    NONE = cudaStreamCaptureStatusNone
+    ACTIVE = cudaStreamCaptureStatusActive
+    INVALIDATED = cudaStreamCaptureStatusInvalidated
+
+
+class CaptureMode(StreamsEnum):
+    """How a capture interacts with other threads (``cudaStreamCaptureMode``)."""
+    GLOBAL = cudaStreamCaptureModeGlobal
+    THREAD_LOCAL = cudaStreamCaptureModeThreadLocal
+    RELAXED = cudaStreamCaptureModeRelaxed
+
+
+class StreamAttribute(StreamsEnum):
+    """Names for ``Stream.get_attribute``/``set_attribute`` (``cudaStreamAttrID``)."""
+    ACCESS_POLICY_WINDOW = cudaStreamAttributeAccessPolicyWindow
+    SYNCHRONIZATION_POLICY = cudaStreamAttributeSynchronizationPolicy
+    PRIORITY = cudaStreamAttributePriority
+
+
+class SyncPolicy(StreamsEnum):
+    """How a host thread waits for this stream (``cudaSynchronizationPolicy``)."""
+    AUTO = cudaSyncPolicyAuto
+    SPIN = cudaSyncPolicySpin
+    YIELD = cudaSyncPolicyYield
+    BLOCKING_SYNC = cudaSyncPolicyBlockingSync
+
+
+class AccessProperty(StreamsEnum):
+    """L2 access property of a window's hits or misses (``cudaAccessProperty``)."""
+    NORMAL = cudaAccessPropertyNormal
+    STREAMING = cudaAccessPropertyStreaming
+    PERSISTING = cudaAccessPropertyPersisting
+
+
+class MemAttach(StreamsEnum):
+    """Who may touch managed memory attached to a stream (``cudaMemAttach*``)."""
+    GLOBAL = cudaMemAttachGlobal
+    HOST = cudaMemAttachHost
+    SINGLE = cudaMemAttachSingle
+
+
+# ---- helpers shared with the later modules ---------------------------------------------
+
+cdef host_call_enqueue_fn _enqueue_host_call = NULL
+
+
+cdef void set_host_call_enqueue(host_call_enqueue_fn fn) noexcept:
+    global _enqueue_host_call
+    _enqueue_host_call = fn
+
+
+cdef Stream as_stream(object stream, str argname):
+    """None -> the current stream; a Stream as is; a foreign stream wrapped."""
+    if stream is None:
+        return current_stream()
+    if isinstance(stream, Stream):
+        return <Stream>stream
+    # Only the explicit protocol: a `.ptr` of some other object (a buffer)
+    # read as a stream handle would hand CUDA a pointer that is none.
+    if hasattr(stream, "__cuda_stream__"):
+        return Stream.from_external(stream)
+    raise TypeError(f"{argname} must be a streams.Stream or an object with __cuda_stream__, "
+                    f"not {type(stream).__name__}")
+
+
+cdef Event as_event(object event, str argname):
+    if isinstance(event, Event):
+        return <Event>event
+    raise TypeError(f"{argname} must be a streams.Event, not {type(event).__name__}")
+
+
+cdef Event new_event(int device, unsigned int flags):
+    """A new owned event on ``device`` (-1: the current device)."""
+    cdef Event ev = Event.__new__(Event)
+    cdef cudaEvent_t h = NULL
+    cdef DeviceScope scope
+    if device < 0:
+        device = current_device()
+    with nogil:
+        enter_device(&scope, device)
+        try:
+            rt.event_create(&h, flags)
+        finally:
+            exit_device(&scope)
+    ev._handle = <streams_event_t>h
+    ev._device = device
+    ev._flags = flags
+    ev._owns_handle = True
+    streams_open(&ev._state)
+    return ev
+
+
+# A poll loop this long between checks for Ctrl-C and the deadline.
+cdef long long _SLICE_NS = 2000000
+# Pause-spinning before yielding: most short waits end within it.
+cdef long long _SPIN_NS = 100000
+
+
+cdef int _poll(bint is_stream, void* handle, long long slice_end, bint sleepy,
+               long long* nap_ns, long long spin_until) except -1 nogil:
+    cdef int done
+    while True:
+        if is_stream:
+            done = rt.stream_query(<cudaStream_t>handle)
+        else:
+            done = rt.event_query(<cudaEvent_t>handle)
+        if done or streams_now_ns() >= slice_end:
+            return done
+        if sleepy:
+            streams_sleep_ns(nap_ns[0])
+            if nap_ns[0] < 1000000:
+                nap_ns[0] = nap_ns[0] * 2
+        elif streams_now_ns() < spin_until:
+            streams_cpu_relax()
+        else:
+            streams_cpu_yield()
+
+
+cdef int wait_until_done(object obj, long long timeout_ns) except -1:
+    """Wait for a Stream or Event, GIL released, Ctrl-C within milliseconds.
+
+    Completion is noticed by polling with a pause and then a yield between
+    polls: the spin-then-yield the driver does for a synchronize under its
+    default scheduling, so it adds no wake-up latency.  Blocking-sync
+    events sleep between polls instead (20 us growing to 1 ms).  A wait
+    that saw the work done ends with the plain synchronize call, which
+    returns at once then, and lets CUDA do what it does at a synchronize
+    (the stream-ordered memory pool gives freed memory back to the system
+    there).
+    """
+    cdef bint is_stream = isinstance(obj, Stream)
+    cdef void* handle
+    cdef bint sleepy = False
+    cdef long long now = streams_now_ns()
+    cdef long long deadline = -1 if timeout_ns < 0 else now + timeout_ns
+    cdef long long nap_ns = 20000
+    cdef long long spin_until = now + _SPIN_NS
+    cdef long long slice_end
+    cdef int done = 0
+    if is_stream:
+        (<Stream>obj)._use()
+        handle = <void*>(<Stream>obj)._handle
+    else:
+        (<Event>obj)._use()
+        handle = <void*>(<Event>obj)._handle
+        sleepy = ((<Event>obj)._flags & cudaEventBlockingSync) != 0
+    try:
+        while True:
+            with nogil:
+                slice_end = streams_now_ns() + _SLICE_NS
+                if deadline >= 0 and deadline < slice_end:
+                    slice_end = deadline
+                done = _poll(is_stream, handle, slice_end, sleepy, &nap_ns, spin_until)
+                if done:
+                    if is_stream:
+                        rt.stream_synchronize(<cudaStream_t>handle)
+                    else:
+                        rt.event_synchronize(<cudaEvent_t>handle)
+            if done:
+                return 1
+            PyErr_CheckSignals()
+            if deadline >= 0 and streams_now_ns() >= deadline:
+                return 0
+    finally:
+        if is_stream:
+            (<Stream>obj)._unuse()
+        else:
+            (<Event>obj)._unuse()
+
+
+# ---- the current stream -------------------------------------------------------------------
+
+cdef dict _current_map():
+    try:
+        return _tls.current
+    except AttributeError:
+        _tls.current = {}
+        _tls.stack = []
+        return _tls.current
+
+
+def current_stream(device=None):
+    """The calling thread's current stream for ``device`` (default: current device).
+
+    Set by ``with stream:`` and ``stream.use()``; ``Stream.legacy`` when none was set.
+    """
+    cdef int dev
+    if device is None:
+        dev = current_device()
+    else:
+        dev = resolve_device(device)
+    cdef object s = _current_map().get(dev)
+    return Stream.legacy if s is None else s
+
+
+cdef Stream _make_special(uintptr_t handle, object owner=None, type cls=None):
+    cdef Stream s = Stream.__new__(Stream if cls is None else cls)
+    s._handle = <streams_stream_t>handle
+    s._device = -1
+    s._special = True
+    s._owns_handle = False
+    s._owner = owner
+    streams_open(&s._state)
+    return s
+
+
+cdef int _check_handle_value(uintptr_t h, str argname) except -1:
+    if h < _LOWEST_HANDLE or h >= _HIGHEST_HANDLE or h % sizeof(void*) != 0:
+        raise ValueError(f"{argname}=0x{h:x} cannot be a CUDA stream handle (handles are "
+                         "aligned addresses of the process; the special streams are 0, 1 "
+                         "and 2)")
+    return 0
+
+
+# ---- Stream -------------------------------------------------------------------------------
+
+cdef class Stream:
+    """A CUDA stream.  ``Stream(device=None, priority=0, non_blocking=False)``.
+
+    Owns its ``cudaStream_t`` (destroyed by ``close()`` or garbage collection)
+    unless it wraps a foreign handle (``from_handle``/``from_external``).
+    ``priority`` follows CUDA: lower numbers run first, and values outside
+    the device's range are clamped into it.  ``non_blocking`` streams do not
+    synchronize with the legacy default stream.
+
+    The default streams are singletons that are never destroyed:
+    ``Stream.legacy`` (``cudaStreamLegacy``), ``Stream.per_thread``
+    (``cudaStreamPerThread``) and ``Stream.null`` (handle 0, which this
+    package, built without per-thread default streams, treats as the legacy
+    stream; it exists because CuPy and PyTorch report their default stream
+    as 0).
+    """
+
+    def __cinit__(self, *args, **kwargs):
+        self._state = STREAMS_H_INERT
+        self._owns_handle = False
+        self._special = False
+        self._device = -1
+
+    def __init__(self, device=None, priority=0, non_blocking=False):
+        cdef int prio, least, greatest, dev
+        cdef unsigned int flags = cudaStreamNonBlocking if non_blocking else cudaStreamDefault
+        cdef cudaStream_t handle = NULL
+        cdef DeviceScope scope
+        if not streams_is_closed(&self._state):
+            raise RuntimeError("Stream.__init__ called on a stream that is already open")
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise TypeError(f"priority must be an int, not {type(priority).__name__}")
+        # Argument errors come before "no GPU": resolve_device checks types
+        # and formats first, and the range only against a real device count.
+        dev = resolve_device(device)
+        priority_range(dev, &least, &greatest)
+        # Clamp like PyTorch does: CUDA would clamp too, but then the stream's
+        # priority would differ silently from what `priority` reports.
+        prio = greatest if priority < greatest else (least if priority > least else priority)
+        rt.drain_deferred()
+        with nogil:
+            enter_device(&scope, dev)
+            try:
+                rt.stream_create(&handle, flags, prio, prio == least)
+            finally:
+                exit_device(&scope)
+        self._handle = <streams_stream_t>handle
+        self._device = dev
+        self._owns_handle = True
+        streams_open(&self._state)
+
+    # ---- factories for handles we do not own -------------------------------
+    @classmethod
+    def from_handle(cls, ptr, owner=None, device=None):
+        """Wrap a foreign ``cudaStream_t`` (an int) without taking ownership.
+
+        ``owner`` is kept alive as long as the returned Stream; ``device`` is
+        looked up with ``cudaStreamGetDevice`` when not given.  Values that
+        cannot be a handle are refused, but CUDA cannot validate a plausible
+        pointer: passing one that is not a live stream is undefined behaviour,
+        as with any raw handle.
+        """
+        cdef uintptr_t h = as_pointer_int(ptr, "ptr")
+        cdef Stream s
+        cdef int dev = -1
+        if h <= _HANDLE_PER_THREAD:
+            return _make_special(h, owner, cls)
+        _check_handle_value(h, "ptr")
+        if device is not None:
+            dev = resolve_device(device)
+        else:
+            require_device()
+            with nogil:
+                rt.stream_get_device(<cudaStream_t>h, &dev)
+        s = Stream.__new__(cls)
+        s._handle = <streams_stream_t>h
+        s._device = dev
+        s._owner = owner
+        streams_open(&s._state)
+        return s
+
+    @staticmethod
+    def from_external(obj):
+        """Wrap another library's stream.
+
+        Accepts the ``__cuda_stream__`` protocol (a method, or attribute,
+        returning ``(0, handle)``), PyTorch's ``.cuda_stream`` and CuPy's
+        ``.ptr``.  The returned Stream keeps ``obj`` alive.
+        """
+        if isinstance(obj, Stream):
+            return obj
+        proto = getattr(obj, "__cuda_stream__", None)
+        if proto is not None:
+            info = proto() if callable(proto) else proto
+            if not isinstance(info, tuple) or len(info) != 2:
+                raise ValueError(f"{type(obj).__name__}.__cuda_stream__() must return a "
+                                 f"(version, handle) tuple, got {info!r}")
+            version, handle = info
+            if isinstance(version, bool) or not isinstance(version, int):
+                raise TypeError("__cuda_stream__ version must be an int, got "
+                                f"{type(version).__name__}")
+            if version != 0:
+                raise ValueError(f"unsupported __cuda_stream__ protocol version {version} "
+                                 "(streams understands version 0)")
+            if isinstance(handle, bool) or not isinstance(handle, int):
+                raise TypeError("__cuda_stream__ handle must be an int, got "
+                                f"{type(handle).__name__}")
+            return Stream.from_handle(handle, owner=obj)
+        for attr in ("cuda_stream", "ptr"):
+            handle = getattr(obj, attr, None)
+            if handle is not None:
+                if isinstance(handle, bool) or not isinstance(handle, int):
+                    raise TypeError(f"{type(obj).__name__}.{attr} must be an int handle, got "
+                                    f"{type(handle).__name__}")
+                return Stream.from_handle(handle, owner=obj)
+        raise TypeError(f"cannot get a CUDA stream from {type(obj).__name__}: it has no "
+                        "__cuda_stream__, .cuda_stream or .ptr")
+
+    def __cuda_stream__(self):
+        """``(0, handle)``: the CUDA stream protocol (cuda.core, CuPy, ...)."""
+        self._check_open()
+        return (0, <uintptr_t>self._handle)
+
+    # ---- the handle's life ---------------------------------------------------
+    cdef int _use(self) except -1 nogil:
+        if streams_use_begin(&self._state) == 0:
+            return 0
+        self._unuse()
+        with gil:
+            return rt.raise_closed(self)
+
+    cdef void _unuse(self) noexcept nogil:
+        if streams_use_end(&self._state) and self._owns_handle:
+            rt.release_stream(<cudaStream_t>self._handle)
+
+    cdef int _check_open(self) except -1 nogil:
+        if streams_is_closed(&self._state):
+            with gil:
+                return rt.raise_closed(self)
+        return 0
+
+    # ---- C-level API (nogil, for cimporters) -------------------------------
+    cdef streams_stream_t c_handle(self) noexcept nogil:
+        return self._handle
+
+    cdef int c_device(self) except -1 nogil:
+        if self._device >= 0:
+            return self._device
+        return rt.get_device()
+
+    cdef int c_query(self) except -1 nogil:
+        self._use()
+        try:
+            return rt.stream_query(<cudaStream_t>self._handle)
+        finally:
+            self._unuse()
+
+    cdef int c_synchronize(self) except -1 nogil:
+        self._use()
+        try:
+            return rt.stream_synchronize(<cudaStream_t>self._handle)
+        finally:
+            self._unuse()
+
+    cdef int c_record(self, Event event) except -1 nogil:
+        self._use()
+        try:
+            event._use()
+            try:
+                rt.event_record(<cudaEvent_t>event._handle, <cudaStream_t>self._handle, 0)
+                event._recorded = True
+            finally:
+                event._unuse()
+        finally:
+            self._unuse()
+        return 0
+
+    cdef int c_wait_event(self, Event event) except -1 nogil:
+        self._use()
+        try:
+            event._use()
+            try:
+                return rt.stream_wait_event(<cudaStream_t>self._handle,
+                                            <cudaEvent_t>event._handle, 0)
+            finally:
+                event._unuse()
+        finally:
+            self._unuse()
+
+    cdef int c_wait_stream(self, Stream other) except -1 nogil:
+        self._use()
+        try:
+            other._use()
+            try:
+                return rt.stream_wait_stream(<cudaStream_t>self._handle,
+                                             <cudaStream_t>other._handle, other.c_device())
+            finally:
+                other._unuse()
+        finally:
+            self._unuse()
+
+    # ---- Python API -------------------------------------------------------
+    def query(self):
+        """True when all work enqueued so far has completed (never blocks)."""
+        # The GIL stays held: cudaStreamQuery only reads status and never
+        # waits on another thread (CUDA runs host functions without holding
+        # the locks a query takes), so a callback waiting for the GIL cannot
+        # block it; releasing and retaking the GIL would cost about as much
+        # as the query itself (~250 ns on an H200 host, benchmarks/results).
+        return self.c_query() == 1
+
+    @property
+    def done(self):
+        return self.query()
+
+    def synchronize(self, timeout=None):
+        """Wait for all enqueued work.  The GIL is released and Ctrl-C works.
+
+        Returns True once the work is done; with ``timeout`` in seconds,
+        returns False if it expired first.  Raises HostCallbackError if a
+        host callback enqueued on this stream raised since the last check.
+        In threads other than the main one Python cannot deliver Ctrl-C:
+        give those waits a ``timeout``.
+        """
+        cdef long long timeout_ns = as_timeout_ns(timeout)
+        cdef int done = 0
+        self._use()
+        try:
+            with nogil:
+                # Idle: one plain synchronize, which returns at once.
+                if rt.stream_query(<cudaStream_t>self._handle) == 1:
+                    rt.stream_synchronize(<cudaStream_t>self._handle)
+                    done = 1
+            if not done:
+                done = wait_until_done(self, timeout_ns)
+        finally:
+            self._unuse()
+        if self._errors is not None:
+            self._errors.raise_pending("host callback")
+        return done == 1
+
+    def record(self, event=None):
+        """Record ``event`` (a new one, on this stream's device, if None) and return it."""
+        cdef Event ev
+        if event is None:
+            self._check_open()
+            ev = new_event(self._device, cudaEventDisableTiming)
+        else:
+            ev = as_event(event, "event")
+        with nogil:
+            self.c_record(ev)
+        return ev
+
+    def record_event(self, event=None):
+        """Alias of ``record`` (PyTorch's name)."""
+        return self.record(event)
+
+    def wait_event(self, event, *, external=False):
+        """Make future work on this stream wait for ``event`` (returns at once)."""
+        cdef Event ev = as_event(event, "event")
+        cdef unsigned int flags = cudaEventWaitExternal if external else 0
+        if not external:
+            with nogil:
+                self.c_wait_event(ev)
+            return
+        self._use()
+        try:
+            ev._use()
+            try:
+                with nogil:
+                    rt.stream_wait_event(<cudaStream_t>self._handle, <cudaEvent_t>ev._handle,
+                                         flags)
+            finally:
+                ev._unuse()
+        finally:
+            self._unuse()
+
+    def wait_stream(self, other):
+        """Make future work on this stream wait for the work now enqueued on ``other``."""
+        cdef Stream o
+        if other is None:
+            raise TypeError("other must be a streams.Stream or an object with __cuda_stream__, "
+                            "not NoneType")
+        o = as_stream(other, "other")
+        with nogil:
+            self.c_wait_stream(o)
+
+    def launch_host_func(self, callback, arg=None):
+        """Run ``callback(arg)`` on the host once all work enqueued so far is done.
+
+        Later work on the stream waits until the callback has returned.  The
+        callback must not call CUDA (streams raises RuntimeError if it
+        tries).  If it raises, the exception goes to ``sys.unraisablehook``
+        and the stream's next ``synchronize()`` raises HostCallbackError.
+        """
+        if _enqueue_host_call == NULL:
+            raise ImportError("streams._hostcall is not imported; import streams first")
+        _enqueue_host_call(self, callback, arg, 0)
+
+    def add_callback(self, callback, arg=None):
+        """Run ``callback(stream, status, arg)`` after the enqueued work.
+
+        ``status`` is None, or the CudaError CUDA reported for the stream.
+        Prefer ``launch_host_func``; CUDA may deprecate stream callbacks,
+        and cannot capture them into a graph (refused during a capture).
+        """
+        if _enqueue_host_call == NULL:
+            raise ImportError("streams._hostcall is not imported; import streams first")
+        _enqueue_host_call(self, callback, arg, 1)
+
+    # ---- attributes -----------------------------------------------------------
+    def get_attribute(self, name):
+        """``cudaStreamGetAttribute``: "access_policy_window" (an AccessPolicyWindow),
+        "synchronization_policy" (a SyncPolicy, or None while never set: the
+        device's scheduling flags apply) or "priority" (an int)."""
+        return _stream_get_attribute(self, name)
+
+    def set_attribute(self, name, value):
+        """``cudaStreamSetAttribute``; see ``get_attribute`` for names and value types."""
+        _stream_set_attribute(self, name, value)
+
+    def copy_attributes(self, src):
+        """Copy ``src``'s attributes onto this stream (``cudaStreamCopyAttributes``)."""
+        cdef Stream s
+        if not isinstance(src, Stream):
+            raise TypeError(f"src must be a streams.Stream, not {type(src).__name__}")
+        s = <Stream>src
+        self._use()
+        try:
+            s._use()
+            try:
+                with nogil:
+                    rt.stream_copy_attributes(<cudaStream_t>self._handle,
+                                              <cudaStream_t>s._handle)
+            finally:
+                s._unuse()
+        finally:
+            self._unuse()
+
+    def attach_mem_async(self, buffer, length=0, flags="single"):
+        """Attach managed memory to this stream (``cudaStreamAttachMemAsync``).
+
+        ``flags``: a MemAttach or "single" (only this stream touches it),
+        "global" or "host".  ``length`` 0 means the whole allocation.
+        """
+        cdef unsigned int f = <unsigned int><int>as_enum(MemAttach, flags, "flags")
+        cdef size_t n = as_nbytes(length, "length")
+        cdef void* p
+        from streams._memory import _address_of   # memory builds on streams
+        p = <void*><uintptr_t>_address_of(buffer, "buffer")
+        self._use()
+        try:
+            with nogil:
+                rt.stream_attach_mem_async(<cudaStream_t>self._handle, p, n, f)
+        finally:
+            self._unuse()
+
+    @property
+    def device(self):
+        """The stream's Device (``cudaStreamGetDevice``)."""
+        cdef int dev = -1
+        self._use()
+        try:
+            with nogil:
+                rt.stream_get_device(<cudaStream_t>self._handle, &dev)
+        finally:
+            self._unuse()
+        return Device(dev)
+
+    # ---- kernels --------------------------------------------------------------
+    def launch(self, kernel, grid, block, *args, shared_mem=0):
+        """Launch ``kernel`` with ``grid`` x ``block`` threads (ints or up to 3-tuples).
+
+        Arguments follow the kernel's parameters (see ``Module.get_kernel``);
+        buffers and objects with ``__cuda_array_interface__``/``__dlpack__``
+        pass their address.  Runs on the stream's device.
+        """
+        if not isinstance(kernel, LaunchTarget):
+            raise TypeError(f"kernel must be a streams.Kernel, not {type(kernel).__name__}")
+        (<LaunchTarget>kernel)._launch_on(self, grid, block, args, shared_mem, None)
+
+    def launch_ex(self, kernel, grid, block, *args, shared_mem=0, cluster=None,
+                  cooperative=False):
+        """``cudaLaunchKernelExC``: ``launch`` plus thread-block ``cluster``
+        dimensions and ``cooperative`` launch."""
+        if not isinstance(kernel, LaunchTarget):
+            raise TypeError(f"kernel must be a streams.Kernel, not {type(kernel).__name__}")
+        (<LaunchTarget>kernel)._launch_on(self, grid, block, args, shared_mem,
+                                          (cluster, cooperative))
+
+    # ---- capture (streams._graph builds the graphs) --------------------------------
+    def begin_capture(self, mode="global"):
+        """Start capturing this stream's work into a graph (``cudaStreamBeginCapture``).
+
+        ``mode`` is a CaptureMode or "global", "thread_local" or "relaxed"
+        (CUDA's capture interaction modes).  Work is recorded, not run,
+        until ``end_capture``.
+        """
+        cdef cudaStreamCaptureMode m = <cudaStreamCaptureMode><int>as_enum(CaptureMode, mode,
+                                                                              "mode")
+        self._use()
+        try:
+            with nogil:
+                rt.stream_begin_capture(<cudaStream_t>self._handle, m)
+        finally:
+            self._unuse()
+
+    def begin_capture_to_graph(self, graph, dependencies=(), mode="global"):
+        """Capture into an existing ``graph``, after ``dependencies`` (GraphNodes)."""
+        from streams import _graph
+        _graph.begin_capture_to_graph(self, graph, dependencies, mode)
+
+    def end_capture(self):
+        """Stop capturing and return the captured Graph.
+
+        CUDA's error names tell what went wrong (``cudaErrorStreamCaptureInvalidated``,
+        ``...Unjoined``, ...); the stream has left capture mode either way.
+        """
+        from streams import _graph
+        return _graph.end_capture(self)
+
+    def is_capturing(self):
+        """True while a capture is active on this stream."""
+        return self.capture_status == CaptureStatus.ACTIVE
+
+    @property
+    def capture_status(self):
+        """A CaptureStatus, equal to "none", "active" or "invalidated"."""
+        cdef cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone
+        self._use()
+        try:
+            with nogil:
+                rt.stream_is_capturing(<cudaStream_t>self._handle, &status)
+        finally:
+            self._unuse()
+        return CaptureStatus(<int>status)
+
+    def capture_info(self):
+        """``CaptureInfo(status, id, graph, dependencies, edge_data)`` of the capture."""
+        from streams import _graph
+        return _graph.capture_info(self)
+
+    def update_capture_dependencies(self, nodes, mode="add"):
+        """Add to ("add") or replace ("set") the nodes the next captured work depends on."""
+        from streams import _graph
+        _graph.update_capture_dependencies(self, nodes, mode)
+
+    def capture(self, mode="global"):
+        """``with stream.capture() as cap: ...`` then ``cap.graph``."""
+        from streams import _graph
+        return _graph.CaptureContext(self, mode)
+
+    # ---- the current stream ----------------------------------------------------
+    def use(self):
+        """Make this stream the thread's current stream for its device (no restore)."""
+        self._check_open()
+        cdef int dev = self._device if self._device >= 0 else current_device()
+        _current_map()[dev] = self
+        return self
+
+    def __enter__(self):
+        cdef int prev_dev, dev
+        cdef dict cur
+        self._check_open()
+        prev_dev = current_device()
+        dev = self._device if self._device >= 0 else prev_dev
+        if dev != prev_dev:
+            with nogil:
+                rt.set_device(dev)
+        # Saved only once the switch worked: a failed __enter__ has no __exit__.
+        cur = _current_map()
+        _tls.stack.append((prev_dev, dev, cur.get(dev)))
+        cur[dev] = self
+        return self
+
+    def __exit__(self, *exc):
+        cdef int prev_dev, dev
+        prev_dev, dev, prev_stream = _tls.stack.pop()
+        cdef dict cur = _current_map()
+        if prev_stream is None:
+            cur.pop(dev, None)
+        else:
+            cur[dev] = prev_stream
+        if dev != prev_dev:
+            with nogil:
+                rt.set_device(prev_dev)
+        return False
+
+    # ---- properties ---------------------------------------------------------
+    @property
+    def handle(self):
+        """The ``cudaStream_t`` as an int."""
+        return <uintptr_t>self._handle
+
+    @property
+    def ptr(self):
+        """Alias of ``handle`` (CuPy's name)."""
+        return <uintptr_t>self._handle
+
+    @property
+    def device_id(self):
+        """The stream's device; -1 for the special default streams, which
+        act on whichever device is current."""
+        return self._device
+
+    @property
+    def priority(self):
+        cdef int prio = 0
+        self._use()
+        try:
+            with nogil:
+                rt.stream_get_priority(<cudaStream_t>self._handle, &prio)
+        finally:
+            self._unuse()
+        return prio
+
+    @property
+    def flags(self):
+        """``cudaStreamGetFlags``: 0 (default) or 1 (``cudaStreamNonBlocking``)."""
+        cdef unsigned int flags = 0
+        self._use()
+        try:
+            with nogil:
+                rt.stream_get_flags(<cudaStream_t>self._handle, &flags)
+        finally:
+            self._unuse()
+        return flags
+
+    @property
+    def non_blocking(self):
+        return bool(self.flags & cudaStreamNonBlocking)
+
+    @property
+    def id(self):
+        """``cudaStreamGetId``: unique for the life of the process."""
+        cdef unsigned long long sid = 0
+        self._use()
+        try:
+            with nogil:
+                rt.stream_get_id(<cudaStream_t>self._handle, &sid)
+        finally:
+            self._unuse()
+        return sid
+
+    @property
+    def owner(self):
+        return self._owner
+
+    @property
+    def closed(self):
+        return bool(streams_is_closed(&self._state))
+
+    # ---- lifetime ---------------------------------------------------------
+    def close(self):
+        """Destroy an owned stream now (pending work still completes).
+
+        Idempotent; further use raises ValueError.  A no-op for the special
+        default streams; for a foreign stream it drops the reference to its
+        owner.  A call still running on the stream in another thread
+        finishes first: the handle is released when it leaves.
+        """
+        cdef int how
+        if self._special or streams_is_closed(&self._state):
+            return
+        rt.guard()
+        if self._dependents > 0 and self._tail is None:
+            # Buffers that will be freed after this stream's work: mark where
+            # that work ends while the stream can still be recorded on.
+            self._tail = self.record()
+        how = streams_close_begin(&self._state)
+        if how == 0:
+            return
+        if how == 1:
+            if self._owns_handle:
+                with nogil:
+                    rt.stream_destroy(<cudaStream_t>self._handle)
+            self._owner = None
+        # how == 2: a user in another thread releases the handle on its way
+        # out; the owner stays until this object goes.
+
+    def __dealloc__(self):
+        # Never raises.  No user can be left (each holds a reference), so an
+        # open handle is released here: now, or later if CUDA cannot be
+        # called on this thread (a callback dropped the last reference).
+        if self._owns_handle and streams_close_begin(&self._state) == 1:
+            rt.release_stream(<cudaStream_t>self._handle)
+
+    def __eq__(self, other):
+        if not isinstance(other, Stream):
+            return NotImplemented
+        if self.closed or (<Stream>other).closed:
+            return self is other
+        return (self._handle == (<Stream>other)._handle
+                and self._device == (<Stream>other)._device)
+
+    def __hash__(self):
+        return hash(("streams.Stream", <uintptr_t>self._handle, self._device))
+
+    def __repr__(self):
+        cdef uintptr_t h = <uintptr_t>self._handle
+        if self._special:
+            name = {0: "null", 1: "legacy", 2: "per_thread"}[h]
+            return f"<streams.Stream {name} (handle {h})>"
+        if self.closed:
+            return "<streams.Stream (closed)>"
+        kind = "owned" if self._owns_handle else "foreign"
+        return f"<streams.Stream handle=0x{h:x} device={self._device} {kind}>"
+
+
+cdef class ErrorSlot:
+    """The first exception of the host callbacks of one stream or graph."""
+
+    def __init__(self, *args, **kwargs):
+        rt.refuse_construction(self, "streams and graphs make their own")
+
+    cdef void keep_first(self, object callback, object exc) noexcept:
+        if self.first is None:
+            self.first = (callback, exc)
+
+    cdef int raise_pending(self, str what) except -1:
+        if self.first is None:
+            return 0
+        fn, exc = self.first
+        self.first = None
+        raise HostCallbackError(f"{what} {fn!r} raised {type(exc).__name__}: {exc}") from exc
+
+
+cdef _install_special_streams():
+    # Cython classes have no settable class attributes: put the singletons
+    # in the type's dict directly (as if written in the class body).
+    cdef dict d = <dict>(<PyTypeObject*>Stream).tp_dict
+    d["null"] = _make_special(_HANDLE_NULL)
+    d["legacy"] = _make_special(_HANDLE_LEGACY)
+    d["per_thread"] = _make_special(_HANDLE_PER_THREAD)
+    PyType_Modified(<PyTypeObject*>Stream)
+
+_install_special_streams()
+
+
+# ---- Event ----------------------------------------------------------------------------------
+
+cdef class Event:
+    """A CUDA event (``cudaEventCreateWithFlags``), destroyed by ``close()`` or GC.
+
+    ``enable_timing`` allows ``elapsed_time``; ``blocking``
+    (``cudaEventBlockingSync``) makes ``synchronize`` sleep between checks
+    instead of spinning; ``interprocess`` allows sharing with another
+    process (timing must then be off, as CUDA requires).  Created on the
+    current device.
+    """
+
+    def __cinit__(self, *args, **kwargs):
+        # Unusable until __init__ (or a factory) gives it a handle.
+        self._state = STREAMS_H_INERT
+        self._owns_handle = False
+        self._device = -1
+
+    def __init__(self, enable_timing=False, blocking=False, interprocess=False):
+        cdef unsigned int flags = cudaEventDefault
+        cdef cudaEvent_t handle = NULL
+        cdef int dev
+        if not streams_is_closed(&self._state):
+            raise RuntimeError("Event.__init__ called on an event that is already open")
+        if interprocess and enable_timing:
+            raise ValueError("interprocess=True requires enable_timing=False (CUDA does "
+                             "not support timing on interprocess events)")
+        if not enable_timing:
+            flags |= cudaEventDisableTiming
+        if blocking:
+            flags |= cudaEventBlockingSync
+        if interprocess:
+            flags |= cudaEventInterprocess
+        dev = current_device()
+        rt.drain_deferred()
+        with nogil:
+            rt.event_create(&handle, flags)
+        self._handle = <streams_event_t>handle
+        self._device = dev
+        self._flags = flags
+        self._owns_handle = True
+        streams_open(&self._state)
+
+    cdef int _use(self) except -1 nogil:
+        if streams_use_begin(&self._state) == 0:
+            return 0
+        self._unuse()
+        with gil:
+            return rt.raise_closed(self)
+
+    cdef void _unuse(self) noexcept nogil:
+        if streams_use_end(&self._state) and self._owns_handle:
+            rt.release_event(<cudaEvent_t>self._handle)
+
+    cdef int _check_open(self) except -1 nogil:
+        if streams_is_closed(&self._state):
+            with gil:
+                return rt.raise_closed(self)
+        return 0
+
+    # ---- C-level API (nogil, for cimporters) ------------------------------
+    cdef streams_event_t c_handle(self) noexcept nogil:
+        return self._handle
+
+    cdef int c_record(self, Stream stream) except -1 nogil:
+        return stream.c_record(self)
+
+    cdef int c_query(self) except -1 nogil:
+        self._use()
+        try:
+            return rt.event_query(<cudaEvent_t>self._handle)
+        finally:
+            self._unuse()
+
+    cdef int c_synchronize(self) except -1 nogil:
+        self._use()
+        try:
+            return rt.event_synchronize(<cudaEvent_t>self._handle)
+        finally:
+            self._unuse()
+
+    cdef int c_wait(self, Stream stream) except -1 nogil:
+        return stream.c_wait_event(self)
+
+    # ---- Python API ------------------------------------------------------
+    def record(self, stream=None, *, external=False):
+        """Record this event on ``stream`` (default: the current stream).
+
+        ``external=True`` (``cudaEventRecordExternal``) is for stream capture:
+        it becomes an event-record node that other work outside the graph
+        can wait on.  Outside a capture CUDA rejects it
+        (``cudaErrorIllegalState``).
+        """
+        cdef Stream s = as_stream(stream, "stream")
+        if not external:
+            with nogil:
+                s.c_record(self)
+            return self
+        s._use()
+        try:
+            self._use()
+            try:
+                with nogil:
+                    rt.event_record(<cudaEvent_t>self._handle, <cudaStream_t>s._handle,
+                                    cudaEventRecordExternal)
+                self._recorded = True
+            finally:
+                self._unuse()
+        finally:
+            s._unuse()
+        return self
+
+    def query(self):
+        """True when all work captured by the last record has completed."""
+        # GIL kept: a pure status check, as in Stream.query().
+        return self.c_query() == 1
+
+    @property
+    def done(self):
+        return self.query()
+
+    def synchronize(self, timeout=None):
+        """Wait for the recorded work (GIL released, Ctrl-C works).
+
+        Returns True when done; with ``timeout`` (seconds), False if it expired.
+        """
+        cdef long long timeout_ns = as_timeout_ns(timeout)
+        return wait_until_done(self, timeout_ns) == 1
+
+    def wait(self, stream=None):
+        """Make ``stream`` (default: the current stream) wait for this event."""
+        cdef Stream s = as_stream(stream, "stream")
+        with nogil:
+            s.c_wait_event(self)
+        return self
+
+    def elapsed_time(self, Event end not None):
+        """Milliseconds from this event to ``end`` (both must be recorded, with timing).
+
+        Waits for both events to complete first (GIL released, Ctrl-C works).
+        """
+        cdef float ms = 0
+        self._check_open()
+        end._check_open()
+        for ev, role in ((self, "start"), (end, "end")):
+            if (<Event>ev)._flags & cudaEventDisableTiming:
+                raise ValueError(f"elapsed_time: the {role} event was created with "
+                                 "enable_timing=False")
+            if not (<Event>ev)._recorded:
+                raise ValueError(f"elapsed_time: the {role} event was never recorded")
+        rt.guard()   # inside a callback the waits below would wait for themselves
+        wait_until_done(self, -1)
+        wait_until_done(end, -1)
+        self._use()
+        try:
+            end._use()
+            try:
+                with nogil:
+                    rt.event_elapsed_time(&ms, <cudaEvent_t>self._handle,
+                                          <cudaEvent_t>end._handle)
+            finally:
+                end._unuse()
+        finally:
+            self._unuse()
+        return ms
+
+    def ipc_handle(self):
+        """The 64-byte ``cudaIpcEventHandle_t`` for another process's ``from_ipc_handle``."""
+        cdef cudaIpcEventHandle_t h
+        if not self._flags & cudaEventInterprocess:
+            self._check_open()
+            raise ValueError("ipc_handle() needs an Event created with interprocess=True")
+        self._use()
+        try:
+            with nogil:
+                rt.ipc_get_event_handle(&h, <cudaEvent_t>self._handle)
+        finally:
+            self._unuse()
+        return (<char*>h.reserved)[:64]
+
+    @staticmethod
+    def from_ipc_handle(handle):
+        """Open an event another process exported with ``ipc_handle()``."""
+        cdef cudaIpcEventHandle_t h
+        cdef cudaEvent_t ev = NULL
+        cdef Event opened
+        if not isinstance(handle, (bytes, bytearray, memoryview)):
+            raise TypeError(f"handle must be bytes from Event.ipc_handle(), not "
+                            f"{type(handle).__name__}")
+        data = bytes(handle)
+        if len(data) != 64:
+            raise ValueError(f"handle must be 64 bytes, got {len(data)}")
+        for i in range(64):
+            h.reserved[i] = <char>data[i]
+        opened = Event.__new__(Event)
+        opened._device = current_device()
+        with nogil:
+            rt.ipc_open_event_handle(&ev, h)
+        opened._handle = <streams_event_t>ev
+        opened._flags = cudaEventDisableTiming | cudaEventInterprocess
+        opened._owns_handle = True
+        opened._recorded = True
+        streams_open(&opened._state)
+        return opened
+
+    @property
+    def handle(self):
+        """The ``cudaEvent_t`` as an int."""
+        self._check_open()
+        return <uintptr_t>self._handle
+
+    @property
+    def flags(self):
+        """The ``cudaEventCreateWithFlags`` flags."""
+        return self._flags
+
+    @property
+    def device_id(self):
+        return self._device
+
+    @property
+    def is_timing(self):
+        return not (self._flags & cudaEventDisableTiming)
+
+    @property
+    def closed(self):
+        return bool(streams_is_closed(&self._state))
+
+    def close(self):
+        """Destroy the event now; further use raises ValueError.  Idempotent.
+
+        A call still using the event in another thread finishes first: the
+        handle is released when it leaves.
+        """
+        cdef int how
+        if streams_is_closed(&self._state):
+            return
+        rt.guard()
+        how = streams_close_begin(&self._state)
+        if how == 1:
+            if self._owns_handle:
+                with nogil:
+                    rt.event_destroy(<cudaEvent_t>self._handle)
+            self._owner = None
+
+    def __dealloc__(self):
+        if self._owns_handle and streams_close_begin(&self._state) == 1:
+            rt.release_event(<cudaEvent_t>self._handle)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __eq__(self, other):
+        if not isinstance(other, Event):
+            return NotImplemented
+        if self.closed or (<Event>other).closed:
+            return self is other
+        return self._handle == (<Event>other)._handle
+
+    def __hash__(self):
+        return hash(("streams.Event", <uintptr_t>self._handle))
+
+    def __repr__(self):
+        if self.closed:
+            return "<streams.Event (closed)>"
+        opts = []
+        if self.is_timing:
+            opts.append("timing")
+        if self._flags & cudaEventBlockingSync:
+            opts.append("blocking")
+        if self._flags & cudaEventInterprocess:
+            opts.append("interprocess")
+        return (f"<streams.Event handle=0x{<uintptr_t>self._handle:x} device={self._device}"
+                + (" " + ",".join(opts) if opts else "") + ">")
+
+
+cdef class LaunchTarget:
+    """Base of ``streams.Kernel``: something ``Stream.launch`` can launch."""
+
+    cdef int _launch_on(self, Stream stream, object grid, object block, tuple args,
+                        object shared_mem, object config) except -1:
+        raise TypeError(f"{type(self).__name__} cannot be launched")
+
+
+# ---- attributes --------------------------------------------------------------------------
+
+class AccessPolicyWindow:
+    """An L2 access policy window (``cudaAccessPolicyWindow``).
+
+    ``hit_ratio`` of the accesses to ``[base_ptr, base_ptr + num_bytes)`` get
+    ``hit_prop``, the rest ``miss_prop``.  ``base_ptr`` is an int address
+    or any object ``streams`` takes as memory (a buffer, CAI, DLPack).
+    """
+    __slots__ = ("base_ptr", "num_bytes", "hit_ratio", "hit_prop", "miss_prop")
+
+    def __init__(self, base_ptr, num_bytes, hit_ratio=1.0, hit_prop=AccessProperty.PERSISTING,
+                 miss_prop=AccessProperty.STREAMING):
+        if not isinstance(base_ptr, int) or isinstance(base_ptr, bool):
+            from streams._memory import _address_of   # memory builds on streams
+            base_ptr = _address_of(base_ptr, "base_ptr")
+        self.base_ptr = int(as_pointer_int(base_ptr, "base_ptr"))
+        self.num_bytes = int(as_nbytes(num_bytes, "num_bytes"))
+        if isinstance(hit_ratio, bool) or not isinstance(hit_ratio, (int, float)):
+            raise TypeError(f"hit_ratio must be a number, not {type(hit_ratio).__name__}")
+        hit_ratio = float(hit_ratio)
+        if not 0.0 <= hit_ratio <= 1.0:
+            raise ValueError(f"hit_ratio must be in [0, 1], got {hit_ratio}")
+        self.hit_ratio = hit_ratio
+        self.hit_prop = as_enum(AccessProperty, hit_prop, "hit_prop")
+        self.miss_prop = as_enum(AccessProperty, miss_prop, "miss_prop")
+
+    def __eq__(self, other):
+        if not isinstance(other, AccessPolicyWindow):
+            return NotImplemented
+        return all(getattr(self, k) == getattr(other, k) for k in self.__slots__)
+
+    def __repr__(self):
+        return ("AccessPolicyWindow(base_ptr=0x%x, num_bytes=%d, hit_ratio=%g, hit_prop=%s, "
+                "miss_prop=%s)" % (self.base_ptr, self.num_bytes, self.hit_ratio,
+                                   self.hit_prop.name, self.miss_prop.name))
+
+
+cdef object _stream_get_attribute(Stream stream, object name):
+    cdef cudaStreamAttrValue value
+    cdef cudaStreamAttrID attr
+    attr = <cudaStreamAttrID><int>as_enum(StreamAttribute, name, "name")
+    memset(&value, 0, sizeof(value))
+    stream._use()
+    try:
+        with nogil:
+            rt.stream_get_attribute(<cudaStream_t>stream._handle, attr, &value)
+    finally:
+        stream._unuse()
+    if attr == cudaStreamAttributeAccessPolicyWindow:
+        w = value.accessPolicyWindow
+        return AccessPolicyWindow(<uintptr_t>w.base_ptr, w.num_bytes, w.hitRatio,
+                                  <int>w.hitProp, <int>w.missProp)
+    if attr == cudaStreamAttributeSynchronizationPolicy:
+        # A stream whose policy was never set reports -1: the device's
+        # scheduling flags apply.
+        policy = <int>value.syncPolicy
+        return SyncPolicy(policy) if policy in SyncPolicy._value2member_map_ else None
+    return value.priority
+
+
+cdef int _stream_set_attribute(Stream stream, object name, object value) except -1:
+    cdef cudaStreamAttrValue v
+    cdef cudaStreamAttrID attr
+    attr = <cudaStreamAttrID><int>as_enum(StreamAttribute, name, "name")
+    memset(&v, 0, sizeof(v))
+    if attr == cudaStreamAttributeAccessPolicyWindow:
+        if not isinstance(value, AccessPolicyWindow):
+            raise TypeError("value for access_policy_window must be an AccessPolicyWindow, "
+                            f"not {type(value).__name__}")
+        v.accessPolicyWindow.base_ptr = <void*><uintptr_t>value.base_ptr
+        v.accessPolicyWindow.num_bytes = value.num_bytes
+        v.accessPolicyWindow.hitRatio = value.hit_ratio
+        v.accessPolicyWindow.hitProp = <cudaAccessProperty><int>value.hit_prop
+        v.accessPolicyWindow.missProp = <cudaAccessProperty><int>value.miss_prop
+    elif attr == cudaStreamAttributeSynchronizationPolicy:
+        v.syncPolicy = <cudaSynchronizationPolicy><int>as_enum(SyncPolicy, value, "value")
+    else:
+        v.priority = as_int(value, "value")
+    stream._use()
+    try:
+        with nogil:
+            rt.stream_set_attribute(<cudaStream_t>stream._handle, attr, &v)
+    finally:
+        stream._unuse()
+    return 0
+
+
+def reset_persisting_l2_cache():
+    """Turn every persisting L2 line back to normal (``cudaCtxResetPersistingL2Cache``)."""
+    require_device()
+    with nogil:
+        rt.ctx_reset_persisting_l2_cache()

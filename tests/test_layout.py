@@ -1,0 +1,124 @@
+"""The package's layout holds: one owner of the CUDA runtime, imports that
+point one way, library-made classes that refuse direct construction.  No
+GPU needed."""
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+import streams
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SOURCES = os.path.join(ROOT, "streams")
+# From the primitive to the features built on it.
+LAYERS = ["cudart", "_platform", "_cudart", "_args", "_device", "_stream", "_hostcall",
+          "_memory", "_launch", "_graph"]
+_IMPORT = re.compile(r"^(?:from streams\.(\w+) c?import|cimport streams\.(\w+)|"
+                     r"from streams import (\w+))", re.M)
+
+
+def _top_level_imports(path):
+    text = open(path).read()
+    found = set()
+    for m in _IMPORT.finditer(text):
+        name = next(g for g in m.groups() if g)
+        if name in LAYERS:
+            found.add(name)
+    return found
+
+
+@pytest.mark.skipif(not os.path.isfile(os.path.join(SOURCES, "_cudart.pyx")),
+                    reason="needs the source tree")
+@pytest.mark.parametrize("module", [m for m in LAYERS if not m.startswith("cudart")])
+def test_imports_point_from_the_primitive_to_the_features(module):
+    """A module imports only layers below it at top level; a later module
+    is reached by a late import inside a function (a cold path)."""
+    level = LAYERS.index(module)
+    for suffix in (".pyx", ".pxd"):
+        path = os.path.join(SOURCES, module + suffix)
+        if not os.path.isfile(path):
+            continue
+        for name in _top_level_imports(path):
+            assert LAYERS.index(name) < level, f"{module}{suffix} imports {name}, a later layer"
+
+
+@pytest.mark.skipif(not os.path.isfile(os.path.join(SOURCES, "_cudart.pyx")),
+                    reason="needs the source tree")
+def test_only_the_call_layer_declares_calls_into_cuda():
+    """cudart functions are called in _cudart.pyx alone: any other module
+    that cimports the raw declarations uses them for types and constants."""
+    call = re.compile(r"\bcuda[A-Z]\w*\(")
+    for name in os.listdir(SOURCES):
+        if name.endswith(".pyx") and name != "_cudart.pyx":
+            calls = call.findall(open(os.path.join(SOURCES, name)).read())
+            assert not calls, f"{name} calls CUDA directly: {sorted(set(calls))}"
+
+
+@pytest.mark.skipif(shutil.which("readelf") is None, reason="needs readelf (binutils)")
+def test_one_static_cudart_in_the_package():
+    """Only streams._cudart contains the runtime; the other extensions
+    neither contain nor import a cuda* symbol."""
+    pkg = os.path.dirname(streams.__file__)
+    exts = [n for n in os.listdir(pkg) if n.endswith(".so")]
+    assert any(n.startswith("_cudart.") for n in exts)
+    for name in exts:
+        out = subprocess.run(["readelf", "--dyn-syms", "-W", os.path.join(pkg, name)],
+                             capture_output=True, text=True, check=True).stdout
+        undefined = [ln.split()[-1] for ln in out.splitlines()
+                     if " UND " in ln and re.search(r"\bcuda[A-Z]", ln)]
+        assert not undefined, f"{name} needs {undefined}"
+        syms = subprocess.run(["readelf", "-s", "-W", os.path.join(pkg, name)],
+                              capture_output=True, text=True, check=True).stdout
+        has_runtime = "cudaLaunchKernel" in syms
+        assert has_runtime == name.startswith("_cudart."), name
+
+
+@pytest.mark.parametrize("cls, hint", [
+    (streams.Kernel, "Module.get_kernel"), (streams.PreparedLaunch, "Kernel.prepare"),
+    (streams.GraphNode, "add_"), (streams.GraphExec, "Graph.instantiate"),
+    (streams.Module, "Module.from_ptx"), (streams._hostcall.HostCall, "launch_host_func"),
+])
+def test_library_made_classes_refuse_direct_construction(cls, hint):
+    with pytest.raises(TypeError, match=f"cannot be instantiated directly; .*{hint}"):
+        cls()
+
+
+def test_objects_made_with_new_are_inert():
+    for cls in (streams.Kernel, streams.PreparedLaunch, streams.GraphExec, streams.Module):
+        obj = cls.__new__(cls)
+        assert repr(obj)
+    with pytest.raises(ValueError, match="never initialised"):
+        streams.PreparedLaunch.__new__(streams.PreparedLaunch).launch(streams.Stream.legacy)
+    with pytest.raises(ValueError, match="closed GraphExec"):
+        streams.GraphExec.__new__(streams.GraphExec).launch(streams.Stream.legacy)
+    with pytest.raises(ValueError, match="never initialised"):
+        streams.Stream.legacy.launch(streams.Kernel.__new__(streams.Kernel), 1, 1)
+    with pytest.raises(ValueError, match="closed Module"):
+        streams.Module.__new__(streams.Module).get_kernel("x")
+
+
+@pytest.mark.parametrize("handle", [3, 4096, 65535, 65537, 1 << 60, (1 << 56) + 8])
+def test_values_that_cannot_be_stream_handles_are_refused(handle):
+    with pytest.raises(ValueError, match="cannot be a CUDA stream handle"):
+        streams.Stream.from_handle(handle)
+
+
+def test_enums_take_members_values_and_names():
+    assert streams.CaptureMode("relaxed") is streams.CaptureMode.RELAXED
+    assert streams.CaptureStatus.ACTIVE == "active" and streams.CaptureStatus.NONE != "active"
+    assert streams.SyncPolicy.SPIN == int(streams.SyncPolicy.SPIN)
+    with pytest.raises(ValueError, match="mode must be one of 'global', 'thread_local', "
+                                         "'relaxed'"):
+        streams.capture_mode("sideways")
+    assert isinstance(hash(streams.NodeType.KERNEL), int)
+
+
+def test_one_timeout_rule_everywhere():
+    for bad, exc in ((True, TypeError), ("1", TypeError), (-1, ValueError),
+                     (float("nan"), ValueError)):
+        with pytest.raises(exc, match="timeout"):
+            streams.Stream.legacy.synchronize(timeout=bad)
+        with pytest.raises(exc, match="timeout"):
+            streams.synchronize_device(timeout=bad)

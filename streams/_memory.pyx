@@ -296,6 +296,7 @@ cdef int resolve_span(object obj, Span* span, int flags, Stream consumer,
                                                         PinnedBuffer)):
             raise TypeError(f"{argname}: {type(obj).__name__} is not device memory")
         (<_Buffer>obj)._use()
+        Py_INCREF(obj)      # a user holds the object too, not only its memory
         span.user = <void*>obj
         span.ptr = (<_Buffer>obj)._ptr
         span.nbytes = (<_Buffer>obj)._nbytes
@@ -334,12 +335,15 @@ cdef int resolve_span(object obj, Span* span, int flags, Stream consumer,
 
 
 cdef void release_span(Span* span) noexcept:
+    cdef _Buffer buf
     if span.has_view:
         PyBuffer_Release(&span.view)
         span.has_view = False
     if span.user != NULL:
-        (<_Buffer>span.user)._unuse()
+        buf = <_Buffer>span.user
         span.user = NULL
+        buf._unuse()
+        Py_DECREF(buf)
 
 
 def _address_of(obj, argname="ptr"):
@@ -530,6 +534,12 @@ cdef class DeviceBuffer(_Buffer):
         s._dependents += 1
         rt.count(rt.STREAMS_CNT_BUFFER_CREATED)
         streams_open(&self._state)
+
+    def __dealloc__(self):
+        # Here, not in the base class: by the time a base __dealloc__ runs,
+        # Cython has already cleared this class's fields (the stream).
+        if streams_close_begin(&self._state) == 1:
+            self._release_memory()
 
     @property
     def stream(self):

@@ -1274,7 +1274,7 @@ cdef int _stream_set_attribute(Stream stream, object name, object value) except 
     elif attr == cudaStreamAttributeSynchronizationPolicy:
         v.syncPolicy = <cudaSynchronizationPolicy><int>as_enum(SyncPolicy, value, "value")
     else:
-        v.priority = as_int(value, "value")
+        v.priority = as_int(value, "value for priority")
     stream._use()
     try:
         with nogil:

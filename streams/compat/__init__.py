@@ -189,11 +189,9 @@ class _FrameworkStream(_CoreStream):
     def _adopt(cls, stream, index):
         """``stream`` as a ``cls`` of device ``index``: ``stream`` itself when it
         is one, else a wrapper of its handle, the same one while it is in use."""
-        if stream.closed:
+        if stream.closed or (isinstance(stream, cls) and _device_hint(stream) in (None, index)):
             return stream
         if stream.device_id < 0:
-            if isinstance(stream, cls) and _device_hint(stream) in (None, index):
-                return stream
             key, owner, device = (cls, index, stream.handle), None, None
         else:
             stream = _root(stream)

@@ -145,6 +145,8 @@ class _FrameworkStream(_CoreStream):
 
     @classmethod
     def _wrap(cls, ptr, owner, device, hint):
+        # The core's from_handle, with a hint its caller already resolved:
+        # _adopt must not look the device up a second time.
         s = super().from_handle(ptr, owner=owner, device=device)
         s._device_hint = hint if s.device_id < 0 else None
         return s

@@ -1,5 +1,6 @@
 """Helpers shared by the tests: sizes and host copies for GPU tests that
-compute on device buffers, and the environment of child processes."""
+compute on device buffers, objects that never reached CUDA, and the
+environment of child processes."""
 import os
 import subprocess
 import sys
@@ -22,6 +23,18 @@ def to_host(buf, stream):
     streams.memcpy_async(host, buf, stream=stream)
     stream.synchronize()
     return host
+
+
+# For the checks of what happens without a GPU (CUDA errors, not argument errors).
+needs_no_gpu = pytest.mark.skipif(streams.device_count() > 0,
+                                  reason="checks the no-GPU error path; a GPU is present")
+
+
+def uninitialised(cls):
+    """A ``cls`` (a Stream or Event class) that never got a CUDA handle:
+    argument checks that come before any CUDA call can be observed on it
+    without a GPU."""
+    return cls.__new__(cls)
 
 
 def env_importing_this_streams(extra=None):

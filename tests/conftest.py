@@ -100,3 +100,13 @@ def stream():
     yield s
     s.synchronize()
     s.close()
+
+
+@pytest.fixture
+def restore_current():
+    """Put back this thread's current device and current stream after the test."""
+    device = streams.get_device()
+    before = streams.current_stream()
+    yield
+    streams.set_device(device)
+    before.use()

@@ -9,10 +9,14 @@ the "current stream" they read and set is the one of ``streams``
 (:func:`streams.current_stream`).  None of them imports the framework it
 imitates, and importing them does no GPU work.
 
-Wrappers of streams that the caller does not own (the default streams, or
-another module's current stream) are built with ``Stream.from_handle`` on the
-compat class, which returns an instance of that class.
+What the frameworks share lives here: :class:`_FrameworkStream` (device
+arguments, ``record_event``, the device a default-stream wrapper was asked
+for, and the wrappers ``current_stream()`` hands out), :class:`_FrameworkEvent`
+and :class:`_StreamGuard` (the ``with``-block managers).
 """
+import threading
+import weakref
+
 import streams as _streams
 from streams import Event as _CoreEvent
 from streams import Stream as _CoreStream
@@ -20,34 +24,16 @@ from streams import Stream as _CoreStream
 __all__ = []
 
 
-def _wrap_default(cls, handle):
-    """``cls`` wrapping default stream ``handle`` (0, 1 or 2), device -1."""
-    return cls.from_handle(handle)
+def _is_int(value):
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _adopt(cls, stream):
-    """``stream`` as a ``cls`` sharing its handle (``stream`` itself if it is one)."""
-    if isinstance(stream, cls) or stream.closed:
-        return stream
-    if stream.device_id < 0:
-        return cls.from_handle(stream.handle)
-    # owner= keeps the stream that owns the handle alive as long as the wrapper.
-    return cls.from_handle(stream.handle, owner=stream, device=stream.device_id)
-
-
-def _device_index(device):
-    """The index of a device argument already in the core's form (None: current)."""
-    if device is None:
-        return _streams.get_device()
-    return _streams.Device(device).device_id
-
-
-def _reject_kwargs(where, kwargs):
+def _reject_kwargs(where, kwargs, documented=()):
     # The frameworks take **kwargs for internal uses they do not document;
     # accepting and ignoring them would hide typos.
-    if kwargs:
-        names = ", ".join(sorted(kwargs))
-        raise TypeError(f"{where} got unexpected keyword argument(s): {names}")
+    unknown = sorted(set(kwargs) - set(documented))
+    if unknown:
+        raise TypeError(f"{where} got unexpected keyword argument(s): {', '.join(unknown)}")
 
 
 def _check_stream(stream, argname, allow_none=False):
@@ -68,9 +54,54 @@ def _check_event(event, argname, allow_none=False):
                         f"streams.compat Event), not {type(event).__name__}")
 
 
+def _device_hint(stream):
+    """The device a device-less (default) stream wrapper was asked for, or None.
+
+    None too for core streams, which have no such field, and for wrappers
+    made by ``cls.__new__`` alone, whose field was never set.
+    """
+    return getattr(stream, "_device_hint", None)
+
+
+def _root(stream):
+    """The stream that holds ``stream``'s handle: a wrapper's owner of the same
+    handle, followed to the end, so that wrappers never wrap wrappers."""
+    while True:
+        owner = stream.owner
+        if not (isinstance(owner, _CoreStream) and not owner.closed
+                and owner.handle == stream.handle):
+            return stream
+        stream = owner
+
+
+_thread_state = threading.local()
+
+
+def _thread_wrappers():
+    """This thread's wrappers, by (class, device, stream): weak, so that a
+    wrapper (and the stream it keeps alive) lives only as long as its users."""
+    try:
+        return _thread_state.wrappers
+    except AttributeError:
+        _thread_state.wrappers = weakref.WeakValueDictionary()
+        return _thread_state.wrappers
+
+
 class _FrameworkEvent(_CoreEvent):
-    """What the frameworks' Event classes share: ``elapsed_time(end_event)``
-    names its argument as they do and accepts any streams Event."""
+    """What the frameworks' Event classes share, as all four document it:
+    ``record(stream=None)`` and ``wait(stream=None)`` act on the current
+    stream when given None and return None; ``elapsed_time(end_event)``
+    names its argument as they do.  Any streams Stream or Event is accepted."""
+
+    def record(self, stream=None, *, external=False):
+        """Record this event on ``stream`` (None: the current stream)."""
+        _check_stream(stream, "stream", allow_none=True)
+        super().record(stream, external=external)
+
+    def wait(self, stream=None):
+        """Make future work on ``stream`` (None: the current stream) wait for this event."""
+        _check_stream(stream, "stream", allow_none=True)
+        super().wait(stream)
 
     def elapsed_time(self, end_event):
         """Milliseconds from this event to ``end_event`` (waits for both)."""
@@ -78,10 +109,137 @@ class _FrameworkEvent(_CoreEvent):
         return super().elapsed_time(end_event)
 
 
+class _FrameworkStream(_CoreStream):
+    """What the frameworks' Stream classes share.
+
+    * Device arguments: a negative index means the current device (PyTorch
+      and Paddle document it, CuPy uses -1); each framework may parse its
+      own device forms first (:meth:`_parse_device`).
+    * ``record_event(event=None)``: records ``event``, or a new Event of the
+      framework (:attr:`_event_class`), and returns it.
+    * CUDA's default streams have no device (``device_id`` -1).  A wrapper of
+      one that was asked for on a given device keeps that device in
+      ``_device_hint``: the frameworks' guards make it current, and
+      wrappers of two devices compare unequal.  A core default stream
+      (no hint) equals the wrappers of its handle on every device.
+    * ``current_stream()``: within a thread, the same wrapper object for the
+      same stream and device, never a wrapper of a wrapper.
+    """
+
+    __slots__ = ("_device_hint",)
+
+    _event_class = _FrameworkEvent
+
+    def __init__(self, device=None, priority=0, non_blocking=False):
+        self._device_hint = None
+        super().__init__(device=device, priority=priority, non_blocking=non_blocking)
+
+    @classmethod
+    def from_handle(cls, ptr, owner=None, device=None):
+        """Wrap a foreign handle, as :meth:`streams.Stream.from_handle`; a
+        default stream (handle 0, 1 or 2) wrapped with ``device`` remembers it."""
+        s = cls._wrap(ptr, owner, device, None)
+        if device is not None and s.device_id < 0:
+            s._device_hint = cls._device_index(device)
+        return s
+
+    @classmethod
+    def _wrap(cls, ptr, owner, device, hint):
+        # The core's from_handle, with a hint its caller already resolved:
+        # _adopt must not look the device up a second time.
+        s = super().from_handle(ptr, owner=owner, device=device)
+        s._device_hint = hint if s.device_id < 0 else None
+        return s
+
+    # ---- devices -------------------------------------------------------------
+    @staticmethod
+    def _parse_device(device):
+        """A framework's device argument in a form the core reads (hook)."""
+        return device
+
+    @classmethod
+    def _device_arg(cls, device):
+        """``device`` for the core, None meaning the current device; no CUDA call."""
+        device = cls._parse_device(device)
+        if _is_int(device) and device < 0:
+            return None     # the core rejects negative indices as out of range
+        return device
+
+    @classmethod
+    def _device_index(cls, device):
+        """The index of the device ``device`` names (None, negative: the current one)."""
+        device = cls._device_arg(device)
+        if device is None:
+            return _streams.get_device()
+        return _streams.Device(device).device_id
+
+    # ---- current-stream wrappers ------------------------------------------
+    @classmethod
+    def _current(cls, device=None):
+        """The current stream of ``device``, as this framework presents it."""
+        index = cls._device_index(device)
+        return cls._present(_streams.current_stream(index), index)
+
+    @classmethod
+    def _present(cls, stream, index):
+        """``stream``, the core's current stream of device ``index``, as this
+        framework reports it (hook: the frameworks name default streams
+        differently)."""
+        return cls._adopt(stream, index)
+
+    @classmethod
+    def _adopt(cls, stream, index):
+        """``stream`` as a ``cls`` of device ``index``: ``stream`` itself when it
+        is one, else a wrapper of its handle, the same one while it is in use."""
+        if stream.closed or (isinstance(stream, cls) and _device_hint(stream) in (None, index)):
+            return stream
+        if stream.device_id < 0:
+            key, owner, device = (cls, index, stream.handle), None, None
+        else:
+            stream = _root(stream)
+            if isinstance(stream, cls):
+                return stream
+            # id() is safe as a key: a live wrapper keeps its owner alive,
+            # and an entry whose owner changed is checked below.
+            key, owner, device = (cls, index, id(stream)), stream, stream.device_id
+        cache = _thread_wrappers()
+        wrapper = cache.get(key)
+        if wrapper is None or wrapper.owner is not owner or wrapper.closed:
+            # owner= keeps the stream that holds the handle alive as long as
+            # the wrapper; default streams are never destroyed and need none.
+            wrapper = cls._wrap(stream.handle, owner, device, index)
+            cache[key] = wrapper
+        return wrapper
+
+    # ---- shared methods ------------------------------------------------------
+    def record_event(self, event=None):
+        """Record ``event`` (a new Event if None) on this stream and return it."""
+        _check_event(event, "event", allow_none=True)
+        return super().record(self._event_class() if event is None else event)
+
+    def __eq__(self, other):
+        same = super().__eq__(other)
+        if same is not True:
+            return same
+        mine, theirs = _device_hint(self), _device_hint(other)
+        return mine is None or theirs is None or mine == theirs
+
+    def __ne__(self, other):
+        # Defined too: the core's != does not call a subclass's __eq__.
+        same = self.__eq__(other)
+        return same if same is NotImplemented else not same
+
+    # Equal streams must hash alike: the hint is left out (wrappers of one
+    # handle on two devices only collide).
+    __hash__ = _CoreStream.__hash__
+
+
 class _StreamGuard:
     """``with`` block that makes a stream current, and a no-op for None.
 
-    Re-entrant: each entry remembers what it must undo.
+    A default-stream wrapper asked for on a device makes that device current
+    for the block too.  Re-entrant, and usable from several threads at
+    once: each thread's entries are undone from its own stack.
     """
 
     __slots__ = ("stream", "_undo")
@@ -89,20 +247,23 @@ class _StreamGuard:
     def __init__(self, stream, argname="stream"):
         _check_stream(stream, argname, allow_none=True)
         self.stream = stream
-        self._undo = []
+        self._undo = threading.local()
+
+    def _stack(self):
+        try:
+            return self._undo.stack
+        except AttributeError:
+            self._undo.stack = []
+            return self._undo.stack
 
     def __enter__(self):
         s = self.stream
         if s is None:
-            self._undo.append(None)
             return None
-        # A default stream has no device of its own (device_id -1); one that
-        # was asked for a given device remembers it, and that device must
-        # be current for the block, as with an owned stream.
         device = None
-        index = getattr(s, "_device_index", None)
-        if s.device_id < 0 and index is not None:
-            device = _streams.Device(index)
+        hint = _device_hint(s)
+        if s.device_id < 0 and hint is not None:
+            device = _streams.Device(hint)
             device.__enter__()
         try:
             s.__enter__()
@@ -110,13 +271,16 @@ class _StreamGuard:
             if device is not None:
                 device.__exit__(None, None, None)
             raise
-        self._undo.append(device)
+        self._stack().append(device)
         return s
 
     def __exit__(self, *exc):
-        device = self._undo.pop()
         if self.stream is None:
             return False
+        stack = self._stack()
+        if not stack:
+            raise RuntimeError(f"{type(self).__name__} exited in a thread that did not enter it")
+        device = stack.pop()
         try:
             self.stream.__exit__(*exc)
         finally:

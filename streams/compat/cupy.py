@@ -15,14 +15,17 @@ docs/compat/cupy.rst for the mapping.
 import functools
 
 import streams as _streams
-from streams.compat import _adopt, _check_event, _wrap_default
+from streams.compat import _check_event, _FrameworkEvent, _FrameworkStream
 
 __all__ = ["Event", "Stream", "get_current_stream", "get_elapsed_time"]
 
 
-class Event(_streams.Event):
+class Event(_FrameworkEvent):
     """A CUDA event with CuPy's constructor (timing on by default).
 
+    Reproduces ``cupy.cuda.Event`` (https://docs.cupy.dev/en/stable/reference/generated/cupy.cuda.Event.html):
+    "disable_timing (bool) - If True, the event does not prepare the timing data";
+    ``record(stream=None)`` records on the current stream and returns None.
     ``ptr`` is the ``cudaEvent_t`` as an int.
     """
 
@@ -39,8 +42,12 @@ class Event(_streams.Event):
         return self.handle
 
 
-class Stream(_streams.Stream):
+class Stream(_FrameworkStream):
     """A CUDA stream with CuPy's constructor, singletons and ordering.
+
+    Reproduces ``cupy.cuda.Stream`` (cupy-cuda-Stream.txt): "Note that if both
+    null and ptds are False, a plain new stream is created"; ``device_id`` is
+    "-1 ... for the singleton stream objects".
 
     ``null=True`` wraps the null stream and ``ptds=True`` (with ``null``
     False) the per-thread default stream; neither owns a handle.
@@ -48,11 +55,15 @@ class Stream(_streams.Stream):
     ``ptr``, and compare equal when they wrap the same handle.
     """
 
+    __slots__ = ()
+
+    _event_class = Event
+
     def __new__(cls, null=False, non_blocking=False, ptds=False):
         if null:
-            return _wrap_default(cls, 0)
+            return cls.from_handle(0)
         if ptds:
-            return _wrap_default(cls, 2)
+            return cls.from_handle(2)
         return super().__new__(cls)
 
     def __init__(self, null=False, non_blocking=False, ptds=False):
@@ -60,10 +71,17 @@ class Stream(_streams.Stream):
             return  # __new__ returned a wrapper: there is nothing to create
         super().__init__(non_blocking=bool(non_blocking))
 
+    @classmethod
+    def _present(cls, stream, index):
+        if not isinstance(stream, cls) and stream.device_id < 0:
+            # Unset, the core reports the legacy stream (handle 1): CuPy calls
+            # that same stream the null stream, handle 0.
+            return cls.ptds if stream.handle == 2 else cls.null
+        return super()._present(stream, index)
+
     def record(self, event=None):
         """Record ``event`` (a new timing Event if None) on this stream; return it."""
-        _check_event(event, "event", allow_none=True)
-        return super().record(Event() if event is None else event)
+        return self.record_event(event)
 
     def add_callback(self, callback, arg=None):
         """Run ``callback(stream, status, arg)`` once the work enqueued so far is done.
@@ -108,8 +126,8 @@ class Stream(_streams.Stream):
         return f"<streams.compat.cupy.Stream {self.ptr} (device {self.device_id}){state}>"
 
 
-Stream.null = _wrap_default(Stream, 0)
-Stream.ptds = _wrap_default(Stream, 2)
+Stream.null = Stream.from_handle(0)
+Stream.ptds = Stream.from_handle(2)
 
 
 def get_current_stream(device_id=-1):
@@ -117,16 +135,7 @@ def get_current_stream(device_id=-1):
 
     ``Stream.null`` when no stream was made current, as in CuPy.
     """
-    if isinstance(device_id, int) and not isinstance(device_id, bool) and device_id < 0:
-        device_id = None
-    current = _streams.current_stream(device_id)
-    if isinstance(current, Stream):
-        return current
-    if current.device_id < 0:
-        # Unset, the core reports the legacy stream (handle 1): CuPy calls
-        # that same stream the null stream, handle 0.
-        return Stream.ptds if current.handle == 2 else Stream.null
-    return _adopt(Stream, current)
+    return Stream._current(device_id)
 
 
 def get_elapsed_time(start_event, end_event):

@@ -9,40 +9,47 @@ other compat modules are accepted.  See docs/compat/mindspore.rst for the
 mapping.
 """
 import streams as _streams
-from streams.compat import (_FrameworkEvent, _StreamGuard, _adopt, _check_event, _check_stream,
-                            _reject_kwargs)
+from streams.compat import (_check_event, _check_stream, _FrameworkEvent, _FrameworkStream,
+                            _reject_kwargs, _StreamGuard)
 
 __all__ = ["Event", "Stream", "StreamCtx", "current_stream", "synchronize"]
 
+# The reference (mindspore-hal-Stream.zh.txt) documents ``kwargs`` only as
+# "关键字参数字典" (a dictionary of keyword arguments) and names none.
+# MindSpore's implementation reads one, ``stream_id``: an index into its
+# runtime's own stream table, which has no CUDA counterpart.
+_DOCUMENTED_KWARGS = ()
+
 
 class Event(_FrameworkEvent):
-    """A device event: ``Event(enable_timing=False, blocking=False)``."""
+    """A device event: ``Event(enable_timing=False, blocking=False)``.
+
+    Reproduces ``mindspore.hal.Event``
+    (https://www.mindspore.cn/docs/zh-CN/master/api_python/hal/mindspore.hal.Event.html):
+    ``record``/``wait`` use "the current stream" when ``stream`` is None and
+    raise "TypeError - If 'stream' is neither a mindspore.hal.Stream nor a None".
+    """
 
     def __init__(self, enable_timing=False, blocking=False):
         super().__init__(enable_timing=enable_timing, blocking=blocking)
 
-    def record(self, stream=None, *, external=False):
-        """Record this event on ``stream`` (None: the current stream)."""
-        _check_stream(stream, "stream", allow_none=True)
-        return super().record(stream, external=external)
 
-    def wait(self, stream=None):
-        """Make future work on ``stream`` (None: the current stream) wait for this event."""
-        _check_stream(stream, "stream", allow_none=True)
-        return super().wait(stream)
+class Stream(_FrameworkStream):
+    """A device stream on the current device: ``Stream(priority=0)``.
 
+    Reproduces ``mindspore.hal.Stream`` (mindspore-hal-Stream.zh.txt):
+    "较低的数字表示较高的优先级" (lower numbers are higher priorities), and
+    TypeError when ``record_event``/``wait_event``/``wait_stream`` get
+    something that is not an Event / Stream.
+    """
 
-class Stream(_streams.Stream):
-    """A device stream on the current device: ``Stream(priority=0)``."""
+    __slots__ = ()
+
+    _event_class = Event
 
     def __init__(self, priority=0, **kwargs):
-        _reject_kwargs("Stream()", kwargs)
+        _reject_kwargs("Stream()", kwargs, _DOCUMENTED_KWARGS)
         super().__init__(priority=priority)
-
-    def record_event(self, event=None):
-        """Record ``event`` (a new Event if None) on this stream and return it."""
-        _check_event(event, "event", allow_none=True)
-        return super().record(Event() if event is None else event)
 
     def wait_event(self, event, *, external=False):
         """Make future work on this stream wait for ``event`` (returns at once)."""
@@ -57,7 +64,13 @@ class Stream(_streams.Stream):
 
 class StreamCtx(_StreamGuard):
     """``with StreamCtx(s):`` runs the block with ``s`` as the current stream
-    (None: do nothing)."""
+    (None: do nothing).
+
+    Reproduces ``mindspore.hal.StreamCtx``
+    (https://www.mindspore.cn/docs/zh-CN/master/api_python/hal/mindspore.hal.StreamCtx.html):
+    "This manager is a no-op if it's None"; TypeError "If 'stream' is
+    neither a mindspore.hal.Stream nor a None".
+    """
 
     __slots__ = ()
 
@@ -67,7 +80,7 @@ class StreamCtx(_StreamGuard):
 
 def current_stream():
     """The current stream of the current device."""
-    return _adopt(Stream, _streams.current_stream())
+    return Stream._current()
 
 
 def synchronize():

@@ -20,8 +20,7 @@ See docs/compat/paddle.rst for the mapping.
 import operator
 
 import streams as _streams
-from streams.compat import _FrameworkEvent, _StreamGuard, _adopt, _check_event
-from streams.compat import _device_index as _core_device_index
+from streams.compat import _FrameworkEvent, _FrameworkStream, _StreamGuard
 
 __all__ = ["Event", "Stream", "current_stream", "stream_guard", "synchronize"]
 
@@ -40,34 +39,14 @@ def _requested_priority(priority):
     return value
 
 
-def _device_arg(device):
-    """A Paddle device argument in a form the core parses (None: current)."""
-    if device is None:
-        return None
-    if isinstance(device, int) and not isinstance(device, bool):
-        return None if device < 0 else device
-    if isinstance(device, str):
-        return device
-    get_type = getattr(device, "get_device_type", None)
-    if callable(get_type):
-        kind = get_type()
-        if kind not in ("gpu", "cuda"):
-            raise ValueError(f"device={device!r} is a {kind!r} place, not a CUDA GPU")
-    get_id = getattr(device, "get_device_id", None)
-    if callable(get_id):
-        return get_id()
-    return device
-
-
-def _device_index(device):
-    return _core_device_index(_device_arg(device))
-
-
 class Event(_FrameworkEvent):
     """A CUDA event: ``Event(enable_timing=False, blocking=False, interprocess=False)``.
 
-    Created on the current device, as in current Paddle (whose ``device``
-    argument is gone).
+    Reproduces ``paddle.device.Event``
+    (https://www.paddlepaddle.org.cn/documentation/docs/zh/api/paddle/device/Event_cn.html):
+    ``record(stream=None)`` marks the event on the current stream when
+    ``stream`` is None, and returns None.  Created on the current device, as
+    in current Paddle (whose ``device`` argument is gone).
     """
 
     def __init__(self, enable_timing=False, blocking=False, interprocess=False):
@@ -75,27 +54,52 @@ class Event(_FrameworkEvent):
                          interprocess=interprocess)
 
 
-class Stream(_streams.Stream):
-    """A CUDA stream: ``Stream(device=None, priority=None, blocking=False)``."""
+class Stream(_FrameworkStream):
+    """A CUDA stream: ``Stream(device=None, priority=None, blocking=False)``.
+
+    Reproduces ``paddle.device.Stream`` (paddle-device-Stream.zh.txt): "优先级
+    可以为 1（高优先级）或者 2（正常优先级）。如果优先级为 None，优先级为 2"
+    (priority 1 is high, 2 normal, None means 2).
+    """
+
+    __slots__ = ()
+
+    _event_class = Event
 
     def __init__(self, device=None, priority=None, blocking=False):
         # Both checks come before any CUDA call, so that bad arguments are
         # reported as such even without a GPU.
         requested = _requested_priority(priority)
-        index = _device_index(device)
+        index = self._device_index(device)
         least, greatest = _streams.stream_priority_range(index)
         super().__init__(device=index, priority=greatest if requested == _HIGH else least,
                          non_blocking=not blocking)
 
-    def record_event(self, event=None):
-        """Record ``event`` (a new Event if None) on this stream and return it."""
-        _check_event(event, "event", allow_none=True)
-        return super().record(Event() if event is None else event)
+    @staticmethod
+    def _parse_device(device):
+        """A Paddle device: an int, ``"gpu[:N]"`` or a place with ``get_device_id()``."""
+        if device is None or isinstance(device, (int, str)):
+            return device
+        get_type = getattr(device, "get_device_type", None)
+        if callable(get_type):
+            kind = get_type()
+            if kind not in ("gpu", "cuda"):
+                raise ValueError(f"device={device!r} is a {kind!r} place, not a CUDA GPU")
+        get_id = getattr(device, "get_device_id", None)
+        if callable(get_id):
+            return get_id()
+        return device
 
 
 class stream_guard(_StreamGuard):  # noqa: N801  (Paddle's name)
     """``with stream_guard(s):`` makes ``s`` the current stream for the block
-    (None: do nothing)."""
+    (None: do nothing).
+
+    Reproduces ``paddle.device.stream_guard``
+    (https://www.paddlepaddle.org.cn/documentation/docs/zh/api/paddle/device/stream_guard_cn.html):
+    "Notice: This API only supports dynamic graph mode"; the stream is the
+    current one within the block and the previous one after it.
+    """
 
     __slots__ = ()
 
@@ -105,9 +109,9 @@ class stream_guard(_StreamGuard):  # noqa: N801  (Paddle's name)
 
 def current_stream(device=None):
     """The current stream of ``device`` (None: the current device)."""
-    return _adopt(Stream, _streams.current_stream(_device_index(device)))
+    return Stream._current(device)
 
 
 def synchronize(device=None):
     """Wait for all work on ``device`` (None: the current device)."""
-    _streams.synchronize_device(_device_index(device))
+    _streams.synchronize_device(Stream._device_index(device))

@@ -9,53 +9,57 @@ The default stream is reported with ``cuda_stream`` 0, as in PyTorch.
 See docs/compat/torch.rst for the mapping.
 """
 import streams as _streams
-from streams.compat import _device_index as _core_device_index
-from streams.compat import (_FrameworkEvent, _StreamGuard, _adopt, _check_event, _check_stream,
-                            _reject_kwargs, _wrap_default)
+from streams.compat import (_check_stream, _device_hint, _FrameworkEvent, _FrameworkStream,
+                            _reject_kwargs, _StreamGuard)
 
 __all__ = ["Event", "Stream", "StreamContext", "current_stream", "default_stream",
            "set_stream", "stream", "synchronize"]
 
 
-def _device_arg(device):
-    # PyTorch reads a negative index as "the current device"; the core
-    # rejects it as out of range.
-    if isinstance(device, int) and not isinstance(device, bool) and device < 0:
-        return None
-    return device
-
-
-def _device_index(device):
-    return _core_device_index(_device_arg(device))
-
-
 class Event(_FrameworkEvent):
-    """A CUDA event: ``Event(enable_timing=False, blocking=False, interprocess=False)``."""
+    """A CUDA event: ``Event(enable_timing=False, blocking=False, interprocess=False)``.
+
+    Reproduces ``torch.cuda.Event`` (https://pytorch.org/docs/stable/generated/torch.cuda.Event.html):
+    "record(stream=None): Record the event in a given stream. Uses
+    torch.cuda.current_stream() if no stream is specified" (returns None, as
+    does ``wait``).
+    """
 
     def __init__(self, enable_timing=False, blocking=False, interprocess=False):
         super().__init__(enable_timing=enable_timing, blocking=blocking,
                          interprocess=interprocess)
 
 
-class Stream(_streams.Stream):
+class Stream(_FrameworkStream):
     """A CUDA stream: ``Stream(device=None, priority=0)``.
 
-    Lower ``priority`` numbers run first; values outside the device's range
-    are clamped into it.  No keyword arguments beyond these are accepted.
+    Reproduces ``torch.cuda.Stream`` (torch-cuda-Stream.txt): "If device is
+    None (default) or a negative integer, this will use the current device";
+    a priority outside the range "will automatically be mapped to the
+    nearest valid priority".  No keyword arguments beyond these are accepted.
     """
 
-    # Set on default-stream wrappers, which have no device of their own
-    # (device_id -1) but were asked for on a given device.
-    _device_index = None
+    __slots__ = ()
+
+    _event_class = Event
 
     def __init__(self, device=None, priority=0, **kwargs):
         _reject_kwargs("Stream()", kwargs)
-        super().__init__(device=_device_arg(device), priority=priority)
+        super().__init__(device=self._device_arg(device), priority=priority)
 
-    def record_event(self, event=None):
-        """Record ``event`` (a new Event if None) on this stream and return it."""
-        _check_event(event, "event", allow_none=True)
-        return super().record(Event() if event is None else event)
+    @staticmethod
+    def priority_range():
+        """``(least, greatest)`` priority of the current device, as
+        ``torch.cuda.Stream.priority_range()``: lower numbers run first."""
+        return _streams.stream_priority_range()
+
+    @classmethod
+    def _present(cls, stream, index):
+        if not isinstance(stream, cls) and stream.device_id < 0 and stream.handle == 1:
+            # Unset, the core reports the legacy stream (handle 1); PyTorch
+            # reports that stream as the default stream, cuda_stream 0.
+            stream = _streams.Stream.null
+        return super()._present(stream, index)
 
     @property
     def cuda_stream(self):
@@ -66,9 +70,8 @@ class Stream(_streams.Stream):
     def device_index(self):
         if self.device_id >= 0:
             return self.device_id
-        if self._device_index is not None:
-            return self._device_index
-        return _streams.get_device()
+        hint = _device_hint(self)
+        return _streams.get_device() if hint is None else hint
 
     @property
     def device(self):
@@ -77,7 +80,7 @@ class Stream(_streams.Stream):
 
     def __repr__(self):
         # No CUDA call here: a repr must not fail.
-        device = self._device_index if self.device_id < 0 else self.device_id
+        device = _device_hint(self) if self.device_id < 0 else self.device_id
         state = " closed" if self.closed else ""
         return (f"<streams.compat.torch.Stream device={device} "
                 f"cuda_stream=0x{self.handle:x}{state}>")
@@ -85,7 +88,13 @@ class Stream(_streams.Stream):
 
 class StreamContext(_StreamGuard):
     """``with StreamContext(s):`` makes ``s`` the current stream (and its
-    device the current device) for the block; a no-op when ``s`` is None."""
+    device the current device) for the block; a no-op when ``s`` is None.
+
+    Reproduces ``torch.cuda.StreamContext``
+    (https://pytorch.org/docs/stable/generated/torch.cuda.StreamContext.html):
+    "All CUDA kernels queued within its context will be enqueued on a
+    selected stream"; "This manager is a no-op if it's None".
+    """
 
     __slots__ = ()
 
@@ -97,27 +106,12 @@ def stream(stream):
 
 def default_stream(device=None):
     """The default stream of ``device`` (None or negative: the current device)."""
-    index = _device_index(device)
-    s = _wrap_default(Stream, 0)
-    if isinstance(s, Stream):
-        s._device_index = index
-    return s
+    return Stream._adopt(_streams.Stream.null, Stream._device_index(device))
 
 
 def current_stream(device=None):
     """The current stream of ``device`` (None or negative: the current device)."""
-    index = _device_index(device)
-    current = _streams.current_stream(index)
-    if isinstance(current, Stream):
-        return current
-    if current.device_id < 0 and current.handle in (0, 1):
-        # Unset, the core reports the legacy stream (handle 1); PyTorch
-        # reports that stream as the default stream, cuda_stream 0.
-        return default_stream(index)
-    s = _adopt(Stream, current)
-    if isinstance(s, Stream) and s.device_id < 0:
-        s._device_index = index
-    return s
+    return Stream._current(device)
 
 
 def set_stream(stream):
@@ -128,9 +122,7 @@ def set_stream(stream):
     if stream is None:
         return
     _check_stream(stream, "stream")
-    index = stream.device_id
-    if index < 0:
-        index = getattr(stream, "_device_index", None)
+    index = stream.device_id if stream.device_id >= 0 else _device_hint(stream)
     if index is not None and index != _streams.get_device():
         _streams.set_device(index)
     stream.use()
@@ -138,4 +130,4 @@ def set_stream(stream):
 
 def synchronize(device=None):
     """Wait for all work on ``device`` (None or negative: the current device)."""
-    _streams.synchronize_device(_device_index(device))
+    _streams.synchronize_device(Stream._device_index(device))

@@ -422,39 +422,13 @@ def build_cython_bench(cache_dir=None, force=False, root=None):
 
 def streams_info():
     """Version, build and device facts of the streams package (never raises)."""
-    info = {"version": None, "cython": None, "debug_build": None, "runtime_version": None,
-            "driver_version": None, "device_count": 0, "devices": [], "error": None}
     try:
         import streams
-        from streams import _core
+        from streams._info import streams_info as facts
     except Exception as exc:
-        info["error"] = f"cannot import streams: {type(exc).__name__}: {exc}"
-        return info
-    info["version"] = getattr(streams, "__version__", None)
-    info["debug_build"] = bool(getattr(_core, "debug_build", lambda: False)())
-    # Cython 3 names its shared function type's module after its own
-    # version (_cython_3_1_2): the version that compiled _core, not the
-    # one installed now.
-    mod = type(_core.device_count).__module__
-    if mod.startswith("_cython_"):
-        info["cython"] = mod[len("_cython_"):].replace("_", ".")
-    try:
-        info["runtime_version"] = streams.runtime_version()
-        info["driver_version"] = streams.driver_version()
-        info["device_count"] = streams.device_count()
-        for i in range(info["device_count"]):
-            dev = streams.Device(i)
-            info["devices"].append({"index": i, "name": dev.name,
-                                    "compute_capability": list(dev.compute_capability)})
-        if info["device_count"] == 0:
-            try:
-                streams.get_device()    # raises the plain-words reason
-                info["error"] = "device_count() == 0"
-            except Exception as exc:
-                info["error"] = f"device_count() == 0: {exc}"
-    except Exception as exc:
-        info["error"] = f"{type(exc).__name__}: {exc}"
-    return info
+        return {"device_count": 0, "devices": [],
+                "error": f"cannot import streams: {type(exc).__name__}: {exc}"}
+    return facts(streams.__version__)
 
 
 def _version_string(v):

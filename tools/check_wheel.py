@@ -14,6 +14,9 @@ REQUIRED = [
     "streams/include/streams/compat.h", "streams/compat/__init__.py",
 ]
 FORBIDDEN_SUFFIXES = (".c", ".o", ".pyx", ".pxi", ".html")
+# The benchmark harness runs from a source checkout (python -m benchmarks.run):
+# neither it nor the module it used to be is part of the package.
+HARNESS = re.compile(r"(streams/bench\.py|benchmarks/.*)$")
 # cudart is linked statically: the extension may need the C library and the
 # loader, nothing of CUDA (the driver, libcuda, is opened by cudart at run time).
 ALLOWED_NEEDED = re.compile(r"(libc|libm|libdl|libpthread|librt|ld-linux[-\w]*)\.so(\.\d+)*$")
@@ -40,9 +43,12 @@ def main(path):
     stray += [n for n in names if not n.startswith("streams/")
               and not n.split("/", 1)[0].endswith(".dist-info")]
     modules = [n for n in names if n.startswith("streams/_core.") and n.endswith(".so")]
+    harness = [n for n in names if HARNESS.match(n)]
     problems = []
     if missing:
         problems.append(f"missing: {missing}")
+    if harness:
+        problems.append(f"the benchmark harness is not part of the package: {harness}")
     if stray:
         problems.append(f"stray build files: {stray}")
     if len(modules) != 1:

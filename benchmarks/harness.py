@@ -265,6 +265,17 @@ def _module_present(name):
         return False
 
 
+def _build(builder, spec, entry, config, progress):
+    """A compiled contender's product, or None: its column is then
+    unavailable, with the builder's reason."""
+    progress.message(f"building {spec.label} ...")
+    product, why = builder(config.cache_dir, root=config.source_dir)
+    if product is None:
+        entry.update(status="unavailable", reason=why)
+        progress.message(f"{spec.label}: unavailable ({why})")
+    return product
+
+
 def _prepare(config, doc, progress):
     """Build what is needed and start one worker per usable contender."""
     ptx_path, ptx_error = None, None
@@ -282,11 +293,8 @@ def _prepare(config, doc, progress):
         entry = doc["contenders"][name]
         spec = CONTENDER_BY_NAME[name]
         if name == "c":
-            progress.message("building the C floor ...")
-            exe, why = build_c_floor(config.cache_dir, root=config.source_dir)
+            exe = _build(build_c_floor, spec, entry, config, progress)
             if exe is None:
-                entry.update(status="unavailable", reason=why)
-                progress.message(f"C floor: unavailable ({why})")
                 continue
             cc = compiler()
             entry["versions"] = {"compiler": compiler_version(cc) if cc else None,
@@ -301,11 +309,8 @@ def _prepare(config, doc, progress):
             if ptx_path:
                 argv += ["--ptx", ptx_path]
             if name == "streams-cy":
-                progress.message("building the Cython contender ...")
-                mod, why = build_cython_bench(config.cache_dir, root=config.source_dir)
+                mod = _build(build_cython_bench, spec, entry, config, progress)
                 if mod is None:
-                    entry.update(status="unavailable", reason=why)
-                    progress.message(f"streams (Cython): unavailable ({why})")
                     continue
                 argv += ["--cy-module", mod]
             env = dict(os.environ, PYTHONPATH=child_pythonpath())

@@ -14,20 +14,20 @@ def _fmt_ns(x):
     return f"{x:.0f}" if x < 1e6 else f"{x / 1e3:.0f}k"
 
 
+def _ordered(configured, present, chosen=None):
+    """The names in ``present``, in the configured order (others after),
+    only the ``chosen`` ones when given."""
+    names = [n for n in configured if n in present]
+    names += [n for n in present if n not in names]
+    return [n for n in names if n in chosen] if chosen else names
+
+
 def _columns(doc, contenders=None):
-    names = [c for c in doc["config"]["contenders"] if c in doc["contenders"]]
-    names += [c for c in doc["contenders"] if c not in names]
-    if contenders:
-        names = [c for c in names if c in contenders]
-    return names
+    return _ordered(doc["config"]["contenders"], doc["contenders"], contenders)
 
 
 def _rows(doc, ops=None):
-    names = [op for op in doc["config"]["ops"] if op in doc["results"]]
-    names += [op for op in doc["results"] if op not in names]
-    if ops:
-        names = [op for op in names if op in ops]
-    return names
+    return _ordered(doc["config"]["ops"], doc["results"], ops)
 
 
 def render_table(doc, ops=None, contenders=None):

@@ -33,9 +33,12 @@ WARMUP = 1
 def extension_floor():
     """The extension's C loop over the same cudart calls, or None where this
     build has none."""
-    # The one extension lookup of this module.
-    from streams import _core
-    return getattr(_core, "floor_batch", None)
+    # The one extension import of this module.
+    try:
+        from streams._core import floor_batch
+    except ImportError:
+        return None
+    return floor_batch
 
 
 def _timed(n, fn, *args):
@@ -118,25 +121,28 @@ def measure(batches, floor=None, rounds=BATCHES, warmup=WARMUP, ops=OPS):
     gc.disable()
     try:
         for op, label, n in ops:
-            mine, theirs, why = [], [], None
+            per_call = {"streams": [], "floor": []}
+            why = None
             for b in range(warmup + rounds):
-                order = ("streams", "floor") if b % 2 == 0 else ("floor", "streams")
-                for column in order:
+                for column in ("streams", "floor") if b % 2 == 0 else ("floor", "streams"):
                     if column == "streams":
                         ns = batches[op](n)
-                        if b >= warmup:
-                            mine.append(ns / n)
-                    elif floor is not None and why is None:
+                    elif floor is None or why is not None:
+                        continue
+                    else:
                         try:
                             ns = floor(op, n)
                         except Exception as exc:
                             why = f"{type(exc).__name__}: {exc}"
                             continue
-                        if b >= warmup:
-                            theirs.append(ns / n)
-            rows.append({"op": op, "label": label, "calls": n, "streams": summary(mine),
-                         "floor": why if why is not None else
-                         (summary(theirs) if floor is not None else None)})
+                    if b >= warmup:
+                        per_call[column].append(ns / n)
+            if floor is None:
+                floor_cell = None
+            else:
+                floor_cell = why if why is not None else summary(per_call["floor"])
+            rows.append({"op": op, "label": label, "calls": n,
+                         "streams": summary(per_call["streams"]), "floor": floor_cell})
     finally:
         if was_enabled:
             gc.enable()

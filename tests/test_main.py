@@ -127,6 +127,45 @@ def test_quick_summary_spread():
     assert _quick.summary([7]) == {"median": 7, "spread": 0.0}
 
 
+class _FakeStream:
+    """Counts calls; host functions run at once, or never (``lazy``)."""
+
+    def __init__(self, lazy=False):
+        self.calls = {"query": 0, "record": 0, "synchronize": 0}
+        self.lazy = lazy
+
+    def query(self):
+        self.calls["query"] += 1
+
+    def record(self, event):
+        self.calls["record"] += 1
+
+    def synchronize(self):
+        self.calls["synchronize"] += 1
+
+    def launch_host_func(self, fn, arg):
+        if not self.lazy:
+            fn(arg)
+
+
+def test_quick_batches_make_the_calls_and_leave_the_stream_idle():
+    s = _FakeStream()
+    batches = _quick.streams_batches(s, object())
+    assert set(batches) == {op for op, _, _ in _quick.OPS}
+    assert batches["stream_query"](7) >= 0
+    assert s.calls == {"query": 7, "record": 0, "synchronize": 0}
+    batches["event_record"](5)
+    assert s.calls["record"] == 5 and s.calls["synchronize"] == 1
+    batches["host_func_round_trip"](3)
+    assert s.calls["synchronize"] == 1 + 3
+
+
+def test_quick_round_trip_refuses_callbacks_that_did_not_run():
+    batches = _quick.streams_batches(_FakeStream(lazy=True), object())
+    with pytest.raises(RuntimeError, match="4 host functions enqueued, but 0 ran"):
+        batches["host_func_round_trip"](4)
+
+
 @pytest.mark.gpu
 def test_quick_run_on_the_gpu():
     out = io.StringIO()

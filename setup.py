@@ -1,7 +1,8 @@
 """Build of the `streams` extension.
 
 cudart is linked statically, so the wheel needs only the NVIDIA driver.  The
-CUDA headers and libcudart_static.a come from, in this order:
+CUDA headers and libcudart_static.a come from, in this order (the search is
+tools/cuda_paths.py, which the benchmark's C floor shares):
 
 1. ``CUDA_HOME`` or ``CUDA_PATH`` if set;
 2. the ``nvidia-cuda-runtime`` / ``nvidia-cuda-crt`` wheels (``nvidia/cu13``
@@ -24,7 +25,6 @@ every allocation and module made and given back (``streams.debug_build()``,
 ``streams.debug_counters()``).
 """
 import os
-import re
 import shutil
 import sys
 
@@ -37,82 +37,21 @@ from setuptools.dist import Distribution
 HERE = os.path.dirname(os.path.abspath(__file__))
 # The PEP 517 backend has tools/ on sys.path already; `python setup.py` not.
 sys.path.insert(0, os.path.join(HERE, "tools"))
+import cuda_paths  # noqa: E402  (the CUDA search, shared with benchmarks/)
 import streams_build  # noqa: E402
 
 try:
     CUDA_MAJOR = streams_build.cuda_major(HERE)
 except streams_build.CudaMajorError as exc:
     sys.exit(f"streams: {exc}")
-# Where the PyPI wheels of each major put the runtime and the crt/ headers.
-WHEEL_RUNTIME = {"13": ("cu13",), "12": ("cuda_runtime",)}[CUDA_MAJOR]
-WHEEL_CRT = {"13": ("cu13",), "12": ("cuda_nvcc", "cuda_runtime")}[CUDA_MAJOR]
-
-
-def _candidates():
-    for var in ("CUDA_HOME", "CUDA_PATH"):
-        root = os.environ.get(var)
-        if root:
-            yield f"${var}", os.path.join(root, "include"), [
-                os.path.join(root, "lib64"), os.path.join(root, "lib"),
-                os.path.join(root, "targets", "x86_64-linux", "lib"),
-                os.path.join(root, "targets", "sbsa-linux", "lib")]
-            return  # an explicit choice is never second-guessed
-    for entry in sys.path:
-        for sub in WHEEL_RUNTIME:
-            root = os.path.join(entry or ".", "nvidia", sub)
-            if os.path.isdir(root):
-                yield f"the nvidia-cuda-runtime wheel ({root})", os.path.join(root, "include"), [
-                    os.path.join(root, "lib")]
-    yield "/usr/local/cuda", "/usr/local/cuda/include", [
-        "/usr/local/cuda/lib64", "/usr/local/cuda/lib"]
-
-
-def _check_major(include_dir, label):
-    """Refuse headers of another CUDA major than STREAMS_CUDA_MAJOR."""
-    with open(os.path.join(include_dir, "cuda_runtime_api.h"), errors="replace") as f:
-        found = re.search(r"#define\s+CUDART_VERSION\s+(\d+)", f.read())
-    major = str(int(found.group(1)) // 1000) if found else "?"
-    if major != CUDA_MAJOR:
-        sys.exit(f"streams: {label} has CUDA {major} headers, but STREAMS_CUDA_MAJOR is "
-                 f"{CUDA_MAJOR}; point CUDA_HOME at a CUDA {CUDA_MAJOR} toolkit or set "
-                 f"STREAMS_CUDA_MAJOR={major}")
 
 
 def find_cuda():
     """Return (include_dirs, static_lib_path), or stop with what was tried."""
-    tried = []
-    for label, inc, libdirs in _candidates():
-        has_api = os.path.isfile(os.path.join(inc, "cuda_runtime_api.h"))
-        has_crt = os.path.isfile(os.path.join(inc, "crt", "host_defines.h"))
-        lib = next((os.path.join(d, "libcudart_static.a") for d in libdirs
-                    if os.path.isfile(os.path.join(d, "libcudart_static.a"))), None)
-        tried.append(f"  {label}: cuda_runtime_api.h {'found' if has_api else 'missing'}, "
-                     f"crt/host_defines.h {'found' if has_crt else 'missing'}, "
-                     f"libcudart_static.a {'found' if lib else 'missing'}")
-        if has_api and lib:
-            incs = [inc]
-            if not has_crt:
-                # nvidia-cuda-crt installs crt/ beside the runtime's headers,
-                # possibly under another sys.path entry.
-                for entry in sys.path:
-                    for sub in WHEEL_CRT:
-                        alt = os.path.join(entry or ".", "nvidia", sub, "include")
-                        if not has_crt and os.path.isfile(
-                                os.path.join(alt, "crt", "host_defines.h")):
-                            incs.append(alt)
-                            has_crt = True
-            if has_crt:
-                _check_major(inc, label)
-                return incs, lib
-    sys.exit(
-        "streams: cannot find the CUDA runtime headers and static library.\n"
-        "Looked for cuda_runtime_api.h, crt/host_defines.h and libcudart_static.a in:\n"
-        + "\n".join(tried) + "\n"
-        "Fix: `pip install " + ("nvidia-cuda-runtime==13.* nvidia-cuda-crt==13.*"
-                                if CUDA_MAJOR == "13" else
-                                "nvidia-cuda-runtime-cu12==12.* nvidia-cuda-nvcc-cu12==12.*") + "` "
-        "into the build environment (pip does this by itself without "
-        "--no-build-isolation), or set CUDA_HOME to a CUDA toolkit.")
+    try:
+        return cuda_paths.find_cuda(CUDA_MAJOR)
+    except cuda_paths.CudaNotFound as exc:
+        sys.exit(f"streams: {exc}")
 
 
 class build_py_with_headers(build_py):

@@ -1,21 +1,20 @@
 # cython: language_level=3
 # The "streams from Cython" column of the benchmark: what a Cython project
 # that does `from streams cimport Stream, Event` pays per call.  The loops
-# run without the GIL and call the C-level methods declared in
-# streams/_core.pxd, so the only cost on top of the C floor is streams' own
+# run without the GIL and call the C-level methods that the package's .pxd
+# files declare, so the only cost on top of the C floor is streams' own
 # checks (guard, closed flags, error translation).  Kernel and graph
 # launches go through PreparedLaunch.c_launch and GraphExec.c_launch.
 #
-# streams/bench.py compiles this file on demand with only
+# benchmarks/builders.py compiles this file on demand with only
 # streams.get_include() on the include path: no CUDA headers, as for any
 # downstream project.
 
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 
-from streams cimport Stream, Event
-from streams._core cimport GraphExec, PreparedLaunch
+from streams cimport Event, GraphExec, PreparedLaunch, Stream
 
-# The operations that have a C-level API; names as in streams/bench.py.
+# The operations that have a C-level API; names as in benchmarks/ops.py.
 OPS = ("stream_query", "stream_synchronize", "event_record", "event_query",
        "stream_wait_event", "kernel_launch", "kernel_launch_sync", "graph_launch",
        "graph_launch_sync")

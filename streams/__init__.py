@@ -83,10 +83,9 @@ def show_config(file=None):
     as ``python -m streams --info``)."""
     import sys
 
-    from streams import bench
-    from streams.__main__ import info_lines
+    from streams._info import info_lines, streams_info
 
-    print("\n".join(info_lines(bench.streams_info())), file=file or sys.stdout)
+    print("\n".join(info_lines(streams_info(__version__))), file=file or sys.stdout)
 
 
 def get_include():

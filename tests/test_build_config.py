@@ -109,9 +109,24 @@ def test_wheel_check_refuses_stray_and_missing_files(tmp_path, capsys):
     with zipfile.ZipFile(wheel, "w") as z:
         for name in check.REQUIRED:
             z.writestr(name, "")
-        z.writestr("streams/_core.c", "")
+        z.writestr("streams/_stream.c", "")
         z.writestr("tools/streams_build.py", "")
     assert check.main(str(wheel)) == 1
     out = capsys.readouterr().out
-    assert "streams/_core.c" in out and "tools/streams_build.py" in out
-    assert "exactly one compiled streams._core" in out
+    assert "streams/_stream.c" in out and "tools/streams_build.py" in out
+    assert "expected the compiled modules" in out
+
+
+@pytest.mark.parametrize("name", ["streams/bench.py", "benchmarks/__init__.py",
+                                  "benchmarks/c_floor/bench.c"])
+def test_wheel_check_refuses_the_benchmark_harness(tmp_path, capsys, name):
+    import zipfile
+    check = _check_wheel()
+    wheel = tmp_path / "cuda_streams-0.1.0-cp312-cp312-linux_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        for required in check.REQUIRED:
+            z.writestr(required, "")
+        z.writestr(name, "")
+    assert check.main(str(wheel)) == 1
+    out = capsys.readouterr().out
+    assert f"the benchmark harness is not part of the package: ['{name}']" in out

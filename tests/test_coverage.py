@@ -5,7 +5,8 @@ import re
 import pytest
 
 import streams
-from streams.runtime_coverage import RUNTIME_STREAM_FUNCTIONS
+
+from runtime_coverage import RUNTIME_STREAM_FUNCTIONS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOURCES = os.path.join(ROOT, "streams")

@@ -6,7 +6,7 @@ wheel), with the [tool.mypy] config of pyproject.toml and two allowlists:
 
 * .github/stubtest-allowlist.txt: the Cython artefacts, each with its reason;
 * a generated one for the package's plain Python modules (streams.testing,
-  streams.bench, ...).  They have no stubs, but stubtest, given a package,
+  streams._info, ...).  They have no stubs, but stubtest, given a package,
   checks every submodule, and checking a .py file against itself only shows
   where mypy's inference differs from the runtime (an attribute assigned in
   a method, say), never a wrong stub.  The list is made from the files of

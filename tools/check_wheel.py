@@ -7,13 +7,21 @@ import sys
 import tempfile
 import zipfile
 
-REQUIRED = [
-    "streams/__init__.pxd", "streams/_core.pxd", "streams/cudart.pxd",
-    "streams/__init__.pyi", "streams/_core.pyi", "streams/py.typed",
-    "streams/include/streams/streams.h", "streams/include/streams/shim.h",
-    "streams/include/streams/compat.h", "streams/compat/__init__.py",
-]
+# One extension per module, each with its declarations and stubs; the
+# call layer alone holds the CUDA runtime.
+MODULES = ["_cudart", "_args", "_device", "_stream", "_hostcall", "_memory", "_launch",
+           "_graph"]
+CALL_LAYER = "_cudart"
+REQUIRED = (
+    ["streams/__init__.pxd", "streams/cudart.pxd", "streams/_platform.pxd",
+     "streams/__init__.pyi", "streams/py.typed", "streams/kernels/builtin.ptx",
+     "streams/include/streams/streams.h", "streams/include/streams/handle.h",
+     "streams/include/streams/clock.h", "streams/compat/__init__.py"]
+    + [f"streams/{m}.pxd" for m in MODULES] + [f"streams/{m}.pyi" for m in MODULES])
 FORBIDDEN_SUFFIXES = (".c", ".o", ".pyx", ".pxi", ".html")
+# The benchmark harness runs from a source checkout (python -m benchmarks.run):
+# neither it nor the module it used to be is part of the package.
+HARNESS = re.compile(r"(streams/bench\.py|benchmarks/.*)$")
 # cudart is linked statically: the extension may need the C library and the
 # loader, nothing of CUDA (the driver, libcuda, is opened by cudart at run time).
 ALLOWED_NEEDED = re.compile(r"(libc|libm|libdl|libpthread|librt|ld-linux[-\w]*)\.so(\.\d+)*$")
@@ -39,22 +47,26 @@ def main(path):
     # sdist's CUDA_MAJOR marker stay out.
     stray += [n for n in names if not n.startswith("streams/")
               and not n.split("/", 1)[0].endswith(".dist-info")]
-    modules = [n for n in names if n.startswith("streams/_core.") and n.endswith(".so")]
+    built = {n.split("/")[1].split(".")[0]: n for n in names
+             if n.startswith("streams/_") and n.count("/") == 1 and n.endswith(".so")}
+    harness = [n for n in names if HARNESS.match(n)]
     problems = []
     if missing:
         problems.append(f"missing: {missing}")
+    if harness:
+        problems.append(f"the benchmark harness is not part of the package: {harness}")
     if stray:
         problems.append(f"stray build files: {stray}")
-    if len(modules) != 1:
-        problems.append(f"expected exactly one compiled streams._core, got {modules}")
-    else:
-        needed = needed_libraries(path, modules[0])
+    if sorted(built) != sorted(MODULES):
+        problems.append(f"expected the compiled modules {MODULES}, got {sorted(built)}")
+    for name, member in sorted(built.items()):
+        needed = needed_libraries(path, member)
         if needed is None:
             print(f"{path}: readelf not found, shared-library dependencies not checked")
-        else:
-            foreign = [n for n in needed if not ALLOWED_NEEDED.match(n)]
-            if foreign:
-                problems.append(f"streams._core needs shared libraries beyond libc: {foreign}")
+            break
+        foreign = [n for n in needed if not ALLOWED_NEEDED.match(n)]
+        if foreign:
+            problems.append(f"streams.{name} needs shared libraries beyond libc: {foreign}")
     if problems:
         print(f"{path}: " + "; ".join(problems))
         return 1

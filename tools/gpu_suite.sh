@@ -56,7 +56,8 @@ if [ -n "$SANITIZER" ]; then
     RUN=("$SAN" --tool "$SANITIZER" --target-processes all --error-exitcode 86
          --log-file "$OUT/sanitizer-$SANITIZER.log" --print-limit 100)
 fi
-timeout "${SUITE_TIMEOUT:-540}" "${RUN[@]}" $PY -m pytest tests -q -rs -p no:cacheprovider \
+# No paths: pytest runs every suite of pyproject's testpaths.
+timeout "${SUITE_TIMEOUT:-540}" "${RUN[@]}" $PY -m pytest -q -rs -p no:cacheprovider \
     --timeout=120 -o faulthandler_timeout=100 \
     --junitxml="$OUT/junit-$TAG${SANITIZER:+-$SANITIZER}.xml" "$@" 2>&1 \
     | tee "$OUT/pytest-$TAG${SANITIZER:+-$SANITIZER}.log"

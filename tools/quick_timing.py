@@ -1,5 +1,5 @@
 """Rough per-call timings of the hot paths (a probe; the real numbers come
-from `python -m streams.bench`, which also runs the C floor)."""
+from `python -m benchmarks.run`, which also runs the C floor)."""
 import time
 
 from streams import Event, Stream

@@ -14,13 +14,13 @@
  *                                        "info" or "quit" on stdin, one JSON
  *                                        line back for each
  *
- * Serve mode is what streams/bench.py uses: one process, one CUDA context
- * and one loaded library for the whole run, like the Python contenders,
- * and requests interleaved with theirs.
+ * Serve mode is what the harness (benchmarks/harness.py) uses: one process,
+ * one CUDA context and one loaded library for the whole run, like the
+ * Python contenders, and requests interleaved with theirs.
  *
- * The kernels come from the package's own PTX (streams/_kernels.pxi), which
- * streams/bench.py writes into streams_ptx.h: nothing here needs nvcc, and
- * the floor launches the very same kernels as streams. */
+ * The kernels come from the package's own PTX (streams.testing.BUILTIN_PTX),
+ * which benchmarks/builders.py writes into streams_ptx.h: nothing here needs
+ * nvcc, and the floor launches the very same kernels as streams. */
 #define _GNU_SOURCE
 #include <cuda_runtime_api.h>
 #include <stdio.h>
@@ -51,7 +51,7 @@ enum {
     OP_COUNT
 };
 
-/* Same names as streams/bench.py: the harness sends them verbatim. */
+/* Same names as benchmarks/ops.py: the harness sends them verbatim. */
 static const char *const op_names[OP_COUNT] = {
     "stream_query",         "stream_synchronize",    "event_record",
     "event_query",          "stream_wait_event",     "event_create_destroy",

@@ -3,7 +3,8 @@ stream-management chapter (the 26 functions of CUDA 12.x's reference).
 
 ``tests/test_coverage.py`` checks that every entry resolves to a real
 attribute, that the function is really called in the sources, and that the
-table in ``docs/runtime-coverage.rst`` matches this list.
+table in ``docs/runtime-coverage.rst`` matches this list.  It lives beside
+them, not in the package: nothing installed reads it.
 """
 
 #: (runtime function, the function actually called in CUDA 13, streams API, note)

@@ -1,0 +1,718 @@
+"""Each contender's operations, inside its own worker process.
+
+An :class:`Adapter` says, for each operation, the Python statement that
+does it once with that library; the "+ sync" and host-function operations
+are derived from those statements the same way for every library.  Only
+the worker imports the libraries themselves.
+"""
+import importlib.util
+import os
+import platform
+
+from benchmarks.builders import CY_MODULE, read
+from benchmarks.ops import ENQUEUES, GRAPH_KERNELS, HOST_FUNC_OPS, OP_BY_NAME
+from benchmarks.timing import Case, NotAvailable, close_quietly, make_loop, make_stmt
+from benchmarks.under_test import streams_facts
+
+
+def describe(exc):
+    """An exception as one line of reasonable length, for a cell's reason."""
+    text = f"{type(exc).__name__}: {exc}".strip()
+    return text if len(text) <= 500 else text[:497] + "..."
+
+
+def _dist_version(name):
+    try:
+        from importlib import metadata
+        return metadata.version(name)
+    except Exception:
+        return None
+
+
+def _int_handle(h):
+    """An int out of a handle object of any of the libraries."""
+    if isinstance(h, int):
+        return h
+    value = getattr(h, "value", None)      # ctypes.c_void_p
+    if isinstance(value, int):
+        return value
+    try:
+        return int(h)
+    except TypeError:
+        return int(h.getPtr())
+
+
+def _spin_wrapper(handle):
+    """A streams.Stream on another library's stream, only to hold it busy
+    with streams' spin kernel (same context: the device's primary one)."""
+    import streams
+    return streams.Stream.from_handle(_int_handle(handle))
+
+
+class Adapter:
+    """A contender inside its worker: statements for each operation.
+
+    ``stmts`` maps an operation to the Python statement that does it once,
+    over names that ``env(op)`` makes; ``sync`` is the statement that
+    synchronizes ``s``.  The "+ sync" operations and the three host-function
+    operations are derived from these, the same way for every library.
+    """
+
+    stmts = {}
+    sync = "s.synchronize()"
+    notes = {}
+    na = {}
+
+    def __init__(self, ptx_path=None, cy_module=None):
+        self.ptx_path = ptx_path
+        self.cy_module = cy_module
+
+    def setup(self):
+        pass
+
+    def info(self):
+        return {}
+
+    def env(self, op):
+        raise NotImplementedError
+
+    def busy_stream(self, env):
+        """A streams.Stream on ``env['s']``, for the spin kernel."""
+        raise NotAvailable("no way to hold this library's stream busy")
+
+    def ptx(self):
+        if not self.ptx_path:
+            raise NotAvailable("the built-in PTX was not found (needs a source checkout)")
+        return read(self.ptx_path, "rb")
+
+    def make_case(self, op):
+        if op in self.na:
+            raise NotAvailable(self.na[op])
+        base = {"kernel_launch_sync": "kernel_launch",
+                "graph_launch_sync": "graph_launch"}.get(op, op)
+        if base in HOST_FUNC_OPS:
+            base = "host_func_enqueue"
+        if base not in self.stmts:
+            raise NotAvailable(f"no {OP_BY_NAME[op].label} in this library")
+        env = self.env(op)
+        closers = env.pop("_closers", [])
+        stmt = self.stmts[base]     # after env(): set-up may pick the statement
+        note = self.notes.get(op) or self.notes.get(base)
+        try:
+            if op in HOST_FUNC_OPS:
+                case = _host_func_case(op, stmt, self.sync, env, self.busy_stream(env))
+            elif base != op:
+                case = Case(make_loop(stmt + "\n" + self.sync, **env))
+            else:
+                sync = make_stmt(self.sync, **env)
+                after = (lambda n, ns: sync()) if op in ENQUEUES else None
+                case = Case(make_loop(stmt, **env), after=after)
+        except BaseException:
+            close_quietly(closers)
+            raise
+        case.closers = closers
+        case.note = note
+        return case
+
+
+def _callbacks(env):
+    """Callbacks that count their runs into env['box'][0] (1-arg and 3-arg)."""
+    box = [0]
+
+    def cb(arg):
+        box[0] += 1
+
+    def cb3(stream, status, arg):
+        box[0] += 1
+
+    env.update(box=box, cb=cb, cb3=cb3)
+    return env
+
+
+def _host_func_case(op, enqueue, sync_src, env, busy):
+    box = env["box"]
+    sync = make_stmt(sync_src, **env)
+    expected = [0]
+
+    def check(n):
+        # A callback that did not run by the synchronize would make a
+        # round trip look cheaper than it is.
+        expected[0] += n
+        if box[0] != expected[0]:
+            raise RuntimeError(f"{expected[0]} host functions enqueued but {box[0]} ran "
+                               "by the synchronize")
+
+    if op == "host_func_enqueue":
+        spin_us = [None]
+
+        def before(n):
+            import streams.testing
+            streams.testing.spin(busy, spin_us[0] or n * 50.0 + 1000.0)
+
+        def after(n, ns):
+            drained = busy.query()
+            sync()
+            check(n)
+            # Three times this batch: outlasts the next one without making
+            # every batch wait long for the spin to end.
+            spin_us[0] = max(1000.0, 3.0 * ns / 1000.0 + 500.0)
+            return drained
+
+        return Case(make_loop(enqueue, **env), before=before, after=after)
+
+    if op == "host_func_round_trip":
+        timed = make_loop(enqueue + "\n" + sync_src, **env)
+    else:
+        timed = make_loop(enqueue, tail=sync_src, **env)
+
+    def after(n, ns):
+        sync()
+        check(n)
+
+    return Case(timed, after=after)
+
+
+class StreamsPy(Adapter):
+    stmts = {
+        "stream_query": "s.query()",
+        "stream_synchronize": "s.synchronize()",
+        "event_record": "s.record(ev)",
+        "event_query": "done.query()",
+        "stream_wait_event": "s.wait_event(done)",
+        "event_create_destroy": "Event().close()",
+        "stream_create_destroy": "Stream().close()",
+        "kernel_launch": "launch(s)",
+        "host_func_enqueue": "s.launch_host_func(cb, None)",
+        "graph_launch": "ex.launch(s)",
+    }
+
+    def setup(self):
+        import streams
+        import streams.testing
+        self.streams = streams
+        streams.synchronize_device()    # creates the context now, and fails if it can't
+        # The kernel and graph APIs are newer than the rest: use them where
+        # this build has them, and say so in the cell's note.
+        self.has_launch = hasattr(streams.Stream, "launch") and hasattr(streams, "Module")
+        self.has_graphs = (hasattr(streams.Stream, "begin_capture")
+                           and hasattr(streams.Stream, "end_capture")
+                           and hasattr(streams, "Graph"))
+        if not self.has_graphs:
+            why = "not available yet: streams has no Graph API"
+            self.na = {"graph_launch": why, "graph_launch_sync": why}
+
+    def info(self):
+        return {"versions": {"streams": streams_facts()},
+                "apis": {"Stream.launch": self.has_launch, "graphs": self.has_graphs}}
+
+    def _launcher(self, s, env):
+        """Set ``env`` up for an empty-kernel launch on ``s``; returns the
+        statement, a set-up-only launch function, and the cell's note."""
+        st = self.streams
+        fallback = ""
+        if self.has_launch:
+            try:
+                mod = st.Module.from_ptx(self.ptx().decode("ascii"))
+                env["_closers"].append(mod.close)
+                k = env["k"] = mod.get_kernel("streams_empty")
+                s.launch(k, 1, 1)
+                s.synchronize()
+                return ("s.launch(k, 1, 1)", lambda stream: stream.launch(k, 1, 1),
+                        "Stream.launch(k, 1, 1) of Module.from_ptx (the shared PTX)")
+            except Exception as exc:
+                env.pop("k", None)
+                fallback = f"Stream.launch failed ({describe(exc)}), so: "
+        launch = env["launch"] = st.testing.launch_empty
+        launch(s)           # loads the kernels now: never inside a capture
+        s.synchronize()
+        return "launch(s)", launch, fallback + "streams.testing.launch_empty(s)"
+
+    def env(self, op):
+        st = self.streams
+        s, other, ev, done = st.Stream(), st.Stream(), st.Event(), st.Event()
+        other.record(done)
+        other.synchronize()
+        env = {"s": s, "ev": ev, "done": done, "Event": st.Event, "Stream": st.Stream,
+               "_closers": [s.close, other.close, ev.close, done.close]}
+        if op.startswith(("kernel", "graph")):
+            stmt, launch, note = self._launcher(s, env)
+            self.stmts = dict(self.stmts, kernel_launch=stmt)
+            self.notes = {"kernel_launch": note}
+            if op.startswith("graph"):
+                s.begin_capture()
+                try:
+                    for _ in range(GRAPH_KERNELS):
+                        launch(s)
+                finally:
+                    g = s.end_capture()
+                env["_closers"].append(getattr(g, "close", lambda: None))
+                ex = env["ex"] = g.instantiate()
+                env["_closers"].append(getattr(ex, "close", lambda: None))
+                if hasattr(ex, "upload"):
+                    ex.upload(s)
+                s.synchronize()
+                self.notes["graph_launch"] = ("GraphExec.launch(s) of Stream.begin_capture/"
+                                              f"end_capture + Graph.instantiate; kernels: {note}")
+        return _callbacks(env)
+
+    def busy_stream(self, env):
+        return env["s"]
+
+
+class StreamsCy(Adapter):
+    """The nogil C-level methods, timed by benchmarks/cy_bench.pyx itself."""
+
+    def setup(self):
+        import streams
+        if not self.cy_module:
+            raise RuntimeError("no compiled Cython benchmark module was given")
+        spec = importlib.util.spec_from_file_location(CY_MODULE, self.cy_module)
+        self.mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(self.mod)
+        self.streams = streams
+        streams.synchronize_device()
+
+    def info(self):
+        import Cython
+        return {"versions": {"streams": streams_facts(), "cython_bench_module": self.cy_module,
+                             "cython_installed": Cython.__version__}}
+
+    def make_case(self, op):
+        if op not in self.mod.OPS:
+            raise NotAvailable("no C-level (cimport) API for this operation")
+        st = self.streams
+        s, other, ev, done = st.Stream(), st.Stream(), st.Event(), st.Event()
+        other.record(done)
+        other.synchronize()
+        closers = [s.close, other.close, ev.close, done.close]
+        prepared = graph = None
+        note = None
+        try:
+            if op.startswith(("kernel", "graph")):
+                mod = st.Module.from_ptx(self.ptx().decode("ascii"))
+                closers.append(mod.close)
+                prepared = mod.get_kernel("streams_empty").prepare(1, 1)
+                prepared.launch(s)
+                s.synchronize()
+                note = "PreparedLaunch.c_launch of Kernel.prepare(1, 1)"
+            if op.startswith("graph"):
+                s.begin_capture()
+                try:
+                    for _ in range(GRAPH_KERNELS):
+                        prepared.launch(s)
+                finally:
+                    g = s.end_capture()
+                closers.append(g.close)
+                graph = g.instantiate()
+                closers.append(graph.close)
+                graph.upload(s)
+                s.synchronize()
+                note = "GraphExec.c_launch; 10 captured PreparedLaunch kernels"
+        except BaseException:
+            close_quietly(closers)
+            raise
+        run, mod_op = self.mod.run_batch, op
+
+        def timed(n):
+            return run(mod_op, s, ev, done, n, prepared, graph)
+
+        after = (lambda n, ns: s.synchronize()) if op in ENQUEUES else None
+        return Case(timed, after=after, closers=closers, note=note)
+
+
+class Cupy(Adapter):
+    stmts = {
+        "stream_query": "s.done",
+        "stream_synchronize": "s.synchronize()",
+        "event_record": "s.record(ev)",
+        "event_query": "done.done",
+        "stream_wait_event": "s.wait_event(done)",
+        "event_create_destroy": "E(disable_timing=True)",
+        "stream_create_destroy": "S()",
+        "kernel_launch": "k(g1, g1, (), 0, s)",
+        "host_func_enqueue": "s.launch_host_func(cb, None)",
+        "graph_launch": "g.launch(s)",
+    }
+    notes = {
+        "stream_query": "Stream.done",
+        "event_create_destroy": "destroyed when the Event is dropped (no close())",
+        "stream_create_destroy": "destroyed when the Stream is dropped (no close())",
+        "kernel_launch": "cupy.cuda.function.Function of the shared PTX",
+        "graph_launch": "begin_capture/end_capture, Graph.launch(s)",
+    }
+
+    def setup(self):
+        import cupy
+        self.cp = cupy
+        cupy.cuda.Device(0).use()
+        cupy.cuda.Stream().synchronize()
+
+    def info(self):
+        cp = self.cp
+        rt = cp.cuda.runtime
+        return {"versions": {"cupy": cp.__version__,
+                             "cuda_runtime": rt.runtimeGetVersion(),
+                             "driver": rt.driverGetVersion()},
+                "device": _decode(rt.getDeviceProperties(0).get("name"))}
+
+    def env(self, op):
+        cp = self.cp
+        s, other = cp.cuda.Stream(), cp.cuda.Stream()
+        ev, done = cp.cuda.Event(disable_timing=True), cp.cuda.Event(disable_timing=True)
+        done.record(other)
+        other.synchronize()
+        env = {"s": s, "other": other, "ev": ev, "done": done, "E": cp.cuda.Event,
+               "S": cp.cuda.Stream, "g1": (1,)}
+        if op.startswith(("kernel", "graph")):
+            mod = cp.cuda.function.Module()
+            mod.load(self.ptx())
+            k = env["k"] = mod.get_function("streams_empty")
+            env["mod"] = mod
+            if op.startswith("graph"):
+                s.begin_capture()
+                try:
+                    for _ in range(GRAPH_KERNELS):
+                        k((1,), (1,), (), 0, s)
+                finally:
+                    g = s.end_capture()
+                g.upload(s)
+                s.synchronize()
+                env["g"] = g
+        return _callbacks(env)
+
+    def busy_stream(self, env):
+        return _spin_wrapper(env["s"].ptr)
+
+
+def _decode(x):
+    return x.decode("utf-8", "replace") if isinstance(x, bytes) else x
+
+
+class Torch(Adapter):
+    stmts = {
+        "stream_query": "s.query()",
+        "stream_synchronize": "s.synchronize()",
+        "event_record": "s.record_event(ev)",
+        "event_query": "done.query()",
+        "stream_wait_event": "s.wait_event(done)",
+        "event_create_destroy": "E().record(s)",
+        "stream_create_destroy": "S()",
+        "kernel_launch": "k(a)",
+        "graph_launch": "g.replay()",
+    }
+    na = {op: "PyTorch has no host-function API" for op in HOST_FUNC_OPS}
+    notes = {
+        "event_create_destroy": "Event() + record(s) + drop: torch creates the CUDA "
+                                "event lazily, at the first record",
+        "stream_create_destroy": "torch.cuda.Stream() takes a stream from torch's pool: "
+                                 "no cudaStreamCreate/Destroy",
+    }
+
+    def setup(self):
+        import torch
+        self.torch = torch
+        if not torch.cuda.is_available():
+            raise RuntimeError("torch.cuda.is_available() is False")
+        torch.cuda.set_device(0)
+        torch.cuda.synchronize()
+
+    def info(self):
+        t = self.torch
+        return {"versions": {"torch": t.__version__, "cuda": t.version.cuda},
+                "device": t.cuda.get_device_name(0)}
+
+    def env(self, op):
+        t = self.torch
+        s, other = t.cuda.Stream(), t.cuda.Stream()
+        t.cuda.set_stream(s)    # kernels and graph replays go to the current stream
+        ev, done = t.cuda.Event(), t.cuda.Event()
+        done.record(other)
+        other.synchronize()
+        env = {"s": s, "other": other, "ev": ev, "done": done, "E": t.cuda.Event,
+               "S": t.cuda.Stream}
+        if op.startswith(("kernel", "graph")):
+            sleep = getattr(t.cuda, "_sleep", None)
+            if sleep is not None:
+                env["k"], env["a"] = sleep, 0
+                label = "torch.cuda._sleep(0), a 1-thread kernel (private API)"
+            else:
+                env["k"], env["a"] = t.Tensor.zero_, t.zeros(1, device="cuda")
+                label = "x.zero_() on a 1-element tensor (not an empty kernel)"
+            env["k"](env["a"])
+            s.synchronize()
+            if op.startswith("graph"):
+                g = t.cuda.CUDAGraph()
+                with t.cuda.graph(g):
+                    for _ in range(GRAPH_KERNELS):
+                        env["k"](env["a"])
+                t.cuda.set_stream(s)
+                env["g"] = g
+                label = f"CUDAGraph.replay() of 10 captured {label}"
+            self.notes = dict(self.notes, **{op: label})
+        return env
+
+
+class CudaCore(Adapter):
+    stmts = {
+        "stream_synchronize": "s.sync()",
+        "event_record": "s.record(ev)",
+        "event_query": "done.is_done",
+        "stream_wait_event": "s.wait(done)",
+        "event_create_destroy": "d.create_event().close()",
+        "stream_create_destroy": "d.create_stream().close()",
+        "kernel_launch": "L(s, cfg, k)",
+        "graph_launch": "g.launch(s)",
+    }
+    sync = "s.sync()"
+    na = {op: "cuda.core has no host-function API on streams" for op in HOST_FUNC_OPS}
+    notes = {
+        "stream_create_destroy": "Device.create_stream() with its default options",
+        "kernel_launch": "launch() of ObjectCode.from_ptx (the shared PTX)",
+        "graph_launch": "GraphBuilder capture, Graph.launch(s)",
+    }
+
+    def setup(self):
+        try:
+            import cuda.core as cc
+            if not hasattr(cc, "Device"):      # older versions: only .experimental
+                raise ImportError
+        except ImportError:
+            import cuda.core.experimental as cc
+        self.cc = cc
+        self.dev = cc.Device(0)
+        self.dev.set_current()
+        # Newer versions may grow a query; older ones have none.
+        if hasattr(cc.Stream, "is_done"):
+            self.stmts = dict(self.stmts, stream_query="s.is_done")
+        else:
+            self.na = dict(self.na, stream_query="cuda.core.Stream has no query")
+
+    def info(self):
+        ver = getattr(self.cc, "__version__", None) or _dist_version("cuda-core")
+        return {"versions": {"cuda.core": ver}, "device": getattr(self.dev, "name", None)}
+
+    def env(self, op):
+        d = self.dev
+        s, other = d.create_stream(), d.create_stream()
+        ev = d.create_event()
+        done = other.record()
+        other.sync()
+        closers = [s.close, other.close, ev.close, done.close]
+        env = {"s": s, "ev": ev, "done": done, "d": d, "_closers": closers}
+        if op.startswith(("kernel", "graph")):
+            oc_cls = self.cc.ObjectCode
+            ptx = self.ptx()
+            oc = oc_cls.from_ptx(ptx) if hasattr(oc_cls, "from_ptx") else oc_cls(ptx, "ptx")
+            k = oc.get_kernel("streams_empty")
+            cfg = self.cc.LaunchConfig(grid=1, block=1)
+            env.update(L=self.cc.launch, cfg=cfg, k=k, oc=oc)
+            if op.startswith("graph"):
+                gb = s.create_graph_builder()
+                gb.begin_building()
+                for _ in range(GRAPH_KERNELS):
+                    self.cc.launch(gb, cfg, k)
+                gb.end_building()
+                g = gb.complete()
+                g.upload(s)
+                s.sync()
+                env["g"] = g
+                closers += [gb.close, g.close]
+        return env
+
+
+class CudaBindings(Adapter):
+    # Every call's error code is checked, as streams and the C floor check theirs.
+    stmts = {
+        "stream_query": "e, = q(s)\nif e: fail(e)",
+        "stream_synchronize": "e, = sy(s)\nif e: fail(e)",
+        "event_record": "e, = rec(ev, s)\nif e: fail(e)",
+        "event_query": "e, = eq(done)\nif e: fail(e)",
+        "stream_wait_event": "e, = w(s, done, 0)\nif e: fail(e)",
+        "event_create_destroy": "e, x = ec(fl)\nif e: fail(e)\ne, = ed(x)\nif e: fail(e)",
+        "stream_create_destroy": "e, x = sc(sf)\nif e: fail(e)\ne, = sd(x)\nif e: fail(e)",
+        "kernel_launch": "e, = L(k, 1, 1, 1, 1, 1, 1, 0, s, None, 0)\nif e: fail(e)",
+        "host_func_enqueue": "e, = LH(s, h, None)\nif e: fail(e)",
+        "graph_launch": "e, = GL(ex, s)\nif e: fail(e)",
+    }
+    sync = "e, = sy(s)\nif e: fail(e)"
+    notes = {
+        "kernel_launch": "driver cuLaunchKernel of cuLibraryGetKernel (the runtime "
+                         "bindings have no cudaLaunchKernel)",
+        "host_func_enqueue": "cudaLaunchHostFunc of a ctypes CFUNCTYPE callback",
+        "graph_launch": "cudaGraphLaunch of cudaStreamBeginCapture + 10 cuLaunchKernel",
+    }
+
+    def setup(self):
+        try:
+            from cuda.bindings import driver, runtime
+        except ImportError:
+            from cuda import cuda as driver, cudart as runtime
+        self.rt, self.drv = runtime, driver
+        self.ck(runtime.cudaSetDevice(0))
+        self.ck(runtime.cudaFree(0))
+
+    @staticmethod
+    def ck(result):
+        err = result[0]
+        if err:
+            raise RuntimeError(f"CUDA error {err!r}")
+        return result[1] if len(result) == 2 else result[1:]
+
+    def info(self):
+        import cuda.bindings
+        rt = self.rt
+        return {"versions": {"cuda.bindings": getattr(cuda.bindings, "__version__", None)
+                             or _dist_version("cuda-bindings"),
+                             "cuda_runtime": self.ck(rt.cudaRuntimeGetVersion()),
+                             "driver": self.ck(rt.cudaDriverGetVersion())}}
+
+    def env(self, op):
+        rt, drv, ck = self.rt, self.drv, self.ck
+        s = ck(rt.cudaStreamCreateWithFlags(rt.cudaStreamDefault))
+        other = ck(rt.cudaStreamCreateWithFlags(rt.cudaStreamDefault))
+        ev = ck(rt.cudaEventCreateWithFlags(rt.cudaEventDisableTiming))
+        done = ck(rt.cudaEventCreateWithFlags(rt.cudaEventDisableTiming))
+        ck(rt.cudaEventRecord(done, other))
+        ck(rt.cudaStreamSynchronize(other))
+
+        def fail(e):
+            raise RuntimeError(f"CUDA error {e!r}")
+
+        closers = [lambda: rt.cudaStreamDestroy(s), lambda: rt.cudaStreamDestroy(other),
+                   lambda: rt.cudaEventDestroy(ev), lambda: rt.cudaEventDestroy(done)]
+        env = {"s": s, "ev": ev, "done": done, "fail": fail, "_closers": closers,
+               "q": rt.cudaStreamQuery, "sy": rt.cudaStreamSynchronize,
+               "rec": rt.cudaEventRecord, "eq": rt.cudaEventQuery, "w": rt.cudaStreamWaitEvent,
+               "ec": rt.cudaEventCreateWithFlags, "ed": rt.cudaEventDestroy,
+               "fl": rt.cudaEventDisableTiming, "sc": rt.cudaStreamCreateWithFlags,
+               "sd": rt.cudaStreamDestroy, "sf": rt.cudaStreamDefault,
+               "GL": rt.cudaGraphLaunch, "LH": rt.cudaLaunchHostFunc,
+               "L": drv.cuLaunchKernel}
+        if op.startswith(("kernel", "graph")):
+            lib = ck(drv.cuLibraryLoadData(self.ptx(), None, None, 0, None, None, 0))
+            closers.append(lambda: drv.cuLibraryUnload(lib))
+            # As a CUfunction, which cuLaunchKernel accepts for a CUkernel: the
+            # binding then takes its fast path instead of converting per call.
+            k = env["k"] = drv.CUfunction(int(ck(drv.cuLibraryGetKernel(lib, b"streams_empty"))))
+            if op.startswith("graph"):
+                mode = rt.cudaStreamCaptureMode.cudaStreamCaptureModeThreadLocal
+                ck(rt.cudaStreamBeginCapture(s, mode))
+                try:
+                    for _ in range(GRAPH_KERNELS):
+                        ck(drv.cuLaunchKernel(k, 1, 1, 1, 1, 1, 1, 0, s, None, 0))
+                finally:
+                    graph = ck(rt.cudaStreamEndCapture(s))
+                ex = env["ex"] = ck(rt.cudaGraphInstantiate(graph, 0))
+                closers += [lambda: rt.cudaGraphDestroy(graph),
+                            lambda: rt.cudaGraphExecDestroy(ex)]
+                ck(rt.cudaGraphUpload(ex, s))
+                ck(rt.cudaStreamSynchronize(s))
+        if op in HOST_FUNC_OPS:
+            import ctypes
+            _callbacks(env)
+            box = env["box"]
+
+            def count(_):
+                box[0] += 1
+
+            cfn = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(count)
+            env["cfn"] = cfn    # the C thunk must outlive every enqueued call
+            env["h"] = rt.cudaHostFn_t(ctypes.cast(cfn, ctypes.c_void_p).value)
+        return env
+
+    def busy_stream(self, env):
+        return _spin_wrapper(env["s"])
+
+
+class NumbaCuda(Adapter):
+    stmts = {
+        "stream_synchronize": "s.synchronize()",
+        "event_record": "ev.record(s)",
+        "event_query": "done.query()",
+        "stream_wait_event": "done.wait(s)",
+        "event_create_destroy": "E(timing=False)",
+        "stream_create_destroy": "S()",
+        "kernel_launch": "k[1, 1, s]()",
+        "host_func_enqueue": "s.add_callback(cb3, None)",
+    }
+    na = {"stream_query": "numba.cuda streams have no query",
+          "graph_launch": "numba.cuda has no graph API",
+          "graph_launch_sync": "numba.cuda has no graph API"}
+    notes = {
+        "event_create_destroy": "numba defers the destroy to its deallocation queue",
+        "stream_create_destroy": "numba defers the destroy to its deallocation queue",
+        "kernel_launch": "@cuda.jit empty kernel (numba's own compile, not the shared PTX)",
+        "host_func_enqueue": "Stream.add_callback (cuStreamAddCallback)",
+    }
+
+    def setup(self):
+        from numba import cuda
+        self.cuda = cuda
+        if not cuda.is_available():
+            raise RuntimeError("numba.cuda.is_available() is False")
+        cuda.select_device(0)
+        self.kernel = None
+
+    def info(self):
+        import numba
+        cuda = self.cuda
+        rt = None
+        try:
+            rt = cuda.runtime.get_version()
+        except Exception:
+            pass
+        return {"versions": {"numba": numba.__version__,
+                             "numba-cuda": _dist_version("numba-cuda"),
+                             "cuda_runtime": list(rt) if rt else None},
+                "device": _decode(getattr(cuda.get_current_device(), "name", None))}
+
+    def env(self, op):
+        cuda = self.cuda
+        s, other = cuda.stream(), cuda.stream()
+        ev, done = cuda.event(timing=False), cuda.event(timing=False)
+        done.record(other)
+        other.synchronize()
+        env = {"s": s, "other": other, "ev": ev, "done": done, "E": cuda.event,
+               "S": cuda.stream}
+        if op.startswith("kernel"):
+            if self.kernel is None:
+                @cuda.jit
+                def streams_empty():
+                    pass
+                self.kernel = streams_empty
+            env["k"] = self.kernel
+            self.kernel[1, 1, s]()      # compiles now, not in the first batch
+            s.synchronize()
+        return _callbacks(env)
+
+    def busy_stream(self, env):
+        return _spin_wrapper(env["s"].handle)
+
+
+class Noop(Adapter):
+    """Times empty Python calls; STREAMS_BENCH_NOOP_FAIL / _CRASH name an
+    operation that raises / kills the worker, to test those paths."""
+
+    na = {"graph_launch": "no graphs here (self-test of the n/a path)",
+          "graph_launch_sync": "no graphs here (self-test of the n/a path)"}
+
+    def info(self):
+        return {"versions": {"python": platform.python_version()}, "device": None}
+
+    def make_case(self, op):
+        if op in self.na:
+            raise NotAvailable(self.na[op])
+        if op == os.environ.get("STREAMS_BENCH_NOOP_CRASH"):
+            os._exit(3)
+        if op == os.environ.get("STREAMS_BENCH_NOOP_FAIL"):
+            raise RuntimeError(f"asked to fail {op}")
+
+        def f():
+            pass
+
+        return Case(make_loop("f()", f=f), note="self-test" if op == "stream_query" else None)
+
+
+ADAPTERS = {"streams-py": StreamsPy, "streams-cy": StreamsCy, "cupy": Cupy, "torch": Torch,
+            "cuda-core": CudaCore, "cuda-bindings": CudaBindings, "numba-cuda": NumbaCuda,
+            "noop": Noop}

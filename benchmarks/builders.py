@@ -1,0 +1,208 @@
+"""The two contenders that are compiled on demand: the C floor
+(``c_floor/bench.c``) and the Cython contender (``cy_bench.pyx``).
+
+Both are built into a cache folder and rebuilt only when an input changes;
+a missing piece (compiler, CUDA, Cython) makes a builder return the reason
+instead of a product, so that its column says "unavailable" and the run
+goes on.
+"""
+import hashlib
+import importlib.util
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import sysconfig
+
+from benchmarks import CHECKOUT
+from benchmarks.under_test import builtin_ptx
+
+C_FLAGS = ["-O2", "-std=gnu11", "-Wall", "-Wextra"]
+C_LIBS = ["-lrt", "-ldl", "-lpthread"]
+CY_MODULE = "streams_cy_bench"
+
+
+def c_string_literal(text):
+    """``text`` as C string literal lines (one per PTX line, for readable headers)."""
+    lines = []
+    for line in text.splitlines(keepends=True):
+        esc = (line.replace("\\", "\\\\").replace('"', '\\"')
+               .replace("\t", "\\t").replace("\n", "\\n"))
+        lines.append(f'"{esc}"')
+    return "\n".join(lines) if lines else '""'
+
+
+def _cuda_paths():
+    """tools/cuda_paths.py of the checkout: the search setup.py makes, so
+    that the C floor links the cudart that streams links."""
+    spec = importlib.util.spec_from_file_location(
+        "streams_tools_cuda_paths", os.path.join(CHECKOUT, "tools", "cuda_paths.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def find_cuda():
+    """``(include_dirs, libcudart_static.a)``, or ``(None, why)``: setup.py's
+    search, for the major in STREAMS_CUDA_MAJOR (13 when unset)."""
+    paths = _cuda_paths()
+    try:
+        return paths.find_cuda()
+    except paths.CudaNotFound as exc:
+        return None, str(exc)
+
+
+def default_cache_dir():
+    """Where built helpers go: $STREAMS_BENCH_CACHE, the checkout's
+    benchmarks/build (git ignores build/), or ~/.cache/streams-bench."""
+    env = os.environ.get("STREAMS_BENCH_CACHE")
+    if env:
+        return env
+    if os.access(os.path.join(CHECKOUT, "benchmarks"), os.W_OK):
+        return os.path.join(CHECKOUT, "benchmarks", "build")
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "streams-bench")
+
+
+def _digest(*parts):
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(p if isinstance(p, bytes) else str(p).encode())
+        h.update(b"\0")
+    return h.hexdigest()[:16]
+
+
+def read(path, mode="r"):
+    with open(path, mode) as f:
+        return f.read()
+
+
+def _stamp_ok(build_dir, key, product):
+    stamp = os.path.join(build_dir, "stamp")
+    return (os.path.isfile(product) and os.path.isfile(stamp)
+            and read(stamp).strip() == key)
+
+
+def _tail(text, lines=15):
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def compiler():
+    """The C compiler command (a list), or None: $CC, else gcc, else cc."""
+    cc = os.environ.get("CC")
+    if cc:
+        return shlex.split(cc)
+    for name in ("gcc", "cc"):
+        path = shutil.which(name)
+        if path:
+            return [path]
+    return None
+
+
+def compiler_version(cc):
+    """The first line of ``cc --version``, or None."""
+    try:
+        proc = subprocess.run(cc + ["--version"], capture_output=True, text=True, timeout=30)
+        return proc.stdout.splitlines()[0] if proc.stdout else None
+    except (OSError, subprocess.TimeoutExpired, IndexError):
+        return None
+
+
+def build_c_floor(cache_dir=None, force=False, root=None):
+    """Compile benchmarks/c_floor/bench.c; returns ``(executable, None)`` or
+    ``(None, why)``.  Rebuilt only when an input changes.  ``root``: the
+    source checkout (default: the one this package is in)."""
+    src = os.path.join(root or CHECKOUT, "benchmarks", "c_floor", "bench.c")
+    if not os.path.isfile(src):
+        return None, f"{src} not found"
+    cc = compiler()
+    if cc is None:
+        return None, "no C compiler (set CC, or install gcc)"
+    incs, lib = find_cuda()
+    if incs is None:
+        return None, lib
+    try:
+        ptx = builtin_ptx()
+    except (ImportError, ValueError) as exc:
+        return None, f"no PTX: {exc}"
+    build = os.path.join(cache_dir or default_cache_dir(), "c_floor")
+    exe = os.path.join(build, "bench_c")
+    st = os.stat(lib)
+    key = _digest(read(src, "rb"), ptx, incs, lib, st.st_size, st.st_mtime_ns, cc, C_FLAGS)
+    if not force and _stamp_ok(build, key, exe):
+        return exe, None
+    os.makedirs(build, exist_ok=True)
+    with open(os.path.join(build, "streams_ptx.h"), "w") as f:
+        f.write("/* Written by benchmarks/builders.py from streams.testing.BUILTIN_PTX; "
+                "do not edit. */\n"
+                "static const char streams_builtin_ptx[] =\n" + c_string_literal(ptx) + ";\n")
+    cmd = (cc + C_FLAGS + ["-I", build] + [a for i in incs for a in ("-I", i)]
+           + [src, lib] + C_LIBS + ["-o", exe + ".tmp"])
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, f"{cc[0]} failed to run: {exc}"
+    if proc.returncode != 0:
+        return None, f"{' '.join(cmd)} failed:\n{_tail(proc.stderr)}"
+    os.replace(exe + ".tmp", exe)
+    with open(os.path.join(build, "stamp"), "w") as f:
+        f.write(key + "\n")
+    with open(os.path.join(build, "build.log"), "w") as f:
+        f.write(" ".join(map(shlex.quote, cmd)) + "\n" + proc.stdout + proc.stderr)
+    return exe, None
+
+
+# Run in a child interpreter: setuptools' state and output stay out of ours.
+_CY_SETUP = """\
+import sys
+from setuptools import Extension, setup
+from Cython.Build import cythonize
+build, pyx, include, pxd_root = sys.argv[1:5]
+ext = Extension(%r, [pyx], include_dirs=[include], extra_compile_args=["-O2"])
+setup(name="streams-cy-bench",
+      ext_modules=cythonize([ext], include_path=[pxd_root], build_dir=build,
+                            compiler_directives={"language_level": 3}, quiet=True),
+      script_args=["build_ext", "--build-lib", build, "--build-temp", build + "/tmp"])
+""" % CY_MODULE
+
+
+def build_cython_bench(cache_dir=None, force=False, root=None):
+    """Compile benchmarks/cy_bench.pyx against the streams under test;
+    returns ``(module_path, None)`` or ``(None, why)``."""
+    src = os.path.join(root or CHECKOUT, "benchmarks", "cy_bench.pyx")
+    if not os.path.isfile(src):
+        return None, f"{src} not found"
+    for mod in ("Cython", "setuptools"):
+        if importlib.util.find_spec(mod) is None:
+            return None, f"{mod} is not installed (pip install 'cuda-streams[test]')"
+    import Cython
+    import streams
+    pkg = os.path.dirname(os.path.abspath(streams.__file__))
+    include = streams.get_include()
+    # The module's struct offsets come from these: a changed .pxd means a rebuild.
+    abi = [read(os.path.join(pkg, n), "rb") for n in sorted(os.listdir(pkg))
+           if n.endswith(".pxd")]
+    header = os.path.join(include, "streams", "streams.h")
+    if os.path.isfile(header):
+        abi.append(read(header, "rb"))
+    suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+    build = os.path.join(cache_dir or default_cache_dir(), "cy")
+    product = os.path.join(build, CY_MODULE + suffix)
+    key = _digest(read(src, "rb"), *abi, Cython.__version__, sys.version, suffix,
+                  getattr(streams, "__version__", ""))
+    if not force and _stamp_ok(build, key, product):
+        return product, None
+    os.makedirs(build, exist_ok=True)
+    pyx = os.path.join(build, CY_MODULE + ".pyx")   # the module is named after its file
+    shutil.copyfile(src, pyx)
+    cmd = [sys.executable, "-c", _CY_SETUP, build, pyx, include, os.path.dirname(pkg)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=build)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, f"building {src} failed to run: {exc}"
+    if proc.returncode != 0 or not os.path.isfile(product):
+        return None, f"building {src} failed:\n{_tail(proc.stdout + proc.stderr)}"
+    with open(os.path.join(build, "stamp"), "w") as f:
+        f.write(key + "\n")
+    return product, None

@@ -1,0 +1,453 @@
+"""The harness: one worker process per contender, requests in rounds over
+them, and the result document.
+
+The C floor (``bench_c --serve``) and the Python workers
+(``python -m benchmarks.run --worker NAME``) answer the same request lines.
+"""
+import importlib.util
+import json
+import os
+import platform
+import select
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+from benchmarks import CHECKOUT
+from benchmarks.builders import (build_c_floor, build_cython_bench, compiler, compiler_version,
+                                 default_cache_dir, find_cuda)
+from benchmarks.ops import CONTENDER_BY_NAME, DEFAULT_CONTENDERS, FULL, OP_BY_NAME, OPS, QUICK
+from benchmarks.results import finalize, new_doc
+from benchmarks.under_test import builtin_ptx, child_pythonpath, streams_facts, streams_parent
+
+
+class WorkerDied(Exception):
+    pass
+
+
+class Worker:
+    """A contender's process: one request line in, one JSON line out.
+
+    Requests: ``info``, ``run OP ITERS BATCHES WARMUP``, ``quit``.  The C
+    floor (bench_c --serve) and the Python workers speak the same lines.
+    """
+
+    def __init__(self, name, argv, env=None, cwd=None):
+        self.name = name
+        self.argv = argv
+        self.env = env
+        self.cwd = cwd
+        self.proc = None
+        self.errlog = None
+        self.starts = 0
+        self._buf = b""
+
+    def start(self):
+        if self.proc is not None:      # a restart: let go of the dead one's files
+            self.kill()
+            self._close_files()
+        self.errlog = tempfile.TemporaryFile()
+        self._buf = b""
+        self.starts += 1
+        # Its own session: Ctrl-C reaches the harness only, which then
+        # stops the workers in order.
+        self.proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self.errlog, env=self.env, cwd=self.cwd,
+                                     bufsize=0, start_new_session=True)
+
+    @property
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def stderr_tail(self, limit=800):
+        if self.errlog is None:
+            return ""
+        try:
+            self.errlog.seek(0)
+            text = self.errlog.read().decode("utf-8", "replace").strip()
+        except (OSError, ValueError):
+            return ""
+        return text[-limit:]
+
+    def _died(self, why):
+        rc = self.proc.poll() if self.proc else None
+        if rc is None and self.proc is not None:
+            self.kill()
+            rc = self.proc.poll()
+        if rc is not None and rc < 0:
+            import signal
+            try:
+                sig = signal.Signals(-rc).name
+            except ValueError:
+                sig = str(-rc)
+            why = f"{why} (killed by {sig})"
+        elif rc is not None:
+            why = f"{why} (exit status {rc})"
+        tail = self.stderr_tail()
+        return WorkerDied(why + (f"; its stderr ends: {tail}" if tail else ""))
+
+    def ask(self, line, timeout):
+        if not self.alive:
+            raise self._died("worker is not running")
+        try:
+            self.proc.stdin.write((line + "\n").encode())
+            self.proc.stdin.flush()
+        except OSError:
+            raise self._died("worker exited") from None
+        fd = self.proc.stdout.fileno()
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.kill()
+                raise self._died(f"no answer within {timeout:.0f} s")
+            ready, _, _ = select.select([fd], [], [], left)
+            if ready:
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    raise self._died("worker exited")
+                self._buf += chunk
+        raw, _, self._buf = self._buf.partition(b"\n")
+        try:
+            answer = json.loads(raw)
+        except ValueError:
+            self.kill()
+            raise self._died(f"garbled answer {raw[:200]!r}") from None
+        if not isinstance(answer, dict):
+            self.kill()
+            raise self._died(f"garbled answer {raw[:200]!r}")
+        return answer
+
+    def kill(self):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def stop(self):
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.write(b"quit\n")
+                self.proc.stdin.flush()
+                self.proc.stdin.close()
+                self.proc.wait(timeout=15)
+            except (OSError, subprocess.TimeoutExpired):
+                self.kill()
+        self._close_files()
+
+    def _close_files(self):
+        for f in (self.proc.stdin, self.proc.stdout, self.errlog):
+            try:
+                f.close()
+            except (OSError, AttributeError):
+                pass
+
+
+class Progress:
+    """One status line on stderr (rewritten on a terminal, appended otherwise)."""
+
+    def __init__(self, total, stream=None, enabled=True):
+        self.total = max(total, 1)
+        self.done = 0
+        self.stream = stream if stream is not None else sys.stderr
+        self.enabled = enabled
+        self.tty = enabled and hasattr(self.stream, "isatty") and self.stream.isatty()
+        self._last_key = None
+        self._width = 0
+
+    def step(self, op, rnd, rounds, contender):
+        self.done += 1
+        if not self.enabled:
+            return
+        text = f"[{self.done:>4}/{self.total}] {op} round {rnd + 1}/{rounds}: {contender}"
+        if self.tty:
+            pad = max(0, self._width - len(text))
+            self.stream.write("\r" + text + " " * pad)
+            self._width = len(text)
+            self.stream.flush()
+        elif (op, rnd) != self._last_key:
+            self._last_key = (op, rnd)
+            self.stream.write(f"[{self.done:>4}/{self.total}] {op} round {rnd + 1}/{rounds}\n")
+            self.stream.flush()
+
+    def skip(self, n=1):
+        self.done += n
+
+    def message(self, text):
+        if not self.enabled:
+            return
+        if self.tty and self._width:
+            self.stream.write("\r" + " " * self._width + "\r")
+            self._width = 0
+        self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def close(self):
+        if self.tty and self._width:
+            self.stream.write("\r" + " " * self._width + "\r")
+            self.stream.flush()
+            self._width = 0
+
+
+class Config:
+    def __init__(self, ops=None, contenders=None, quick=False, rounds=None, batches=None,
+                 warmup=1, scale=None, cache_dir=None, timeout=180.0, progress=True,
+                 source_dir=None):
+        base = QUICK if quick else FULL
+        self.ops = list(ops or [op.name for op in OPS])
+        self.contenders = list(contenders or DEFAULT_CONTENDERS)
+        self.quick = quick
+        self.rounds = rounds or base["rounds"]
+        self.batches = batches or base["batches"]
+        self.warmup = warmup
+        self.scale = scale if scale is not None else base["scale"]
+        self.cache_dir = os.path.abspath(cache_dir or default_cache_dir())
+        self.timeout = timeout
+        self.progress = progress
+        self.source_dir = source_dir or CHECKOUT
+
+    def iters(self, op):
+        return max(1, int(round(OP_BY_NAME[op].iters * self.scale)))
+
+    def as_dict(self):
+        return {"quick": self.quick, "rounds": self.rounds, "batches": self.batches,
+                "warmup": self.warmup, "scale": self.scale, "ops": self.ops,
+                "contenders": self.contenders,
+                "iters": {op: self.iters(op) for op in self.ops}}
+
+
+def _cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def _nvidia_smi():
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return None
+    fields = "name,driver_version,memory.total,clocks.max.sm,pstate,persistence_mode"
+    try:
+        proc = subprocess.run([exe, f"--query-gpu={fields}", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if proc.returncode != 0:
+        return None
+    keys = fields.split(",")
+    return [dict(zip(keys, (v.strip() for v in line.split(","))))
+            for line in proc.stdout.strip().splitlines()]
+
+
+def machine_info():
+    return {"hostname": platform.node(), "os": platform.platform(), "cpu": _cpu_model(),
+            "cpu_count": os.cpu_count(), "python": sys.version.split()[0],
+            "python_implementation": platform.python_implementation(),
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            "nvidia_smi": _nvidia_smi()}
+
+
+def _module_present(name):
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _build(builder, spec, entry, config, progress):
+    """A compiled contender's product, or None: its column is then
+    unavailable, with the builder's reason."""
+    progress.message(f"building {spec.label} ...")
+    product, why = builder(config.cache_dir, root=config.source_dir)
+    if product is None:
+        entry.update(status="unavailable", reason=why)
+        progress.message(f"{spec.label}: unavailable ({why})")
+    return product
+
+
+def _prepare(config, doc, progress):
+    """Build what is needed and start one worker per usable contender."""
+    ptx_path, ptx_error = None, None
+    try:
+        ptx = builtin_ptx()
+        d = os.path.join(config.cache_dir, "ptx")
+        os.makedirs(d, exist_ok=True)
+        ptx_path = os.path.join(d, "streams_builtin.ptx")
+        with open(ptx_path, "w") as f:
+            f.write(ptx)
+    except (OSError, ImportError, ValueError) as exc:
+        ptx_error = str(exc)
+    workers = {}
+    for name in config.contenders:
+        entry = doc["contenders"][name]
+        spec = CONTENDER_BY_NAME[name]
+        if name == "c":
+            exe = _build(build_c_floor, spec, entry, config, progress)
+            if exe is None:
+                continue
+            cc = compiler()
+            entry["versions"] = {"compiler": compiler_version(cc) if cc else None,
+                                 "cuda": find_cuda()[0]}
+            argv = [exe, "--serve"]
+            env = cwd = None
+        else:
+            if spec.module and not _module_present(spec.module):
+                entry.update(status="missing", reason=f"{spec.module} is not importable")
+                continue
+            argv = [sys.executable, "-m", "benchmarks.run", "--worker", name]
+            if ptx_path:
+                argv += ["--ptx", ptx_path]
+            if name == "streams-cy":
+                mod = _build(build_cython_bench, spec, entry, config, progress)
+                if mod is None:
+                    continue
+                argv += ["--cy-module", mod]
+            env = dict(os.environ, PYTHONPATH=child_pythonpath())
+            # `-m` puts the cwd first on sys.path: a source checkout there
+            # (no compiled module) would shadow an installed streams.
+            cwd = streams_parent()
+        if ptx_error and name != "c":
+            entry["ptx_error"] = ptx_error
+        progress.message(f"starting {spec.label} ...")
+        w = Worker(name, argv, env, cwd)
+        try:
+            w.start()
+            info = w.ask("info", max(config.timeout, 300.0))
+        except (OSError, WorkerDied) as exc:
+            w.kill()
+            entry.update(status="error", reason=str(exc))
+            progress.message(f"{spec.label}: {exc}")
+            continue
+        if not info.get("ok"):
+            w.stop()
+            entry.update(status="error", reason=info.get("error", "no reason given"))
+            progress.message(f"{spec.label}: {entry['reason']}")
+            continue
+        info.pop("ok", None)
+        entry.setdefault("versions", {}).update(info.pop("versions", {}) or {})
+        entry["info"] = info
+        workers[name] = w
+    return workers
+
+
+def _gpu_facts(doc):
+    """GPU name, capability, driver and runtime, from the streams or C worker."""
+    sp = doc["contenders"].get("streams-py", {}).get("versions", {}).get("streams")
+    if sp and sp.get("devices"):
+        dev = sp["devices"][0]
+        return {"name": dev["name"], "compute_capability": dev["compute_capability"],
+                "driver_cuda_version": sp.get("driver_version"),
+                "streams_cuda_runtime": sp.get("runtime_version"), "source": "streams"}
+    c = doc["contenders"].get("c", {}).get("info")
+    if c and c.get("device"):
+        return {"name": c["device"], "compute_capability": c.get("compute_capability"),
+                "driver_cuda_version": c.get("driver_version"),
+                "streams_cuda_runtime": c.get("runtime_version"), "source": "C floor"}
+    info = streams_facts()
+    if info["devices"]:
+        dev = info["devices"][0]
+        return {"name": dev["name"], "compute_capability": dev["compute_capability"],
+                "driver_cuda_version": info["driver_version"],
+                "streams_cuda_runtime": info["runtime_version"], "source": "streams (harness)"}
+    return None
+
+
+def run_benchmark(config, progress=None):
+    """Measure; returns the result document (see validate_result)."""
+    doc = new_doc(config)
+    doc["machine"] = machine_info()
+    progress = progress or Progress(0, enabled=config.progress)
+    workers = _prepare(config, doc, progress)
+    active = [c for c in config.contenders if c in workers]
+    progress.total = max(1, len(config.ops) * config.rounds * len(active))
+    try:
+        for op in config.ops:
+            _measure_op(op, config, doc, workers, active, progress)
+    except KeyboardInterrupt:
+        # What was measured is still worth a table and a file.
+        doc["interrupted"] = True
+    finally:
+        progress.close()
+        for w in workers.values():
+            w.stop()
+        doc["machine"]["gpu"] = _gpu_facts(doc)
+        finalize(doc)
+    return doc
+
+
+def _measure_op(op, config, doc, workers, active, progress):
+    iters = config.iters(op)
+    cells = {c: {"status": "ok", "ns": [], "iters": iters, "drained": 0} for c in active}
+    # A worker that died on an earlier operation gets a fresh process (a
+    # few times): one bad operation does not blank the rest of its column.
+    for c in active:
+        w = workers[c]
+        if not w.alive:
+            if w.starts >= 4:
+                cells[c] = {"status": "error", "reason": "worker died too often; gave up"}
+                continue
+            try:
+                w.start()
+                ans = w.ask("info", max(config.timeout, 300.0))
+                if not ans.get("ok"):
+                    raise WorkerDied(ans.get("error", "restart failed"))
+            except (OSError, WorkerDied) as exc:
+                cells[c] = {"status": "error", "reason": f"restart failed: {exc}"}
+    request = f"run {op} {iters} {config.batches} {config.warmup}"
+    for rnd in range(config.rounds):
+        # Each round starts with a different contender, so none is always
+        # the one that runs right after another's burst of work.
+        k = rnd % len(active) if active else 0
+        for c in active[k:] + active[:k]:
+            cell = cells[c]
+            if cell["status"] != "ok":
+                progress.skip()
+                continue
+            progress.step(op, rnd, config.rounds, CONTENDER_BY_NAME[c].label)
+            try:
+                ans = workers[c].ask(request, config.timeout)
+            except WorkerDied as exc:
+                cells[c] = {"status": "error", "reason": str(exc)}
+                progress.message(f"{CONTENDER_BY_NAME[c].label}, {op}: {exc}")
+                continue
+            if ans.get("ok"):
+                ns = ans.get("ns") or []
+                if not all(isinstance(x, (int, float)) and x > 0 for x in ns):
+                    cells[c] = {"status": "error", "reason": f"bad numbers {ns[:5]!r}"}
+                    continue
+                cell["ns"].extend(float(x) for x in ns)
+                cell["drained"] += int(ans.get("drained", 0))
+                if ans.get("note"):
+                    cell["note"] = ans["note"]
+            elif "na" in ans:
+                cells[c] = {"status": "n/a", "reason": ans["na"]}
+            else:
+                cells[c] = {"status": "error", "reason": ans.get("error", "no reason given")}
+    for c in active:
+        cell = cells[c]
+        if cell["status"] == "ok":
+            if not cell["ns"]:
+                cell.update(status="error", reason="no numbers came back")
+            elif cell["drained"]:
+                extra = (f"{cell['drained']} of {len(cell['ns'])} batches outlasted the spin "
+                         "kernel: callbacks may have run during their timing")
+                cell["note"] = f"{cell['note']}; {extra}" if cell.get("note") else extra
+    for c in config.contenders:
+        entry = doc["contenders"][c]
+        if c in cells:
+            doc["results"][op][c] = cells[c]
+        else:
+            doc["results"][op][c] = {"status": entry["status"] if entry["status"] != "ok"
+                                     else "error",
+                                     "reason": entry.get("reason", "not run")}

@@ -1,0 +1,104 @@
+"""What is measured, and by whom: the operations with their targets, the
+contenders, and the sizes of a full and a quick run."""
+
+_PY_CY = {"streams-py": 1.3, "streams-cy": 1.05}
+
+
+class Op:
+    __slots__ = ("name", "label", "iters", "targets", "about")
+
+    def __init__(self, name, label, iters, targets, about):
+        self.name = name
+        self.label = label
+        self.iters = iters          # calls per batch in a full run
+        self.targets = targets      # contender -> promised ratio to C, at most
+        self.about = about
+
+
+OPS = (
+    Op("stream_query", "stream query (idle)", 5000, _PY_CY,
+       "cudaStreamQuery on a stream with no work"),
+    Op("stream_synchronize", "stream synchronize (idle)", 5000, _PY_CY,
+       "cudaStreamSynchronize on a stream with no work"),
+    Op("event_record", "event record", 1000, _PY_CY,
+       "cudaEventRecord of one event on an idle stream"),
+    Op("event_query", "event query (complete)", 5000, _PY_CY,
+       "cudaEventQuery of an event that has completed"),
+    Op("stream_wait_event", "stream wait_event", 1000, _PY_CY,
+       "cudaStreamWaitEvent on a completed event recorded on another stream"),
+    Op("event_create_destroy", "event create+destroy", 1000, {"streams-py": 2.0},
+       "cudaEventCreateWithFlags(DisableTiming) + cudaEventDestroy"),
+    Op("stream_create_destroy", "stream create+destroy", 200, {"streams-py": 1.1},
+       "cudaStreamCreateWithPriority + cudaStreamDestroy"),
+    Op("kernel_launch", "empty-kernel launch", 200, {"streams-py": 1.15},
+       "cudaLaunchKernel of an empty 1x1 kernel"),
+    Op("kernel_launch_sync", "empty-kernel launch + sync", 100, {},
+       "empty-kernel launch, then synchronize the stream"),
+    Op("host_func_enqueue", "host-func enqueue (busy)", 200, {"streams-py": 1.2},
+       "cudaLaunchHostFunc while a spin kernel holds the stream, so no callback "
+       "runs during the timing"),
+    Op("host_func_round_trip", "host-func round trip", 100, {"streams-py": 1.15},
+       "enqueue a host function, synchronize: the callback has run"),
+    Op("host_func_throughput", "host-func throughput", 500, {},
+       "N host functions enqueued back to back while they run, then one "
+       "synchronize; ns per callback"),
+    Op("graph_launch", "10-kernel graph launch", 50, {"streams-py": 1.05},
+       "cudaGraphLaunch of a graph captured from 10 empty-kernel launches"),
+    Op("graph_launch_sync", "10-kernel graph launch + sync", 50, {},
+       "graph launch, then synchronize the stream"),
+)
+OP_BY_NAME = {op.name: op for op in OPS}
+
+# Operations that leave work on the stream: each batch is followed by an
+# untimed synchronize, so that no batch waits for a full launch queue
+# (which would time the GPU, not the call).
+ENQUEUES = {"event_record", "stream_wait_event", "kernel_launch", "graph_launch"}
+HOST_FUNC_OPS = ("host_func_enqueue", "host_func_round_trip", "host_func_throughput")
+GRAPH_KERNELS = 10
+
+
+class Contender:
+    __slots__ = ("name", "label", "module", "hidden", "about")
+
+    def __init__(self, name, label, module, about, hidden=False):
+        self.name = name
+        self.label = label
+        self.module = module        # probed with importlib.util.find_spec
+        self.about = about
+        self.hidden = hidden
+
+
+CONTENDERS = (
+    Contender("c", "C floor", None,
+              "benchmarks/c_floor/bench.c: the CUDA calls from a C loop (gcc, static cudart)"),
+    Contender("streams-py", "streams (Py)", "streams", "streams from Python"),
+    Contender("streams-cy", "streams (Cy)", "streams",
+              "benchmarks/cy_bench.pyx: `from streams cimport Stream, Event`, nogil C-level "
+              "calls (c_query, c_record, ..., PreparedLaunch/GraphExec.c_launch)"),
+    Contender("cupy", "CuPy", "cupy", "cupy.cuda.Stream/Event, Function from the same PTX"),
+    Contender("torch", "PyTorch", "torch", "torch.cuda.Stream/Event, torch.cuda._sleep(0)"),
+    Contender("cuda-core", "cuda.core", "cuda.core",
+              "cuda.core Device/Stream/Event, launch() of ObjectCode from the same PTX"),
+    Contender("cuda-bindings", "cuda.bindings", "cuda.bindings",
+              "cuda.bindings.runtime calls (driver cuLaunchKernel for kernels)"),
+    Contender("numba-cuda", "numba-cuda", "numba", "numba.cuda.stream()/event(), @cuda.jit"),
+    # Calls nothing: it lets the harness be tested end to end without a GPU.
+    Contender("noop", "no-op (self-test)", None,
+              "a pure-Python stand-in that times empty calls (no GPU needed)", hidden=True),
+)
+CONTENDER_BY_NAME = {c.name: c for c in CONTENDERS}
+DEFAULT_CONTENDERS = tuple(c.name for c in CONTENDERS if not c.hidden)
+GPU_FREE = {"noop"}
+
+FULL = {"rounds": 6, "batches": 15, "scale": 1.0}
+QUICK = {"rounds": 2, "batches": 5, "scale": 0.2}
+
+
+def short_name(contender):
+    """Py / Cy for the two streams columns, else the contender's name."""
+    return {"streams-py": "Py", "streams-cy": "Cy"}.get(contender, contender)
+
+
+def targets_text(targets):
+    """``Py<=1.3 Cy<=1.05``: an operation's targets, as the table and --list show them."""
+    return " ".join(f"{short_name(c)}<={t:g}" for c, t in targets.items())

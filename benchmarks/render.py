@@ -1,0 +1,185 @@
+"""The terminal table and the PNG chart of a result document.
+
+Only the document is read: a stored result renders anywhere, without
+streams or a GPU.
+"""
+from benchmarks.ops import targets_text
+
+
+def _version_string(v):
+    return "unknown" if not v else f"{v // 1000}.{(v % 1000) // 10}"
+
+
+def _fmt_ns(x):
+    return f"{x:.0f}" if x < 1e6 else f"{x / 1e3:.0f}k"
+
+
+def _ordered(configured, present, chosen=None):
+    """The names in ``present``, in the configured order (others after),
+    only the ``chosen`` ones when given."""
+    names = [n for n in configured if n in present]
+    names += [n for n in present if n not in names]
+    return [n for n in names if n in chosen] if chosen else names
+
+
+def _columns(doc, contenders=None):
+    return _ordered(doc["config"]["contenders"], doc["contenders"], contenders)
+
+
+def _rows(doc, ops=None):
+    return _ordered(doc["config"]["ops"], doc["results"], ops)
+
+
+def render_table(doc, ops=None, contenders=None):
+    """The terminal table: rows are operations, columns contenders; a cell
+    is the median ns per call, ±half the p10-p90 spread, the ratio to the C
+    floor, and ok/MISS against the promised ratio."""
+    cols = _columns(doc, contenders)
+    rows = _rows(doc, ops)
+    notes = []
+
+    def footnote(text):
+        if text not in notes:
+            notes.append(text)
+        return f"[{notes.index(text) + 1}]"
+
+    header = ["operation", "target"] + [doc["contenders"][c]["label"] for c in cols]
+    table = []
+    for op in rows:
+        meta = doc["ops"].get(op, {})
+        targets = meta.get("targets", {})
+        line = [meta.get("label", op), targets_text(targets) or "-"]
+        for c in cols:
+            cell = doc["results"][op].get(c)
+            if cell is None:
+                line.append("-")
+                continue
+            st = cell["status"]
+            if st == "ok":
+                s = cell["stats"]
+                spread = (s["p90"] - s["p10"]) / 2 / s["median"] * 100 if s["median"] else 0
+                text = f"{_fmt_ns(s['median'])}±{spread:.0f}%"
+                if cell.get("ratio_to_c") is not None:
+                    text += f" {cell['ratio_to_c']:.2f}x"
+                if cell.get("verdict") == "pass":
+                    text += " ok"
+                elif cell.get("verdict") == "miss":
+                    text += " MISS"
+                if cell.get("note"):
+                    text += footnote(f"{doc['contenders'][c]['label']}: {cell['note']}")
+            else:
+                text = {"n/a": "n/a", "missing": "missing", "unavailable": "unavail.",
+                        "error": "ERROR"}[st]
+                # The row names the operation: footnotes without it let one
+                # reason shared by many cells (a failed set-up) print once.
+                if st in ("n/a", "error"):
+                    text += footnote(f"{doc['contenders'][c]['label']}: {cell.get('reason')}")
+            line.append(text)
+        table.append(line)
+    widths = [max(len(r[i]) for r in [header] + table) for i in range(len(header))]
+
+    def fmt(r):
+        return "  ".join(v.ljust(w) if i < 2 else v.rjust(w)
+                         for i, (v, w) in enumerate(zip(r, widths))).rstrip()
+
+    out = []
+    m = doc.get("machine", {})
+    gpu = m.get("gpu") or {}
+    title = "streams launch overhead"
+    if doc.get("synthetic"):
+        title += " -- SYNTHETIC FIXTURE, NOT A MEASUREMENT"
+    if doc.get("interrupted"):
+        title += " -- INTERRUPTED, PARTIAL"
+    out.append(title)
+    facts = [f"GPU: {gpu.get('name', 'unknown')}"]
+    if gpu.get("driver_cuda_version"):
+        facts.append(f"driver CUDA {_version_string(gpu['driver_cuda_version'])}")
+    smi = m.get("nvidia_smi") or []
+    if smi and smi[0].get("driver_version"):
+        facts.append(f"driver {smi[0]['driver_version']}")
+    if m.get("cpu"):
+        facts.append(f"CPU: {m['cpu']}")
+    if m.get("python"):
+        facts.append(f"Python {m['python']}")
+    facts.append(doc.get("created", ""))
+    out.append(", ".join(f for f in facts if f))
+    cfg = doc["config"]
+    out.append(f"{cfg.get('rounds')} rounds x {cfg.get('batches')} batches per cell"
+               + (" (quick)" if cfg.get("quick") else "")
+               + "; cells: median ns/call ±half the p10-p90 spread of per-batch means, "
+               "ratio to the C floor, ok/MISS against the target")
+    out.append("")
+    out.append(fmt(header))
+    out.append(fmt(["-" * w for w in widths]))
+    out.extend(fmt(r) for r in table)
+    out.append("")
+    for c in cols:
+        entry = doc["contenders"][c]
+        if entry.get("status") in ("missing", "unavailable"):
+            out.append(f"{entry['label']}: {entry['status']} ({entry.get('reason', '')})")
+    summ = doc.get("summary") or {}
+    if summ:
+        out.append(f"targets: {summ.get('pass', 0)} pass, {summ.get('miss', 0)} miss, "
+                   f"{summ.get('not_measured', 0)} not measured")
+    for i, text in enumerate(notes, 1):
+        out.append(f"[{i}] {text}")
+    return "\n".join(out) + "\n"
+
+
+def render_chart(doc, path, ops=None, contenders=None):
+    """A PNG bar chart of every contender's ratio to the C floor (log scale).
+
+    Needs matplotlib (``pip install matplotlib``); raises
+    ImportError without it, ValueError when there is nothing to compare.
+    """
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+
+    rows = _rows(doc, ops)
+    cols = [c for c in _columns(doc, contenders) if c != "c"]
+    data = {c: [doc["results"][op].get(c, {}).get("ratio_to_c") for op in rows] for c in cols}
+    cols = [c for c in cols if any(v is not None for v in data[c])]
+    if not rows or not cols:
+        raise ValueError("no ratios to the C floor to draw (is the C column missing?)")
+    n = len(cols)
+    height = 0.8 / n
+    fig, ax = plt.subplots(figsize=(10, 1.6 + len(rows) * (0.2 + 0.1 * n)))
+    colors = plt.rcParams["axes.prop_cycle"].by_key().get("color", [None])
+    ys = list(range(len(rows)))
+    drawn = []
+    for j, c in enumerate(cols):
+        pos = [y - 0.4 + height * (j + 0.5) for y in ys]
+        pairs = [(p, v) for p, v in zip(pos, data[c]) if v is not None]
+        drawn += [v for _, v in pairs]
+        ax.barh([p for p, _ in pairs], [v for _, v in pairs], height=height * 0.9,
+                label=doc["contenders"][c]["label"], color=colors[j % len(colors)])
+        for y, op in zip(pos, rows):
+            target = doc["ops"].get(op, {}).get("targets", {}).get(c)
+            if target:
+                ax.plot([target, target], [y - height / 2, y + height / 2], color="black",
+                        linewidth=2)
+    ax.axvline(1.0, color="gray", linestyle="--", linewidth=1)
+    ax.set_xscale("log")
+    lo, hi = min(0.8, min(drawn) * 0.8), max(2.5, max(drawn) * 1.25)
+    ax.set_xlim(lo, hi)
+    ticks = [t for t in (0.1, 0.2, 0.5, 1, 1.5, 2, 3, 5, 10, 20, 50, 100) if lo <= t <= hi]
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([f"{t:g}x" for t in ticks])
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ax.set_yticks(ys)
+    ax.set_yticklabels([doc["ops"].get(op, {}).get("label", op) for op in rows])
+    ax.set_ylim(len(rows) - 0.5, -0.5)
+    ax.set_xlabel("median time per call / C floor (log scale; black ticks: streams' targets)")
+    gpu = (doc.get("machine", {}).get("gpu") or {}).get("name", "unknown GPU")
+    title = f"Launch overhead relative to the C floor\n{gpu}"
+    if doc.get("synthetic"):
+        title = "SYNTHETIC FIXTURE, NOT A MEASUREMENT\n" + title
+    ax.set_title(title, fontsize="medium")
+    ax.legend(loc="best", fontsize="small")
+    ax.grid(axis="x", which="both", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

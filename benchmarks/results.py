@@ -1,0 +1,176 @@
+"""The result document (schema ``streams-bench/1``): its skeleton, the
+numbers derived from the raw per-batch values, and its validation.
+
+benchmarks/README.md describes the fields.
+"""
+import datetime
+import json
+import math
+import os
+import sys
+
+from benchmarks.ops import CONTENDER_BY_NAME, OP_BY_NAME
+
+SCHEMA = "streams-bench/1"
+CELL_STATUSES = ("ok", "n/a", "missing", "unavailable", "error")
+CONTENDER_STATUSES = ("ok", "missing", "unavailable", "error")
+
+
+def _quantile(xs, q):
+    """Linear-interpolation quantile of sorted ``xs``."""
+    pos = q * (len(xs) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def summarize(ns):
+    """Median, p10, p90, min, mean of per-batch ns/call values."""
+    xs = sorted(float(x) for x in ns)
+    if not xs:
+        return None
+    return {"n": len(xs), "median": _quantile(xs, 0.5), "p10": _quantile(xs, 0.1),
+            "p90": _quantile(xs, 0.9), "min": xs[0], "mean": sum(xs) / len(xs)}
+
+
+def new_doc(config):
+    """An empty result document for ``config`` (a harness.Config)."""
+    return {
+        "schema": SCHEMA,
+        "synthetic": False,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": " ".join([os.path.basename(sys.executable), "-m", "benchmarks.run"]
+                            + sys.argv[1:]),
+        "config": config.as_dict(),
+        "machine": {},
+        "contenders": {c: {"label": CONTENDER_BY_NAME[c].label,
+                           "about": CONTENDER_BY_NAME[c].about, "status": "ok"}
+                       for c in config.contenders},
+        "ops": {op: {"label": OP_BY_NAME[op].label, "about": OP_BY_NAME[op].about,
+                     "targets": dict(OP_BY_NAME[op].targets)} for op in config.ops},
+        "results": {op: {} for op in config.ops},
+    }
+
+
+def finalize(doc):
+    """Recompute every derived number from the raw per-batch values.
+
+    Stored results are re-derived on load too: the table and chart never
+    trust numbers that the raw data does not support.
+    """
+    summary = {"pass": 0, "miss": 0, "not_measured": 0, "misses": []}
+    for op, row in doc["results"].items():
+        targets = doc["ops"].get(op, {}).get("targets", {})
+        base = row.get("c")
+        base_med = None
+        if base and base.get("status") == "ok" and base.get("ns"):
+            base["stats"] = summarize(base["ns"])
+            base_med = base["stats"]["median"]
+        for c, cell in row.items():
+            if cell.get("status") == "ok" and cell.get("ns"):
+                cell["stats"] = summarize(cell["ns"])
+                cell["ratio_to_c"] = (cell["stats"]["median"] / base_med
+                                      if base_med and c != "c" else None)
+            else:
+                cell.pop("stats", None)
+                cell["ratio_to_c"] = None
+            target = targets.get(c)
+            cell["target"] = target
+            if target is None:
+                cell["verdict"] = None
+            elif cell["ratio_to_c"] is None:
+                cell["verdict"] = "not measured"
+                summary["not_measured"] += 1
+            elif cell["ratio_to_c"] <= target:
+                cell["verdict"] = "pass"
+                summary["pass"] += 1
+            else:
+                cell["verdict"] = "miss"
+                summary["miss"] += 1
+                summary["misses"].append(
+                    {"op": op, "contender": c, "ratio": round(cell["ratio_to_c"], 3),
+                     "target": target})
+        for c in targets:
+            if c not in row and c in doc.get("contenders", {}):
+                summary["not_measured"] += 1
+    doc["summary"] = summary
+    return doc
+
+
+class ResultError(ValueError):
+    """A stored result does not follow the schema; ``problems`` lists why."""
+
+    def __init__(self, problems):
+        self.problems = problems
+        super().__init__("not a streams benchmark result:\n  " + "\n  ".join(problems))
+
+
+def _is_num(x):
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def validate_result(doc):
+    """Raise ResultError unless ``doc`` is a result document of this schema."""
+    p = []
+    if not isinstance(doc, dict):
+        raise ResultError(["the top level is not an object"])
+    if doc.get("schema") != SCHEMA:
+        p.append(f"schema is {doc.get('schema')!r}, expected {SCHEMA!r}")
+    if not isinstance(doc.get("synthetic"), bool):
+        p.append("synthetic must be true or false")
+    for key in ("created",):
+        if not isinstance(doc.get(key), str):
+            p.append(f"{key} must be a string")
+    for key in ("machine", "config", "contenders", "ops", "results"):
+        if not isinstance(doc.get(key), dict):
+            p.append(f"{key} must be an object")
+    if p:
+        raise ResultError(p)
+    cfg = doc["config"]
+    for key in ("rounds", "batches"):
+        if not (isinstance(cfg.get(key), int) and cfg[key] >= 1):
+            p.append(f"config.{key} must be an integer >= 1")
+    for key in ("ops", "contenders"):
+        if not (isinstance(cfg.get(key), list) and all(isinstance(x, str) for x in cfg[key])):
+            p.append(f"config.{key} must be a list of names")
+    for name, entry in doc["contenders"].items():
+        if not isinstance(entry, dict) or not isinstance(entry.get("label"), str):
+            p.append(f"contenders.{name} needs a label")
+        elif entry.get("status") not in CONTENDER_STATUSES:
+            p.append(f"contenders.{name}.status must be one of {CONTENDER_STATUSES}")
+    for op, entry in doc["ops"].items():
+        if not isinstance(entry, dict) or not isinstance(entry.get("label"), str):
+            p.append(f"ops.{op} needs a label")
+        elif not isinstance(entry.get("targets"), dict) or not all(
+                _is_num(v) and v > 0 for v in entry["targets"].values()):
+            p.append(f"ops.{op}.targets must map contenders to ratios > 0")
+    for op, row in doc["results"].items():
+        if op not in doc["ops"]:
+            p.append(f"results.{op}: not in ops")
+        if not isinstance(row, dict):
+            p.append(f"results.{op} must be an object")
+            continue
+        for c, cell in row.items():
+            where = f"results.{op}.{c}"
+            if c not in doc["contenders"]:
+                p.append(f"{where}: not in contenders")
+            if not isinstance(cell, dict) or cell.get("status") not in CELL_STATUSES:
+                p.append(f"{where}.status must be one of {CELL_STATUSES}")
+                continue
+            if cell["status"] == "ok":
+                ns = cell.get("ns")
+                if not (isinstance(ns, list) and ns and all(_is_num(x) and x > 0 for x in ns)):
+                    p.append(f"{where}.ns must be a non-empty list of positive numbers")
+                if not (isinstance(cell.get("iters"), int) and cell["iters"] >= 1):
+                    p.append(f"{where}.iters must be an integer >= 1")
+            elif not isinstance(cell.get("reason"), str):
+                p.append(f"{where}.reason must say why there are no numbers")
+    if p:
+        raise ResultError(p)
+
+
+def load_result(path):
+    with open(path, encoding="utf-8") as f:
+        doc = json.load(f)
+    validate_result(doc)
+    return finalize(doc)

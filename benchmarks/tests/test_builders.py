@@ -1,0 +1,101 @@
+"""The compiled contenders, checked without a GPU: the C floor and the
+Cython contender know the operations of ops.py and compile, and the PTX
+comes from the streams under test.
+"""
+import os
+import re
+
+import pytest
+
+from benchmarks import CHECKOUT as ROOT
+from benchmarks import builders, ops
+from benchmarks.under_test import builtin_ptx
+
+
+def test_c_floor_knows_every_operation():
+    with open(os.path.join(ROOT, "benchmarks", "c_floor", "bench.c")) as f:
+        src = f.read()
+    table = src[src.index("op_names[OP_COUNT] = {"):]
+    table = table[:table.index("};")]
+    assert re.findall(r'"(\w+)"', table) == [op.name for op in ops.OPS]
+
+
+def test_cython_ops_are_known_operations():
+    with open(os.path.join(ROOT, "benchmarks", "cy_bench.pyx")) as f:
+        src = f.read()
+    table = re.search(r"OPS = \(([^)]*)\)", src).group(1)
+    names = re.findall(r'"(\w+)"', table)
+    assert names and set(names) <= set(ops.OP_BY_NAME)
+    assert set(names) >= {op.name for op in ops.OPS if "streams-cy" in op.targets}
+
+
+def test_targets_as_promised():
+    t = {op.name: op.targets for op in ops.OPS}
+    for op in ("stream_query", "stream_synchronize", "event_record", "event_query",
+               "stream_wait_event"):
+        assert t[op] == {"streams-py": 1.3, "streams-cy": 1.05}
+    assert t["event_create_destroy"] == {"streams-py": 2.0}
+    assert t["stream_create_destroy"] == {"streams-py": 1.1}
+    assert t["kernel_launch"] == {"streams-py": 1.15}
+    assert t["host_func_enqueue"] == {"streams-py": 1.2}
+    assert t["host_func_round_trip"] == {"streams-py": 1.15}
+    assert t["graph_launch"] == {"streams-py": 1.05}
+
+
+def test_builtin_ptx_comes_from_the_package():
+    ptx = builtin_ptx()
+    assert ".entry streams_empty(" in ptx and ".entry streams_spin(" in ptx
+    assert ptx.lstrip().startswith(".version")
+    lit = builders.c_string_literal('a"b\\c\td\n')
+    assert lit == '"a\\"b\\\\c\\td\\n"'
+
+
+def test_c_floor_compiles(tmp_path):
+    """Compile and link only: running it needs a GPU."""
+    if builders.compiler() is None:
+        pytest.skip("no C compiler")
+    incs, lib = builders.find_cuda()
+    if incs is None:
+        pytest.skip(f"no CUDA headers: {lib}")
+    exe, why = builders.build_c_floor(str(tmp_path), root=ROOT)
+    assert why is None, why
+    assert os.path.isfile(exe) and os.access(exe, os.X_OK)
+    header = (tmp_path / "c_floor" / "streams_ptx.h").read_text()
+    assert ".entry streams_empty(" in header and ".entry streams_spin(" in header
+    log = (tmp_path / "c_floor" / "build.log").read_text()
+    assert "bench.c:" not in log, log             # no warnings in our source
+    # Unchanged inputs: the cached build is reused.
+    mtime = os.stat(exe).st_mtime_ns
+    assert builders.build_c_floor(str(tmp_path), root=ROOT) == (exe, None)
+    assert os.stat(exe).st_mtime_ns == mtime
+
+
+def test_c_floor_reports_missing_cuda(monkeypatch, tmp_path):
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path / "nowhere"))
+    exe, why = builders.build_c_floor(str(tmp_path), root=ROOT)
+    assert exe is None and "libcudart_static.a" in why
+
+
+def test_cython_contender_builds_and_checks(tmp_path):
+    pytest.importorskip("Cython")
+    if builders.compiler() is None:
+        pytest.skip("no C compiler")
+    import streams
+    path, why = builders.build_cython_bench(str(tmp_path), root=ROOT)
+    assert why is None, why
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(builders.CY_MODULE, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert set(mod.OPS) <= set(ops.OP_BY_NAME)
+    # Never-initialised objects: no GPU needed to reach streams' own checks.
+    s, ev = streams.Stream.__new__(streams.Stream), streams.Event.__new__(streams.Event)
+    with pytest.raises(ValueError, match="no C-level API"):
+        mod.run_batch("host_func_enqueue", s, ev, ev, 10)
+    with pytest.raises(ValueError, match="needs a PreparedLaunch"):
+        mod.run_batch("kernel_launch", s, ev, ev, 10)
+    with pytest.raises(ValueError, match="needs a GraphExec"):
+        mod.run_batch("graph_launch", s, ev, ev, 10)
+    # The error raised inside the nogil loop comes back as the exception.
+    with pytest.raises(ValueError, match="closed"):
+        mod.run_batch("stream_query", s, ev, ev, 10)

@@ -1,0 +1,110 @@
+"""The timing loops and the harness, checked without a GPU: the generated
+loop, batches, and the worker protocol through the pure-Python "noop"
+contender (failures, crashes, interruptions and missing peers included).
+"""
+import os
+import sys
+
+import pytest
+
+import benchmarks
+from benchmarks import harness, render, results, timing
+from benchmarks.under_test import child_pythonpath, streams_parent
+
+
+def test_make_loop_runs_body_n_times_and_tail_once():
+    calls = []
+    timed = timing.make_loop("f(1)", tail="f(2)", f=calls.append)
+    ns = timed(7)
+    assert isinstance(ns, int) and ns >= 0
+    assert calls == [1] * 7 + [2]
+    multi = timing.make_loop("e = f(3)\nif e: f(4)", f=calls.append)
+    calls.clear()
+    multi(2)
+    assert calls == [3, 3]
+
+
+def test_run_batches_skips_warmup_and_counts_disturbed():
+    seen = []
+    case = timing.Case(lambda n: 10 * n, before=seen.append,
+                       after=lambda n, ns: len(seen) % 2 == 0)
+    ns, drained = timing.run_batches(case, 5, 4, 2)
+    assert ns == [10.0] * 4
+    assert len(seen) == 6
+    assert drained == 2
+
+
+def test_worker_failure_and_crash_cost_one_cell(monkeypatch, tmp_path):
+    monkeypatch.setenv("STREAMS_BENCH_NOOP_FAIL", "event_query")
+    monkeypatch.setenv("STREAMS_BENCH_NOOP_CRASH", "kernel_launch")
+    cfg = harness.Config(ops=["stream_query", "event_query", "kernel_launch", "event_record"],
+                         contenders=["noop"], quick=True, cache_dir=str(tmp_path),
+                         progress=False, timeout=60)
+    doc = harness.run_benchmark(cfg)
+    res = doc["results"]
+    assert res["stream_query"]["noop"]["status"] == "ok"
+    assert res["event_query"]["noop"]["status"] == "error"
+    assert "asked to fail" in res["event_query"]["noop"]["reason"]
+    assert res["kernel_launch"]["noop"]["status"] == "error"
+    assert "exit status 3" in res["kernel_launch"]["noop"]["reason"]
+    # A fresh worker took over for the next operation.
+    assert res["event_record"]["noop"]["status"] == "ok"
+    results.validate_result(doc)
+
+
+def test_interrupted_run_keeps_what_was_measured(monkeypatch, tmp_path):
+    real = harness._measure_op
+
+    def measure(op, *args):
+        if op == "event_query":
+            raise KeyboardInterrupt
+        return real(op, *args)
+
+    monkeypatch.setattr(harness, "_measure_op", measure)
+    cfg = harness.Config(ops=["stream_query", "event_query", "event_record"], contenders=["noop"],
+                         quick=True, cache_dir=str(tmp_path), progress=False)
+    doc = harness.run_benchmark(cfg)
+    assert doc["interrupted"] is True
+    assert doc["results"]["stream_query"]["noop"]["status"] == "ok"
+    assert doc["results"]["event_record"] == {}
+    results.validate_result(doc)
+    assert "INTERRUPTED, PARTIAL" in render.render_table(doc)
+
+
+def test_missing_peer_is_reported_not_fatal(monkeypatch, tmp_path):
+    real = harness._module_present
+    monkeypatch.setattr(harness, "_module_present", lambda name: name != "cupy" and real(name))
+    cfg = harness.Config(ops=["stream_query"], contenders=["noop", "cupy"], quick=True,
+                         cache_dir=str(tmp_path), progress=False)
+    doc = harness.run_benchmark(cfg)
+    assert doc["contenders"]["cupy"]["status"] == "missing"
+    assert doc["results"]["stream_query"]["cupy"]["status"] == "missing"
+    assert doc["results"]["stream_query"]["noop"]["status"] == "ok"
+    assert "CuPy: missing" in render.render_table(doc)
+
+
+# ---- the streams under test, in child Pythons -----------------------------------------
+
+def test_children_import_the_streams_under_test_first():
+    import streams
+    parts = child_pythonpath().split(os.pathsep)
+    assert parts[0] == streams_parent()
+    assert os.path.isfile(os.path.join(parts[0], "streams", os.path.basename(streams.__file__)))
+    assert benchmarks.CHECKOUT in parts
+
+
+@pytest.mark.parametrize("built, imported, moved", [
+    (False, False, True), (True, False, False), (False, True, False)])
+def test_unbuilt_checkout_goes_behind_an_installed_streams(tmp_path, monkeypatch, built,
+                                                           imported, moved):
+    checkout = tmp_path / "checkout"
+    (checkout / "streams").mkdir(parents=True)
+    if built:
+        (checkout / "streams" / "_core.cpython-312-x86_64-linux-gnu.so").write_bytes(b"")
+    monkeypatch.setattr(benchmarks, "CHECKOUT", str(checkout))
+    monkeypatch.setattr(sys, "path", [str(checkout), "/site-packages"])
+    if not imported:
+        monkeypatch.delitem(sys.modules, "streams")
+    benchmarks._installed_streams_first()
+    expected = ["/site-packages", str(checkout)] if moved else [str(checkout), "/site-packages"]
+    assert sys.path == expected

@@ -1,0 +1,155 @@
+"""The command line of the benchmark (``python -m benchmarks.run``),
+checked without a GPU: argument parsing, --list, --dry-run of the stored
+synthetic fixture, and a whole run through the pure-Python "noop" contender
+in a child process, as a user starts it.
+"""
+import io
+import json
+import sys
+
+import pytest
+
+from benchmarks import harness, ops, results, run
+from benchmarks.under_test import child_pythonpath
+from conftest import EXAMPLE
+
+
+def _run(args, tmp_path, env=None, timeout=300):
+    """``python ARGS`` in a child that imports the same streams as this
+    process, and this checkout's benchmarks."""
+    from _support import run_python_args
+    extra = dict(env or {}, PYTHONPATH=child_pythonpath())
+    return run_python_args(args, cwd=tmp_path, extra_env=extra, timeout=timeout)
+
+
+# ---- argument parsing -------------------------------------------------------
+
+def test_parse_defaults():
+    a = run.parse_args([])
+    assert not a.quick and a.json is None and a.png is None and a.dry_run is None
+    assert a.ops is None and a.contenders is None
+
+
+def test_parse_everything():
+    a = run.parse_args(["--quick", "--json", "r.json", "--png", "r.png",
+                        "--ops", "stream_query,kernel_launch",
+                        "--contenders", "c,streams-py,cupy", "--dry-run", "x.json",
+                        "--rounds", "3", "--batches", "4", "--scale", "0.5"])
+    assert a.quick and a.json == "r.json" and a.png == "r.png" and a.dry_run == "x.json"
+    assert a.ops == ["stream_query", "kernel_launch"]
+    assert a.contenders == ["c", "streams-py", "cupy"]
+    assert (a.rounds, a.batches, a.scale) == (3, 4, 0.5)
+
+
+@pytest.mark.parametrize("argv", [
+    ["--ops", "no_such_op"],
+    ["--contenders", "c,jax"],
+    ["--ops", ","],
+    ["--rounds", "0"],
+    ["--scale", "-1"],
+])
+def test_parse_rejects(argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        run.parse_args(argv)
+    assert exc.value.code == 2
+    assert "error" in capsys.readouterr().err
+
+
+def test_unknown_op_message_lists_choices(capsys):
+    with pytest.raises(SystemExit):
+        run.parse_args(["--ops", "stream_qurey"])
+    err = capsys.readouterr().err
+    assert "stream_qurey" in err and "stream_query" in err
+
+
+def test_config_quick_and_full():
+    full, quick = harness.Config(), harness.Config(quick=True)
+    assert full.contenders == list(ops.DEFAULT_CONTENDERS)
+    assert "noop" not in full.contenders
+    assert quick.rounds < full.rounds and quick.batches < full.batches
+    assert all(quick.iters(op.name) <= full.iters(op.name) for op in ops.OPS)
+    assert all(full.iters(op.name) == op.iters for op in ops.OPS)
+
+
+def test_list(capsys):
+    assert run.main(["--list"]) == 0
+    out = capsys.readouterr().out
+    for op in ops.OPS:
+        assert op.name in out
+    assert "noop" not in out
+
+
+def test_dry_run_cli(tmp_path):
+    out = io.StringIO()
+    copy_path = tmp_path / "again.json"
+    assert run.main(["--dry-run", EXAMPLE, "--ops", "stream_query,kernel_launch",
+                     "--json", str(copy_path)], out=out) == 0
+    text = out.getvalue()
+    assert "stream query (idle)" in text and "empty-kernel launch" in text
+    assert "event record" not in text
+    again = json.loads(copy_path.read_text())
+    results.validate_result(again)
+    assert again["synthetic"] is True
+
+
+def test_dry_run_bad_file(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"schema": "something else"}')
+    assert run.main(["--dry-run", str(bad)]) == 2
+    assert "not a streams benchmark result" in capsys.readouterr().err
+    assert run.main(["--dry-run", str(tmp_path / "missing.json")]) == 2
+
+
+def test_chart_without_matplotlib(monkeypatch, tmp_path, capsys):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    out = io.StringIO()
+    assert run.main(["--dry-run", EXAMPLE, "--png", str(tmp_path / "c.png")], out=out) == 0
+    assert "matplotlib is not installed" in capsys.readouterr().err
+    assert not (tmp_path / "c.png").exists()
+
+
+# ---- without a GPU -------------------------------------------------------------
+
+NO_GPU = {"CUDA_VISIBLE_DEVICES": ""}    # also hides a real GPU, where there is one
+
+
+def test_bench_without_device_exits_1(tmp_path):
+    proc = _run(["-m", "benchmarks.run", "--quick", "--contenders", "streams-py"], tmp_path,
+                env=NO_GPU)
+    assert proc.returncode == 1
+    assert "cannot run the benchmark" in proc.stderr
+
+
+def test_noop_end_to_end(tmp_path):
+    out = tmp_path / "noop.json"
+    proc = _run(["-m", "benchmarks.run", "--contenders", "noop", "--quick", "--json", str(out),
+                 "--cache-dir", str(tmp_path / "cache")], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "no-op (self-test)" in proc.stdout
+    assert "[   1/" in proc.stderr                   # the progress lines
+    doc = json.loads(out.read_text())
+    results.validate_result(doc)
+    assert doc["synthetic"] is False
+    cfg = harness.Config(quick=True)
+    for op in ops.OPS:
+        cell = doc["results"][op.name]["noop"]
+        if op.name.startswith("graph"):
+            assert cell["status"] == "n/a"
+        else:
+            assert cell["status"] == "ok", cell
+            assert len(cell["ns"]) == cfg.rounds * cfg.batches
+            assert cell["iters"] == cfg.iters(op.name)
+    assert doc["machine"]["python"] and doc["config"]["quick"] is True
+
+
+def test_runs_from_the_checkout_root():
+    """`python -m benchmarks.run` as the README says, from the checkout: it
+    imports the streams under test even where that is an installed wheel
+    and the checkout's streams/ has no compiled module."""
+    from _support import run_python_args
+    from benchmarks import CHECKOUT
+    proc = run_python_args(["-m", "benchmarks.run", "--quick", "--contenders", "streams-py"],
+                           cwd=CHECKOUT, extra_env=NO_GPU, timeout=120)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "cannot import streams" not in proc.stderr
+    assert "cannot run the benchmark: no usable CUDA device (device_count() == 0" in proc.stderr

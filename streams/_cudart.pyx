@@ -289,6 +289,7 @@ def debug_counters():
         "live_host_calls": _pair(STREAMS_CNT_HOST_CALL_CREATED, STREAMS_CNT_HOST_CALL_FREED)[2],
         "graph_callback_runs": streams_counter(STREAMS_CNT_GRAPH_CALLBACK_RUNS),
         "deferred_releases": streams_counter(STREAMS_CNT_DEFERRED_RELEASES),
+        "marker_events": streams_counter(STREAMS_CNT_MARKER_CREATED),
         "debug_build": bool(streams_debug_build()),
     })
     if streams_debug_build():

@@ -183,7 +183,8 @@ cdef unsigned long long _capture_id(Stream stream, cudaGraph_t* graph) except? 0
     with nogil:
         rt.stream_get_capture_info(<cudaStream_t>stream._handle, &status, &cid, graph, NULL,
                                    NULL, NULL)
-    return cid if status == cudaStreamCaptureStatusActive else 0
+    # An invalidated capture still has its id: its end must find it too.
+    return cid if status != cudaStreamCaptureStatusNone else 0
 
 
 def begin_capture_to_graph(Stream stream, graph, dependencies, mode):

@@ -302,9 +302,9 @@ cdef int resolve_span(object obj, Span* span, int flags, Stream consumer,
         span.nbytes = (<_Buffer>obj)._nbytes
         return 0
     if isinstance(obj, int) and not isinstance(obj, bool):
-        span.ptr = _known_address(as_pointer_int(obj, argname), flags, argname)
-        if span.ptr == NULL:
+        if obj == 0:
             raise ValueError(f"{argname} is a NULL address")
+        span.ptr = _known_address(as_pointer_int(obj, argname), flags, argname)
         return 0
     cai = getattr(obj, "__cuda_array_interface__", None)
     if cai is not None:

@@ -88,6 +88,8 @@ def test_module_level_functions(a, b):
     call(streams.memset_async, a, b)
     call(streams.memcpy_async, a, b)
     call(streams.memcpy_async, b, a, 1)
+    if GPU:   # a name or value of a mode was accepted: the thread's mode changed
+        streams.exchange_capture_mode("global")
 
 
 @pytest.mark.gpu

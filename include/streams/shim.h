@@ -331,6 +331,8 @@ static cudaError_t streams_thread_marker(int dev, cudaEvent_t *out) {
             err = cudaSetDevice(dev);
         if (err == cudaSuccess)
             err = cudaEventCreateWithFlags(&markers[dev], cudaEventDisableTiming);
+        if (err == cudaSuccess)
+            streams_count(STREAMS_CNT_MARKER_CREATED);
         if (cur >= 0 && cur != dev)
             cudaSetDevice(cur);
         if (err != cudaSuccess) {

@@ -35,6 +35,7 @@ cdef extern from "streams/shim.h" nogil:
 
     ctypedef void (*streams_release_fn)(void* arg) noexcept nogil
     int streams_defer(streams_release_fn fn, void* arg, PyObject* keep)
+    void streams_release_without_gil(streams_release_fn fn, void* arg)
 
     void streams_host_fn_trampoline(void* payload)
     void streams_stream_callback_trampoline(cudaStream_t stream, cudaError_t status,
@@ -470,7 +471,7 @@ cdef inline void _release(release_fn fn, void* arg) noexcept nogil:
     if state == 1:
         streams_defer(<streams_release_fn>fn, arg, NULL)
         return
-    fn(arg)
+    streams_release_without_gil(<streams_release_fn>fn, arg)
 
 
 cdef int stream_query(cudaStream_t h) except -1 nogil:
@@ -792,7 +793,7 @@ cdef void release_library(cudaLibrary_t lib, unsigned long long devices) noexcep
     if state == 1:
         streams_defer(_unload_library_later, <void*>rel, NULL)
     else:
-        _unload_library_later(<void*>rel)
+        streams_release_without_gil(_unload_library_later, <void*>rel)
 
 
 cdef int library_get_kernel(cudaKernel_t* out, cudaLibrary_t lib,

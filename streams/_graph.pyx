@@ -27,7 +27,7 @@ from streams._hostcall cimport (HostCall, KIND_HOST_FUNC, new_call, new_error_sl
                                 register_capture, take_capture)
 from streams._launch cimport ArgPack, Kernel, keep_module, keep_pack_users, pack_args, \
     release_pack
-from streams._memory cimport Span, release_span, resolve_span
+from streams._memory cimport Span, hold_memory, release_span, resolve_span
 from streams._platform cimport (STREAMS_H_INERT, streams_close_begin, streams_is_closed,
                                 streams_open, streams_use_begin, streams_use_end)
 from streams._stream cimport ErrorSlot, Event, Stream, as_event, as_stream
@@ -187,7 +187,7 @@ cdef unsigned long long _capture_id(Stream stream, cudaGraph_t* graph) except? 0
     return cid if status != cudaStreamCaptureStatusNone else 0
 
 
-def begin_capture_to_graph(Stream stream, graph, dependencies, mode):
+def begin_capture_to_graph(Stream stream not None, graph, dependencies, mode):
     cdef cudaStreamCaptureMode m = <cudaStreamCaptureMode><int>as_enum(CaptureMode, mode, "mode")
     cdef cudaGraphNode_t* deps = NULL
     cdef size_t n
@@ -214,10 +214,10 @@ def begin_capture_to_graph(Stream stream, graph, dependencies, mode):
     except BaseException:
         g._unuse()
         raise
-    register_capture(cid, g._errors, g)
+    register_capture(cid, g._errors, g, stream)
 
 
-def end_capture(Stream stream):
+def end_capture(Stream stream not None):
     cdef cudaGraph_t g = NULL
     cdef cudaGraph_t building = NULL
     cdef unsigned long long cid
@@ -226,12 +226,16 @@ def end_capture(Stream stream):
     try:
         # Which capture this is, to find what its callbacks report to, also
         # when CUDA fails the end below: the registry forgets it either way.
-        cid = _capture_id(stream, &building)
+        try:
+            cid = _capture_id(stream, &building)
+        except CudaError:
+            cid = 0     # invalidated: found by its stream
+
         try:
             with nogil:
                 rt.stream_end_capture(<cudaStream_t>stream._handle, &g)
         finally:
-            slot, target_obj = take_capture(cid) if cid else (None, None)
+            slot, target_obj = take_capture(cid, stream)
             if target_obj is not None:
                 (<Graph>target_obj)._unuse()
     finally:
@@ -242,7 +246,7 @@ def end_capture(Stream stream):
     return _wrap_graph(g, True, slot, None)
 
 
-def capture_info(Stream stream):
+def capture_info(Stream stream not None):
     cdef cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone
     cdef unsigned long long cid = 0
     cdef cudaGraph_t g = NULL
@@ -265,7 +269,7 @@ def capture_info(Stream stream):
     return CaptureInfo(CaptureStatus.ACTIVE, cid, graph, dep_nodes, edge_data)
 
 
-def update_capture_dependencies(Stream stream, nodes, mode):
+def update_capture_dependencies(Stream stream not None, nodes, mode):
     cdef unsigned int flags
     cdef cudaGraphNode_t* deps = NULL
     cdef cudaGraph_t building = NULL
@@ -320,6 +324,21 @@ class CaptureContext:
 
 
 # ---- classes ------------------------------------------------------------------------------------
+
+@cython.final
+cdef class _EventHold:
+    """Holds an event in use while a graph node records or waits on it: its
+    close() then destroys it only once the graph and its executables are gone."""
+    cdef Event event
+
+    def __cinit__(self, Event event not None):
+        event._use()
+        self.event = event
+
+    def __dealloc__(self):
+        if self.event is not None:
+            self.event._unuse()
+
 
 @cython.final
 cdef class GraphNode:
@@ -682,7 +701,7 @@ cdef class Graph:
                     PyMem_Free(deps)
             finally:
                 self._unuse()
-            self._keep.append(ptr)
+            self._keep.append(hold_memory(ptr))
         finally:
             release_span(&span)
         return _wrap_node(self, node)
@@ -717,7 +736,7 @@ cdef class Graph:
                     PyMem_Free(deps)
             finally:
                 self._unuse()
-            self._keep.append((dst, src))
+            self._keep.append((hold_memory(dst), hold_memory(src)))
         finally:
             release_span(&s)
             release_span(&d)
@@ -754,7 +773,7 @@ cdef class Graph:
             self._unuse()
         if record:
             ev._recorded = True
-        self._keep.append(ev)
+        self._keep.append(_EventHold(ev))
         return _wrap_node(self, node)
 
     def add_child_graph_node(self, Graph child not None, dependencies=()):
@@ -936,8 +955,3 @@ cdef class GraphExec:
         if self.closed:
             return "<streams.GraphExec (closed)>"
         return f"<streams.GraphExec 0x{<uintptr_t>self._handle:x}>"
-
-
-def _drain_deferred():
-    """Drop references released by CUDA user objects now (tests use this)."""
-    return rt.drain_deferred()

@@ -21,6 +21,8 @@ cdef HostCall new_call(object callback, object arg, Stream stream, ErrorSlot sin
 cdef ErrorSlot new_error_slot()
 # Captures and the error slot (and, for begin_capture_to_graph, the Graph)
 # their callbacks report to, by CUDA's capture id (unique in the process).
-cdef int register_capture(unsigned long long capture_id, ErrorSlot slot,
-                          object target) except -1
-cdef tuple take_capture(unsigned long long capture_id)
+cdef int register_capture(unsigned long long capture_id, ErrorSlot slot, object target,
+                          Stream stream) except -1
+# By id, or, when CUDA no longer tells the id (an invalidated capture), by
+# the stream that captured.
+cdef tuple take_capture(unsigned long long capture_id, Stream stream)

@@ -10,6 +10,7 @@ reference, and every replay runs the callback.
 """
 cimport cython
 from cpython.ref cimport PyObject
+from libc.stdint cimport uintptr_t
 
 cimport streams._cudart as rt
 from streams._stream cimport ErrorSlot, Stream, set_host_call_enqueue
@@ -93,16 +94,21 @@ cdef void _report(HostCall call, BaseException exc) noexcept:
 # ---- the capture registry -------------------------------------------------------------
 
 cdef dict _captures = {}
+cdef dict _capture_of_stream = {}   # stream handle -> id of its latest registered capture
 
 
-cdef int register_capture(unsigned long long capture_id, ErrorSlot slot,
-                          object target) except -1:
+cdef int register_capture(unsigned long long capture_id, ErrorSlot slot, object target,
+                          Stream stream) except -1:
     _captures[capture_id] = (slot, target)
+    _capture_of_stream[<uintptr_t>stream._handle] = capture_id
     return 0
 
 
-cdef tuple take_capture(unsigned long long capture_id):
+cdef tuple take_capture(unsigned long long capture_id, Stream stream):
     """The (error slot, target graph) of a capture, forgotten; (None, None)."""
+    latest = _capture_of_stream.pop(<uintptr_t>stream._handle, 0)
+    if capture_id == 0:
+        capture_id = latest
     return _captures.pop(capture_id, (None, None))
 
 
@@ -157,7 +163,7 @@ cdef int _enqueue_captured(Stream stream, object callback, object arg, cudaGraph
     slot, target = _captures.get(capture_id, (None, None))
     if slot is None:
         slot = new_error_slot()
-        register_capture(capture_id, slot, None)
+        register_capture(capture_id, slot, None, stream)
     cdef HostCall call = new_call(callback, arg, None, slot, KIND_HOST_FUNC)
     call.persistent = True
     rt.graph_attach_payload(graph, <PyObject*>call)

@@ -594,7 +594,7 @@ cdef class Kernel(LaunchTarget):
         p._nargs = n
         p._kernel = self
         p._keepalive = args
-        p._users = keep_pack_users(&pack)
+        p._users = (keep_pack_users(&pack), keep_module(self._module))
         return p
 
     def __repr__(self):

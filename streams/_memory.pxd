@@ -27,6 +27,9 @@ cdef struct Span:
 cdef int resolve_span(object obj, Span* span, int flags, Stream consumer,
                       str argname) except -1
 cdef void release_span(Span* span) noexcept
+# Hold a streams buffer in use (its memory stays until the holder goes): what
+# graphs keep for their memset and memcpy nodes.  None for other objects.
+cdef object hold_memory(object obj)
 
 
 cdef class _Buffer:

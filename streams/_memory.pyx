@@ -346,6 +346,25 @@ cdef void release_span(Span* span) noexcept:
         Py_DECREF(buf)
 
 
+@cython.final
+cdef class _MemoryHold:
+    cdef _Buffer buffer
+
+    def __dealloc__(self):
+        if self.buffer is not None:
+            self.buffer._unuse()
+
+
+cdef object hold_memory(object obj):
+    cdef _MemoryHold hold
+    if not isinstance(obj, _Buffer):
+        return obj
+    (<_Buffer>obj)._use()
+    hold = _MemoryHold.__new__(_MemoryHold)
+    hold.buffer = <_Buffer>obj
+    return hold
+
+
 def _address_of(obj, argname="ptr"):
     """The device-visible address of memory-like ``obj`` (a streams buffer, an
     array, or an int CUDA knows), for APIs that take an address."""
@@ -464,7 +483,7 @@ cdef void _free_device_memory(void* ptr, int device, Stream stream, Stream free_
     # recorded, on the legacy stream of the buffer's device.
     cdef DeviceScope scope
     cdef cudaStream_t on
-    cdef Stream order = free_on if free_on is not None and not free_on.closed else stream
+    cdef Stream order = free_on if free_on is not None else stream
     cdef cudaEvent_t tail = NULL
     try:
         if order.closed:
@@ -483,9 +502,11 @@ cdef void _free_device_memory(void* ptr, int device, Stream stream, Stream free_
                 exit_device(&scope)
     except BaseException:
         PyErr_WriteUnraisable(stream)
-    stream._dependents -= 1
-    if stream._dependents == 0 and stream.closed:
-        stream._tail = None
+    for s in (stream, free_on):
+        if s is not None:
+            (<Stream>s)._dependents -= 1
+            if (<Stream>s)._dependents == 0 and s.closed:
+                (<Stream>s)._tail = None
 
 
 cdef void _free_pending(void* arg) noexcept nogil:
@@ -550,8 +571,11 @@ cdef class DeviceBuffer(_Buffer):
 
         DLPack consumers still holding the memory keep it until they let go.
         """
-        if stream is not None and not self.closed:
+        if stream is not None and not self.closed and self._free_on is None:
+            # Ordered after that stream's work, also if it is closed before
+            # the free runs (a consumer may still hold the memory).
             self._free_on = as_stream(stream, "stream")
+            self._free_on._dependents += 1
         self._close_common()
 
     cdef void _release_memory(self) noexcept:
@@ -559,6 +583,8 @@ cdef class DeviceBuffer(_Buffer):
         rt.count(rt.STREAMS_CNT_BUFFER_FREED)
         if self._ptr == NULL:
             self._stream._dependents -= 1
+            if self._free_on is not None:
+                self._free_on._dependents -= 1
             return
         if rt.may_release():
             _free_device_memory(self._ptr, self._device, self._stream, self._free_on)

@@ -166,6 +166,20 @@ static int streams_defer(streams_release_fn fn, void *arg, PyObject *keep) {
     return 0;
 }
 
+/* Run a release without holding the GIL: some releases wait for the device
+ * (unloading a library, freeing host or managed memory), and a Python host
+ * callback queued there may be waiting for the GIL this thread holds. */
+static void streams_release_without_gil(streams_release_fn fn, void *arg) {
+    PyThreadState *saved;
+    if (PyGILState_Check()) {
+        saved = PyEval_SaveThread();
+        fn(arg);
+        PyEval_RestoreThread(saved);
+    } else {
+        fn(arg);
+    }
+}
+
 /* With the GIL held, outside callbacks: run every queued release.
  * Returns how many ran. */
 static Py_ssize_t streams_drain_deferred(void) {
@@ -184,7 +198,7 @@ static Py_ssize_t streams_drain_deferred(void) {
     pthread_mutex_unlock(&streams_deferred_lock);
     for (i = 0; i < n; i++) {
         if (items[i].fn && streams_interpreter_alive())
-            items[i].fn(items[i].arg);
+            streams_release_without_gil(items[i].fn, items[i].arg);
         if (items[i].keep)
             streams_payload_decref(items[i].keep);
         streams_count(STREAMS_CNT_DEFERRED_RELEASES);

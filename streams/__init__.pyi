@@ -1,48 +1,65 @@
 # Type stubs for the `streams` package (streams/__init__.py).
 #
-# Every public name but get_include and show_config is re-exported from the compiled module
-# (see _core.pyi for the types).  stubtest checks that these re-exports and
-# __all__ match the runtime: when streams/__init__.py grows a name, add it
-# to both lists here (tests/test_stubs.py fails until it is).
+# Every public name but get_include and show_config is re-exported from the
+# extension module that defines it (see that module's stub for the types),
+# in the order of the layers, as streams/__init__.py imports them.  stubtest
+# checks that these re-exports and __all__ match the runtime: when
+# streams/__init__.py grows a name, add it to both lists here
+# (tests/test_stubs.py fails until it is).
 
 from _typeshed import SupportsWrite
 
-from streams._core import (
-    AccessPolicyWindow as AccessPolicyWindow,
-    AccessProperty as AccessProperty,
-    CaptureInfo as CaptureInfo,
+from streams._cudart import (
     CudaError as CudaError,
-    Device as Device,
-    DeviceBuffer as DeviceBuffer,
-    Event as Event,
-    Graph as Graph,
-    GraphExec as GraphExec,
-    GraphNode as GraphNode,
     HostCallbackError as HostCallbackError,
-    Kernel as Kernel,
-    ManagedBuffer as ManagedBuffer,
-    Module as Module,
-    PinnedBuffer as PinnedBuffer,
-    PreparedLaunch as PreparedLaunch,
-    Stream as Stream,
-    StreamAttribute as StreamAttribute,
-    SyncPolicy as SyncPolicy,
-    UpdateResult as UpdateResult,
-    capture_mode as capture_mode,
-    current_stream as current_stream,
     debug_build as debug_build,
     debug_counters as debug_counters,
-    device_count as device_count,
     driver_version as driver_version,
-    exchange_capture_mode as exchange_capture_mode,
-    get_device as get_device,
-    memcpy_async as memcpy_async,
-    memset_async as memset_async,
-    reset_persisting_l2_cache as reset_persisting_l2_cache,
     runtime_version as runtime_version,
+)
+from streams._args import StreamsEnum as StreamsEnum
+from streams._device import (
+    Device as Device,
+    device_count as device_count,
+    get_device as get_device,
     set_device as set_device,
     stream_priority_range as stream_priority_range,
     synchronize_device as synchronize_device,
+)
+from streams._stream import (
+    AccessPolicyWindow as AccessPolicyWindow,
+    AccessProperty as AccessProperty,
+    CaptureMode as CaptureMode,
+    CaptureStatus as CaptureStatus,
+    Event as Event,
+    MemAttach as MemAttach,
+    Stream as Stream,
+    StreamAttribute as StreamAttribute,
+    SyncPolicy as SyncPolicy,
+    current_stream as current_stream,
+    reset_persisting_l2_cache as reset_persisting_l2_cache,
+)
+from streams._memory import (
+    DeviceBuffer as DeviceBuffer,
+    ManagedBuffer as ManagedBuffer,
+    PinnedBuffer as PinnedBuffer,
+    memcpy_async as memcpy_async,
+    memset_async as memset_async,
+)
+from streams._launch import (
+    Kernel as Kernel,
+    Module as Module,
+    PreparedLaunch as PreparedLaunch,
+)
+from streams._graph import (
+    CaptureInfo as CaptureInfo,
+    Graph as Graph,
+    GraphExec as GraphExec,
+    GraphNode as GraphNode,
+    NodeType as NodeType,
+    UpdateResult as UpdateResult,
+    capture_mode as capture_mode,
+    exchange_capture_mode as exchange_capture_mode,
 )
 
 __version__: str
@@ -51,6 +68,8 @@ __all__ = [
     "AccessPolicyWindow",
     "AccessProperty",
     "CaptureInfo",
+    "CaptureMode",
+    "CaptureStatus",
     "CudaError",
     "Device",
     "DeviceBuffer",
@@ -61,11 +80,14 @@ __all__ = [
     "HostCallbackError",
     "Kernel",
     "ManagedBuffer",
+    "MemAttach",
     "Module",
+    "NodeType",
     "PinnedBuffer",
     "PreparedLaunch",
     "Stream",
     "StreamAttribute",
+    "StreamsEnum",
     "SyncPolicy",
     "UpdateResult",
     "capture_mode",
@@ -77,12 +99,12 @@ __all__ = [
     "exchange_capture_mode",
     "get_device",
     "get_include",
+    "show_config",
     "memcpy_async",
     "memset_async",
     "reset_persisting_l2_cache",
     "runtime_version",
     "set_device",
-    "show_config",
     "stream_priority_range",
     "synchronize_device",
 ]

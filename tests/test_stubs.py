@@ -1,4 +1,5 @@
-"""The hand-written stubs (streams/*.pyi) match the compiled module.
+"""The hand-written stubs (streams/*.pyi, one per extension module) match the
+compiled modules.
 
 Runs ``python -m mypy.stubtest streams`` in a subprocess, against whichever
 ``streams`` this interpreter imports (an in-place build or an installed
@@ -15,6 +16,7 @@ wheel), with the [tool.mypy] config of pyproject.toml and two allowlists:
 Needs mypy; no GPU.  ``python tests/test_stubs.py`` prints the command and
 runs it.
 """
+import importlib.machinery
 import os
 import subprocess
 import sys
@@ -42,8 +44,19 @@ def plain_python_modules(package_dir):
             names.add(entry.stem)
         elif entry.is_dir() and (entry / "__init__.py").is_file():
             names.add(entry.name)
-    # A module with its own stub (like _core) is checked, never allowlisted.
+    # A module with its own stub (an extension module) is checked, never allowlisted.
     return sorted(n for n in names if not (package_dir / f"{n}.pyi").is_file())
+
+
+def extension_modules(package_dir):
+    """The package's extension modules: those compiled here (any Python's
+    build, in place or installed), and, in a source tree, every .pyx."""
+    names = {entry.stem for entry in package_dir.glob("*.pyx")}
+    for entry in package_dir.iterdir():
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+            if entry.name.endswith(suffix):
+                names.add(entry.name[:-len(suffix)].split(".")[0])
+    return sorted(names)
 
 
 def generated_allowlist(package_dir):
@@ -99,10 +112,40 @@ def test_stubtest(tmp_path):
 
 
 def test_stubs_are_shipped():
-    """py.typed and the .pyi files sit next to the module, as installed."""
+    """py.typed and the .pyi files sit next to the modules, as installed:
+    __init__.pyi, and one stub for every extension module."""
     pkg = _package_dir()
-    for name in ("py.typed", "__init__.pyi", "_core.pyi"):
+    for name in ("py.typed", "__init__.pyi"):
         assert (pkg / name).is_file(), f"{name} is missing from {pkg}"
+    modules = extension_modules(pkg)
+    assert modules, f"no extension module found in {pkg} (not built?)"
+    missing = [f"{m}.pyi" for m in modules if not (pkg / f"{m}.pyi").is_file()]
+    assert not missing, f"extension modules without a stub in {pkg}: {missing}"
+
+
+def test_every_stub_has_a_module():
+    """No stub outlives its module (as _core.pyi would have, after the split)."""
+    pkg = _package_dir()
+    modules = set(extension_modules(pkg))
+    stale = sorted(p.name for p in pkg.glob("*.pyi")
+                   if p.stem != "__init__" and p.stem not in modules)
+    assert not stale, f"stubs without an extension module in {pkg}: {stale}"
+
+
+def test_mypy_config_holds_every_stub_strictly():
+    """Each stub's module is in the [tool.mypy] override that turns errors
+    back on: without it the `streams.*` wildcard would silence them."""
+    tomllib = pytest.importorskip("tomllib", reason="needs Python 3.11+ (tomllib)")
+    if not CONFIG.is_file():
+        pytest.skip(f"{CONFIG} is missing (not a source checkout)")
+    config = tomllib.loads(CONFIG.read_text(encoding="utf-8"))["tool"]["mypy"]
+    checked = {module for override in config.get("overrides", [])
+               if override.get("ignore_errors") is False for module in override["module"]}
+    stubs = {"streams" if p.stem == "__init__" else f"streams.{p.stem}"
+             for p in (ROOT / "streams").glob("*.pyi")}
+    assert not stubs - checked, (
+        f"stubs whose errors mypy ignores (add them to the override with "
+        f"ignore_errors = false in {CONFIG.name}): {sorted(stubs - checked)}")
 
 
 def test_stub_all_matches_runtime():

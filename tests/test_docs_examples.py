@@ -172,8 +172,13 @@ def fastwait_dir(tmp_path_factory):
 
 
 def test_cimport_example_builds_and_imports(fastwait_dir):
+    """Every function reaches its class's C-level method: on objects that
+    own no handle (made with __new__) each refuses before calling CUDA."""
     _run([sys.executable, "-c", textwrap.dedent("""
+        import streams
         import fastwait
+        from streams import Event, Graph, GraphExec, Kernel, PreparedLaunch, Stream
+
         assert fastwait.all_done([]) is True
         try:
             fastwait.all_done([None])
@@ -181,6 +186,25 @@ def test_cimport_example_builds_and_imports(fastwait_dir):
             pass
         else:
             raise AssertionError("all_done([None]) did not raise TypeError")
+        legacy = Stream.legacy
+        calls = {
+            "all_done": lambda: fastwait.all_done([Stream.__new__(Stream)]),
+            "drain": lambda: fastwait.drain(Stream.__new__(Stream), legacy),
+            "hand_off": lambda: fastwait.hand_off(legacy, legacy, Event.__new__(Event)),
+            "is_done": lambda: fastwait.is_done(Event.__new__(Event)),
+            "replay": lambda: fastwait.replay(GraphExec.__new__(GraphExec), legacy, 1),
+            "fill": lambda: fastwait.fill(Kernel.__new__(Kernel), legacy, 0, 0, 0),
+            "launch_many": lambda: fastwait.launch_many(
+                PreparedLaunch.__new__(PreparedLaunch), legacy, 1),
+        }
+        for name, call in calls.items():
+            try:
+                call()
+            except ValueError as exc:
+                assert "closed" in str(exc) or "never initialised" in str(exc), (name, exc)
+            else:
+                raise AssertionError(f"{name} did not raise ValueError")
+        assert fastwait.graph_handle(Graph.__new__(Graph)) == 0
         """)], cwd=fastwait_dir)
 
 
@@ -190,11 +214,36 @@ def test_cimport_example_runs(fastwait_dir):
     _run([sys.executable, "-c", textwrap.dedent("""
         import streams
         import fastwait
-        from streams.testing import spin
+        from streams.testing import builtin_module, spin
 
         a, b = streams.Stream(), streams.Stream()
         spin(a, 200_000)
         assert fastwait.all_done([a, b]) is False
         fastwait.drain(a, b)
         assert fastwait.all_done([a, b]) is True
+
+        # Event: b waits for a's spin through the event
+        ready = streams.Event()
+        spin(a, 100_000)
+        fastwait.hand_off(a, b, ready)
+        spin(b, 10)
+        b.synchronize()
+        assert fastwait.is_done(ready) is True
+
+        # Kernel, PreparedLaunch, Graph, GraphExec on the built-in kernels
+        n = 1024
+        buf = streams.DeviceBuffer(n * 4, b)
+        kernels = builtin_module()
+        fastwait.fill(kernels.get_kernel("streams_fill_u32"), b, buf.ptr, 7, n)
+        inc = kernels.get_kernel("streams_increment_u32", signature="pointer, uint64")
+        fastwait.launch_many(inc.prepare(4, 256, buf, n), b, 3)
+        g = streams.Graph()
+        g.add_kernel_node(inc, 4, 256, buf, n)
+        assert fastwait.graph_handle(g) == g.handle
+        exe = g.instantiate()
+        fastwait.replay(exe, b, 2)
+        host = bytearray(n * 4)
+        streams.memcpy_async(host, buf, stream=b)
+        b.synchronize()
+        assert host == (12).to_bytes(4, "little") * n, host[:16]
         """)], cwd=fastwait_dir)

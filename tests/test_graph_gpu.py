@@ -8,7 +8,7 @@ import pytest
 
 import streams
 from streams import CudaError, Event, Graph, HostCallbackError, Stream
-from streams import _cudart as _core
+from streams import _cudart
 from streams.testing import launch_empty, spin
 
 pytestmark = pytest.mark.gpu
@@ -22,7 +22,7 @@ def wait_for_refcount(obj, expected, timeout=2.0):
     # `obj` itself adds one reference while this function runs.
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        _core._drain_deferred()
+        _cudart._drain_deferred()
         if sys.getrefcount(obj) - 1 == expected:
             return True
         time.sleep(0.01)

@@ -234,10 +234,21 @@ def end_capture(Stream stream not None):
         try:
             with nogil:
                 rt.stream_end_capture(<cudaStream_t>stream._handle, &g)
-        finally:
+        except CudaError:
             slot, target_obj = take_capture(cid, stream)
             if target_obj is not None:
-                (<Graph>target_obj)._unuse()
+                # CUDA destroys the graph of a capture into it that was
+                # invalidated: the Graph is closed, with nothing to release.
+                target = <Graph>target_obj
+                target._unuse()
+                if target._owns_handle:
+                    target._owns_handle = False
+                    rt.count(rt.STREAMS_CNT_GRAPH_DESTROYED)
+                streams_close_begin(&target._state)
+            raise
+        slot, target_obj = take_capture(cid, stream)
+        if target_obj is not None:
+            (<Graph>target_obj)._unuse()
     finally:
         stream._unuse()
     if target_obj is not None and g == <cudaGraph_t>(<Graph>target_obj)._handle:

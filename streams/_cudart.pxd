@@ -57,7 +57,6 @@ cdef str error_name(int code)
 cdef int raise_closed(object obj) except -1
 cdef int refuse_construction(object obj, str how) except -1
 cdef void count(int which) noexcept nogil
-cdef unsigned long long counter(int which) noexcept nogil
 cdef void payload_incref(PyObject* payload) noexcept
 cdef void payload_decref(PyObject* payload) noexcept
 cdef int defer_release(release_fn fn, void* arg, object keep) except -1

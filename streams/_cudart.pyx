@@ -209,10 +209,6 @@ cdef void count(int which) noexcept nogil:
     streams_count(which)
 
 
-cdef unsigned long long counter(int which) noexcept nogil:
-    return streams_counter(which)
-
-
 cdef void payload_incref(PyObject* payload) noexcept:
     streams_payload_incref(payload)
 
@@ -227,8 +223,8 @@ cdef int defer_release(release_fn fn, void* arg, object keep) except -1:
     if keep is not None:
         kept = <PyObject*>keep
         streams_payload_incref(kept)
-    if streams_defer(<streams_release_fn>fn, arg, kept) != 0 and kept != NULL:
-        pass  # out of memory: the item and its reference are leaked, safely
+    # Out of memory, the shim drops the item: it and `keep` leak, safely.
+    streams_defer(<streams_release_fn>fn, arg, kept)
     return 0
 
 

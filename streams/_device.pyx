@@ -280,7 +280,6 @@ cdef class Device:
         return self
 
     def __enter__(self):
-        cdef DeviceScope scope
         cdef int prev
         with nogil:
             prev = rt.get_device()

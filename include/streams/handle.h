@@ -52,12 +52,6 @@ static inline int streams_is_closed(const unsigned int *state) {
     return (__atomic_load_n(state, __ATOMIC_ACQUIRE) & STREAMS_H_CLOSED) != 0;
 }
 
-/* Whether the handle still waits for its release (dealloc: no user can be
- * left, since every user holds a reference to the object). */
-static inline int streams_needs_release(const unsigned int *state) {
-    return (__atomic_load_n(state, __ATOMIC_ACQUIRE) & STREAMS_H_RELEASED) == 0;
-}
-
 static inline void streams_open(unsigned int *state) {
     __atomic_store_n(state, 0u, __ATOMIC_RELEASE);
 }

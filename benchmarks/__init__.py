@@ -1,4 +1,4 @@
-"""Launch-overhead benchmark: streams next to a C floor and its peers.
+"""Launch-overhead benchmark: streams next to its floor and its peers.
 
 Run from a source checkout (see README.md here):
 
@@ -9,7 +9,7 @@ Modules, each importing only those above it:
 
 * ``ops``: what is measured (operations, targets) and by whom (contenders);
 * ``under_test``: the streams under test: where it is, its facts, its PTX;
-* ``builders``: the C floor (``c_floor/bench.c``) and the Cython contender
+* ``builders``: the C program (``c_floor/bench.c``) and the Cython contender
   (``cy_bench.pyx``), compiled on demand;
 * ``timing``: the timed loops and batches, as every worker runs them;
 * ``adapters``: each contender's operations, inside its worker process;

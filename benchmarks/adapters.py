@@ -2,23 +2,22 @@
 
 An :class:`Adapter` says, for each operation, the Python statement that
 does it once with that library; the "+ sync" and host-function operations
-are derived from those statements the same way for every library.  Only
-the worker imports the libraries themselves.
+are derived from those statements the same way for every library.  Each
+operation's in-process floor (``Adapter.floor``) is streams' C loop of the
+same CUDA calls, run in the worker's own process.  Only the worker imports
+the libraries themselves.
 """
+import functools
 import importlib.util
 import os
 import platform
 
 from benchmarks.builders import CY_MODULE, read
-from benchmarks.ops import ENQUEUES, GRAPH_KERNELS, HOST_FUNC_OPS, OP_BY_NAME
-from benchmarks.timing import Case, NotAvailable, close_quietly, make_loop, make_stmt
+from benchmarks.ops import (ARG_KERNELS, ENQUEUES, GRAPH_KERNELS, GRAPH_OPS, HOST_FUNC_OPS,
+                            KERNEL_OPS, NO_FLOOR, OP_BY_NAME, PRODUCERS)
+from benchmarks.timing import (Case, NotAvailable, close_quietly, describe, make_loop,
+                               make_stmt, producers)
 from benchmarks.under_test import streams_facts
-
-
-def describe(exc):
-    """An exception as one line of reasonable length, for a cell's reason."""
-    text = f"{type(exc).__name__}: {exc}".strip()
-    return text if len(text) <= 500 else text[:497] + "..."
 
 
 def _dist_version(name):
@@ -54,8 +53,10 @@ class Adapter:
 
     ``stmts`` maps an operation to the Python statement that does it once,
     over names that ``env(op)`` makes; ``sync`` is the statement that
-    synchronizes ``s``.  The "+ sync" operations and the three host-function
+    synchronizes ``s``.  The "+ sync" operations and the host-function
     operations are derived from these, the same way for every library.
+    ``{name}`` in a statement is filled from ``env(op)["_fill"]`` (the
+    kernel or the arguments that set-up chose).
     """
 
     stmts = {}
@@ -80,10 +81,24 @@ class Adapter:
         """A streams.Stream on ``env['s']``, for the spin kernel."""
         raise NotAvailable("no way to hold this library's stream busy")
 
-    def ptx(self):
+    def ptx(self, kernel="streams_empty"):
+        """The shared PTX, where it has ``kernel``."""
         if not self.ptx_path:
             raise NotAvailable("the built-in PTX was not found (needs a source checkout)")
-        return read(self.ptx_path, "rb")
+        ptx = read(self.ptx_path, "rb")
+        if f".entry {kernel}(".encode() not in ptx:
+            raise NotAvailable(f"streams' built-in PTX has no kernel {kernel} (yet)")
+        return ptx
+
+    def floor(self, op):
+        """``floor(n) -> ns``: n of ``op``'s CUDA calls from C, in this process."""
+        if op in NO_FLOOR:
+            raise NotAvailable(NO_FLOOR[op])
+        try:
+            from streams._cudart import floor_batch
+        except ImportError as exc:
+            raise NotAvailable(f"no in-process floor here: {describe(exc)}") from None
+        return functools.partial(floor_batch, op)
 
     def make_case(self, op):
         if op in self.na:
@@ -94,9 +109,13 @@ class Adapter:
             base = "host_func_enqueue"
         if base not in self.stmts:
             raise NotAvailable(f"no {OP_BY_NAME[op].label} in this library")
+        if op in ARG_KERNELS:
+            self.ptx(ARG_KERNELS[op][0])    # n/a before anything is set up
         env = self.env(op)
         closers = env.pop("_closers", [])
-        stmt = self.stmts[base]     # after env(): set-up may pick the statement
+        stmt = self.stmts[base]
+        for key, text in env.pop("_fill", {}).items():
+            stmt = stmt.replace("{" + key + "}", text)
         note = self.notes.get(op) or self.notes.get(base)
         try:
             if op in HOST_FUNC_OPS:
@@ -113,6 +132,15 @@ class Adapter:
         case.closers = closers
         case.note = note
         return case
+
+
+def _bind_args(op, env, values):
+    """Bind a0, a1, ... in ``env`` to ``values[kind]`` for each parameter of
+    ``op``'s kernel, and fill ``{args}`` with them."""
+    kinds = ARG_KERNELS[op][1]
+    for i, kind in enumerate(kinds):
+        env[f"a{i}"] = values[kind]
+    env.setdefault("_fill", {})["args"] = ", ".join(f"a{i}" for i in range(len(kinds)))
 
 
 def _callbacks(env):
@@ -162,6 +190,8 @@ def _host_func_case(op, enqueue, sync_src, env, busy):
 
     if op == "host_func_round_trip":
         timed = make_loop(enqueue + "\n" + sync_src, **env)
+    elif op == "host_func_throughput_8threads":
+        timed = producers(make_loop(enqueue, **env), sync, PRODUCERS)
     else:
         timed = make_loop(enqueue, tail=sync_src, **env)
 
@@ -178,12 +208,30 @@ class StreamsPy(Adapter):
         "stream_synchronize": "s.synchronize()",
         "event_record": "s.record(ev)",
         "event_query": "done.query()",
+        "event_record_query": "s.record(ev)\nev.query()",
         "stream_wait_event": "s.wait_event(done)",
+        "stream_wait_stream": "s.wait_stream(other)",
         "event_create_destroy": "Event().close()",
         "stream_create_destroy": "Stream().close()",
-        "kernel_launch": "launch(s)",
+        "stream_pool_acquire": "spool.acquire().close()",
+        "event_pool_acquire": "epool.acquire().close()",
+        "kernel_launch": "{kernel}",
+        "kernel_launch_args4": "s.launch(kx, 1, 1, {args})",
+        "kernel_launch_args16": "s.launch(kx, 1, 1, {args})",
+        "prepared_launch": "p.launch(s)",
         "host_func_enqueue": "s.launch_host_func(cb, None)",
         "graph_launch": "ex.launch(s)",
+        "graph_capture_instantiate": ('s.begin_capture("thread_local")\n'
+                                      "for _ in r10:\n    {kernel}\n"
+                                      "cg = s.end_capture()\ncx = cg.instantiate()\n"
+                                      "cx.close()\ncg.close()"),
+    }
+    notes = {
+        "kernel_launch_args4": "Stream.launch(k, 1, 1, *args) of Module.from_ptx, with "
+                               "get_kernel(signature=...); pointers: DeviceBuffers",
+        "kernel_launch_args16": "Stream.launch(k, 1, 1, *args) of Module.from_ptx, with "
+                                "get_kernel(signature=...); pointers: DeviceBuffers",
+        "prepared_launch": "PreparedLaunch.launch(s) of Kernel.prepare(1, 1)",
     }
 
     def setup(self):
@@ -197,13 +245,23 @@ class StreamsPy(Adapter):
         self.has_graphs = (hasattr(streams.Stream, "begin_capture")
                            and hasattr(streams.Stream, "end_capture")
                            and hasattr(streams, "Graph"))
+        na = {}
+        if not self.has_launch:
+            na.update(dict.fromkeys(("prepared_launch", *ARG_KERNELS),
+                                    "not available yet: streams has no Module/Stream.launch"))
         if not self.has_graphs:
-            why = "not available yet: streams has no Graph API"
-            self.na = {"graph_launch": why, "graph_launch_sync": why}
+            na.update(dict.fromkeys(GRAPH_OPS, "not available yet: streams has no Graph API"))
+        self.na = na
 
     def info(self):
         return {"versions": {"streams": streams_facts()},
                 "apis": {"Stream.launch": self.has_launch, "graphs": self.has_graphs}}
+
+    def _module(self, env, kernel="streams_empty"):
+        """A Module of the shared PTX, closed with the case."""
+        mod = self.streams.Module.from_ptx(self.ptx(kernel).decode("ascii"))
+        env["_closers"].append(mod.close)
+        return mod
 
     def _launcher(self, s, env):
         """Set ``env`` up for an empty-kernel launch on ``s``; returns the
@@ -212,9 +270,7 @@ class StreamsPy(Adapter):
         fallback = ""
         if self.has_launch:
             try:
-                mod = st.Module.from_ptx(self.ptx().decode("ascii"))
-                env["_closers"].append(mod.close)
-                k = env["k"] = mod.get_kernel("streams_empty")
+                k = env["k"] = self._module(env).get_kernel("streams_empty")
                 s.launch(k, 1, 1)
                 s.synchronize()
                 return ("s.launch(k, 1, 1)", lambda stream: stream.launch(k, 1, 1),
@@ -232,13 +288,30 @@ class StreamsPy(Adapter):
         s, other, ev, done = st.Stream(), st.Stream(), st.Event(), st.Event()
         other.record(done)
         other.synchronize()
-        env = {"s": s, "ev": ev, "done": done, "Event": st.Event, "Stream": st.Stream,
+        env = {"s": s, "other": other, "ev": ev, "done": done, "Event": st.Event,
+               "Stream": st.Stream, "r10": range(GRAPH_KERNELS),
                "_closers": [s.close, other.close, ev.close, done.close]}
-        if op.startswith(("kernel", "graph")):
+        if op in ("stream_pool_acquire", "event_pool_acquire"):
+            pool = st.StreamPool() if op == "stream_pool_acquire" else st.EventPool()
+            env["spool" if op == "stream_pool_acquire" else "epool"] = pool
+            env["_closers"].append(pool.close)
+        if op in ARG_KERNELS:
+            name, signature = ARG_KERNELS[op]
+            env["kx"] = self._module(env, name).get_kernel(name, signature=signature)
+            buf = st.DeviceBuffer(64, s)
+            env["_closers"].append(buf.close)
+            _bind_args(op, env, {"pointer": buf, "uint64": 1, "uint32": 1, "float32": 1.0,
+                                 "float64": 1.0})
+        elif op == "prepared_launch":
+            p = env["p"] = self._module(env).get_kernel("streams_empty").prepare(1, 1)
+            p.launch(s)
+            s.synchronize()
+        elif op in KERNEL_OPS or op in GRAPH_OPS:
             stmt, launch, note = self._launcher(s, env)
-            self.stmts = dict(self.stmts, kernel_launch=stmt)
-            self.notes = {"kernel_launch": note}
-            if op.startswith("graph"):
+            env["_fill"] = {"kernel": stmt}
+            self.notes = dict(self.notes, kernel_launch=note, graph_capture_instantiate=(
+                f"begin_capture('thread_local'), end_capture, instantiate, close; kernels: {note}"))
+            if op in ("graph_launch", "graph_launch_sync"):
                 s.begin_capture()
                 try:
                     for _ in range(GRAPH_KERNELS):
@@ -280,22 +353,24 @@ class StreamsCy(Adapter):
     def make_case(self, op):
         if op not in self.mod.OPS:
             raise NotAvailable("no C-level (cimport) API for this operation")
+        kernel_name, signature = ARG_KERNELS.get(op, ("streams_empty", None))
+        ptx = self.ptx(kernel_name) if op in KERNEL_OPS or op in GRAPH_OPS else None
         st = self.streams
         s, other, ev, done = st.Stream(), st.Stream(), st.Event(), st.Event()
         other.record(done)
         other.synchronize()
         closers = [s.close, other.close, ev.close, done.close]
-        prepared = graph = None
+        prepared = graph = kernel = None
         note = None
         try:
-            if op.startswith(("kernel", "graph")):
-                mod = st.Module.from_ptx(self.ptx().decode("ascii"))
+            if ptx is not None:
+                mod = st.Module.from_ptx(ptx.decode("ascii"))
                 closers.append(mod.close)
-                prepared = mod.get_kernel("streams_empty").prepare(1, 1)
-                prepared.launch(s)
-                s.synchronize()
-                note = "PreparedLaunch.c_launch of Kernel.prepare(1, 1)"
-            if op.startswith("graph"):
+                kernel = mod.get_kernel(kernel_name, signature=signature)
+                prepared = kernel.prepare(1, 1) if signature is None else None
+                note = ("PreparedLaunch.c_launch of Kernel.prepare(1, 1)" if signature is None
+                        else "Kernel.c_launch with the arguments packed by the caller")
+            if op in ("graph_launch", "graph_launch_sync"):
                 s.begin_capture()
                 try:
                     for _ in range(GRAPH_KERNELS):
@@ -306,18 +381,22 @@ class StreamsCy(Adapter):
                 graph = g.instantiate()
                 closers.append(graph.close)
                 graph.upload(s)
-                s.synchronize()
                 note = "GraphExec.c_launch; 10 captured PreparedLaunch kernels"
+            elif prepared is not None:
+                prepared.launch(s)
+            s.synchronize()
         except BaseException:
             close_quietly(closers)
             raise
         run, mod_op = self.mod.run_batch, op
 
         def timed(n):
-            return run(mod_op, s, ev, done, n, prepared, graph)
+            return run(mod_op, s, ev, done, n, prepared, graph, other, kernel)
 
-        after = (lambda n, ns: s.synchronize()) if op in ENQUEUES else None
-        return Case(timed, after=after, closers=closers, note=note)
+        def after(n, ns):
+            s.synchronize()     # its True is no "disturbed"
+
+        return Case(timed, after=after if op in ENQUEUES else None, closers=closers, note=note)
 
 
 class Cupy(Adapter):
@@ -326,19 +405,29 @@ class Cupy(Adapter):
         "stream_synchronize": "s.synchronize()",
         "event_record": "s.record(ev)",
         "event_query": "done.done",
+        "event_record_query": "s.record(ev)\nev.done",
         "stream_wait_event": "s.wait_event(done)",
         "event_create_destroy": "E(disable_timing=True)",
         "stream_create_destroy": "S()",
         "kernel_launch": "k(g1, g1, (), 0, s)",
+        "kernel_launch_args4": "kx(g1, g1, ({args}), 0, s)",
+        "kernel_launch_args16": "kx(g1, g1, ({args}), 0, s)",
         "host_func_enqueue": "s.launch_host_func(cb, None)",
         "graph_launch": "g.launch(s)",
+        "graph_capture_instantiate": ("s.begin_capture(tl)\nfor _ in r10:\n"
+                                      "    k(g1, g1, (), 0, s)\ns.end_capture()"),
     }
+    na = {"stream_wait_stream": "CuPy streams have no wait_stream (only wait_event)"}
     notes = {
         "stream_query": "Stream.done",
         "event_create_destroy": "destroyed when the Event is dropped (no close())",
         "stream_create_destroy": "destroyed when the Stream is dropped (no close())",
         "kernel_launch": "cupy.cuda.function.Function of the shared PTX",
+        "kernel_launch_args4": "Function of the shared PTX; cupy arrays and numpy scalars",
+        "kernel_launch_args16": "Function of the shared PTX; cupy arrays and numpy scalars",
         "graph_launch": "begin_capture/end_capture, Graph.launch(s)",
+        "graph_capture_instantiate": "begin_capture(thread-local mode), end_capture (which "
+                                     "instantiates); the Graph is destroyed when dropped",
     }
 
     def setup(self):
@@ -362,13 +451,21 @@ class Cupy(Adapter):
         done.record(other)
         other.synchronize()
         env = {"s": s, "other": other, "ev": ev, "done": done, "E": cp.cuda.Event,
-               "S": cp.cuda.Stream, "g1": (1,)}
-        if op.startswith(("kernel", "graph")):
+               "S": cp.cuda.Stream, "g1": (1,), "r10": range(GRAPH_KERNELS),
+               # cudaStreamCaptureModeThreadLocal, where cupy does not name it
+               "tl": getattr(cp.cuda.runtime, "streamCaptureModeThreadLocal", 1)}
+        if op in KERNEL_OPS or op in GRAPH_OPS:
+            name = ARG_KERNELS.get(op, ("streams_empty",))[0]
             mod = cp.cuda.function.Module()
-            mod.load(self.ptx())
-            k = env["k"] = mod.get_function("streams_empty")
+            mod.load(self.ptx(name))
+            k = env["k"] = env["kx"] = mod.get_function(name)
             env["mod"] = mod
-            if op.startswith("graph"):
+            if op in ARG_KERNELS:
+                import numpy
+                _bind_args(op, env, {"pointer": cp.empty(64, cp.uint8),
+                                     "uint64": numpy.uint64(1), "uint32": numpy.uint32(1),
+                                     "float32": numpy.float32(1), "float64": numpy.float64(1)})
+            if op in ("graph_launch", "graph_launch_sync"):
                 s.begin_capture()
                 try:
                     for _ in range(GRAPH_KERNELS):
@@ -394,16 +491,28 @@ class Torch(Adapter):
         "stream_synchronize": "s.synchronize()",
         "event_record": "s.record_event(ev)",
         "event_query": "done.query()",
+        "event_record_query": "s.record_event(ev)\nev.query()",
         "stream_wait_event": "s.wait_event(done)",
+        "stream_wait_stream": "s.wait_stream(other)",
         "event_create_destroy": "E().record(s)",
         "stream_create_destroy": "S()",
+        "stream_pool_acquire": "S()",
         "kernel_launch": "k(a)",
         "graph_launch": "g.replay()",
+        "graph_capture_instantiate": ("cg = G()\n"
+                                      'cg.capture_begin(capture_error_mode="thread_local")\n'
+                                      "for _ in r10:\n    k(a)\ncg.capture_end()\ncg.reset()"),
     }
-    na = {op: "PyTorch has no host-function API" for op in HOST_FUNC_OPS}
+    na = dict({op: "PyTorch has no host-function API" for op in HOST_FUNC_OPS},
+              **{op: "PyTorch launches only its own kernels" for op in ARG_KERNELS},
+              prepared_launch="PyTorch has no prepared launches")
     notes = {
         "event_create_destroy": "Event() + record(s) + drop: torch creates the CUDA "
                                 "event lazily, at the first record",
+        "stream_wait_stream": "Stream.wait_stream: a new Event recorded on the other "
+                              "stream at each call",
+        "stream_pool_acquire": "torch.cuda.Stream() takes a stream from torch's pool "
+                               "(round-robin over 32 streams per priority, never given back)",
         "stream_create_destroy": "torch.cuda.Stream() takes a stream from torch's pool: "
                                  "no cudaStreamCreate/Destroy",
     }
@@ -429,8 +538,8 @@ class Torch(Adapter):
         done.record(other)
         other.synchronize()
         env = {"s": s, "other": other, "ev": ev, "done": done, "E": t.cuda.Event,
-               "S": t.cuda.Stream}
-        if op.startswith(("kernel", "graph")):
+               "S": t.cuda.Stream, "G": t.cuda.CUDAGraph, "r10": range(GRAPH_KERNELS)}
+        if op in KERNEL_OPS or op in GRAPH_OPS:
             sleep = getattr(t.cuda, "_sleep", None)
             if sleep is not None:
                 env["k"], env["a"] = sleep, 0
@@ -440,7 +549,10 @@ class Torch(Adapter):
                 label = "x.zero_() on a 1-element tensor (not an empty kernel)"
             env["k"](env["a"])
             s.synchronize()
-            if op.startswith("graph"):
+            if op == "graph_capture_instantiate":
+                label = ("CUDAGraph capture_begin (thread-local mode), capture_end (which "
+                         f"instantiates), reset(); kernels: {label}")
+            elif op.startswith("graph"):
                 g = t.cuda.CUDAGraph()
                 with t.cuda.graph(g):
                     for _ in range(GRAPH_KERNELS):
@@ -457,18 +569,33 @@ class CudaCore(Adapter):
         "stream_synchronize": "s.sync()",
         "event_record": "s.record(ev)",
         "event_query": "done.is_done",
+        "event_record_query": "s.record(ev)\nev.is_done",
         "stream_wait_event": "s.wait(done)",
+        "stream_wait_stream": "s.wait(other)",
         "event_create_destroy": "d.create_event().close()",
         "stream_create_destroy": "d.create_stream().close()",
         "kernel_launch": "L(s, cfg, k)",
+        "kernel_launch_args4": "L(s, cfg, kx, {args})",
+        "kernel_launch_args16": "L(s, cfg, kx, {args})",
         "graph_launch": "g.launch(s)",
+        "graph_capture_instantiate": ("gb = s.create_graph_builder()\n"
+                                      'gb.begin_building("thread_local")\n'
+                                      "for _ in r10:\n    L(gb, cfg, k)\n"
+                                      "gb.end_building()\ncg = gb.complete()\n"
+                                      "cg.close()\ngb.close()"),
     }
     sync = "s.sync()"
     na = {op: "cuda.core has no host-function API on streams" for op in HOST_FUNC_OPS}
     notes = {
+        "stream_wait_stream": "Stream.wait(stream): an event made and recorded on the other "
+                              "stream at each call",
         "stream_create_destroy": "Device.create_stream() with its default options",
         "kernel_launch": "launch() of ObjectCode.from_ptx (the shared PTX)",
+        "kernel_launch_args4": "launch() of ObjectCode.from_ptx; Buffers and numpy scalars",
+        "kernel_launch_args16": "launch() of ObjectCode.from_ptx; Buffers and numpy scalars",
         "graph_launch": "GraphBuilder capture, Graph.launch(s)",
+        "graph_capture_instantiate": "GraphBuilder begin_building (thread-local mode), "
+                                     "end_building, complete (instantiates), close",
     }
 
     def setup(self):
@@ -498,15 +625,24 @@ class CudaCore(Adapter):
         done = other.record()
         other.sync()
         closers = [s.close, other.close, ev.close, done.close]
-        env = {"s": s, "ev": ev, "done": done, "d": d, "_closers": closers}
-        if op.startswith(("kernel", "graph")):
+        env = {"s": s, "other": other, "ev": ev, "done": done, "d": d,
+               "r10": range(GRAPH_KERNELS), "_closers": closers}
+        if op in KERNEL_OPS or op in GRAPH_OPS:
+            name = ARG_KERNELS.get(op, ("streams_empty",))[0]
             oc_cls = self.cc.ObjectCode
-            ptx = self.ptx()
+            ptx = self.ptx(name)
             oc = oc_cls.from_ptx(ptx) if hasattr(oc_cls, "from_ptx") else oc_cls(ptx, "ptx")
-            k = oc.get_kernel("streams_empty")
+            k = oc.get_kernel(name)
             cfg = self.cc.LaunchConfig(grid=1, block=1)
-            env.update(L=self.cc.launch, cfg=cfg, k=k, oc=oc)
-            if op.startswith("graph"):
+            env.update(L=self.cc.launch, cfg=cfg, k=k, kx=k, oc=oc)
+            if op in ARG_KERNELS:
+                import numpy
+                buf = d.allocate(64, stream=s)
+                closers.append(buf.close)
+                _bind_args(op, env, {"pointer": buf, "uint64": numpy.uint64(1),
+                                     "uint32": numpy.uint32(1), "float32": numpy.float32(1),
+                                     "float64": numpy.float64(1)})
+            if op in ("graph_launch", "graph_launch_sync"):
                 gb = s.create_graph_builder()
                 gb.begin_building()
                 for _ in range(GRAPH_KERNELS):
@@ -521,25 +657,42 @@ class CudaCore(Adapter):
 
 
 class CudaBindings(Adapter):
-    # Every call's error code is checked, as streams and the C floor check theirs.
+    # Every call's error code is checked, as streams and the floor check theirs.
     stmts = {
         "stream_query": "e, = q(s)\nif e: fail(e)",
         "stream_synchronize": "e, = sy(s)\nif e: fail(e)",
         "event_record": "e, = rec(ev, s)\nif e: fail(e)",
         "event_query": "e, = eq(done)\nif e: fail(e)",
+        "event_record_query": ("e, = rec(ev, s)\nif e: fail(e)\n"
+                               "e, = eq(ev)\nif e and e != nr: fail(e)"),
         "stream_wait_event": "e, = w(s, done, 0)\nif e: fail(e)",
+        "stream_wait_stream": "e, = rec(ev, other)\nif e: fail(e)\ne, = w(s, ev, 0)\nif e: fail(e)",
         "event_create_destroy": "e, x = ec(fl)\nif e: fail(e)\ne, = ed(x)\nif e: fail(e)",
         "stream_create_destroy": "e, x = sc(sf)\nif e: fail(e)\ne, = sd(x)\nif e: fail(e)",
         "kernel_launch": "e, = L(k, 1, 1, 1, 1, 1, 1, 0, s, None, 0)\nif e: fail(e)",
+        "kernel_launch_args4": "e, = L(kx, 1, 1, 1, 1, 1, 1, 0, s, kp, 0)\nif e: fail(e)",
+        "kernel_launch_args16": "e, = L(kx, 1, 1, 1, 1, 1, 1, 0, s, kp, 0)\nif e: fail(e)",
         "host_func_enqueue": "e, = LH(s, h, None)\nif e: fail(e)",
         "graph_launch": "e, = GL(ex, s)\nif e: fail(e)",
+        "graph_capture_instantiate": (
+            "e, = bc(s, tl)\nif e: fail(e)\nfor _ in r10:\n"
+            "    e, = L(k, 1, 1, 1, 1, 1, 1, 0, s, None, 0)\n    if e: fail(e)\n"
+            "e, cg = endc(s)\nif e: fail(e)\ne, cx = gi(cg, 0)\nif e: fail(e)\n"
+            "e, = gxd(cx)\nif e: fail(e)\ne, = gd(cg)\nif e: fail(e)"),
     }
     sync = "e, = sy(s)\nif e: fail(e)"
     notes = {
+        "stream_wait_stream": "cudaEventRecord of an event on the other stream, "
+                              "cudaStreamWaitEvent",
         "kernel_launch": "driver cuLaunchKernel of cuLibraryGetKernel (the runtime "
                          "bindings have no cudaLaunchKernel)",
+        "kernel_launch_args4": "driver cuLaunchKernel, kernelParams as (values, ctypes types)",
+        "kernel_launch_args16": "driver cuLaunchKernel, kernelParams as (values, ctypes types)",
         "host_func_enqueue": "cudaLaunchHostFunc of a ctypes CFUNCTYPE callback",
         "graph_launch": "cudaGraphLaunch of cudaStreamBeginCapture + 10 cuLaunchKernel",
+        "graph_capture_instantiate": "cudaStreamBeginCapture (thread-local mode), 10 "
+                                     "cuLaunchKernel, cudaStreamEndCapture, "
+                                     "cudaGraphInstantiateWithFlags, both destroys",
     }
 
     def setup(self):
@@ -580,7 +733,13 @@ class CudaBindings(Adapter):
 
         closers = [lambda: rt.cudaStreamDestroy(s), lambda: rt.cudaStreamDestroy(other),
                    lambda: rt.cudaEventDestroy(ev), lambda: rt.cudaEventDestroy(done)]
-        env = {"s": s, "ev": ev, "done": done, "fail": fail, "_closers": closers,
+        mode = rt.cudaStreamCaptureMode.cudaStreamCaptureModeThreadLocal
+        env = {"s": s, "other": other, "ev": ev, "done": done, "fail": fail,
+               "_closers": closers, "r10": range(GRAPH_KERNELS), "tl": mode,
+               "nr": rt.cudaError_t.cudaErrorNotReady,
+               "bc": rt.cudaStreamBeginCapture, "endc": rt.cudaStreamEndCapture,
+               "gi": rt.cudaGraphInstantiateWithFlags, "gxd": rt.cudaGraphExecDestroy,
+               "gd": rt.cudaGraphDestroy,
                "q": rt.cudaStreamQuery, "sy": rt.cudaStreamSynchronize,
                "rec": rt.cudaEventRecord, "eq": rt.cudaEventQuery, "w": rt.cudaStreamWaitEvent,
                "ec": rt.cudaEventCreateWithFlags, "ed": rt.cudaEventDestroy,
@@ -588,14 +747,26 @@ class CudaBindings(Adapter):
                "sd": rt.cudaStreamDestroy, "sf": rt.cudaStreamDefault,
                "GL": rt.cudaGraphLaunch, "LH": rt.cudaLaunchHostFunc,
                "L": drv.cuLaunchKernel}
-        if op.startswith(("kernel", "graph")):
-            lib = ck(drv.cuLibraryLoadData(self.ptx(), None, None, 0, None, None, 0))
+        if op in KERNEL_OPS or op in GRAPH_OPS:
+            name = ARG_KERNELS.get(op, ("streams_empty",))[0]
+            lib = ck(drv.cuLibraryLoadData(self.ptx(name), None, None, 0, None, None, 0))
             closers.append(lambda: drv.cuLibraryUnload(lib))
             # As a CUfunction, which cuLaunchKernel accepts for a CUkernel: the
             # binding then takes its fast path instead of converting per call.
-            k = env["k"] = drv.CUfunction(int(ck(drv.cuLibraryGetKernel(lib, b"streams_empty"))))
-            if op.startswith("graph"):
-                mode = rt.cudaStreamCaptureMode.cudaStreamCaptureModeThreadLocal
+            k = env["k"] = env["kx"] = drv.CUfunction(
+                int(ck(drv.cuLibraryGetKernel(lib, name.encode()))))
+            if op in ARG_KERNELS:
+                import ctypes
+                ptr = int(ck(rt.cudaMalloc(64)))
+                closers.append(lambda: rt.cudaFree(ptr))
+                types = {"pointer": ctypes.c_void_p, "uint64": ctypes.c_uint64,
+                         "uint32": ctypes.c_uint32, "float32": ctypes.c_float,
+                         "float64": ctypes.c_double}
+                values = {"pointer": ptr, "uint64": 1, "uint32": 1, "float32": 1.0,
+                          "float64": 1.0}
+                kinds = ARG_KERNELS[op][1]
+                env["kp"] = (tuple(values[t] for t in kinds), tuple(types[t] for t in kinds))
+            if op in ("graph_launch", "graph_launch_sync"):
                 ck(rt.cudaStreamBeginCapture(s, mode))
                 try:
                     for _ in range(GRAPH_KERNELS):
@@ -629,15 +800,18 @@ class NumbaCuda(Adapter):
         "stream_synchronize": "s.synchronize()",
         "event_record": "ev.record(s)",
         "event_query": "done.query()",
+        "event_record_query": "ev.record(s)\nev.query()",
         "stream_wait_event": "done.wait(s)",
         "event_create_destroy": "E(timing=False)",
         "stream_create_destroy": "S()",
         "kernel_launch": "k[1, 1, s]()",
         "host_func_enqueue": "s.add_callback(cb3, None)",
     }
-    na = {"stream_query": "numba.cuda streams have no query",
-          "graph_launch": "numba.cuda has no graph API",
-          "graph_launch_sync": "numba.cuda has no graph API"}
+    na = dict({op: "numba.cuda has no graph API" for op in GRAPH_OPS},
+              **{op: "numba.cuda launches the kernels it compiles, whose array arguments "
+                     "are several parameters each" for op in ARG_KERNELS},
+              stream_query="numba.cuda streams have no query",
+              stream_wait_stream="numba.cuda streams have no wait_stream")
     notes = {
         "event_create_destroy": "numba defers the destroy to its deallocation queue",
         "stream_create_destroy": "numba defers the destroy to its deallocation queue",
@@ -674,7 +848,7 @@ class NumbaCuda(Adapter):
         other.synchronize()
         env = {"s": s, "other": other, "ev": ev, "done": done, "E": cuda.event,
                "S": cuda.stream}
-        if op.startswith("kernel"):
+        if op in ("kernel_launch", "kernel_launch_sync"):
             if self.kernel is None:
                 @cuda.jit
                 def streams_empty():
@@ -690,14 +864,21 @@ class NumbaCuda(Adapter):
 
 
 class Noop(Adapter):
-    """Times empty Python calls; STREAMS_BENCH_NOOP_FAIL / _CRASH name an
-    operation that raises / kills the worker, to test those paths."""
+    """Times empty Python calls, next to a floor of empty loop turns;
+    STREAMS_BENCH_NOOP_FAIL / _CRASH / _FLOOR_FAIL name an operation that
+    raises / kills the worker / has a failing floor, to test those paths."""
 
-    na = {"graph_launch": "no graphs here (self-test of the n/a path)",
-          "graph_launch_sync": "no graphs here (self-test of the n/a path)"}
+    na = {op: "no graphs here (self-test of the n/a path)" for op in GRAPH_OPS}
 
     def info(self):
         return {"versions": {"python": platform.python_version()}, "device": None}
+
+    def floor(self, op):
+        if op == os.environ.get("STREAMS_BENCH_NOOP_FLOOR_FAIL"):
+            def fail(n):
+                raise RuntimeError(f"asked to fail the floor of {op}")
+            return fail
+        return make_loop("pass")
 
     def make_case(self, op):
         if op in self.na:

@@ -1,5 +1,6 @@
-"""The two contenders that are compiled on demand: the C floor
-(``c_floor/bench.c``) and the Cython contender (``cy_bench.pyx``).
+"""The two contenders that are compiled on demand: the C program
+(``c_floor/bench.c``, the loops of include/streams/floor.h in a process of
+their own) and the Cython contender (``cy_bench.pyx``).
 
 Both are built into a cache folder and rebuilt only when an input changes;
 a missing piece (compiler, CUDA, Cython) makes a builder return the reason
@@ -35,7 +36,7 @@ def c_string_literal(text):
 
 def _cuda_paths():
     """tools/cuda_paths.py of the checkout: the search setup.py makes, so
-    that the C floor links the cudart that streams links."""
+    that the C program links the cudart that streams links."""
     spec = importlib.util.spec_from_file_location(
         "streams_tools_cuda_paths", os.path.join(CHECKOUT, "tools", "cuda_paths.py"))
     module = importlib.util.module_from_spec(spec)
@@ -110,12 +111,16 @@ def compiler_version(cc):
 
 
 def build_c_floor(cache_dir=None, force=False, root=None):
-    """Compile benchmarks/c_floor/bench.c; returns ``(executable, None)`` or
+    """Compile benchmarks/c_floor/bench.c with the floor's loops
+    (include/streams/floor.h); returns ``(executable, None)`` or
     ``(None, why)``.  Rebuilt only when an input changes.  ``root``: the
     source checkout (default: the one this package is in)."""
     src = os.path.join(root or CHECKOUT, "benchmarks", "c_floor", "bench.c")
-    if not os.path.isfile(src):
-        return None, f"{src} not found"
+    include = os.path.join(root or CHECKOUT, "include")
+    headers = [os.path.join(include, "streams", n) for n in ("floor.h", "clock.h")]
+    for path in [src] + headers:
+        if not os.path.isfile(path):
+            return None, f"{path} not found"
     cc = compiler()
     if cc is None:
         return None, "no C compiler (set CC, or install gcc)"
@@ -129,7 +134,8 @@ def build_c_floor(cache_dir=None, force=False, root=None):
     build = os.path.join(cache_dir or default_cache_dir(), "c_floor")
     exe = os.path.join(build, "bench_c")
     st = os.stat(lib)
-    key = _digest(read(src, "rb"), ptx, incs, lib, st.st_size, st.st_mtime_ns, cc, C_FLAGS)
+    key = _digest(read(src, "rb"), *(read(h, "rb") for h in headers), ptx, incs, lib,
+                  st.st_size, st.st_mtime_ns, cc, C_FLAGS)
     if not force and _stamp_ok(build, key, exe):
         return exe, None
     os.makedirs(build, exist_ok=True)
@@ -137,7 +143,7 @@ def build_c_floor(cache_dir=None, force=False, root=None):
         f.write("/* Written by benchmarks/builders.py from streams.testing.BUILTIN_PTX; "
                 "do not edit. */\n"
                 "static const char streams_builtin_ptx[] =\n" + c_string_literal(ptx) + ";\n")
-    cmd = (cc + C_FLAGS + ["-I", build] + [a for i in incs for a in ("-I", i)]
+    cmd = (cc + C_FLAGS + ["-I", build, "-I", include] + [a for i in incs for a in ("-I", i)]
            + [src, lib] + C_LIBS + ["-o", exe + ".tmp"])
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)

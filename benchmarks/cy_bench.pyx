@@ -2,9 +2,11 @@
 # The "streams from Cython" column of the benchmark: what a Cython project
 # that does `from streams cimport Stream, Event` pays per call.  The loops
 # run without the GIL and call the C-level methods that the package's .pxd
-# files declare, so the only cost on top of the C floor is streams' own
+# files declare, so the only cost on top of the floor is streams' own
 # checks (guard, closed flags, error translation).  Kernel and graph
-# launches go through PreparedLaunch.c_launch and GraphExec.c_launch.
+# launches go through PreparedLaunch.c_launch and GraphExec.c_launch, and
+# launches with arguments through Kernel.c_launch with the arguments packed
+# by the caller, as a Cython project packs them.
 #
 # benchmarks/builders.py compiles this file on demand with only
 # streams.get_include() on the include path: no CUDA headers, as for any
@@ -12,12 +14,16 @@
 
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 
-from streams cimport Event, GraphExec, PreparedLaunch, Stream
+from streams cimport Event, GraphExec, Kernel, PreparedLaunch, Stream
 
-# The operations that have a C-level API; names as in benchmarks/ops.py.
-OPS = ("stream_query", "stream_synchronize", "event_record", "event_query",
-       "stream_wait_event", "kernel_launch", "kernel_launch_sync", "graph_launch",
-       "graph_launch_sync")
+# The operations that have a C-level API (names as in benchmarks/ops.py), and
+# their loops in _batch.
+_CODES = {"stream_query": 0, "stream_synchronize": 1, "event_record": 2, "event_query": 3,
+          "stream_wait_event": 4, "kernel_launch": 5, "prepared_launch": 5,
+          "kernel_launch_sync": 6, "graph_launch": 7, "graph_launch_sync": 8,
+          "event_record_query": 9, "stream_wait_stream": 10, "kernel_launch_args4": 11,
+          "kernel_launch_args16": 11}
+OPS = tuple(_CODES)
 
 
 cdef inline long long _now() noexcept nogil:
@@ -27,7 +33,8 @@ cdef inline long long _now() noexcept nogil:
 
 
 cdef long long _batch(int op, Stream stream, Event event, Event done,
-                      PreparedLaunch prepared, GraphExec graph, long n) except -1 nogil:
+                      PreparedLaunch prepared, GraphExec graph, Stream other, Kernel kernel,
+                      void** args, long n) except -1 nogil:
     cdef long i
     cdef long long t0 = _now()
     # One loop per operation, so nothing but the call itself is in the loop.
@@ -60,30 +67,52 @@ cdef long long _batch(int op, Stream stream, Event event, Event done,
         for i in range(n):
             graph.c_launch(stream)
             stream.c_synchronize()
+    elif op == 9:
+        for i in range(n):
+            stream.c_record(event)
+            event.c_query()
+    elif op == 10:
+        for i in range(n):
+            stream.c_wait_stream(other)
+    elif op == 11:
+        for i in range(n):
+            kernel.c_launch(stream, 1, 1, 1, 1, 1, 1, args, 0)
     return _now() - t0
 
 
 def run_batch(str op, Stream stream not None, Event event not None,
               Event done not None, long iters, PreparedLaunch prepared=None,
-              GraphExec graph=None):
+              GraphExec graph=None, Stream other=None, Kernel kernel=None):
     """Time ``iters`` calls of ``op``; returns the elapsed nanoseconds.
 
     ``event`` is what ``event_record`` records; ``done`` is an event that
-    has completed (queried and waited on); the kernel operations launch
-    ``prepared`` and the graph operations ``graph``.
+    has completed (queried and waited on); ``other`` is what wait_stream
+    waits for; the kernel operations launch ``prepared``, the argument ones
+    ``kernel`` (with zeros for its parameters, which an empty kernel never
+    reads), and the graph operations ``graph``.
     """
-    cdef int code
+    cdef int code, i
     cdef long long elapsed
+    cdef unsigned long long slots[16]
+    cdef void* args[16]
     if op not in OPS:
         raise ValueError(f"no C-level API for {op!r}; these have one: {', '.join(OPS)}")
     if iters < 1:
         raise ValueError(f"iters must be >= 1, got {iters}")
-    code = OPS.index(op)
+    code = _CODES[op]
     # Checked here: the nogil loop must never see None.
-    if op.startswith("kernel") and prepared is None:
+    if code in (5, 6) and prepared is None:
         raise ValueError(f"{op} needs a PreparedLaunch")
-    if op.startswith("graph") and graph is None:
+    if code == 11 and kernel is None:
+        raise ValueError(f"{op} needs a Kernel")
+    if code in (7, 8) and graph is None:
         raise ValueError(f"{op} needs a GraphExec")
+    if code == 10 and other is None:
+        raise ValueError(f"{op} needs the other Stream")
+    for i in range(16):
+        slots[i] = 0
+        args[i] = &slots[i]
     with nogil:
-        elapsed = _batch(code, stream, event, done, prepared, graph, iters)
+        elapsed = _batch(code, stream, event, done, prepared, graph, other, kernel, args,
+                         iters)
     return elapsed

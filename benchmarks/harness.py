@@ -1,8 +1,10 @@
 """The harness: one worker process per contender, requests in rounds over
 them, and the result document.
 
-The C floor (``bench_c --serve``) and the Python workers
-(``python -m benchmarks.run --worker NAME``) answer the same request lines.
+The C program (``bench_c --serve``) and the Python workers
+(``python -m benchmarks.run --worker NAME``) answer the same request lines;
+a Python worker's answer carries the in-process floor too, measured in
+that worker batch by batch next to the contender's own batches.
 """
 import importlib.util
 import json
@@ -31,7 +33,10 @@ class Worker:
     """A contender's process: one request line in, one JSON line out.
 
     Requests: ``info``, ``run OP ITERS BATCHES WARMUP``, ``quit``.  The C
-    floor (bench_c --serve) and the Python workers speak the same lines.
+    program (bench_c --serve) and the Python workers speak the same lines.
+    A run's answer: ``{"ok": true, "ns": [...], "drained": k}`` with, from a
+    Python worker, ``floor_ns`` (the in-process floor's batches) and/or
+    ``floor_error``; or ``{"ok": false, "na"|"error": why}``.
     """
 
     def __init__(self, name, argv, env=None, cwd=None):
@@ -353,7 +358,7 @@ def _gpu_facts(doc):
     if c and c.get("device"):
         return {"name": c["device"], "compute_capability": c.get("compute_capability"),
                 "driver_cuda_version": c.get("driver_version"),
-                "streams_cuda_runtime": c.get("runtime_version"), "source": "C floor"}
+                "streams_cuda_runtime": c.get("runtime_version"), "source": "C program"}
     info = streams_facts()
     if info["devices"]:
         dev = info["devices"][0]
@@ -388,7 +393,8 @@ def run_benchmark(config, progress=None):
 
 def _measure_op(op, config, doc, workers, active, progress):
     iters = config.iters(op)
-    cells = {c: {"status": "ok", "ns": [], "iters": iters, "drained": 0} for c in active}
+    cells = {c: {"status": "ok", "ns": [], "floor_ns": [], "iters": iters, "drained": 0}
+             for c in active}
     # A worker that died on an earlier operation gets a fresh process (a
     # few times): one bad operation does not blank the rest of its column.
     for c in active:
@@ -422,14 +428,17 @@ def _measure_op(op, config, doc, workers, active, progress):
                 progress.message(f"{CONTENDER_BY_NAME[c].label}, {op}: {exc}")
                 continue
             if ans.get("ok"):
-                ns = ans.get("ns") or []
-                if not all(isinstance(x, (int, float)) and x > 0 for x in ns):
-                    cells[c] = {"status": "error", "reason": f"bad numbers {ns[:5]!r}"}
+                ns, floor = ans.get("ns") or [], ans.get("floor_ns") or []
+                if not all(isinstance(x, (int, float)) and x > 0 for x in ns + floor):
+                    cells[c] = {"status": "error", "reason": f"bad numbers {(ns + floor)[:5]!r}"}
                     continue
                 cell["ns"].extend(float(x) for x in ns)
+                cell["floor_ns"].extend(float(x) for x in floor)
                 cell["drained"] += int(ans.get("drained", 0))
                 if ans.get("note"):
                     cell["note"] = ans["note"]
+                if ans.get("floor_error"):
+                    cell.setdefault("floor_reason", ans["floor_error"])
             elif "na" in ans:
                 cells[c] = {"status": "n/a", "reason": ans["na"]}
             else:
@@ -437,6 +446,10 @@ def _measure_op(op, config, doc, workers, active, progress):
     for c in active:
         cell = cells[c]
         if cell["status"] == "ok":
+            if not cell["floor_ns"]:
+                del cell["floor_ns"]
+                if c != "c":        # the C program is a reference of its own
+                    cell.setdefault("floor_reason", "no in-process floor came back")
             if not cell["ns"]:
                 cell.update(status="error", reason="no numbers came back")
             elif cell["drained"]:

@@ -1,7 +1,14 @@
 """What is measured, and by whom: the operations with their targets, the
 contenders, and the sizes of a full and a quick run."""
 
-_PY_CY = {"streams-py": 1.3, "streams-cy": 1.05}
+_PY_CY = {"streams-py": 1.25, "streams-cy": 1.05}
+GRAPH_KERNELS = 10
+PRODUCERS = 8       # threads of host_func_throughput_8threads
+
+#: A streams cell this far below its in-process floor, which makes the same
+#: CUDA calls without any wrapper, measured something else: it is flagged
+#: "suspect", never counted as a pass.
+SUSPECT_BELOW = 0.95
 
 
 class Op:
@@ -11,30 +18,50 @@ class Op:
         self.name = name
         self.label = label
         self.iters = iters          # calls per batch in a full run
-        self.targets = targets      # contender -> promised ratio to C, at most
+        self.targets = targets      # contender -> promised ratio to the floor, at most
         self.about = about
 
 
 OPS = (
     Op("stream_query", "stream query (idle)", 5000, _PY_CY,
        "cudaStreamQuery on a stream with no work"),
-    Op("stream_synchronize", "stream synchronize (idle)", 5000, _PY_CY,
+    Op("stream_synchronize", "stream synchronize (idle)", 5000, {},
        "cudaStreamSynchronize on a stream with no work"),
     Op("event_record", "event record", 1000, _PY_CY,
        "cudaEventRecord of one event on an idle stream"),
     Op("event_query", "event query (complete)", 5000, _PY_CY,
        "cudaEventQuery of an event that has completed"),
+    Op("event_record_query", "event record + query", 1000, {},
+       "cudaEventRecord on an idle stream, then cudaEventQuery of that event"),
     Op("stream_wait_event", "stream wait_event", 1000, _PY_CY,
        "cudaStreamWaitEvent on a completed event recorded on another stream"),
+    Op("stream_wait_stream", "stream wait_stream", 1000, {},
+       "make a stream wait for another (idle) one: cudaEventRecord of a marker event "
+       "on the other, cudaStreamWaitEvent on it"),
     Op("event_create_destroy", "event create+destroy", 1000, {"streams-py": 2.0},
        "cudaEventCreateWithFlags(DisableTiming) + cudaEventDestroy"),
-    Op("stream_create_destroy", "stream create+destroy", 200, {"streams-py": 1.1},
-       "cudaStreamCreateWithPriority + cudaStreamDestroy"),
-    Op("kernel_launch", "empty-kernel launch", 200, {"streams-py": 1.15},
+    Op("stream_create_destroy", "stream create+destroy", 200, {"streams-py": 2.0},
+       "cudaStreamCreate + cudaStreamDestroy (what Stream() makes)"),
+    Op("stream_pool_acquire", "stream from a pool", 1000, {},
+       "take a stream from a pool and give it back (StreamPool.acquire + close; "
+       "torch.cuda.Stream(), which takes one from torch's pool); no CUDA call, so no floor"),
+    Op("event_pool_acquire", "event from a pool", 1000, {},
+       "take an event from a pool and give it back (EventPool.acquire + close); no CUDA "
+       "call, so no floor"),
+    Op("kernel_launch", "empty-kernel launch", 200, {"streams-py": 1.10},
        "cudaLaunchKernel of an empty 1x1 kernel"),
     Op("kernel_launch_sync", "empty-kernel launch + sync", 100, {},
        "empty-kernel launch, then synchronize the stream"),
-    Op("host_func_enqueue", "host-func enqueue (busy)", 200, {"streams-py": 1.2},
+    Op("kernel_launch_args4", "4-argument launch", 200, {},
+       "cudaLaunchKernel of an empty 1x1 kernel of 4 parameters (pointers and scalars), "
+       "the arguments given at each call"),
+    Op("kernel_launch_args16", "16-argument launch", 200, {"streams-py": 1.2},
+       "cudaLaunchKernel of an empty 1x1 kernel of 16 parameters (pointers and "
+       "scalars), the arguments given at each call"),
+    Op("prepared_launch", "prepared launch", 200, {"streams-py": 1.03},
+       "cudaLaunchKernel of an empty 1x1 kernel, configuration and arguments packed "
+       "once (streams' PreparedLaunch)"),
+    Op("host_func_enqueue", "host-func enqueue (busy)", 200, {},
        "cudaLaunchHostFunc while a spin kernel holds the stream, so no callback "
        "runs during the timing"),
     Op("host_func_round_trip", "host-func round trip", 100, {"streams-py": 1.15},
@@ -42,19 +69,42 @@ OPS = (
     Op("host_func_throughput", "host-func throughput", 500, {},
        "N host functions enqueued back to back while they run, then one "
        "synchronize; ns per callback"),
+    Op("host_func_throughput_8threads", "host-func throughput, 8 threads", 800, {},
+       f"N host functions enqueued on one stream by {PRODUCERS} threads at once, "
+       "until all have run; ns per callback"),
     Op("graph_launch", "10-kernel graph launch", 50, {"streams-py": 1.05},
        "cudaGraphLaunch of a graph captured from 10 empty-kernel launches"),
     Op("graph_launch_sync", "10-kernel graph launch + sync", 50, {},
        "graph launch, then synchronize the stream"),
+    Op("graph_capture_instantiate", "10-kernel capture + instantiate", 20, {},
+       "capture 10 empty-kernel launches (thread-local mode), instantiate the graph, "
+       "destroy both"),
 )
 OP_BY_NAME = {op.name: op for op in OPS}
+# Operations that make no CUDA call at all: they have no floor.
+NO_FLOOR = {"stream_pool_acquire": "a pool hands out a kept handle: no CUDA call, no floor",
+            "event_pool_acquire": "a pool hands out a kept handle: no CUDA call, no floor"}
 
 # Operations that leave work on the stream: each batch is followed by an
 # untimed synchronize, so that no batch waits for a full launch queue
 # (which would time the GPU, not the call).
-ENQUEUES = {"event_record", "stream_wait_event", "kernel_launch", "graph_launch"}
-HOST_FUNC_OPS = ("host_func_enqueue", "host_func_round_trip", "host_func_throughput")
-GRAPH_KERNELS = 10
+ENQUEUES = {"event_record", "event_record_query", "stream_wait_event", "stream_wait_stream",
+            "kernel_launch", "kernel_launch_args4", "kernel_launch_args16", "prepared_launch",
+            "graph_launch"}
+HOST_FUNC_OPS = ("host_func_enqueue", "host_func_round_trip", "host_func_throughput",
+                 "host_func_throughput_8threads")
+KERNEL_OPS = ("kernel_launch", "kernel_launch_sync", "kernel_launch_args4",
+              "kernel_launch_args16", "prepared_launch")
+GRAPH_OPS = ("graph_launch", "graph_launch_sync", "graph_capture_instantiate")
+
+# The kernels of the argument rows, with their parameters as
+# streams.Module.get_kernel's signature names them.  Not in streams' built-in
+# PTX yet: until they are, those rows are n/a.
+ARG_KERNELS = {
+    "kernel_launch_args4": ("streams_args4", ("pointer", "pointer", "uint64", "float32")),
+    "kernel_launch_args16": ("streams_args16", ("pointer",) * 4 + ("uint64",) * 4
+                             + ("uint32",) * 4 + ("float32",) * 2 + ("float64",) * 2),
+}
 
 
 class Contender:
@@ -69,12 +119,13 @@ class Contender:
 
 
 CONTENDERS = (
-    Contender("c", "C floor", None,
-              "benchmarks/c_floor/bench.c: the CUDA calls from a C loop (gcc, static cudart)"),
+    Contender("c", "C program", None,
+              "benchmarks/c_floor/bench.c: the floor's C loops (include/streams/floor.h) in a "
+              "process of their own (gcc, static cudart), a second reference"),
     Contender("streams-py", "streams (Py)", "streams", "streams from Python"),
     Contender("streams-cy", "streams (Cy)", "streams",
               "benchmarks/cy_bench.pyx: `from streams cimport Stream, Event`, nogil C-level "
-              "calls (c_query, c_record, ..., PreparedLaunch/GraphExec.c_launch)"),
+              "calls (c_query, c_record, ..., Kernel/PreparedLaunch/GraphExec.c_launch)"),
     Contender("cupy", "CuPy", "cupy", "cupy.cuda.Stream/Event, Function from the same PTX"),
     Contender("torch", "PyTorch", "torch", "torch.cuda.Stream/Event, torch.cuda._sleep(0)"),
     Contender("cuda-core", "cuda.core", "cuda.core",

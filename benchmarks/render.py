@@ -3,7 +3,8 @@
 Only the document is read: a stored result renders anywhere, without
 streams or a GPU.
 """
-from benchmarks.ops import targets_text
+from benchmarks.ops import SUSPECT_BELOW, targets_text
+from benchmarks.results import SCHEMA_V1
 
 
 def _version_string(v):
@@ -30,10 +31,15 @@ def _rows(doc, ops=None):
     return _ordered(doc["config"]["ops"], doc["results"], ops)
 
 
+_VERDICT_TEXT = {"pass": " ok", "miss": " MISS", "suspect": " SUSPECT"}
+
+
 def render_table(doc, ops=None, contenders=None):
     """The terminal table: rows are operations, columns contenders; a cell
-    is the median ns per call, ±half the p10-p90 spread, the ratio to the C
-    floor, and ok/MISS against the promised ratio."""
+    is the median ns per call, ±half the p10-p90 spread, ``/`` the median of
+    the in-process floor measured in the same process, the ratio to it, and
+    ok/MISS against the promised ratio (SUSPECT: a streams cell below its
+    floor, which is a measurement problem)."""
     cols = _columns(doc, contenders)
     rows = _rows(doc, ops)
     notes = []
@@ -59,14 +65,16 @@ def render_table(doc, ops=None, contenders=None):
                 s = cell["stats"]
                 spread = (s["p90"] - s["p10"]) / 2 / s["median"] * 100 if s["median"] else 0
                 text = f"{_fmt_ns(s['median'])}±{spread:.0f}%"
-                if cell.get("ratio_to_c") is not None:
-                    text += f" {cell['ratio_to_c']:.2f}x"
-                if cell.get("verdict") == "pass":
-                    text += " ok"
-                elif cell.get("verdict") == "miss":
-                    text += " MISS"
+                if cell.get("floor_stats"):
+                    text += f" /{_fmt_ns(cell['floor_stats']['median'])}"
+                if cell.get("ratio") is not None:
+                    text += f" {cell['ratio']:.2f}x"
+                text += _VERDICT_TEXT.get(cell.get("verdict"), "")
                 if cell.get("note"):
                     text += footnote(f"{doc['contenders'][c]['label']}: {cell['note']}")
+                if cell.get("floor_reason"):
+                    text += footnote(f"{doc['contenders'][c]['label']}: no in-process floor: "
+                                     f"{cell['floor_reason']}")
             else:
                 text = {"n/a": "n/a", "missing": "missing", "unavailable": "unavail.",
                         "error": "ERROR"}[st]
@@ -106,8 +114,16 @@ def render_table(doc, ops=None, contenders=None):
     cfg = doc["config"]
     out.append(f"{cfg.get('rounds')} rounds x {cfg.get('batches')} batches per cell"
                + (" (quick)" if cfg.get("quick") else "")
-               + "; cells: median ns/call ±half the p10-p90 spread of per-batch means, "
-               "ratio to the C floor, ok/MISS against the target")
+               + "; cells: median ns/call ±half the p10-p90 spread of per-batch means")
+    if doc.get("schema") == SCHEMA_V1:
+        out.append("schema 1, before the in-process floor: ratios are to the separate "
+                   "C program; ok/MISS against the target")
+    else:
+        out.append("/the in-process floor: the same CUDA calls from C, in the contender's "
+                   "own process, batch by batch next to its batches; the ratio to it; "
+                   "ok/MISS against the target")
+    out.append(f"SUSPECT: a streams cell below {SUSPECT_BELOW:g}x of its floor, which is "
+               "a measurement problem, never a win")
     out.append("")
     out.append(fmt(header))
     out.append(fmt(["-" * w for w in widths]))
@@ -120,14 +136,16 @@ def render_table(doc, ops=None, contenders=None):
     summ = doc.get("summary") or {}
     if summ:
         out.append(f"targets: {summ.get('pass', 0)} pass, {summ.get('miss', 0)} miss, "
-                   f"{summ.get('not_measured', 0)} not measured")
+                   f"{summ.get('not_measured', 0)} not measured; "
+                   f"{summ.get('suspect', 0)} suspect")
     for i, text in enumerate(notes, 1):
         out.append(f"[{i}] {text}")
     return "\n".join(out) + "\n"
 
 
 def render_chart(doc, path, ops=None, contenders=None):
-    """A PNG bar chart of every contender's ratio to the C floor (log scale).
+    """A PNG bar chart of every contender's ratio to its in-process floor
+    (log scale).
 
     Needs matplotlib (``pip install matplotlib``); raises
     ImportError without it, ValueError when there is nothing to compare.
@@ -139,10 +157,10 @@ def render_chart(doc, path, ops=None, contenders=None):
 
     rows = _rows(doc, ops)
     cols = [c for c in _columns(doc, contenders) if c != "c"]
-    data = {c: [doc["results"][op].get(c, {}).get("ratio_to_c") for op in rows] for c in cols}
+    data = {c: [doc["results"][op].get(c, {}).get("ratio") for op in rows] for c in cols}
     cols = [c for c in cols if any(v is not None for v in data[c])]
     if not rows or not cols:
-        raise ValueError("no ratios to the C floor to draw (is the C column missing?)")
+        raise ValueError("no ratios to a floor to draw")
     n = len(cols)
     height = 0.8 / n
     fig, ax = plt.subplots(figsize=(10, 1.6 + len(rows) * (0.2 + 0.1 * n)))
@@ -161,6 +179,7 @@ def render_chart(doc, path, ops=None, contenders=None):
                 ax.plot([target, target], [y - height / 2, y + height / 2], color="black",
                         linewidth=2)
     ax.axvline(1.0, color="gray", linestyle="--", linewidth=1)
+    ax.axvline(SUSPECT_BELOW, color="red", linestyle=":", linewidth=1)
     ax.set_xscale("log")
     lo, hi = min(0.8, min(drawn) * 0.8), max(2.5, max(drawn) * 1.25)
     ax.set_xlim(lo, hi)
@@ -171,9 +190,11 @@ def render_chart(doc, path, ops=None, contenders=None):
     ax.set_yticks(ys)
     ax.set_yticklabels([doc["ops"].get(op, {}).get("label", op) for op in rows])
     ax.set_ylim(len(rows) - 0.5, -0.5)
-    ax.set_xlabel("median time per call / C floor (log scale; black ticks: streams' targets)")
+    floor = "C program" if doc.get("schema") == SCHEMA_V1 else "in-process floor"
+    ax.set_xlabel(f"median time per call / {floor} (log scale)\nblack ticks: streams' "
+                  f"targets; red: {SUSPECT_BELOW:g}x, below which a streams cell is suspect")
     gpu = (doc.get("machine", {}).get("gpu") or {}).get("name", "unknown GPU")
-    title = f"Launch overhead relative to the C floor\n{gpu}"
+    title = f"Launch overhead relative to the {floor}\n{gpu}"
     if doc.get("synthetic"):
         title = "SYNTHETIC FIXTURE, NOT A MEASUREMENT\n" + title
     ax.set_title(title, fontsize="medium")

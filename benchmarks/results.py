@@ -1,7 +1,9 @@
-"""The result document (schema ``streams-bench/1``): its skeleton, the
+"""The result document (schema ``streams-bench/2``): its skeleton, the
 numbers derived from the raw per-batch values, and its validation.
 
-benchmarks/README.md describes the fields.
+benchmarks/README.md describes the fields.  Documents of schema 1, from
+before the in-process floor, still load: their ratios are to the separate C
+program, as they were then.
 """
 import datetime
 import json
@@ -9,9 +11,14 @@ import math
 import os
 import sys
 
-from benchmarks.ops import CONTENDER_BY_NAME, OP_BY_NAME
+from benchmarks.ops import CONTENDER_BY_NAME, OP_BY_NAME, SUSPECT_BELOW
 
-SCHEMA = "streams-bench/1"
+SCHEMA = "streams-bench/2"
+SCHEMA_V1 = "streams-bench/1"
+#: The columns held to the floor: streams makes the floor's very calls, so
+#: a cell below it measured something else.  (Peers may do other work:
+#: torch's streams come from a pool.)
+STREAMS_COLUMNS = ("streams-py", "streams-cy")
 CELL_STATUSES = ("ok", "n/a", "missing", "unavailable", "error")
 CONTENDER_STATUSES = ("ok", "missing", "unavailable", "error")
 
@@ -52,43 +59,70 @@ def new_doc(config):
     }
 
 
+def _derive(cell, c_median, legacy):
+    """A cell's statistics and ratios, from its raw values only.
+
+    ``ratio`` is to the in-process floor of the cell's own process (its
+    ``floor_ns``, measured batch by batch next to ``ns``; a schema-1
+    document had only the C program); ``ratio_to_c`` is to the separate C
+    program, the second reference; ``ratio_stats`` summarizes the ratios of
+    paired batches.
+    """
+    for key in ("stats", "floor_stats", "ratio_stats"):
+        cell.pop(key, None)
+    cell["ratio"] = cell["ratio_to_c"] = None
+    if cell.get("status") != "ok" or not cell.get("ns"):
+        return
+    stats = cell["stats"] = summarize(cell["ns"])
+    if c_median:
+        cell["ratio_to_c"] = stats["median"] / c_median
+    floor = cell.get("floor_ns")
+    if floor:
+        cell["floor_stats"] = summarize(floor)
+        cell["ratio"] = stats["median"] / cell["floor_stats"]["median"]
+        if len(floor) == len(cell["ns"]):
+            cell["ratio_stats"] = summarize([a / b for a, b in zip(cell["ns"], floor)])
+    elif legacy:
+        cell["ratio"] = cell["ratio_to_c"]
+
+
+def _verdict(contender, cell, target):
+    ratio = cell["ratio"]
+    if contender in STREAMS_COLUMNS and ratio is not None and ratio < SUSPECT_BELOW:
+        return "suspect"
+    if target is None:
+        return None
+    if ratio is None:
+        return "not measured"
+    return "pass" if ratio <= target else "miss"
+
+
 def finalize(doc):
     """Recompute every derived number from the raw per-batch values.
 
     Stored results are re-derived on load too: the table and chart never
     trust numbers that the raw data does not support.
     """
-    summary = {"pass": 0, "miss": 0, "not_measured": 0, "misses": []}
+    legacy = doc.get("schema") == SCHEMA_V1
+    summary = {"pass": 0, "miss": 0, "suspect": 0, "not_measured": 0, "misses": [],
+               "suspects": []}
     for op, row in doc["results"].items():
         targets = doc["ops"].get(op, {}).get("targets", {})
         base = row.get("c")
-        base_med = None
+        c_median = None
         if base and base.get("status") == "ok" and base.get("ns"):
-            base["stats"] = summarize(base["ns"])
-            base_med = base["stats"]["median"]
+            c_median = summarize(base["ns"])["median"]
         for c, cell in row.items():
-            if cell.get("status") == "ok" and cell.get("ns"):
-                cell["stats"] = summarize(cell["ns"])
-                cell["ratio_to_c"] = (cell["stats"]["median"] / base_med
-                                      if base_med and c != "c" else None)
-            else:
-                cell.pop("stats", None)
-                cell["ratio_to_c"] = None
-            target = targets.get(c)
-            cell["target"] = target
-            if target is None:
-                cell["verdict"] = None
-            elif cell["ratio_to_c"] is None:
-                cell["verdict"] = "not measured"
+            _derive(cell, c_median if c != "c" else None, legacy)
+            target = cell["target"] = targets.get(c)
+            verdict = cell["verdict"] = _verdict(c, cell, target)
+            if verdict == "not measured":
                 summary["not_measured"] += 1
-            elif cell["ratio_to_c"] <= target:
-                cell["verdict"] = "pass"
-                summary["pass"] += 1
-            else:
-                cell["verdict"] = "miss"
-                summary["miss"] += 1
-                summary["misses"].append(
-                    {"op": op, "contender": c, "ratio": round(cell["ratio_to_c"], 3),
+            elif verdict is not None:
+                summary[verdict] += 1
+            if verdict in ("miss", "suspect"):
+                summary["misses" if verdict == "miss" else "suspects"].append(
+                    {"op": op, "contender": c, "ratio": round(cell["ratio"], 3),
                      "target": target})
         for c in targets:
             if c not in row and c in doc.get("contenders", {}):
@@ -109,13 +143,17 @@ def _is_num(x):
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
+def _positive_numbers(xs):
+    return isinstance(xs, list) and bool(xs) and all(_is_num(x) and x > 0 for x in xs)
+
+
 def validate_result(doc):
     """Raise ResultError unless ``doc`` is a result document of this schema."""
     p = []
     if not isinstance(doc, dict):
         raise ResultError(["the top level is not an object"])
-    if doc.get("schema") != SCHEMA:
-        p.append(f"schema is {doc.get('schema')!r}, expected {SCHEMA!r}")
+    if doc.get("schema") not in (SCHEMA, SCHEMA_V1):
+        p.append(f"schema is {doc.get('schema')!r}, expected {SCHEMA!r} (or {SCHEMA_V1!r})")
     if not isinstance(doc.get("synthetic"), bool):
         p.append("synthetic must be true or false")
     for key in ("created",):
@@ -158,11 +196,14 @@ def validate_result(doc):
                 p.append(f"{where}.status must be one of {CELL_STATUSES}")
                 continue
             if cell["status"] == "ok":
-                ns = cell.get("ns")
-                if not (isinstance(ns, list) and ns and all(_is_num(x) and x > 0 for x in ns)):
+                if not _positive_numbers(cell.get("ns")):
                     p.append(f"{where}.ns must be a non-empty list of positive numbers")
                 if not (isinstance(cell.get("iters"), int) and cell["iters"] >= 1):
                     p.append(f"{where}.iters must be an integer >= 1")
+                if "floor_ns" in cell and not _positive_numbers(cell["floor_ns"]):
+                    p.append(f"{where}.floor_ns must be a non-empty list of positive numbers")
+                if not isinstance(cell.get("floor_reason", ""), str):
+                    p.append(f"{where}.floor_reason must be a string")
             elif not isinstance(cell.get("reason"), str):
                 p.append(f"{where}.reason must say why there are no numbers")
     if p:

@@ -1,4 +1,4 @@
-"""Launch-overhead benchmark: streams next to a C floor and its peers.
+"""Launch-overhead benchmark: streams next to its floor and its peers.
 
     python -m benchmarks.run [--quick] [--json PATH] [--png PATH]
                              [--ops a,b] [--contenders x,y] [--dry-run FILE]
@@ -8,12 +8,14 @@ timed for each contender as nanoseconds per call: batches of many calls
 after a warm-up batch, in rounds that go round-robin over the contenders,
 so that clock or thermal drift hits every column alike.  A cell is the
 median of the per-batch means, with the p10-p90 spread, and its ratio to
-the C floor: the same CUDA calls made from a plain C loop
-(benchmarks/c_floor/bench.c).
+its floor: the same CUDA calls made from a plain C loop in the same process
+(include/streams/floor.h, as streams._cudart.floor_batch), batch by batch
+next to the contender's.  The C program (benchmarks/c_floor/bench.c) runs
+those loops in a process of its own, as a second reference.
 
 Every contender runs in a process of its own: a peer that crashes, hangs
 or is not installed costs its own column only, no two libraries share an
-interpreter, and each has its own CUDA context as the C floor does.
+interpreter, and each has its own CUDA context as the C program does.
 
 ``--dry-run FILE`` renders the table (and ``--png`` chart) of a stored
 result without a GPU.  benchmarks/README.md says what each column means.
@@ -45,14 +47,15 @@ def _names(text, known, what):
 def build_parser():
     p = argparse.ArgumentParser(
         prog="python -m benchmarks.run",
-        description="Launch-overhead benchmark of streams against a C floor and its peers "
+        description="Launch-overhead benchmark of streams against its floor and its peers "
                     "(CuPy, PyTorch, cuda.core, cuda.bindings, numba-cuda).",
         epilog="See benchmarks/README.md for what each column means.")
     p.add_argument("--quick", action="store_true",
                    help=f"{QUICK['rounds']} rounds x {QUICK['batches']} batches, "
                         f"{QUICK['scale']:g}x the calls per batch")
     p.add_argument("--json", metavar="PATH", help="write the full result (raw numbers) here")
-    p.add_argument("--png", metavar="PATH", help="write a bar chart of ratios to C (matplotlib)")
+    p.add_argument("--png", metavar="PATH",
+                   help="write a bar chart of ratios to the floor (matplotlib)")
     p.add_argument("--ops", type=lambda s: _names(s, OP_BY_NAME, "operation"),
                    metavar="a,b", help="operations to run (default: all; --list shows them)")
     p.add_argument("--contenders", type=lambda s: _names(s, CONTENDER_BY_NAME, "contender"),
@@ -65,7 +68,7 @@ def build_parser():
     p.add_argument("--timeout", type=float, default=180.0, metavar="S",
                    help="seconds to wait for one request before giving up on a worker")
     p.add_argument("--cache-dir", metavar="DIR",
-                   help="where the C floor and Cython module are built (default: "
+                   help="where the C program and Cython module are built (default: "
                         "benchmarks/build, else ~/.cache/streams-bench)")
     p.add_argument("--source-dir", metavar="DIR",
                    help="source checkout whose benchmarks/c_floor/bench.c and "

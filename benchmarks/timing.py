@@ -2,10 +2,18 @@
 
 A contender's operation becomes a :class:`Case`: a ``timed(n)`` function
 (the same generated loop for every Python contender) and untimed steps
-around each batch.  :func:`run_batches` times one request of batches.
+around each batch.  :func:`run_batches` times one request of batches, each
+next to a batch of the in-process floor.
 """
 import gc
+import threading
 import time
+
+
+def describe(exc):
+    """An exception as one line of reasonable length, for a cell's reason."""
+    text = f"{type(exc).__name__}: {exc}".strip()
+    return text if len(text) <= 500 else text[:497] + "..."
 
 
 def close_quietly(closers):
@@ -82,25 +90,79 @@ class Case:
         self.closers = []
 
 
-def run_batches(case, iters, batches, warmup):
-    """``(per-batch ns/call, batches disturbed)`` for one request."""
-    out = []
+def producers(work, sync, threads):
+    """``timed(n)``: ``work(k)`` in ``threads`` threads at once, k calls each
+    and n in all, then ``sync()``; the timing starts when the threads, all
+    started and waiting, are let go, and ends when ``sync`` returns."""
+    def timed(n):
+        go = threading.Event()
+        errors = []
+
+        def produce(k):
+            go.wait()
+            try:
+                work(k)
+            except BaseException as exc:
+                errors.append(exc)
+
+        shares = [n // threads + (i < n % threads) for i in range(threads)]
+        pool = [threading.Thread(target=produce, args=(k,)) for k in shares]
+        for t in pool:
+            t.start()
+        t0 = time.perf_counter_ns()
+        go.set()
+        for t in pool:
+            t.join()
+        sync()
+        ns = time.perf_counter_ns() - t0
+        if errors:
+            raise errors[0]
+        return ns
+
+    return timed
+
+
+def _case_batch(case, iters):
+    if case.before is not None:
+        case.before(iters)
+    ns = case.timed(iters)
+    disturbed = case.after(iters, ns) if case.after is not None else False
+    return ns, disturbed
+
+
+def run_batches(case, iters, batches, warmup, floor=None):
+    """One request: ``{"ns": [...], "drained": k, "floor_ns": [...],
+    "floor_error": why or None}``, values in ns per call.
+
+    ``floor(n) -> ns``, the in-process floor of the operation, times a batch
+    of the same size next to each of the case's, first every other time so
+    that drift falls on both alike.  Once it fails it is not called again:
+    ``floor_error`` says why.  ``drained`` counts the batches disturbed
+    (host_func_enqueue's stream drained).
+    """
+    out, floor_out = [], []
     drained = 0
+    floor_error = None
     # A collection in the middle of a batch would be charged to the call.
     was_enabled = gc.isenabled()
     gc.disable()
     try:
         for b in range(warmup + batches):
-            if case.before is not None:
-                case.before(iters)
-            ns = case.timed(iters)
-            disturbed = case.after(iters, ns) if case.after is not None else False
-            if b >= warmup:
-                out.append(ns / iters)
-                drained += bool(disturbed)
+            for column in ("case", "floor") if b % 2 == 0 else ("floor", "case"):
+                if column == "case":
+                    ns, disturbed = _case_batch(case, iters)
+                    if b >= warmup:
+                        out.append(ns / iters)
+                        drained += bool(disturbed)
+                elif floor is not None and floor_error is None:
+                    try:
+                        ns = floor(iters)
+                    except Exception as exc:
+                        floor_error = describe(exc)
+                        continue
+                    if b >= warmup:
+                        floor_out.append(ns / iters)
     finally:
         if was_enabled:
             gc.enable()
-    return out, drained
-
-
+    return {"ns": out, "drained": drained, "floor_ns": floor_out, "floor_error": floor_error}

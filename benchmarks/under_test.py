@@ -45,7 +45,7 @@ def streams_facts():
 def builtin_ptx():
     """The PTX text of streams' built-in kernels, from the streams under test.
 
-    Taken, not copied: the C floor and the peers launch exactly the kernels
+    Taken, not copied: the floor and the peers launch exactly the kernels
     that streams launches.
     """
     from streams.testing import BUILTIN_PTX

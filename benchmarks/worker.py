@@ -8,9 +8,9 @@ import json
 import os
 import sys
 
-from benchmarks.adapters import ADAPTERS, describe
+from benchmarks.adapters import ADAPTERS
 from benchmarks.ops import OP_BY_NAME
-from benchmarks.timing import NotAvailable, run_batches
+from benchmarks.timing import NotAvailable, describe, run_batches
 
 
 def worker_main(name, ptx_path=None, cy_module=None):
@@ -27,6 +27,7 @@ def worker_main(name, ptx_path=None, cy_module=None):
     adapter = ADAPTERS[name](ptx_path, cy_module)
     ready, setup_error = False, None
     case_op, case, case_na = None, None, None
+    floor, floor_na = None, None
     for line in sys.stdin:
         parts = line.split()
         if not parts:
@@ -76,17 +77,26 @@ def worker_main(name, ptx_path=None, cy_module=None):
                 case_op = None      # a later request for it tries again
                 reply({"ok": False, "error": "set-up failed: " + describe(exc)})
                 continue
+            try:
+                floor, floor_na = adapter.floor(op), None
+            except NotAvailable as exc:
+                floor, floor_na = None, str(exc)
         if case_na is not None:
             reply({"ok": False, "na": case_na})
             continue
         try:
-            ns, drained = run_batches(case, iters, batches, warmup)
+            measured = run_batches(case, iters, batches, warmup, floor)
         except Exception as exc:
             case.close()
             case_op, case = None, None
             reply({"ok": False, "error": describe(exc)})
             continue
-        answer = {"ok": True, "op": op, "iters": iters, "drained": drained, "ns": ns}
+        answer = {"ok": True, "op": op, "iters": iters, "drained": measured["drained"],
+                  "ns": measured["ns"]}
+        if measured["floor_ns"]:
+            answer["floor_ns"] = measured["floor_ns"]
+        if floor_na or measured["floor_error"]:
+            answer["floor_error"] = floor_na or measured["floor_error"]
         if case.note:
             answer["note"] = case.note
         reply(answer)

@@ -9,14 +9,15 @@ import atexit as _atexit
 import os as _os
 
 # The layers, each built on the ones before it (see docs/architecture.rst).
+# Every public name imported here is exported (__all__, at the end).
 from streams._cudart import (CudaError, HostCallbackError, debug_build, debug_counters,
                              driver_version, runtime_version)
 from streams._args import StreamsEnum
 from streams._device import (Device, device_count, get_device, set_device,
                              stream_priority_range, synchronize_device)
 from streams._stream import (AccessPolicyWindow, AccessProperty, CaptureMode, CaptureStatus,
-                             Event, MemAttach, Stream, StreamAttribute, SyncPolicy,
-                             current_stream, reset_persisting_l2_cache)
+                             Event, EventPool, MemAttach, Stream, StreamAttribute, StreamPool,
+                             SyncPolicy, current_stream, reset_persisting_l2_cache)
 from streams import _hostcall  # noqa: F401  (registers the host-callback paths)
 from streams._memory import (DeviceBuffer, ManagedBuffer, PinnedBuffer, memcpy_async,
                              memset_async)
@@ -26,51 +27,6 @@ from streams._graph import (CaptureInfo, Graph, GraphExec, GraphNode, NodeType, 
 from streams import _cudart
 
 __version__ = "0.1.0"
-
-__all__ = [
-    "AccessPolicyWindow",
-    "AccessProperty",
-    "CaptureInfo",
-    "CaptureMode",
-    "CaptureStatus",
-    "CudaError",
-    "Device",
-    "DeviceBuffer",
-    "Event",
-    "Graph",
-    "GraphExec",
-    "GraphNode",
-    "HostCallbackError",
-    "Kernel",
-    "ManagedBuffer",
-    "MemAttach",
-    "Module",
-    "NodeType",
-    "PinnedBuffer",
-    "PreparedLaunch",
-    "Stream",
-    "StreamAttribute",
-    "StreamsEnum",
-    "SyncPolicy",
-    "UpdateResult",
-    "capture_mode",
-    "current_stream",
-    "debug_build",
-    "debug_counters",
-    "device_count",
-    "driver_version",
-    "exchange_capture_mode",
-    "get_device",
-    "get_include",
-    "show_config",
-    "memcpy_async",
-    "memset_async",
-    "reset_persisting_l2_cache",
-    "runtime_version",
-    "set_device",
-    "stream_priority_range",
-    "synchronize_device",
-]
 
 # Registered at import, so it runs after atexit hooks registered later
 # (user code that still synchronizes), and before the interpreter finalizes.
@@ -99,3 +55,9 @@ def get_include():
         return installed
     # Editable install / source checkout: the headers live at the top level.
     return _os.path.join(_os.path.dirname(here), "include")
+
+
+# The public API: every public name above (what the layers export, then
+# show_config and get_include).  streams/__init__.pyi spells the list out for
+# type checkers; tests/test_stubs.py checks that the two agree.
+__all__ = sorted(name for name in globals() if not name.startswith("_"))

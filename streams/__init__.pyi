@@ -2,7 +2,9 @@
 #
 # Every public name but get_include and show_config is re-exported from the
 # extension module that defines it (see that module's stub for the types),
-# in the order of the layers, as streams/__init__.py imports them.  stubtest
+# in the order of the layers, as streams/__init__.py imports them.
+# streams/__init__.py makes its __all__ from the public names it imports and
+# defines; __all__ below is the one written-out list of them.  stubtest
 # checks that these re-exports and __all__ match the runtime: when
 # streams/__init__.py grows a name, add it to both lists here
 # (tests/test_stubs.py fails until it is).
@@ -32,9 +34,11 @@ from streams._stream import (
     CaptureMode as CaptureMode,
     CaptureStatus as CaptureStatus,
     Event as Event,
+    EventPool as EventPool,
     MemAttach as MemAttach,
     Stream as Stream,
     StreamAttribute as StreamAttribute,
+    StreamPool as StreamPool,
     SyncPolicy as SyncPolicy,
     current_stream as current_stream,
     reset_persisting_l2_cache as reset_persisting_l2_cache,
@@ -74,6 +78,7 @@ __all__ = [
     "Device",
     "DeviceBuffer",
     "Event",
+    "EventPool",
     "Graph",
     "GraphExec",
     "GraphNode",
@@ -87,6 +92,7 @@ __all__ = [
     "PreparedLaunch",
     "Stream",
     "StreamAttribute",
+    "StreamPool",
     "StreamsEnum",
     "SyncPolicy",
     "UpdateResult",

@@ -43,9 +43,27 @@ cdef extern from "streams/counters.h":
         STREAMS_CNT_PAYLOAD_LEAKED
 
 # A release run later on a safe thread, with the GIL held.
-ctypedef void (*release_fn)(void* arg) noexcept nogil
+ctypedef void (*release_fn)(void* arg, int kind) noexcept nogil
 # Runs a Python host callback's payload (streams._hostcall registers it).
 ctypedef void (*dispatch_fn)(PyObject* payload, int status) noexcept
+
+# The kinds of handle destroyed through one path: destroy_handle raises on
+# a CUDA error (close()); release_handle never raises, and defers where CUDA
+# cannot be called (inside a host callback) or skips where it must not be
+# (a forked child, interpreter teardown).
+cdef enum:
+    HANDLE_STREAM
+    HANDLE_EVENT
+    HANDLE_GRAPH
+    HANDLE_GRAPH_EXEC
+    HANDLE_HOST_MEMORY      # cudaHostAlloc
+    HANDLE_MANAGED_MEMORY   # cudaMallocManaged
+    HANDLE_KINDS
+# True when no Python host callback of the package is alive: an enqueue that
+# blocks on a full queue then cannot be waiting for one that needs the GIL.
+cdef bint enqueue_may_keep_gil() noexcept nogil
+cdef int destroy_handle(int kind, void* h) except -1 nogil
+cdef void release_handle(int kind, void* h) noexcept nogil
 
 cdef int raise_cuda_error(cudaError_t err) except -1
 cdef int check(cudaError_t err) except -1 nogil
@@ -72,8 +90,6 @@ cdef int ctx_reset_persisting_l2_cache() except -1 nogil
 cdef unsigned long long device_synchronize_request(int dev) except 0 nogil
 cdef int device_synchronize_wait(int dev, unsigned long long ticket, long long slice_ns, long long* in_flight_ns) except -1 nogil
 cdef int stream_create(cudaStream_t* out, unsigned int flags, int priority, bint default_priority) except -1 nogil
-cdef int stream_destroy(cudaStream_t h) except -1 nogil
-cdef void release_stream(cudaStream_t h) noexcept nogil
 cdef int stream_query(cudaStream_t h) except -1 nogil
 cdef int stream_synchronize(cudaStream_t h) except -1 nogil
 cdef int stream_wait_event(cudaStream_t h, cudaEvent_t ev, unsigned int flags) except -1 nogil
@@ -94,8 +110,6 @@ cdef int stream_get_capture_info(cudaStream_t h, cudaStreamCaptureStatus* status
 cdef int stream_update_capture_dependencies(cudaStream_t h, cudaGraphNode_t* deps, size_t n, unsigned int flags) except -1 nogil
 cdef int thread_exchange_capture_mode(cudaStreamCaptureMode* mode) except -1 nogil
 cdef int event_create(cudaEvent_t* out, unsigned int flags) except -1 nogil
-cdef int event_destroy(cudaEvent_t h) except -1 nogil
-cdef void release_event(cudaEvent_t h) noexcept nogil
 cdef int event_record(cudaEvent_t ev, cudaStream_t s, unsigned int flags) except -1 nogil
 cdef int event_query(cudaEvent_t h) except -1 nogil
 cdef int event_synchronize(cudaEvent_t h) except -1 nogil
@@ -121,20 +135,15 @@ cdef int launch_kernel_ex(const cudaLaunchConfig_t* config, const void* func, vo
 cdef int malloc_async(void** out, size_t n, cudaStream_t s) except -1 nogil
 cdef int free_async(void* p, cudaStream_t s) except -1 nogil
 cdef int host_alloc(void** out, size_t n) except -1 nogil
-cdef int free_host(void* p) except -1 nogil
-cdef void free_async_quiet(void* p, cudaStream_t s) noexcept nogil
-cdef void release_host(void* p) noexcept nogil
+# How many stream-ordered frees the package has made so far.
+cdef unsigned long long async_frees() noexcept nogil
 cdef int malloc_managed(void** out, size_t n, unsigned int flags) except -1 nogil
-cdef int free_managed(void* p) except -1 nogil
-cdef void release_managed(void* p) noexcept nogil
 cdef int pointer_get_attributes(cudaPointerAttributes* out, const void* p) except -1 nogil
 cdef int memset_async(void* p, int value, size_t n, cudaStream_t s) except -1 nogil
 cdef int memcpy_async(void* dst, const void* src, size_t n, cudaStream_t s) except -1 nogil
 cdef int graph_create(cudaGraph_t* out) except -1 nogil
 cdef void count_graph_adopted() noexcept nogil
 cdef int graph_clone(cudaGraph_t* out, cudaGraph_t g) except -1 nogil
-cdef int graph_destroy(cudaGraph_t g) except -1 nogil
-cdef void release_graph(cudaGraph_t g) noexcept nogil
 cdef int graph_get_nodes(cudaGraph_t g, cudaGraphNode_t* nodes, size_t* n) except -1 nogil
 cdef int graph_get_edges(cudaGraph_t g, cudaGraphNode_t* src, cudaGraphNode_t* dst, cudaGraphEdgeData* data, size_t* n) except -1 nogil
 cdef int graph_node_get_type(cudaGraphNode_t node, cudaGraphNodeType* out) except -1 nogil
@@ -148,8 +157,6 @@ cdef int graph_add_event_record_node(cudaGraphNode_t* out, cudaGraph_t g, const 
 cdef int graph_add_event_wait_node(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps, size_t n, cudaEvent_t ev) except -1 nogil
 cdef int graph_debug_dot_print(cudaGraph_t g, const char* path, unsigned int flags) except -1 nogil
 cdef int graph_instantiate(cudaGraphExec_t* out, cudaGraph_t g, unsigned long long flags) except -1 nogil
-cdef int graph_exec_destroy(cudaGraphExec_t ex) except -1 nogil
-cdef void release_graph_exec(cudaGraphExec_t ex) noexcept nogil
 cdef int graph_launch(cudaGraphExec_t ex, cudaStream_t s) except -1 nogil
 cdef int graph_upload(cudaGraphExec_t ex, cudaStream_t s) except -1 nogil
 cdef int graph_exec_update(cudaGraphExec_t ex, cudaGraph_t g, cudaGraphExecUpdateResultInfo* info) except -1 nogil

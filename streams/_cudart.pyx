@@ -32,10 +32,12 @@ cdef extern from "streams/shim.h" nogil:
     void streams_count(int which)
     unsigned long long streams_counter(int which)
     int streams_debug_build()
+    void streams_note_async_free()
+    unsigned long long streams_async_frees_so_far()
 
-    ctypedef void (*streams_release_fn)(void* arg) noexcept nogil
-    int streams_defer(streams_release_fn fn, void* arg, PyObject* keep)
-    void streams_release_without_gil(streams_release_fn fn, void* arg)
+    ctypedef void (*streams_release_fn)(void* arg, int kind) noexcept nogil
+    int streams_defer(streams_release_fn fn, void* arg, int kind, PyObject* keep)
+    void streams_release_without_gil(streams_release_fn fn, void* arg, int kind)
 
     void streams_host_fn_trampoline(void* payload)
     void streams_stream_callback_trampoline(cudaStream_t stream, cudaError_t status,
@@ -224,7 +226,7 @@ cdef int defer_release(release_fn fn, void* arg, object keep) except -1:
         kept = <PyObject*>keep
         streams_payload_incref(kept)
     # Out of memory, the shim drops the item: it and `keep` leak, safely.
-    streams_defer(<streams_release_fn>fn, arg, kept)
+    streams_defer(<streams_release_fn>fn, arg, 0, kept)
     return 0
 
 
@@ -422,6 +424,76 @@ cdef int device_synchronize_wait(int dev, unsigned long long ticket, long long s
     return done
 
 
+# ---- when an enqueue may keep the GIL -------------------------------------------------
+# An enqueue (record, wait, launch) can block in the driver when the stream's
+# queue is full, until the GPU drains it.  If the GPU is then held up by a
+# Python host callback waiting for the GIL that the blocked thread holds,
+# neither moves: so the package's enqueues release the GIL... unless no
+# Python host callback of the package is alive (enqueued, running, or held by
+# a graph).  Then nothing the GPU waits for can need the GIL, and keeping it
+# saves the release and retake (about 150-250 ns).  No callback can appear
+# meanwhile: making one takes the GIL the enqueueing thread holds.
+# Callbacks that other libraries enqueue with their own Python functions are
+# not seen (docs/safety.rst says so).
+
+cdef bint enqueue_may_keep_gil() noexcept nogil:
+    # Freed first: created - freed can then only overstate the calls alive.
+    cdef unsigned long long freed = streams_counter(STREAMS_CNT_HOST_CALL_FREED)
+    return streams_counter(STREAMS_CNT_HOST_CALL_CREATED) == freed
+
+
+# ---- destroying handles -----------------------------------------------------------
+# One path for every kind of handle the package destroys: checked, for
+# close(), or quiet and never raising, for the last user and __dealloc__.
+
+cdef int _DESTROYED[HANDLE_KINDS]     # the counter each kind's destroy moves
+_DESTROYED[HANDLE_STREAM] = STREAMS_CNT_STREAM_DESTROYED
+_DESTROYED[HANDLE_EVENT] = STREAMS_CNT_EVENT_DESTROYED
+_DESTROYED[HANDLE_GRAPH] = STREAMS_CNT_GRAPH_DESTROYED
+_DESTROYED[HANDLE_GRAPH_EXEC] = STREAMS_CNT_EXEC_DESTROYED
+_DESTROYED[HANDLE_HOST_MEMORY] = STREAMS_CNT_MEMORY_FREE
+_DESTROYED[HANDLE_MANAGED_MEMORY] = STREAMS_CNT_MEMORY_FREE
+
+
+cdef cudaError_t _destroy_now(void* h, int kind) noexcept nogil:
+    if kind == HANDLE_STREAM:
+        return cudaStreamDestroy(<cudaStream_t>h)
+    if kind == HANDLE_EVENT:
+        return cudaEventDestroy(<cudaEvent_t>h)
+    if kind == HANDLE_GRAPH:
+        return cudaGraphDestroy(<cudaGraph_t>h)
+    if kind == HANDLE_GRAPH_EXEC:
+        return cudaGraphExecDestroy(<cudaGraphExec_t>h)
+    if kind == HANDLE_HOST_MEMORY:
+        return cudaFreeHost(h)
+    return cudaFree(h)
+
+
+cdef void _destroy_quietly(void* h, int kind) noexcept nogil:
+    if _destroy_now(h, kind) != cudaSuccess:
+        cudaGetLastError()
+
+
+cdef int destroy_handle(int kind, void* h) except -1 nogil:
+    guard()
+    check(_destroy_now(h, kind))
+    streams_count(_DESTROYED[kind])
+    return 0
+
+
+cdef void release_handle(int kind, void* h) noexcept nogil:
+    # Forked child or interpreter teardown: leave it to the process's end.
+    # Inside a host callback: later, on a safe thread.
+    cdef int state = streams_guard_state()
+    streams_count(_DESTROYED[kind])
+    if state == 2 or not streams_interpreter_alive():
+        return
+    if state == 1:
+        streams_defer(_destroy_quietly, h, kind, NULL)
+    else:
+        streams_release_without_gil(_destroy_quietly, h, kind)
+
+
 # ---- streams --------------------------------------------------------------------------
 
 cdef int stream_create(cudaStream_t* out, unsigned int flags, int priority,
@@ -441,33 +513,6 @@ cdef int stream_create(cudaStream_t* out, unsigned int flags, int priority,
     return 0
 
 
-cdef int stream_destroy(cudaStream_t h) except -1 nogil:
-    guard()
-    check(cudaStreamDestroy(h))
-    streams_count(STREAMS_CNT_STREAM_DESTROYED)
-    return 0
-
-
-cdef void _destroy_stream_later(void* h) noexcept nogil:
-    if cudaStreamDestroy(<cudaStream_t>h) != cudaSuccess:
-        cudaGetLastError()
-
-
-cdef void release_stream(cudaStream_t h) noexcept nogil:
-    streams_count(STREAMS_CNT_STREAM_DESTROYED)
-    _release(_destroy_stream_later, <void*>h)
-
-
-cdef inline void _release(release_fn fn, void* arg) noexcept nogil:
-    # Forked child or interpreter teardown: leave it to the process's end.
-    # Inside a host callback: later, on a safe thread.
-    cdef int state = streams_guard_state()
-    if state == 2 or not streams_interpreter_alive():
-        return
-    if state == 1:
-        streams_defer(<streams_release_fn>fn, arg, NULL)
-        return
-    streams_release_without_gil(<streams_release_fn>fn, arg)
 
 
 cdef int stream_query(cudaStream_t h) except -1 nogil:
@@ -593,23 +638,6 @@ cdef int event_create(cudaEvent_t* out, unsigned int flags) except -1 nogil:
     check(cudaEventCreateWithFlags(out, flags))
     streams_count(STREAMS_CNT_EVENT_CREATED)
     return 0
-
-
-cdef int event_destroy(cudaEvent_t h) except -1 nogil:
-    guard()
-    check(cudaEventDestroy(h))
-    streams_count(STREAMS_CNT_EVENT_DESTROYED)
-    return 0
-
-
-cdef void _destroy_event_later(void* h) noexcept nogil:
-    if cudaEventDestroy(<cudaEvent_t>h) != cudaSuccess:
-        cudaGetLastError()
-
-
-cdef void release_event(cudaEvent_t h) noexcept nogil:
-    streams_count(STREAMS_CNT_EVENT_DESTROYED)
-    _release(_destroy_event_later, <void*>h)
 
 
 cdef int event_record(cudaEvent_t ev, cudaStream_t s, unsigned int flags) except -1 nogil:
@@ -766,7 +794,7 @@ cdef struct _LibraryRelease:
     unsigned long long devices
 
 
-cdef void _unload_library_later(void* arg) noexcept nogil:
+cdef void _unload_library_later(void* arg, int kind) noexcept nogil:
     cdef _LibraryRelease* rel = <_LibraryRelease*>arg
     _sync_devices(rel.devices)
     if cudaLibraryUnload(rel.lib) != cudaSuccess:
@@ -787,9 +815,9 @@ cdef void release_library(cudaLibrary_t lib, unsigned long long devices) noexcep
     rel.lib = lib
     rel.devices = devices
     if state == 1:
-        streams_defer(_unload_library_later, <void*>rel, NULL)
+        streams_defer(_unload_library_later, <void*>rel, 0, NULL)
     else:
-        streams_release_without_gil(_unload_library_later, <void*>rel)
+        streams_release_without_gil(_unload_library_later, <void*>rel, 0)
 
 
 cdef int library_get_kernel(cudaKernel_t* out, cudaLibrary_t lib,
@@ -851,7 +879,12 @@ cdef int free_async(void* p, cudaStream_t s) except -1 nogil:
     guard()
     check(cudaFreeAsync(p, s))
     streams_count(STREAMS_CNT_MEMORY_FREE)
+    streams_note_async_free()
     return 0
+
+
+cdef unsigned long long async_frees() noexcept nogil:
+    return streams_async_frees_so_far()
 
 
 cdef int host_alloc(void** out, size_t n) except -1 nogil:
@@ -861,52 +894,11 @@ cdef int host_alloc(void** out, size_t n) except -1 nogil:
     return 0
 
 
-cdef int free_host(void* p) except -1 nogil:
-    guard()
-    check(cudaFreeHost(p))
-    streams_count(STREAMS_CNT_MEMORY_FREE)
-    return 0
-
-
-cdef void _free_host_later(void* p) noexcept nogil:
-    if cudaFreeHost(p) != cudaSuccess:
-        cudaGetLastError()
-
-
-cdef void free_async_quiet(void* p, cudaStream_t s) noexcept nogil:
-    # For releases that already know CUDA may be called here.
-    streams_count(STREAMS_CNT_MEMORY_FREE)
-    if cudaFreeAsync(p, s) != cudaSuccess:
-        cudaGetLastError()
-
-
-cdef void release_host(void* p) noexcept nogil:
-    streams_count(STREAMS_CNT_MEMORY_FREE)
-    _release(_free_host_later, p)
-
-
 cdef int malloc_managed(void** out, size_t n, unsigned int flags) except -1 nogil:
     guard()
     check(cudaMallocManaged(out, n, flags))
     streams_count(STREAMS_CNT_MEMORY_ALLOC)
     return 0
-
-
-cdef int free_managed(void* p) except -1 nogil:
-    guard()
-    check(cudaFree(p))
-    streams_count(STREAMS_CNT_MEMORY_FREE)
-    return 0
-
-
-cdef void _free_managed_later(void* p) noexcept nogil:
-    if cudaFree(p) != cudaSuccess:
-        cudaGetLastError()
-
-
-cdef void release_managed(void* p) noexcept nogil:
-    streams_count(STREAMS_CNT_MEMORY_FREE)
-    _release(_free_managed_later, p)
 
 
 cdef int pointer_get_attributes(cudaPointerAttributes* out, const void* p) except -1 nogil:
@@ -948,23 +940,6 @@ cdef int graph_clone(cudaGraph_t* out, cudaGraph_t g) except -1 nogil:
     check(cudaGraphClone(out, g))
     streams_count(STREAMS_CNT_GRAPH_CREATED)
     return 0
-
-
-cdef int graph_destroy(cudaGraph_t g) except -1 nogil:
-    guard()
-    check(cudaGraphDestroy(g))
-    streams_count(STREAMS_CNT_GRAPH_DESTROYED)
-    return 0
-
-
-cdef void _destroy_graph_later(void* g) noexcept nogil:
-    if cudaGraphDestroy(<cudaGraph_t>g) != cudaSuccess:
-        cudaGetLastError()
-
-
-cdef void release_graph(cudaGraph_t g) noexcept nogil:
-    streams_count(STREAMS_CNT_GRAPH_DESTROYED)
-    _release(_destroy_graph_later, <void*>g)
 
 
 cdef int graph_get_nodes(cudaGraph_t g, cudaGraphNode_t* nodes, size_t* n) except -1 nogil:
@@ -1051,21 +1026,6 @@ cdef int graph_instantiate(cudaGraphExec_t* out, cudaGraph_t g,
     return 0
 
 
-cdef int graph_exec_destroy(cudaGraphExec_t ex) except -1 nogil:
-    guard()
-    check(cudaGraphExecDestroy(ex))
-    streams_count(STREAMS_CNT_EXEC_DESTROYED)
-    return 0
-
-
-cdef void _destroy_exec_later(void* ex) noexcept nogil:
-    if cudaGraphExecDestroy(<cudaGraphExec_t>ex) != cudaSuccess:
-        cudaGetLastError()
-
-
-cdef void release_graph_exec(cudaGraphExec_t ex) noexcept nogil:
-    streams_count(STREAMS_CNT_EXEC_DESTROYED)
-    _release(_destroy_exec_later, <void*>ex)
 
 
 cdef int graph_launch(cudaGraphExec_t ex, cudaStream_t s) except -1 nogil:
@@ -1099,3 +1059,82 @@ cdef int graph_exec_update(cudaGraphExec_t ex, cudaGraph_t g,
 streams_clear_shutting_down()
 if streams_install_fork_handler() != 0:
     raise ImportError("streams: pthread_atfork failed")
+
+
+# ---- in-process floor (benchmarks, python -m streams) ----
+# The floor of the launch-overhead measurements, in the process measured:
+# each operation's raw cudart calls in C loops (include/streams/floor.h),
+# through this module's static cudart, the one streams calls.  A floor in
+# another process has another context and other clocks, and was seen to
+# run slower than streams itself.
+
+from libc.limits cimport LONG_MAX
+
+cdef extern from "streams/floor.h" nogil:
+    enum: STREAMS_FLOOR_OP_COUNT
+    const char* streams_floor_op_names[]
+    ctypedef struct streams_floor_error_t:
+        cudaError_t err
+        char what[256]
+    int streams_floor_find_op(const char* name)
+    int streams_floor_uses_kernels(int op)
+    long long streams_floor_batch(int op, long n, const char* ptx, int* drained,
+                                  streams_floor_error_t* error)
+
+# The image stays referenced for the process: the floor's library, loaded
+# from it once, is never unloaded and the driver may read it again.
+cdef bytes _floor_ptx = None
+
+
+cdef const char* _floor_image() except NULL:
+    global _floor_ptx
+    import os
+    if _floor_ptx is None:
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels",
+                            "builtin.ptx")
+        with open(path, "rb") as f:
+            _floor_ptx = f.read() + b"\0"
+    return _floor_ptx
+
+
+def floor_batch(op, n):
+    """Nanoseconds that ``n`` calls of operation ``op`` take in C, here.
+
+    ``op`` is an operation of the benchmark (``benchmarks/ops.py``:
+    ``"stream_query"``, ``"kernel_launch"``, ...).  The calls are the raw
+    cudart calls of that operation, each checked, made with the GIL
+    released on streams, events and graphs this call creates and destroys,
+    and timed with ``CLOCK_MONOTONIC``; the kernels are the package's
+    built-in PTX.  Raises ValueError for an unknown ``op`` or ``n < 1``
+    (before any CUDA call) and CudaError when a call fails.
+    """
+    cdef int code
+    cdef long calls
+    cdef long long elapsed
+    cdef int drained = 0
+    cdef const char* image = NULL
+    cdef streams_floor_error_t error
+    if not isinstance(op, str):
+        raise TypeError(f"op must be a str, not {type(op).__name__}")
+    code = streams_floor_find_op(op.encode("utf-8", "replace"))
+    if code < 0:
+        known = ", ".join(streams_floor_op_names[i].decode("ascii")
+                          for i in range(STREAMS_FLOOR_OP_COUNT))
+        raise ValueError(f"floor_batch has no operation {op!r}; it has: {known}")
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise TypeError(f"n must be an int, not {type(n).__name__}")
+    if n < 1 or n > LONG_MAX:
+        raise ValueError(f"n must be >= 1 (and fit a C long), got {n}")
+    calls = n
+    guard()
+    if streams_floor_uses_kernels(code):
+        image = _floor_image()
+    with nogil:
+        elapsed = streams_floor_batch(code, calls, image, &drained, &error)
+    if elapsed >= 0:
+        return elapsed
+    what = error.what.decode("utf-8", "replace")
+    if error.err != cudaSuccess:
+        raise CudaError(<int>error.err, None,
+                        f"{error_message(<int>error.err)} (floor_batch {op!r}: {what})")
+    raise RuntimeError(f"floor_batch {op!r}: {what}")

@@ -49,7 +49,8 @@ cdef int require_device() except -1:
 
 cdef int current_device() except -1:
     cdef int dev
-    require_device()
+    if require_device() == 1:
+        return 0    # the one visible device is always the current one
     with nogil:
         dev = rt.get_device()
     return dev
@@ -105,11 +106,20 @@ cdef int resolve_device(object device, str argname="device") except -1:
         f"integer .index or .device_id, not {type(device).__name__}")
 
 
+cdef inline int _single_device() except -1 nogil:
+    global _device_count
+    if _device_count < 0:
+        _device_count = rt.get_device_count()   # racing threads store the same
+    return _device_count == 1
+
+
 cdef int enter_device(DeviceScope* scope, int dev) except -1 nogil:
     cdef int cur
     scope.previous = -1
     scope.target = dev
-    if dev < 0:
+    # With one visible device it is always the current one: no cudaGetDevice
+    # on the launch path.
+    if dev < 0 or _single_device():
         return 0
     cur = rt.get_device()
     if cur != dev:

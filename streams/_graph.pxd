@@ -1,5 +1,6 @@
 # C-level declarations of graphs (streams._graph).  Free of CUDA types, as
 # _stream.pxd: a project that cimports streams needs no CUDA headers.
+from streams._handle cimport HandleOwner
 from streams._stream cimport ErrorSlot, Event, Stream
 
 cdef extern from "streams/streams.h":
@@ -10,17 +11,14 @@ cdef extern from "streams/streams.h":
 cdef class GraphNode
 
 
-cdef class Graph:
+cdef class Graph(HandleOwner):
     cdef streams_graph_t _handle
-    cdef unsigned int _state
-    cdef bint _owns_handle
     cdef ErrorSlot _errors       # shared with its clones' and executables' callbacks
     cdef list _keep              # what the graph's nodes need alive (buffers, modules, ...)
-    cdef object __weakref__
 
     cdef streams_graph_t c_handle(self) noexcept nogil
-    cdef int _use(self) except -1 nogil
-    cdef void _unuse(self) noexcept nogil
+    cdef int _destroy(self) except -1 nogil
+    cdef void _release(self) noexcept nogil
     cdef GraphNode _add_event_node(self, Event ev, object dependencies, bint record)
 
 
@@ -30,15 +28,13 @@ cdef class GraphNode:
     cdef int _check(self) except -1
 
 
-cdef class GraphExec:
+cdef class GraphExec(HandleOwner):
     cdef streams_graph_exec_t _handle
-    cdef unsigned int _state
     cdef ErrorSlot _errors
     cdef tuple _keep
-    cdef object __weakref__
 
     cdef int c_launch(self, Stream stream) except -1 nogil
     cdef int c_upload(self, Stream stream) except -1 nogil
     cdef streams_graph_exec_t c_handle(self) noexcept nogil
-    cdef int _use(self) except -1 nogil
-    cdef void _unuse(self) noexcept nogil
+    cdef int _destroy(self) except -1 nogil
+    cdef void _release(self) noexcept nogil

@@ -28,8 +28,8 @@ from streams._hostcall cimport (HostCall, KIND_HOST_FUNC, new_call, new_error_sl
 from streams._launch cimport ArgPack, Kernel, keep_module, keep_pack_users, pack_args, \
     release_pack
 from streams._memory cimport Span, hold_memory, release_span, resolve_span
-from streams._platform cimport (STREAMS_H_INERT, streams_close_begin, streams_is_closed,
-                                streams_open, streams_use_begin, streams_use_end)
+from streams._handle cimport HandleOwner
+from streams._platform cimport streams_close_begin, streams_is_closed
 from streams._stream cimport ErrorSlot, Event, Stream, as_event, as_stream
 from streams.cudart cimport *
 
@@ -164,10 +164,9 @@ cdef GraphNode _wrap_node(Graph graph, cudaGraphNode_t handle):
 cdef Graph _wrap_graph(cudaGraph_t handle, bint owns, ErrorSlot errors, list keep):
     cdef Graph g = Graph.__new__(Graph)
     g._handle = <streams_graph_t>handle
-    g._owns_handle = owns
     g._errors = errors if errors is not None else new_error_slot()
     g._keep = keep if keep is not None else []
-    streams_open(&g._state)
+    g._opened(owns)
     return g
 
 
@@ -427,50 +426,34 @@ cdef class GraphNode:
         return f"<streams.GraphNode {kind} 0x{<uintptr_t>self._handle:x}>"
 
 
-cdef class Graph:
+cdef class Graph(HandleOwner):
     """A CUDA graph (``cudaGraph_t``): ``Graph()`` is empty; captures return one."""
-
-    def __cinit__(self, *args, **kwargs):
-        self._state = STREAMS_H_INERT
-        self._owns_handle = False
 
     def __init__(self):
         cdef cudaGraph_t g = NULL
-        if not streams_is_closed(&self._state):
-            raise RuntimeError("Graph.__init__ called on an open graph")
+        self._init_once()
         require_device()
         rt.drain_deferred()
         with nogil:
             rt.graph_create(&g)
         self._handle = <streams_graph_t>g
-        self._owns_handle = True
         self._errors = new_error_slot()
         self._keep = []
-        streams_open(&self._state)
+        self._opened(True)
 
     cdef streams_graph_t c_handle(self) noexcept nogil:
         return self._handle
 
-    cdef int _use(self) except -1 nogil:
-        if streams_use_begin(&self._state) == 0:
-            return 0
-        self._unuse()
-        with gil:
-            return rt.raise_closed(self)
+    cdef int _destroy(self) except -1 nogil:
+        return rt.destroy_handle(rt.HANDLE_GRAPH, self._handle)
 
-    cdef void _unuse(self) noexcept nogil:
-        if streams_use_end(&self._state) and self._owns_handle:
-            rt.release_graph(<cudaGraph_t>self._handle)
+    cdef void _release(self) noexcept nogil:
+        rt.release_handle(rt.HANDLE_GRAPH, self._handle)
 
     @property
     def handle(self):
-        if streams_is_closed(&self._state):
-            rt.raise_closed(self)
+        self._check_open()
         return <uintptr_t>self._handle
-
-    @property
-    def closed(self):
-        return bool(streams_is_closed(&self._state))
 
     def instantiate(self, *, auto_free_on_launch=False, upload_stream=None,
                     device_launch=False, use_node_priority=False):
@@ -502,7 +485,7 @@ cdef class Graph:
         result._handle = <streams_graph_exec_t>ex
         result._errors = self._errors
         result._keep = tuple(self._keep)
-        streams_open(&result._state)
+        result._opened(True)
         if up is not None:
             result.upload(up)
         return result
@@ -812,24 +795,8 @@ cdef class Graph:
 
     def close(self):
         """Destroy the graph (executables made from it keep working).  Idempotent."""
-        if streams_is_closed(&self._state):
-            return
-        rt.guard()
-        if streams_close_begin(&self._state) == 1 and self._owns_handle:
-            with nogil:
-                rt.graph_destroy(<cudaGraph_t>self._handle)
+        self._close_handle()
         rt.drain_deferred()
-
-    def __dealloc__(self):
-        if self._owns_handle and streams_close_begin(&self._state) == 1:
-            rt.release_graph(<cudaGraph_t>self._handle)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
 
     def __repr__(self):
         if self.closed:
@@ -838,25 +805,17 @@ cdef class Graph:
 
 
 @cython.final
-cdef class GraphExec:
+cdef class GraphExec(HandleOwner):
     """An executable graph (``cudaGraphExec_t``), from ``Graph.instantiate()``."""
-
-    def __cinit__(self):
-        self._state = STREAMS_H_INERT
 
     def __init__(self, *args, **kwargs):
         rt.refuse_construction(self, "use Graph.instantiate()")
 
-    cdef int _use(self) except -1 nogil:
-        if streams_use_begin(&self._state) == 0:
-            return 0
-        self._unuse()
-        with gil:
-            return rt.raise_closed(self)
+    cdef int _destroy(self) except -1 nogil:
+        return rt.destroy_handle(rt.HANDLE_GRAPH_EXEC, self._handle)
 
-    cdef void _unuse(self) noexcept nogil:
-        if streams_use_end(&self._state):
-            rt.release_graph_exec(<cudaGraphExec_t>self._handle)
+    cdef void _release(self) noexcept nogil:
+        rt.release_handle(rt.HANDLE_GRAPH_EXEC, self._handle)
 
     cdef streams_graph_exec_t c_handle(self) noexcept nogil:
         return self._handle
@@ -894,8 +853,11 @@ cdef class GraphExec:
         cdef Stream s = as_stream(stream, "stream")
         if self._errors is not None and self._errors.first is not None:
             self._errors.raise_pending("graph host callback")
-        with nogil:
+        if rt.enqueue_may_keep_gil():
             self.c_launch(s)
+        else:
+            with nogil:
+                self.c_launch(s)
 
     def upload(self, stream=None):
         """Upload the executable ahead of its first launch."""
@@ -933,34 +895,13 @@ cdef class GraphExec:
 
     @property
     def handle(self):
-        if streams_is_closed(&self._state):
-            rt.raise_closed(self)
+        self._check_open()
         return <uintptr_t>self._handle
-
-    @property
-    def closed(self):
-        return bool(streams_is_closed(&self._state))
 
     def close(self):
         """Destroy the executable (launches already queued still run).  Idempotent."""
-        if streams_is_closed(&self._state):
-            return
-        rt.guard()
-        if streams_close_begin(&self._state) == 1:
-            with nogil:
-                rt.graph_exec_destroy(<cudaGraphExec_t>self._handle)
+        self._close_handle()
         rt.drain_deferred()
-
-    def __dealloc__(self):
-        if streams_close_begin(&self._state) == 1:
-            rt.release_graph_exec(<cudaGraphExec_t>self._handle)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
 
     def __repr__(self):
         if self.closed:

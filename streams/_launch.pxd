@@ -1,20 +1,19 @@
 # C-level declarations of modules and kernels (streams._launch).  Like
 # _stream.pxd, free of CUDA types: a project that cimports streams needs no
 # CUDA headers.
+from streams._handle cimport HandleOwner
 from streams._stream cimport LaunchTarget, Stream
 
 cdef enum:
     MAX_KERNEL_ARGS = 64
 
 
-cdef class Module:
+cdef class Module(HandleOwner):
     cdef void* _handle           # cudaLibrary_t
     cdef bytes _image            # the driver may read it again when loading lazily
-    cdef unsigned int _state
     cdef unsigned long long _devices   # bit d: a kernel of it was launched on device d
-    cdef object __weakref__
-    cdef int _use(self) except -1 nogil
-    cdef void _unuse(self) noexcept nogil
+    cdef int _destroy(self) except -1 nogil
+    cdef void _release(self) noexcept nogil
 
 
 cdef class Kernel(LaunchTarget):

@@ -19,9 +19,8 @@ cimport streams._cudart as rt
 from streams._args cimport as_dim3, as_nbytes
 from streams._device cimport DeviceScope, enter_device, exit_device, require_device
 from streams._memory cimport SPAN_DEVICE, SPAN_NULL_OK, Span, release_span, resolve_span
-from streams._platform cimport (STREAMS_H_INERT, streams_close_begin, streams_is_closed,
-                                streams_mark_bit, streams_open, streams_use_begin,
-                                streams_use_end)
+from streams._handle cimport HandleOwner
+from streams._platform cimport streams_mark_bit
 from streams._stream cimport LaunchTarget, Stream, as_stream
 from streams.cudart cimport *
 
@@ -163,7 +162,7 @@ cdef void release_pack(ArgPack* pack) noexcept:
 # ---- modules --------------------------------------------------------------------------------
 
 @cython.final
-cdef class Module:
+cdef class Module(HandleOwner):
     """Code loaded with the CUDA library API (``cudaLibraryLoadData``).
 
     Build one with ``Module.from_ptx``, ``from_cubin``, ``from_fatbin`` or
@@ -172,9 +171,6 @@ cdef class Module:
     for the devices they ran on) and the graphs and prepared launches that
     hold them are gone.
     """
-
-    def __cinit__(self):
-        self._state = STREAMS_H_INERT
 
     def __init__(self, *args, **kwargs):
         rt.refuse_construction(self, "use Module.from_ptx, from_cubin, from_fatbin or "
@@ -224,7 +220,7 @@ cdef class Module:
             rt.library_load_from_file(&lib, c_name)
         m = Module.__new__(Module)
         m._handle = <void*>lib
-        streams_open(&m._state)
+        m._opened(True)
         return m
 
     def get_kernel(self, name, signature=None):
@@ -279,27 +275,17 @@ cdef class Module:
         _read_parameters(k)
         return k
 
-    # ---- the handle's life ---------------------------------------------------
-    cdef int _use(self) except -1 nogil:
-        if streams_use_begin(&self._state) == 0:
-            return 0
-        self._unuse()
-        with gil:
-            return rt.raise_closed(self)
+    # ---- the handle's life (HandleOwner) -----------------------------------
+    cdef int _destroy(self) except -1 nogil:
+        return rt.library_unload(<cudaLibrary_t>self._handle, self._devices)
 
-    cdef void _unuse(self) noexcept nogil:
-        if streams_use_end(&self._state):
-            rt.release_library(<cudaLibrary_t>self._handle, self._devices)
-
-    @property
-    def closed(self):
-        return bool(streams_is_closed(&self._state))
+    cdef void _release(self) noexcept nogil:
+        rt.release_library(<cudaLibrary_t>self._handle, self._devices)
 
     @property
     def handle(self):
         """The ``cudaLibrary_t`` as an int."""
-        if streams_is_closed(&self._state):
-            rt.raise_closed(self)
+        self._check_open()
         return <uintptr_t>self._handle
 
     def close(self):
@@ -308,23 +294,7 @@ cdef class Module:
         Kernels of a closed module can no longer be launched; graphs and
         prepared launches that hold them keep it loaded until they go.
         """
-        if streams_is_closed(&self._state):
-            return
-        rt.guard()
-        if streams_close_begin(&self._state) == 1:
-            with nogil:
-                rt.library_unload(<cudaLibrary_t>self._handle, self._devices)
-
-    def __dealloc__(self):
-        if streams_close_begin(&self._state) == 1:
-            rt.release_library(<cudaLibrary_t>self._handle, self._devices)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
+        self._close_handle()
 
     def __repr__(self):
         state = " (closed)" if self.closed else ""
@@ -342,7 +312,7 @@ cdef Module _load_image(bytes image, bint resident):
     m = Module.__new__(Module)
     m._handle = <void*>lib
     m._image = image
-    streams_open(&m._state)
+    m._opened(True)
     return m
 
 
@@ -491,8 +461,11 @@ cdef class Kernel(LaunchTarget):
         cdef const cudaLaunchConfig_t* cfgp = &cfg if config is not None else NULL
         pack_args(self, args, &pack, stream)
         try:
-            with nogil:
+            if rt.enqueue_may_keep_gil():
                 _launch_packed(self, stream, g, b, argv, smem, cfgp)
+            else:
+                with nogil:
+                    _launch_packed(self, stream, g, b, argv, smem, cfgp)
         finally:
             release_pack(&pack)
         return 0
@@ -657,8 +630,11 @@ cdef class PreparedLaunch:
     def launch(self, stream=None):
         """Enqueue the launch on ``stream`` (default: the current stream)."""
         cdef Stream s = as_stream(stream, "stream")
-        with nogil:
+        if rt.enqueue_may_keep_gil():
             self.c_launch(s)
+        else:
+            with nogil:
+                self.c_launch(s)
 
     @property
     def kernel(self):

@@ -4,6 +4,7 @@
 # into an address.
 from libc.stdint cimport uintptr_t
 
+from streams._handle cimport HandleOwner
 from streams._stream cimport Stream
 
 cdef enum:
@@ -32,17 +33,15 @@ cdef void release_span(Span* span) noexcept
 cdef object hold_memory(object obj)
 
 
-cdef class _Buffer:
+cdef class _Buffer(HandleOwner):
     cdef void* _ptr
     cdef size_t _nbytes
-    cdef unsigned int _state
     cdef int _device
     cdef int _views               # buffer-protocol views (numpy) alive
-    cdef object __weakref__
-    cdef int _use(self) except -1
-    cdef void _unuse(self) noexcept
+    cdef void _adopt(self, void* ptr, size_t nbytes) noexcept
+    cdef int _destroy(self) except -1 nogil
+    cdef void _release(self) noexcept nogil
     cdef void _release_memory(self) noexcept
-    cdef int _check_open(self) except -1
 
 
 cdef class DeviceBuffer(_Buffer):
@@ -52,7 +51,7 @@ cdef class DeviceBuffer(_Buffer):
 
 
 cdef class _HostBuffer(_Buffer):
-    pass
+    cdef int _kind                # how _cudart frees it (HANDLE_HOST_MEMORY, ...)
 
 
 cdef class PinnedBuffer(_HostBuffer):

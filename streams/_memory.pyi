@@ -71,6 +71,7 @@ class DeviceBuffer(_Buffer):
         copy: bool | None = None,
     ) -> CapsuleType: ...
 
+@disjoint_base
 class _HostBuffer(_Buffer):
     # Host memory with the buffer protocol (memoryview, numpy.asarray).
     if sys.version_info >= (3, 12):

@@ -20,8 +20,8 @@ from libc.stdlib cimport free, malloc
 cimport streams._cudart as rt
 from streams._args cimport as_int, as_nbytes, as_pointer_int
 from streams._device cimport DeviceScope, current_device, enter_device, exit_device
-from streams._platform cimport (STREAMS_H_INERT, streams_close_begin, streams_is_closed,
-                                streams_open, streams_use_begin, streams_use_end)
+from streams._handle cimport HandleOwner
+from streams._platform cimport streams_close_begin, streams_is_closed
 from streams._stream cimport Event, Stream, as_stream
 from streams.cudart cimport *
 
@@ -376,7 +376,7 @@ def _address_of(obj, argname="ptr"):
 
 # ---- buffers ------------------------------------------------------------------------------
 
-cdef class _Buffer:
+cdef class _Buffer(HandleOwner):
     """Common base of the memory classes: a pointer, a size, a device.
 
     Users of the memory (calls in flight in other threads, DLPack
@@ -387,26 +387,27 @@ cdef class _Buffer:
     def __cinit__(self, *args, **kwargs):
         self._ptr = NULL
         self._nbytes = 0
-        self._state = STREAMS_H_INERT
         self._device = -1
 
-    cdef int _use(self) except -1:
-        if streams_use_begin(&self._state) == 0:
-            return 0
-        self._unuse()
-        return rt.raise_closed(self)
+    cdef void _adopt(self, void* ptr, size_t nbytes) noexcept:
+        self._ptr = ptr
+        self._nbytes = nbytes
+        rt.count(rt.STREAMS_CNT_BUFFER_CREATED)
+        self._opened(True)
 
-    cdef void _unuse(self) noexcept:
-        if streams_use_end(&self._state):
+    # Freeing takes the GIL: a device free is ordered after the work of a
+    # stream object, and may be queued for a thread that can call CUDA.
+    cdef int _destroy(self) except -1 nogil:
+        with gil:
+            self._release_memory()
+        return 0
+
+    cdef void _release(self) noexcept nogil:
+        with gil:
             self._release_memory()
 
     cdef void _release_memory(self) noexcept:
         pass
-
-    cdef int _check_open(self) except -1:
-        if streams_is_closed(&self._state):
-            return rt.raise_closed(self)
-        return 0
 
     @property
     def ptr(self):
@@ -426,40 +427,15 @@ cdef class _Buffer:
     def device_id(self):
         return self._device
 
-    @property
-    def closed(self):
-        return bool(streams_is_closed(&self._state))
-
     def __len__(self):
         return self._nbytes
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
-
-    def _close_common(self):
-        # What every close() does: refuse inside callbacks, refuse while
-        # numpy views exist, then close; the last user frees.
-        if streams_is_closed(&self._state):
-            return False
-        rt.guard()
-        if self._views:
-            raise BufferError(f"cannot close a {type(self).__name__} while {self._views} "
-                              "buffer view(s) (e.g. numpy arrays) still use it")
-        if streams_close_begin(&self._state) == 1:
-            self._release_memory()
-        return True
-
     def close(self):
         """Free the memory (after any user still holding it).  Idempotent."""
-        self._close_common()
-
-    def __dealloc__(self):
-        if streams_close_begin(&self._state) == 1:
-            self._release_memory()
+        if self._views and not streams_is_closed(&self._state):
+            raise BufferError(f"cannot close a {type(self).__name__} while {self._views} "
+                              "buffer view(s) (e.g. numpy arrays) still use it")
+        self._close_handle()
 
     def __repr__(self):
         if self.closed:
@@ -509,7 +485,7 @@ cdef void _free_device_memory(void* ptr, int device, Stream stream, Stream free_
                 (<Stream>s)._tail = None
 
 
-cdef void _free_pending(void* arg) noexcept nogil:
+cdef void _free_pending(void* arg, int kind) noexcept nogil:
     with gil:
         p = <_PendingFree>arg
         _free_device_memory(p.ptr, p.device, p.stream, p.free_on)
@@ -533,8 +509,7 @@ cdef class DeviceBuffer(_Buffer):
         cdef void* p = NULL
         cdef DeviceScope scope
         cdef int dev
-        if not streams_is_closed(&self._state):
-            raise RuntimeError("DeviceBuffer.__init__ called on an open buffer")
+        self._init_once()
         rt.drain_deferred()
         s._use()
         try:
@@ -549,12 +524,9 @@ cdef class DeviceBuffer(_Buffer):
         finally:
             s._unuse()
         self._device = dev
-        self._ptr = p
-        self._nbytes = n
         self._stream = s
         s._dependents += 1
-        rt.count(rt.STREAMS_CNT_BUFFER_CREATED)
-        streams_open(&self._state)
+        self._adopt(p, n)
 
     def __dealloc__(self):
         # Here, not in the base class: by the time a base __dealloc__ runs,
@@ -576,7 +548,7 @@ cdef class DeviceBuffer(_Buffer):
             # the free runs (a consumer may still hold the memory).
             self._free_on = as_stream(stream, "stream")
             self._free_on._dependents += 1
-        self._close_common()
+        _Buffer.close(self)
 
     cdef void _release_memory(self) noexcept:
         cdef _PendingFree pending
@@ -671,6 +643,12 @@ cdef class _HostBuffer(_Buffer):
     def __releasebuffer__(self, Py_buffer* view):
         self._views -= 1
 
+    cdef void _release_memory(self) noexcept:
+        rt.count(rt.STREAMS_CNT_BUFFER_FREED)
+        if self._ptr != NULL:
+            rt.release_handle(self._kind, self._ptr)
+            self._ptr = NULL
+
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
         """Export as a DLPack capsule (host memory: no stream ordering)."""
         self._check_open()
@@ -689,26 +667,18 @@ cdef class PinnedBuffer(_HostBuffer):
     def __init__(self, nbytes):
         cdef size_t n = as_nbytes(nbytes, "nbytes")
         cdef void* p = NULL
-        if not streams_is_closed(&self._state):
-            raise RuntimeError("PinnedBuffer.__init__ called on an open buffer")
+        self._init_once()
         current_device()
         rt.drain_deferred()
         if n:
             with nogil:
                 rt.host_alloc(&p, n)
-        self._ptr = p
-        self._nbytes = n
-        rt.count(rt.STREAMS_CNT_BUFFER_CREATED)
-        streams_open(&self._state)
+        self._kind = rt.HANDLE_HOST_MEMORY
+        self._adopt(p, n)
 
     def __dlpack_device__(self):
         return (_kDLCUDAHost, 0)
 
-    cdef void _release_memory(self) noexcept:
-        rt.count(rt.STREAMS_CNT_BUFFER_FREED)
-        if self._ptr != NULL:
-            rt.release_host(self._ptr)
-            self._ptr = NULL
 
 
 @cython.final
@@ -725,8 +695,7 @@ cdef class ManagedBuffer(_HostBuffer):
         cdef size_t n = as_nbytes(nbytes, "nbytes")
         cdef void* p = NULL
         cdef unsigned int flags
-        if not streams_is_closed(&self._state):
-            raise RuntimeError("ManagedBuffer.__init__ called on an open buffer")
+        self._init_once()
         if attach == "global":
             flags = cudaMemAttachGlobal
         elif attach == "host":
@@ -739,10 +708,8 @@ cdef class ManagedBuffer(_HostBuffer):
         if n:
             with nogil:
                 rt.malloc_managed(&p, n, flags)
-        self._ptr = p
-        self._nbytes = n
-        rt.count(rt.STREAMS_CNT_BUFFER_CREATED)
-        streams_open(&self._state)
+        self._kind = rt.HANDLE_MANAGED_MEMORY
+        self._adopt(p, n)
 
     @property
     def stream(self):
@@ -759,14 +726,27 @@ cdef class ManagedBuffer(_HostBuffer):
     def __dlpack_device__(self):
         return (_kDLCUDAManaged, self._device)
 
-    cdef void _release_memory(self) noexcept:
-        rt.count(rt.STREAMS_CNT_BUFFER_FREED)
-        if self._ptr != NULL:
-            rt.release_managed(self._ptr)
-            self._ptr = NULL
 
 
 # ---- copies and sets ------------------------------------------------------------------------
+
+cdef int _check_fits(size_t n, Span* span, str argname) except -1:
+    if span.nbytes != <size_t>-1 and n > span.nbytes:
+        raise ValueError(f"nbytes={n} is more than {argname} holds ({span.nbytes})")
+    return 0
+
+
+cdef size_t _span_length(object nbytes, Span* span, str argname) except? 0:
+    """``nbytes``, which must fit in ``span``, or all of it when None."""
+    cdef size_t n
+    if nbytes is None:
+        if span.nbytes == <size_t>-1:
+            raise ValueError(f"nbytes is required when {argname} is a raw address")
+        return span.nbytes
+    n = as_nbytes(nbytes, "nbytes")
+    _check_fits(n, span, argname)
+    return n
+
 
 def memcpy_async(dst, src, nbytes=None, stream=None):
     """Copy ``nbytes`` (default: all of ``src``) from ``src`` to ``dst`` in stream order.
@@ -788,16 +768,8 @@ def memcpy_async(dst, src, nbytes=None, stream=None):
     try:
         resolve_span(dst, &d, SPAN_WRITABLE | SPAN_HOST_OK, st, "dst")
         resolve_span(src, &s, SPAN_HOST_OK, st, "src")
-        if nbytes is None:
-            if s.nbytes == <size_t>-1:
-                raise ValueError("nbytes is required when src is a raw address")
-            n = s.nbytes
-        else:
-            n = as_nbytes(nbytes, "nbytes")
-        if s.nbytes != <size_t>-1 and n > s.nbytes:
-            raise ValueError(f"nbytes={n} is more than src holds ({s.nbytes})")
-        if d.nbytes != <size_t>-1 and n > d.nbytes:
-            raise ValueError(f"nbytes={n} is more than dst holds ({d.nbytes})")
+        n = _span_length(nbytes, &s, "src")
+        _check_fits(n, &d, "dst")
         st._use()
         try:
             with nogil:
@@ -821,14 +793,7 @@ def memset_async(dst, value, nbytes=None, stream=None):
     d.has_view = False
     try:
         resolve_span(dst, &d, SPAN_WRITABLE | SPAN_HOST_OK, st, "dst")
-        if nbytes is None:
-            if d.nbytes == <size_t>-1:
-                raise ValueError("nbytes is required when dst is a raw address")
-            n = d.nbytes
-        else:
-            n = as_nbytes(nbytes, "nbytes")
-            if d.nbytes != <size_t>-1 and n > d.nbytes:
-                raise ValueError(f"nbytes={n} is more than dst holds ({d.nbytes})")
+        n = _span_length(nbytes, &d, "dst")
         st._use()
         try:
             with nogil:

@@ -1,7 +1,8 @@
 # Declarations of the package's header-only C helpers that need neither
 # CUDA nor Python: clocks and pauses for the waits (streams/clock.h), and
 # the life of an owned handle (streams/handle.h), which every handle owner
-# uses and which a project that cimports streams compiles too.
+# uses and which a project that cimports streams compiles too, and the
+# stacks of idle handles of StreamPool and EventPool (streams/pool.h).
 
 cdef extern from "streams/clock.h" nogil:
     long long streams_now_ns()
@@ -17,3 +18,14 @@ cdef extern from "streams/handle.h" nogil:
     int streams_is_closed(const unsigned int* state)
     void streams_open(unsigned int* state)
     void streams_mark_bit(unsigned long long* mask, int bit)
+
+cdef extern from "streams/pool.h" nogil:
+    ctypedef struct streams_pool:
+        pass
+    streams_pool* streams_pool_new(size_t cap)
+    void streams_pool_ref(streams_pool* p)
+    void streams_pool_unref(streams_pool* p)
+    void* streams_pool_take(streams_pool* p)
+    int streams_pool_put(streams_pool* p, void* h)
+    size_t streams_pool_idle(streams_pool* p)
+    void streams_pool_close(streams_pool* p)

@@ -7,6 +7,8 @@
 # (`except -1`): call them inside `with nogil:`, holding a reference to each
 # object for the duration of the call.
 
+from streams._handle cimport HandleOwner
+
 cdef extern from "streams/streams.h":
     ctypedef void* streams_stream_t
     ctypedef void* streams_event_t
@@ -23,11 +25,9 @@ cdef class ErrorSlot:
     cdef int raise_pending(self, str what) except -1
 
 
-cdef class Stream:
+cdef class Stream(HandleOwner):
     cdef streams_stream_t _handle
     cdef int _device            # -1 for the device-agnostic special streams
-    cdef unsigned int _state    # streams/handle.h: closed flag and users
-    cdef bint _owns_handle
     cdef bint _special          # legacy / per-thread / null singletons
     cdef object _owner          # keeps a foreign handle's owner alive
     cdef ErrorSlot _errors      # made with the first host callback
@@ -35,7 +35,8 @@ cdef class Stream:
     # stream closes with some left, _tail marks where its work ends.
     cdef int _dependents
     cdef Event _tail
-    cdef object __weakref__
+    cdef unsigned long long _frees_seen   # rt.async_frees() at its last full synchronize
+    cdef void* _pool            # the StreamPool its handle goes back to, or NULL
 
     # 1 when all work is done, 0 when not; never raises cudaErrorNotReady.
     cdef int c_query(self) except -1 nogil
@@ -48,22 +49,18 @@ cdef class Stream:
     # The stream's device, or the current one for the special streams.
     cdef int c_device(self) except -1 nogil
 
-    # Every use of the handle with the GIL released is bracketed by these,
-    # so that close() in another thread never frees it under the caller.
-    cdef int _use(self) except -1 nogil
-    cdef void _unuse(self) noexcept nogil
-    cdef int _check_open(self) except -1 nogil
+    cdef int _destroy(self) except -1 nogil
+    cdef void _release(self) noexcept nogil
 
 
-cdef class Event:
+cdef class Event(HandleOwner):
     cdef streams_event_t _handle
     cdef int _device
     cdef unsigned int _flags
-    cdef unsigned int _state
-    cdef bint _owns_handle
     cdef bint _recorded
     cdef object _owner
-    cdef object __weakref__
+    cdef unsigned long long _frees_seen
+    cdef void* _pool            # the EventPool its handle goes back to, or NULL
 
     cdef int c_record(self, Stream stream) except -1 nogil
     cdef int c_query(self) except -1 nogil
@@ -71,9 +68,8 @@ cdef class Event:
     cdef int c_wait(self, Stream stream) except -1 nogil
     cdef streams_event_t c_handle(self) noexcept nogil
 
-    cdef int _use(self) except -1 nogil
-    cdef void _unuse(self) noexcept nogil
-    cdef int _check_open(self) except -1 nogil
+    cdef int _destroy(self) except -1 nogil
+    cdef void _release(self) noexcept nogil
 
 
 # Kernels (streams._launch) derive from this, so that Stream.launch reaches

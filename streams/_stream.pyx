@@ -10,6 +10,7 @@ class declared here (``LaunchTarget``).
 """
 import threading as _threading
 
+cimport cython
 from libc.stdint cimport uintptr_t
 from libc.string cimport memset
 
@@ -17,10 +18,12 @@ cimport streams._cudart as rt
 from streams._args cimport as_enum, as_int, as_nbytes, as_pointer_int, as_timeout_ns
 from streams._device cimport (DeviceScope, current_device, enter_device, exit_device,
                               priority_range, require_device, resolve_device)
-from streams._platform cimport (STREAMS_H_INERT, streams_close_begin, streams_cpu_relax,
-                                streams_cpu_yield, streams_is_closed, streams_now_ns,
-                                streams_open, streams_sleep_ns, streams_use_begin,
-                                streams_use_end)
+from streams._handle cimport HandleOwner
+from streams._platform cimport (streams_cpu_relax, streams_cpu_yield, streams_is_closed,
+                                streams_now_ns, streams_pool, streams_pool_close,
+                                streams_pool_idle, streams_pool_new, streams_pool_put,
+                                streams_pool_ref, streams_pool_take, streams_pool_unref,
+                                streams_sleep_ns)
 from streams.cudart cimport *
 
 from streams._args import StreamsEnum
@@ -140,8 +143,7 @@ cdef Event new_event(int device, unsigned int flags):
     ev._handle = <streams_event_t>h
     ev._device = device
     ev._flags = flags
-    ev._owns_handle = True
-    streams_open(&ev._state)
+    ev._opened(True)
     return ev
 
 
@@ -181,10 +183,15 @@ cdef int wait_until_done(object obj, long long timeout_ns) except -1:
     that saw the work done ends with the plain synchronize call, which
     returns at once then, and lets CUDA do what it does at a synchronize
     (the stream-ordered memory pool gives freed memory back to the system
-    there).
+    there), when this package made a stream-ordered free since the object's
+    last one: an idle wait then costs one query, as cudaStreamSynchronize
+    costs one call.  Memory that another library frees in stream order goes
+    back at its own synchronize, or at a device synchronize.
     """
     cdef bint is_stream = isinstance(obj, Stream)
     cdef void* handle
+    cdef unsigned long long* frees_seen
+    cdef unsigned long long frees
     cdef bint sleepy = False
     cdef long long now = streams_now_ns()
     cdef long long deadline = -1 if timeout_ns < 0 else now + timeout_ns
@@ -195,9 +202,11 @@ cdef int wait_until_done(object obj, long long timeout_ns) except -1:
     if is_stream:
         (<Stream>obj)._use()
         handle = <void*>(<Stream>obj)._handle
+        frees_seen = &(<Stream>obj)._frees_seen
     else:
         (<Event>obj)._use()
         handle = <void*>(<Event>obj)._handle
+        frees_seen = &(<Event>obj)._frees_seen
         sleepy = ((<Event>obj)._flags & cudaEventBlockingSync) != 0
     try:
         while True:
@@ -206,11 +215,13 @@ cdef int wait_until_done(object obj, long long timeout_ns) except -1:
                 if deadline >= 0 and deadline < slice_end:
                     slice_end = deadline
                 done = _poll(is_stream, handle, slice_end, sleepy, &nap_ns, spin_until)
-                if done:
+                frees = rt.async_frees()
+                if done and frees != frees_seen[0]:
                     if is_stream:
                         rt.stream_synchronize(<cudaStream_t>handle)
                     else:
                         rt.event_synchronize(<cudaEvent_t>handle)
+                    frees_seen[0] = frees
             if done:
                 return 1
             PyErr_CheckSignals()
@@ -221,6 +232,42 @@ cdef int wait_until_done(object obj, long long timeout_ns) except -1:
             (<Stream>obj)._unuse()
         else:
             (<Event>obj)._unuse()
+
+
+# ---- calls shared by Stream and Event ------------------------------------------------------
+
+cdef inline int _status(HandleOwner owner, bint is_stream, void* handle,
+                        bint wait) except -1 nogil:
+    # A query (1 done, 0 not) or a plain synchronize, with the owner in use.
+    owner._use()
+    try:
+        if is_stream and wait:
+            return rt.stream_synchronize(<cudaStream_t>handle)
+        if is_stream:
+            return rt.stream_query(<cudaStream_t>handle)
+        if wait:
+            return rt.event_synchronize(<cudaEvent_t>handle)
+        return rt.event_query(<cudaEvent_t>handle)
+    finally:
+        owner._unuse()
+
+
+# Enqueues from Python keep the GIL when that cannot deadlock
+# (rt.enqueue_may_keep_gil says when).
+cdef int _record(Stream stream, Event event) except -1:
+    if rt.enqueue_may_keep_gil():
+        return stream.c_record(event)
+    with nogil:
+        stream.c_record(event)
+    return 0
+
+
+cdef int _wait_event(Stream stream, Event event) except -1:
+    if rt.enqueue_may_keep_gil():
+        return stream.c_wait_event(event)
+    with nogil:
+        stream.c_wait_event(event)
+    return 0
 
 
 # ---- the current stream -------------------------------------------------------------------
@@ -253,9 +300,8 @@ cdef Stream _make_special(uintptr_t handle, object owner=None, type cls=None):
     s._handle = <streams_stream_t>handle
     s._device = -1
     s._special = True
-    s._owns_handle = False
     s._owner = owner
-    streams_open(&s._state)
+    s._opened(False)
     return s
 
 
@@ -269,7 +315,56 @@ cdef int _check_handle_value(uintptr_t h, str argname) except -1:
 
 # ---- Stream -------------------------------------------------------------------------------
 
-cdef class Stream:
+cdef struct _StreamParams:
+    int device
+    int priority
+    bint default_priority
+    unsigned int flags
+
+
+cdef int _stream_params(object device, object priority, object non_blocking,
+                        _StreamParams* p) except -1:
+    cdef int least, greatest
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise TypeError(f"priority must be an int, not {type(priority).__name__}")
+    # Argument errors come before "no GPU": resolve_device checks types
+    # and formats first, and the range only against a real device count.
+    p.device = resolve_device(device)
+    priority_range(p.device, &least, &greatest)
+    # Clamp like PyTorch does: CUDA would clamp too, but then the stream's
+    # priority would differ silently from what `priority` reports.
+    p.priority = greatest if priority < greatest else (least if priority > least else priority)
+    p.default_priority = p.priority == least
+    p.flags = cudaStreamNonBlocking if non_blocking else cudaStreamDefault
+    return 0
+
+
+cdef void* _create_stream(const _StreamParams* p) except NULL:
+    cdef cudaStream_t handle = NULL
+    cdef DeviceScope scope
+    rt.drain_deferred()
+    with nogil:
+        enter_device(&scope, p.device)
+        try:
+            rt.stream_create(&handle, p.flags, p.priority, p.default_priority)
+        finally:
+            exit_device(&scope)
+    return <void*>handle
+
+
+cdef int _give_back(void* pool, int kind, void* handle) noexcept nogil:
+    # A pooled handle goes back to its pool, unless that is full or closed;
+    # any other handle is released.  Never raises.
+    if pool == NULL:
+        rt.release_handle(kind, handle)
+        return 0
+    if not streams_pool_put(<streams_pool*>pool, handle):
+        rt.release_handle(kind, handle)
+    streams_pool_unref(<streams_pool*>pool)
+    return 0
+
+
+cdef class Stream(HandleOwner):
     """A CUDA stream.  ``Stream(device=None, priority=0, non_blocking=False)``.
 
     Owns its ``cudaStream_t`` (destroyed by ``close()`` or garbage collection)
@@ -287,38 +382,16 @@ cdef class Stream:
     """
 
     def __cinit__(self, *args, **kwargs):
-        self._state = STREAMS_H_INERT
-        self._owns_handle = False
         self._special = False
         self._device = -1
 
     def __init__(self, device=None, priority=0, non_blocking=False):
-        cdef int prio, least, greatest, dev
-        cdef unsigned int flags = cudaStreamNonBlocking if non_blocking else cudaStreamDefault
-        cdef cudaStream_t handle = NULL
-        cdef DeviceScope scope
-        if not streams_is_closed(&self._state):
-            raise RuntimeError("Stream.__init__ called on a stream that is already open")
-        if isinstance(priority, bool) or not isinstance(priority, int):
-            raise TypeError(f"priority must be an int, not {type(priority).__name__}")
-        # Argument errors come before "no GPU": resolve_device checks types
-        # and formats first, and the range only against a real device count.
-        dev = resolve_device(device)
-        priority_range(dev, &least, &greatest)
-        # Clamp like PyTorch does: CUDA would clamp too, but then the stream's
-        # priority would differ silently from what `priority` reports.
-        prio = greatest if priority < greatest else (least if priority > least else priority)
-        rt.drain_deferred()
-        with nogil:
-            enter_device(&scope, dev)
-            try:
-                rt.stream_create(&handle, flags, prio, prio == least)
-            finally:
-                exit_device(&scope)
-        self._handle = <streams_stream_t>handle
-        self._device = dev
-        self._owns_handle = True
-        streams_open(&self._state)
+        cdef _StreamParams p
+        self._init_once()
+        _stream_params(device, priority, non_blocking, &p)
+        self._handle = <streams_stream_t>_create_stream(&p)
+        self._device = p.device
+        self._opened(True)
 
     # ---- factories for handles we do not own -------------------------------
     @classmethod
@@ -347,7 +420,7 @@ cdef class Stream:
         s._handle = <streams_stream_t>h
         s._device = dev
         s._owner = owner
-        streams_open(&s._state)
+        s._opened(False)
         return s
 
     @staticmethod
@@ -392,23 +465,14 @@ cdef class Stream:
         self._check_open()
         return (0, <uintptr_t>self._handle)
 
-    # ---- the handle's life ---------------------------------------------------
-    cdef int _use(self) except -1 nogil:
-        if streams_use_begin(&self._state) == 0:
-            return 0
-        self._unuse()
-        with gil:
-            return rt.raise_closed(self)
+    # ---- the handle's life (HandleOwner) -----------------------------------
+    cdef int _destroy(self) except -1 nogil:
+        if self._pool != NULL:
+            return _give_back(self._pool, rt.HANDLE_STREAM, self._handle)
+        return rt.destroy_handle(rt.HANDLE_STREAM, self._handle)
 
-    cdef void _unuse(self) noexcept nogil:
-        if streams_use_end(&self._state) and self._owns_handle:
-            rt.release_stream(<cudaStream_t>self._handle)
-
-    cdef int _check_open(self) except -1 nogil:
-        if streams_is_closed(&self._state):
-            with gil:
-                return rt.raise_closed(self)
-        return 0
+    cdef void _release(self) noexcept nogil:
+        _give_back(self._pool, rt.HANDLE_STREAM, self._handle)
 
     # ---- C-level API (nogil, for cimporters) -------------------------------
     cdef streams_stream_t c_handle(self) noexcept nogil:
@@ -420,18 +484,10 @@ cdef class Stream:
         return rt.get_device()
 
     cdef int c_query(self) except -1 nogil:
-        self._use()
-        try:
-            return rt.stream_query(<cudaStream_t>self._handle)
-        finally:
-            self._unuse()
+        return _status(self, True, self._handle, False)
 
     cdef int c_synchronize(self) except -1 nogil:
-        self._use()
-        try:
-            return rt.stream_synchronize(<cudaStream_t>self._handle)
-        finally:
-            self._unuse()
+        return _status(self, True, self._handle, True)
 
     cdef int c_record(self, Event event) except -1 nogil:
         self._use()
@@ -518,8 +574,7 @@ cdef class Stream:
             ev = new_event(self._device, cudaEventDisableTiming)
         else:
             ev = as_event(event, "event")
-        with nogil:
-            self.c_record(ev)
+        _record(self, ev)
         return ev
 
     def record_event(self, event=None):
@@ -531,8 +586,7 @@ cdef class Stream:
         cdef Event ev = as_event(event, "event")
         cdef unsigned int flags = cudaEventWaitExternal if external else 0
         if not external:
-            with nogil:
-                self.c_wait_event(ev)
+            _wait_event(self, ev)
             return
         self._use()
         try:
@@ -553,8 +607,11 @@ cdef class Stream:
             raise TypeError("other must be a streams.Stream or an object with __cuda_stream__, "
                             "not NoneType")
         o = as_stream(other, "other")
-        with nogil:
+        if rt.enqueue_may_keep_gil():
             self.c_wait_stream(o)
+        else:
+            with nogil:
+                self.c_wait_stream(o)
 
     def launch_host_func(self, callback, arg=None):
         """Run ``callback(arg)`` on the host once all work enqueued so far is done.
@@ -817,10 +874,6 @@ cdef class Stream:
     def owner(self):
         return self._owner
 
-    @property
-    def closed(self):
-        return bool(streams_is_closed(&self._state))
-
     # ---- lifetime ---------------------------------------------------------
     def close(self):
         """Destroy an owned stream now (pending work still completes).
@@ -830,7 +883,6 @@ cdef class Stream:
         owner.  A call still running on the stream in another thread
         finishes first: the handle is released when it leaves.
         """
-        cdef int how
         if self._special or streams_is_closed(&self._state):
             return
         rt.guard()
@@ -838,23 +890,10 @@ cdef class Stream:
             # Buffers that will be freed after this stream's work: mark where
             # that work ends while the stream can still be recorded on.
             self._tail = self.record()
-        how = streams_close_begin(&self._state)
-        if how == 0:
-            return
-        if how == 1:
-            if self._owns_handle:
-                with nogil:
-                    rt.stream_destroy(<cudaStream_t>self._handle)
+        # When a user in another thread releases the handle on its way out,
+        # the owner stays until this object goes.
+        if self._close_handle() == 1:
             self._owner = None
-        # how == 2: a user in another thread releases the handle on its way
-        # out; the owner stays until this object goes.
-
-    def __dealloc__(self):
-        # Never raises.  No user can be left (each holds a reference), so an
-        # open handle is released here: now, or later if CUDA cannot be
-        # called on this thread (a callback dropped the last reference).
-        if self._owns_handle and streams_close_begin(&self._state) == 1:
-            rt.release_stream(<cudaStream_t>self._handle)
 
     def __eq__(self, other):
         if not isinstance(other, Stream):
@@ -910,7 +949,22 @@ _install_special_streams()
 
 # ---- Event ----------------------------------------------------------------------------------
 
-cdef class Event:
+cdef unsigned int _event_flags(object enable_timing, object blocking,
+                               object interprocess) except? 0:
+    cdef unsigned int flags = cudaEventDefault
+    if interprocess and enable_timing:
+        raise ValueError("interprocess=True requires enable_timing=False (CUDA does "
+                         "not support timing on interprocess events)")
+    if not enable_timing:
+        flags |= cudaEventDisableTiming
+    if blocking:
+        flags |= cudaEventBlockingSync
+    if interprocess:
+        flags |= cudaEventInterprocess
+    return flags
+
+
+cdef class Event(HandleOwner):
     """A CUDA event (``cudaEventCreateWithFlags``), destroyed by ``close()`` or GC.
 
     ``enable_timing`` allows ``elapsed_time``; ``blocking``
@@ -921,26 +975,14 @@ cdef class Event:
     """
 
     def __cinit__(self, *args, **kwargs):
-        # Unusable until __init__ (or a factory) gives it a handle.
-        self._state = STREAMS_H_INERT
-        self._owns_handle = False
         self._device = -1
 
     def __init__(self, enable_timing=False, blocking=False, interprocess=False):
-        cdef unsigned int flags = cudaEventDefault
+        cdef unsigned int flags
         cdef cudaEvent_t handle = NULL
         cdef int dev
-        if not streams_is_closed(&self._state):
-            raise RuntimeError("Event.__init__ called on an event that is already open")
-        if interprocess and enable_timing:
-            raise ValueError("interprocess=True requires enable_timing=False (CUDA does "
-                             "not support timing on interprocess events)")
-        if not enable_timing:
-            flags |= cudaEventDisableTiming
-        if blocking:
-            flags |= cudaEventBlockingSync
-        if interprocess:
-            flags |= cudaEventInterprocess
+        self._init_once()
+        flags = _event_flags(enable_timing, blocking, interprocess)
         dev = current_device()
         rt.drain_deferred()
         with nogil:
@@ -948,25 +990,15 @@ cdef class Event:
         self._handle = <streams_event_t>handle
         self._device = dev
         self._flags = flags
-        self._owns_handle = True
-        streams_open(&self._state)
+        self._opened(True)
 
-    cdef int _use(self) except -1 nogil:
-        if streams_use_begin(&self._state) == 0:
-            return 0
-        self._unuse()
-        with gil:
-            return rt.raise_closed(self)
+    cdef int _destroy(self) except -1 nogil:
+        if self._pool != NULL:
+            return _give_back(self._pool, rt.HANDLE_EVENT, self._handle)
+        return rt.destroy_handle(rt.HANDLE_EVENT, self._handle)
 
-    cdef void _unuse(self) noexcept nogil:
-        if streams_use_end(&self._state) and self._owns_handle:
-            rt.release_event(<cudaEvent_t>self._handle)
-
-    cdef int _check_open(self) except -1 nogil:
-        if streams_is_closed(&self._state):
-            with gil:
-                return rt.raise_closed(self)
-        return 0
+    cdef void _release(self) noexcept nogil:
+        _give_back(self._pool, rt.HANDLE_EVENT, self._handle)
 
     # ---- C-level API (nogil, for cimporters) ------------------------------
     cdef streams_event_t c_handle(self) noexcept nogil:
@@ -976,18 +1008,10 @@ cdef class Event:
         return stream.c_record(self)
 
     cdef int c_query(self) except -1 nogil:
-        self._use()
-        try:
-            return rt.event_query(<cudaEvent_t>self._handle)
-        finally:
-            self._unuse()
+        return _status(self, False, self._handle, False)
 
     cdef int c_synchronize(self) except -1 nogil:
-        self._use()
-        try:
-            return rt.event_synchronize(<cudaEvent_t>self._handle)
-        finally:
-            self._unuse()
+        return _status(self, False, self._handle, True)
 
     cdef int c_wait(self, Stream stream) except -1 nogil:
         return stream.c_wait_event(self)
@@ -1003,8 +1027,7 @@ cdef class Event:
         """
         cdef Stream s = as_stream(stream, "stream")
         if not external:
-            with nogil:
-                s.c_record(self)
+            _record(s, self)
             return self
         s._use()
         try:
@@ -1039,9 +1062,7 @@ cdef class Event:
 
     def wait(self, stream=None):
         """Make ``stream`` (default: the current stream) wait for this event."""
-        cdef Stream s = as_stream(stream, "stream")
-        with nogil:
-            s.c_wait_event(self)
+        _wait_event(as_stream(stream, "stream"), self)
         return self
 
     def elapsed_time(self, Event end not None):
@@ -1108,9 +1129,8 @@ cdef class Event:
             rt.ipc_open_event_handle(&ev, h)
         opened._handle = <streams_event_t>ev
         opened._flags = cudaEventDisableTiming | cudaEventInterprocess
-        opened._owns_handle = True
         opened._recorded = True
-        streams_open(&opened._state)
+        opened._opened(True)
         return opened
 
     @property
@@ -1132,37 +1152,14 @@ cdef class Event:
     def is_timing(self):
         return not (self._flags & cudaEventDisableTiming)
 
-    @property
-    def closed(self):
-        return bool(streams_is_closed(&self._state))
-
     def close(self):
         """Destroy the event now; further use raises ValueError.  Idempotent.
 
         A call still using the event in another thread finishes first: the
         handle is released when it leaves.
         """
-        cdef int how
-        if streams_is_closed(&self._state):
-            return
-        rt.guard()
-        how = streams_close_begin(&self._state)
-        if how == 1:
-            if self._owns_handle:
-                with nogil:
-                    rt.event_destroy(<cudaEvent_t>self._handle)
+        if self._close_handle() == 1:
             self._owner = None
-
-    def __dealloc__(self):
-        if self._owns_handle and streams_close_begin(&self._state) == 1:
-            rt.release_event(<cudaEvent_t>self._handle)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
 
     def __eq__(self, other):
         if not isinstance(other, Event):
@@ -1186,6 +1183,180 @@ cdef class Event:
             opts.append("interprocess")
         return (f"<streams.Event handle=0x{<uintptr_t>self._handle:x} device={self._device}"
                 + (" " + ",".join(opts) if opts else "") + ">")
+
+
+# ---- pools ----------------------------------------------------------------------------------
+
+cdef class _HandlePool:
+    """Common part of StreamPool and EventPool: a bounded stack of idle handles
+    of one kind, shared with the objects made from it (include/streams/pool.h)."""
+    cdef void* _pool
+    cdef int _kind
+    cdef int _device
+    cdef Py_ssize_t _maxsize
+
+    def __cinit__(self, *args, **kwargs):
+        self._pool = NULL
+
+    cdef int _setup(self, int kind, int device, object maxsize) except -1:
+        if isinstance(maxsize, bool) or not isinstance(maxsize, int):
+            raise TypeError(f"maxsize must be an int, not {type(maxsize).__name__}")
+        if maxsize < 0 or maxsize > 1 << 20:
+            raise ValueError(f"maxsize must be between 0 and {1 << 20}, got {maxsize}")
+        if self._pool != NULL:
+            raise RuntimeError(f"{type(self).__name__}.__init__ was called on a pool that was "
+                               "already initialised: make a new one instead")
+        self._kind = kind
+        self._device = device
+        self._maxsize = maxsize
+        self._pool = <void*>streams_pool_new(<size_t>maxsize)
+        if self._pool == NULL:
+            raise MemoryError()
+        return 0
+
+    cdef void* _take(self) except? NULL:
+        if self._pool == NULL:
+            rt.raise_closed(self)
+        return streams_pool_take(<streams_pool*>self._pool)
+
+    cdef void* _lend(self) noexcept:
+        # For an object whose handle goes back here: its reference to the pool.
+        streams_pool_ref(<streams_pool*>self._pool)
+        return self._pool
+
+    @property
+    def maxsize(self):
+        """How many idle handles the pool keeps at most."""
+        return self._maxsize
+
+    @property
+    def idle(self):
+        """How many idle handles the pool holds now."""
+        if self._pool == NULL:
+            return 0
+        return streams_pool_idle(<streams_pool*>self._pool)
+
+    @property
+    def device_id(self):
+        return self._device
+
+    @property
+    def closed(self):
+        return self._pool == NULL
+
+    def close(self):
+        """Destroy the idle handles; those still lent out are destroyed when
+        their objects close.  Idempotent."""
+        if self._pool == NULL:
+            return
+        rt.guard()
+        self._shut()
+
+    cdef void _shut(self) noexcept:
+        # Never raises: the idle handles are released one by one (deferred
+        # where CUDA cannot be called here).
+        cdef void* h
+        streams_pool_close(<streams_pool*>self._pool)
+        h = streams_pool_take(<streams_pool*>self._pool)
+        while h != NULL:
+            rt.release_handle(self._kind, h)
+            h = streams_pool_take(<streams_pool*>self._pool)
+        streams_pool_unref(<streams_pool*>self._pool)
+        self._pool = NULL
+
+    def __dealloc__(self):
+        if self._pool != NULL:
+            self._shut()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __repr__(self):
+        if self._pool == NULL:
+            return f"<streams.{type(self).__name__} (closed)>"
+        return (f"<streams.{type(self).__name__} device={self._device} idle={self.idle} "
+                f"maxsize={self._maxsize}>")
+
+
+@cython.final
+cdef class StreamPool(_HandlePool):
+    """Streams that reuse the handles of closed ones.
+
+    ``StreamPool(device=None, priority=0, non_blocking=False, maxsize=16)``:
+    ``acquire()`` returns an open ``Stream`` with those parameters, whose
+    handle is an idle one of the pool when there is one.  Closing that
+    stream (or dropping it) gives its handle back, unless ``maxsize`` idle
+    handles are kept already or the pool is closed: then it is destroyed.
+    A handle given back while work is still queued on it stays usable: the
+    next stream made from it runs its work after that.  Thread-safe.
+    """
+    cdef _StreamParams _params
+
+    def __init__(self, device=None, priority=0, non_blocking=False, *, maxsize=16):
+        _stream_params(device, priority, non_blocking, &self._params)
+        self._setup(rt.HANDLE_STREAM, self._params.device, maxsize)
+
+    def acquire(self):
+        """An open Stream: a pooled handle, or a new one."""
+        cdef void* h = self._take()
+        cdef Stream s
+        if h == NULL:
+            h = _create_stream(&self._params)
+        s = Stream.__new__(Stream)
+        s._handle = <streams_stream_t>h
+        s._device = self._device
+        s._pool = self._lend()
+        s._opened(True)
+        return s
+
+    @property
+    def priority(self):
+        return self._params.priority
+
+    @property
+    def non_blocking(self):
+        return self._params.flags == cudaStreamNonBlocking
+
+
+@cython.final
+cdef class EventPool(_HandlePool):
+    """Events that reuse the handles of closed ones.
+
+    ``EventPool(enable_timing=False, blocking=False, device=None, maxsize=64)``:
+    ``acquire()`` returns an unrecorded-or-reused ``Event`` with those flags,
+    on ``device``; closing or dropping it gives its handle back (as
+    StreamPool does).  A reused handle may still carry its last record:
+    record it before querying or waiting on it, as with any event you reuse.
+    Interprocess events are not pooled.  Thread-safe.
+    """
+    cdef unsigned int _flags
+
+    def __init__(self, enable_timing=False, blocking=False, device=None, *, maxsize=64):
+        self._flags = _event_flags(enable_timing, blocking, False)
+        self._setup(rt.HANDLE_EVENT, resolve_device(device), maxsize)
+
+    def acquire(self):
+        """An open Event: a pooled handle, or a new one."""
+        cdef void* h = self._take()
+        cdef Event ev
+        if h == NULL:
+            ev = new_event(self._device, self._flags)
+        else:
+            ev = Event.__new__(Event)
+            ev._handle = <streams_event_t>h
+            ev._device = self._device
+            ev._flags = self._flags
+            ev._opened(True)
+        ev._pool = self._lend()
+        return ev
+
+    @property
+    def is_timing(self):
+        return not (self._flags & cudaEventDisableTiming)
 
 
 cdef class LaunchTarget:

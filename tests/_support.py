@@ -1,19 +1,30 @@
-"""Helpers shared by the tests: sizes and host copies for GPU tests that
-compute on device buffers, objects that never reached CUDA, and the
-environment of child processes."""
+"""Helpers shared by the tests: sizes, slow work and host copies for GPU
+tests that compute on device buffers, closing what a test made, threads,
+objects that never reached CUDA, and the environment of child processes."""
+import contextlib
 import os
 import subprocess
 import sys
 import sysconfig
+import threading
 from pathlib import Path
 
 import pytest
 
 import streams
+from streams.testing import spin
 
 MS = 1000   # spin() takes microseconds
 N = 1024    # uint32 elements per device buffer
 GRID, BLOCK = 4, 256
+
+
+def slow_fill(stream, kernels, buf, value, spin_us=200 * MS):
+    """Queue on ``stream`` slow work (a spin of ``spin_us``), then ``buf``
+    filled with ``value`` (``kernels``: the conftest fixture): work ordered
+    after it sees ``value``, work that is not sees what was there before."""
+    spin(stream, spin_us)
+    stream.launch(kernels.fill, GRID, BLOCK, buf, value, N)
 
 
 def to_host(buf, stream):
@@ -23,6 +34,31 @@ def to_host(buf, stream):
     streams.memcpy_async(host, buf, stream=stream)
     stream.synchronize()
     return host
+
+
+def close_all(*objs):
+    """Close ``objs`` in order."""
+    for obj in objs:
+        obj.close()
+
+
+@contextlib.contextmanager
+def closing(*objs):
+    """``with closing(a, b) as (a, b):`` is ``try: ... finally: a.close();
+    b.close()``; with one object, ``with closing(a) as a:``."""
+    try:
+        yield objs[0] if len(objs) == 1 else objs
+    finally:
+        close_all(*objs)
+
+
+def run_threads(target, n):
+    """Run ``target(i)`` in ``n`` threads, i = 0..n-1, and wait for them all."""
+    threads = [threading.Thread(target=target, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
 
 
 # For the checks of what happens without a GPU (CUDA errors, not argument errors).

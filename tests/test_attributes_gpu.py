@@ -107,21 +107,25 @@ def test_attach_mem_async_single():
     assert result.stdout.strip() == "OK"
 
 
+@pytest.mark.timing   # the child must start and query within the 1.5 s spin
 def test_ipc_event_across_processes(stream):
     ev = Event(interprocess=True)
-    spin(stream, 1500 * MS)
-    ev.record(stream)
-    child = textwrap.dedent("""
-        import sys, streams
-        handle = bytes.fromhex(sys.stdin.readline().strip())
-        ev = streams.Event.from_ipc_handle(handle)
-        print("first", ev.query(), flush=True)
-        ev.synchronize()
-        print("then", ev.query(), flush=True)
+    try:
+        spin(stream, 1500 * MS)
+        ev.record(stream)
+        child = textwrap.dedent("""
+            import sys, streams
+            handle = bytes.fromhex(sys.stdin.readline().strip())
+            ev = streams.Event.from_ipc_handle(handle)
+            print("first", ev.query(), flush=True)
+            ev.synchronize()
+            print("then", ev.query(), flush=True)
+            ev.close()
+        """)
+        result = run_python(child, timeout=60, input=ev.ipc_handle().hex() + "\n")
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert result.stdout.split() == ["first", "False", "then", "True"]
+        assert ev.query() is True
+    finally:
+        stream.synchronize()
         ev.close()
-    """)
-    result = run_python(child, timeout=60, input=ev.ipc_handle().hex() + "\n")
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.split() == ["first", "False", "then", "True"]
-    assert ev.query() is True
-    ev.close()

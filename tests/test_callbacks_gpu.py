@@ -186,6 +186,44 @@ def test_no_deadlock_callbacks_with_busy_threads():
     assert result.stdout.strip() == f"OK {4 * 2000}"
 
 
+@pytest.mark.parametrize("enqueue", ["record", "wait_event", "launch", "graph_launch"])
+def test_full_queue_behind_a_python_callback_does_not_deadlock(enqueue):
+    """Enqueues keep the GIL only while no Python callback of the package is
+    alive.  Here one waits behind a 300 ms spin and the main thread enqueues
+    far more than a stream's queue holds: the enqueue that finds the queue
+    full blocks in the driver until the GPU drains it, which needs the
+    callback to run, which needs the GIL.  Holding it there would hang.
+    Then, with no callback alive, the same flood (on the GIL-held path)
+    completes too.  In a child process with a hard timeout."""
+    code = textwrap.dedent(f"""
+        import streams
+        from streams.testing import launch_empty, spin
+        s, ev, other = streams.Stream(), streams.Event(), streams.Stream()
+        ev.record(other)
+        g = None
+        if {enqueue!r} == "graph_launch":
+            s.begin_capture()
+            launch_empty(s)
+            g = s.end_capture().instantiate()
+        ops = {{"record": lambda: s.record(ev), "wait_event": lambda: s.wait_event(ev),
+                "launch": lambda: launch_empty(s), "graph_launch": lambda: g.launch(s)}}
+        op = ops[{enqueue!r}]
+        ran = []
+        for with_callback in (True, False):
+            spin(s, 300_000)
+            if with_callback:
+                s.launch_host_func(ran.append, "callback ran")
+            for _ in range(60_000):
+                op()
+            s.synchronize()
+        print(ran)
+    """)
+    result = run_python(code, timeout=90)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip() == "['callback ran']"
+
+
+@pytest.mark.timing
 def test_exit_with_pending_callbacks_is_clean():
     code = textwrap.dedent("""
         import streams

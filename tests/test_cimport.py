@@ -87,10 +87,10 @@ def test_cimport_nogil_methods_on_gpu(ext):
         assert ext.query_nogil(a) == 0
         ext.order_nogil(a, b, ev)
         assert ext.query_nogil(b) == 0, "b must wait for a's spin"
-        assert ext.event_query_nogil(ev) == 0
+        assert ext.query_nogil(ev) == 0
         ext.synchronize_nogil(b)
         assert ext.query_nogil(a) == 1, "b finished, so a must have finished"
-        assert ext.event_query_nogil(ev) == 1
+        assert ext.query_nogil(ev) == 1
         assert ext.handle_of(a) == a.handle
         assert ext.device_of(a) == a.device_id
         assert ext.event_nogil(ev, b) == (ev.handle, 1)

@@ -28,7 +28,8 @@ from typing import Callable
 
 import pytest
 
-from _support import BLOCK, GRID, MS, N, needs_no_gpu, run_python, to_host, uninitialised
+from _support import (BLOCK, GRID, MS, N, close_all, closing, needs_no_gpu, run_python,
+                      slow_fill, to_host, uninitialised)
 
 import streams
 from streams.compat import cupy as cp
@@ -61,9 +62,36 @@ class Framework:
     wait_stream: bool = True        # Stream.wait_stream is documented
 
 
+def _framework(name, module, namespace, documented=(), **fields):
+    """The ``Framework`` of ``module``, whose classes are Stream, Event and
+    ``documented``, named ``namespace.<name>``.  Unless ``fields`` say
+    otherwise, it makes streams and events, reads the current stream and
+    synchronizes as PyTorch, Paddle and MindSpore do: ``module.Stream()``,
+    ``module.Event(enable_timing=...)``, ``module.current_stream()``,
+    ``module.synchronize()``."""
+    m = module
+    fields.setdefault("stream", m.Stream)
+    fields.setdefault("event", lambda timing: m.Event(enable_timing=timing))
+    if "current" not in fields:
+        fields["current"] = m.current_stream
+    if "synchronize" not in fields:
+        fields["synchronize"] = m.synchronize
+    classes = tuple((c, f"{namespace}.{c.__name__}") for c in (m.Stream, m.Event, *documented))
+    return Framework(name=name, module=m, classes=classes, **fields)
+
+
+def _documented_alike(m, event_wait=True):
+    """The methods PyTorch, Paddle and MindSpore document alike, ``Event.wait``
+    too where ``event_wait`` (leading parameter names)."""
+    alike = ((m.Stream.record_event, ("self", "event")),
+             (m.Event.record, ("self", "stream")),
+             (m.Event.elapsed_time, ("self", "end_event")))
+    return (alike + ((m.Event.wait, ("self", "stream")),)) if event_wait else alike
+
+
 FRAMEWORKS = [
-    Framework(
-        name="cupy", module=cp, stream=cp.Stream,
+    _framework(
+        "cupy", cp, "cupy.cuda",
         event=lambda timing: cp.Event(disable_timing=not timing),
         current=cp.get_current_stream, default_handle=0,
         guard=lambda s: s, guard_arg=None,     # CuPy: "use the with statement"
@@ -73,63 +101,37 @@ FRAMEWORKS = [
                     (cp.Stream.record, ("self", "event")),
                     (cp.Stream.add_callback, ("self", "callback", "arg")),
                     (cp.Stream.launch_host_func, ("self", "callback", "arg")),
-                    (cp.get_elapsed_time, ("start_event", "end_event"))),
-        classes=((cp.Stream, "cupy.cuda.Stream"), (cp.Event, "cupy.cuda.Event"))),
-    Framework(
-        name="torch", module=tc, stream=tc.Stream,
-        event=lambda timing: tc.Event(enable_timing=timing),
-        current=tc.current_stream, default_handle=0,
-        guard=tc.stream, guard_arg="stream",
-        synchronize=tc.synchronize,
+                    (cp.get_elapsed_time, ("start_event", "end_event")))),
+    _framework(
+        "torch", tc, "torch.cuda", [tc.StreamContext],
+        default_handle=0, guard=tc.stream, guard_arg="stream",
         signatures=((tc.Stream, "(device=None, priority=0, **kwargs)"),
                     (tc.Event, "(enable_timing=False, blocking=False, interprocess=False)"),
-                    (tc.Stream.record_event, ("self", "event")),
                     (tc.Stream.priority_range, "()"),
-                    (tc.Event.record, ("self", "stream")),
-                    (tc.Event.wait, ("self", "stream")),
-                    (tc.Event.elapsed_time, ("self", "end_event")),
                     (tc.current_stream, "(device=None)"),
                     (tc.default_stream, "(device=None)"),
                     (tc.synchronize, "(device=None)"),
                     (tc.stream, "(stream)"),
-                    (tc.set_stream, "(stream)")),
-        classes=((tc.Stream, "torch.cuda.Stream"), (tc.Event, "torch.cuda.Event"),
-                 (tc.StreamContext, "torch.cuda.StreamContext"))),
-    Framework(
-        name="paddle", module=pd, stream=lambda: pd.Stream(blocking=True),
-        event=lambda timing: pd.Event(enable_timing=timing),
-        current=pd.current_stream, default_handle=1,
+                    (tc.set_stream, "(stream)")) + _documented_alike(tc)),
+    _framework(
+        "paddle", pd, "paddle.device", [pd.stream_guard],
+        stream=lambda: pd.Stream(blocking=True), default_handle=1,
         guard=pd.stream_guard, guard_arg="stream",
-        synchronize=pd.synchronize,
         signatures=((pd.Stream, "(device=None, priority=None, blocking=False)"),
                     (pd.Event, "(enable_timing=False, blocking=False, interprocess=False)"),
-                    (pd.Stream.record_event, ("self", "event")),
-                    (pd.Event.record, ("self", "stream")),
-                    (pd.Event.elapsed_time, ("self", "end_event")),
                     (pd.stream_guard, "(stream=None)"),
                     (pd.current_stream, "(device=None)"),
-                    (pd.synchronize, "(device=None)")),
-        classes=((pd.Stream, "paddle.device.Stream"), (pd.Event, "paddle.device.Event"),
-                 (pd.stream_guard, "paddle.device.stream_guard"))),
-    Framework(
-        name="mindspore", module=ms, stream=ms.Stream,
-        event=lambda timing: ms.Event(enable_timing=timing),
-        current=ms.current_stream, default_handle=1,
-        guard=ms.StreamCtx, guard_arg="ctx_stream",
-        synchronize=ms.synchronize, takes_device=False,
+                    (pd.synchronize, "(device=None)")) + _documented_alike(pd, event_wait=False)),
+    _framework(
+        "mindspore", ms, "mindspore.hal", [ms.StreamCtx],
+        default_handle=1, guard=ms.StreamCtx, guard_arg="ctx_stream", takes_device=False,
         signatures=((ms.Stream, "(priority=0, **kwargs)"),
                     (ms.Event, "(enable_timing=False, blocking=False)"),
-                    (ms.Stream.record_event, ("self", "event")),
                     (ms.Stream.wait_event, ("self", "event")),
                     (ms.Stream.wait_stream, ("self", "stream")),
-                    (ms.Event.record, ("self", "stream")),
-                    (ms.Event.wait, ("self", "stream")),
-                    (ms.Event.elapsed_time, ("self", "end_event")),
                     (ms.StreamCtx, "(ctx_stream)"),
                     (ms.current_stream, "()"),
-                    (ms.synchronize, "()")),
-        classes=((ms.Stream, "mindspore.hal.Stream"), (ms.Event, "mindspore.hal.Event"),
-                 (ms.StreamCtx, "mindspore.hal.StreamCtx"))),
+                    (ms.synchronize, "()")) + _documented_alike(ms)),
 ]
 
 
@@ -354,16 +356,10 @@ def nothing_current(restore_current):
     streams.Stream.legacy.use()
 
 
-def _close(*objs):
-    for obj in objs:
-        obj.close()
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("fw", frameworks())
 def test_new_stream_query_and_synchronize(fw):
-    s = fw.stream()
-    try:
+    with closing(fw.stream()) as s:
         assert isinstance(s, fw.module.Stream)
         assert s.device_id == streams.get_device()
         assert fw.query(s) is True, "nothing queued"
@@ -373,8 +369,6 @@ def test_new_stream_query_and_synchronize(fw):
         s.synchronize()
         assert time.perf_counter() - t0 > 0.1
         assert fw.query(s) is True
-    finally:
-        s.close()
 
 
 @pytest.mark.gpu
@@ -392,7 +386,7 @@ def test_record_allocates_or_records_the_given_event(fw):
         assert new.query() is True and fw.query(s) is True
         new.close()
     finally:
-        _close(given, s)
+        close_all(given, s)
 
 
 @pytest.mark.gpu
@@ -405,8 +399,7 @@ def test_event_record_then_wait_event_orders_future_work(fw, kernels, device_buf
     s1, s2 = fw.stream(), fw.stream()
     e = fw.event(False)
     try:
-        spin(s1, 200 * MS)
-        s1.launch(kernels.fill, GRID, BLOCK, x, 7, N)
+        slow_fill(s1, kernels, x, 7)
         assert e.record(s1) is None
         t0 = time.perf_counter()
         s2.wait_event(e)
@@ -418,19 +411,19 @@ def test_event_record_then_wait_event_orders_future_work(fw, kernels, device_buf
         assert e.query() is True
     finally:
         s1.synchronize()
-        _close(e, s1, s2)
+        close_all(e, s1, s2)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("fw", frameworks(having=lambda fw: fw.wait_stream))
+@pytest.mark.concurrent
 def test_wait_stream_waits_for_the_work_queued_before_the_call_only(fw, kernels, device_buffer):
     # torch: "All future work submitted to this stream will wait until all
     # kernels submitted to a given stream at the time of call complete."
     x, y = device_buffer(), device_buffer()
     s1, s2 = fw.stream(), fw.stream()
     try:
-        spin(s2, 200 * MS)
-        s2.launch(kernels.fill, GRID, BLOCK, x, 41, N)
+        slow_fill(s2, kernels, x, 41)
         t0 = time.perf_counter()
         s1.wait_stream(s2)
         assert time.perf_counter() - t0 < 0.1, "wait_stream must not block the host"
@@ -442,7 +435,7 @@ def test_wait_stream_waits_for_the_work_queued_before_the_call_only(fw, kernels,
         assert fw.query(s2) is False, "s1 did not wait for s2's later spin"
     finally:
         s2.synchronize()
-        _close(s1, s2)
+        close_all(s1, s2)
 
 
 @pytest.mark.gpu
@@ -464,15 +457,14 @@ def test_event_record_and_wait_default_to_the_current_stream(fw, restore_current
         assert 150 < start.elapsed_time(end_event=end) < 5000
         s2.synchronize()
     finally:
-        _close(start, end, s1, s2)
+        close_all(start, end, s1, s2)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("fw", frameworks())
 def test_guard_selects_the_stream_and_restores_the_previous_one(fw, restore_current):
     before = fw.current()
-    s = fw.stream()
-    try:
+    with closing(fw.stream()) as s:
         with fw.guard(s) as entered:
             assert entered is s
             assert fw.current() is s
@@ -483,8 +475,6 @@ def test_guard_selects_the_stream_and_restores_the_previous_one(fw, restore_curr
         assert fw.query(s) is False, "the spin went to s"
         assert fw.current() is before
         s.synchronize()
-    finally:
-        s.close()
 
 
 @pytest.mark.gpu
@@ -493,23 +483,19 @@ def test_default_stream_synchronizes_with_blocking_streams(fw, nothing_current):
     default = fw.current()
     assert isinstance(default, fw.module.Stream)
     assert default.handle == fw.default_handle and default.device_id == -1
-    s = fw.stream()
-    try:
+    with closing(fw.stream()) as s:
         spin(s, 200 * MS)
         launch_empty(default)
         assert fw.query(default) is False, "default-stream work waits for s"
         default.synchronize()
         assert fw.query(s) is True
-    finally:
-        s.close()
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("fw", frameworks())
 def test_current_stream_of_a_new_thread_is_the_default_stream(fw, restore_current):
-    s = fw.stream()
     seen = []
-    try:
+    with closing(fw.stream()) as s:
         with fw.guard(s):
             t = threading.Thread(target=lambda: seen.append(fw.current()))
             t.start()
@@ -517,8 +503,6 @@ def test_current_stream_of_a_new_thread_is_the_default_stream(fw, restore_curren
             assert fw.current() is s
         assert isinstance(seen[0], fw.module.Stream)
         assert seen[0].handle == fw.default_handle and seen[0] != s
-    finally:
-        s.close()
 
 
 @pytest.mark.gpu
@@ -540,7 +524,7 @@ def test_current_stream_is_one_wrapper_per_stream(fw, restore_current, kernels, 
             first.launch(kernels.fill, GRID, BLOCK, x, 5, N)   # work through the wrapper...
         assert (to_host(x, core) == 5).all()                   # ...is work on the stream
     finally:
-        _close(core, other)
+        close_all(core, other)
 
 
 @pytest.mark.gpu
@@ -590,17 +574,15 @@ def test_synchronize_waits_for_every_stream_of_the_device(fw, kernels, device_bu
     x, y = device_buffer(), device_buffer()
     a, b = fw.stream(), fw.stream()
     try:
-        spin(a, 150 * MS)
-        a.launch(kernels.fill, GRID, BLOCK, x, 1, N)
-        spin(b, 150 * MS)
-        b.launch(kernels.fill, GRID, BLOCK, y, 2, N)
+        slow_fill(a, kernels, x, 1, 150 * MS)
+        slow_fill(b, kernels, y, 2, 150 * MS)
         t0 = time.perf_counter()
         fw.synchronize()
         assert time.perf_counter() - t0 > 0.1
         assert fw.query(a) is True and fw.query(b) is True
         assert (to_host(x, a) == 1).all() and (to_host(y, b) == 2).all()
     finally:
-        _close(a, b)
+        close_all(a, b)
 
 
 @pytest.mark.gpu

@@ -95,6 +95,7 @@ def test_new_stream_is_owned_on_the_current_device():
 
 
 @pytest.mark.gpu
+@pytest.mark.concurrent
 def test_non_blocking_stream_does_not_synchronize_with_null_stream():
     # "non_blocking: If True and both null and ptds are False, the stream
     # does not synchronize with the NULL stream."

@@ -17,9 +17,9 @@ import pytest
 import streams
 from streams.compat import mindspore as ms
 from streams.compat import torch as tc
-from streams.testing import spin
 
-from _support import BLOCK, GRID, MS, N, to_host, uninitialised  # noqa: E402  (kernels, device_buffer: conftest)
+from _support import (BLOCK, GRID, N, close_all, closing, slow_fill, to_host,  # noqa: E402
+                      uninitialised)  # (kernels, device_buffer: conftest)
 
 # ---- no GPU needed -----------------------------------------------------------
 
@@ -107,19 +107,15 @@ def test_example_query_and_synchronize(kernels, device_buffer):
     #   assert s1.query()
     # The matmul is long work (a spin) and its result, 2048 in every entry.
     c = device_buffer()
-    s1 = ms.Stream()
-    try:
+    with closing(ms.Stream()) as s1:
         with ms.StreamCtx(s1):
             stream = on_current_stream()
             assert stream is s1
-            spin(stream, 200 * MS)
-            stream.launch(kernels.fill, GRID, BLOCK, c, 2048, N)
+            slow_fill(stream, kernels, c, 2048)
         assert s1.query() is False, "the matmul was queued on s1"
         s1.synchronize()
         assert s1.query()
         assert (to_host(c, s1) == 2048).all()
-    finally:
-        s1.close()
 
 
 @pytest.mark.gpu
@@ -144,8 +140,7 @@ def test_example_record_event_and_wait_event(kernels, device_buffer, main_stream
         with ms.StreamCtx(s1):
             stream = on_current_stream()
             assert stream is s1
-            spin(stream, 200 * MS)
-            stream.launch(kernels.fill, GRID, BLOCK, c, 1, N)
+            slow_fill(stream, kernels, c, 1)
             stream.launch(kernels.increment, GRID, BLOCK, c, N)
             event = s1.record_event()
             stream.launch(kernels.fill, GRID, BLOCK, d, 1, N)
@@ -187,8 +182,7 @@ def test_example_wait_stream(kernels, device_buffer, main_stream):
     try:
         with ms.StreamCtx(s1):
             stream = on_current_stream()
-            spin(stream, 200 * MS)
-            stream.launch(kernels.fill, GRID, BLOCK, c, 2, N)
+            slow_fill(stream, kernels, c, 2)
         with ms.StreamCtx(s2):
             s2.wait_stream(s1)
             stream = on_current_stream()
@@ -215,8 +209,7 @@ def test_priority_is_cuda_numbering_clamped():
         assert [s.priority for s in made] == [min(max(0, greatest), least), greatest, least]
         assert all(s.device_id == streams.get_device() for s in made)
     finally:
-        for s in made:
-            s.close()
+        close_all(*made)
 
 
 @pytest.mark.gpu

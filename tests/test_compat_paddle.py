@@ -75,6 +75,7 @@ def test_valid_arguments_get_as_far_as_needing_a_gpu(kwargs):
 # ---- GPU ---------------------------------------------------------------------
 
 @pytest.mark.gpu
+@pytest.mark.concurrent
 def test_example_constructor_forms():
     # Ports the example of Stream():
     #   s1 = paddle.device.Stream()
@@ -119,6 +120,7 @@ def test_priority_1_is_the_greatest_and_2_the_least():
 
 
 @pytest.mark.gpu
+@pytest.mark.concurrent
 def test_blocking_false_does_not_synchronize_with_the_legacy_stream():
     nb = pd.Stream()
     try:

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from _support import MS, needs_no_gpu
+from _support import MS, close_all, closing, needs_no_gpu
 
 import streams
 from streams.compat import torch as tc
@@ -112,32 +112,25 @@ def test_priority_outside_the_range_maps_to_the_nearest():
         assert [s.priority for s in made] == \
             [expected for _, expected in asked_expected] + [min(max(0, greatest), least)]
     finally:
-        for s in made:
-            s.close()
+        close_all(*made)
 
 
 @pytest.mark.gpu
 def test_synchronize_takes_a_device():
     # torch.cuda.synchronize(device=None): "device for which to synchronize.
     # It uses the current device, given by current_device(), if device is None."
-    s = tc.Stream()
-    try:
+    with closing(tc.Stream()) as s:
         for device in (-1, streams.get_device(), f"cuda:{streams.get_device()}"):
             spin(s, 100 * MS)
             tc.synchronize(device)
             assert s.query() is True, device
-    finally:
-        s.close()
 
 
 @pytest.mark.gpu
 def test_cuda_stream_is_the_handle():
-    s = tc.Stream()
-    try:
+    with closing(tc.Stream()) as s:
         assert s.cuda_stream == s.handle not in (0, 1, 2)
         assert streams.Stream.from_external(s) is s
-    finally:
-        s.close()
 
 
 @pytest.mark.gpu

@@ -1,13 +1,13 @@
 """Event behaviour on a real GPU."""
 import pytest
 
+from _support import MS, closing
+
 import streams
 from streams import Event, Stream
 from streams.testing import spin
 
 pytestmark = pytest.mark.gpu
-
-MS = 1000
 
 
 def test_record_query_synchronize(stream):
@@ -66,9 +66,7 @@ def test_elapsed_time_errors(stream):
 
 
 def test_wait_makes_stream_wait(stream):
-    other = Stream()
-    ev = Event()
-    try:
+    with closing(Stream(), Event()) as (other, ev):
         spin(stream, 200 * MS)
         ev.record(stream)
         ev.wait(other)
@@ -76,9 +74,6 @@ def test_wait_makes_stream_wait(stream):
         assert other.query() is False
         other.synchronize()
         assert stream.query() is True
-    finally:
-        other.close()
-        ev.close()
 
 
 def test_flags_and_close():

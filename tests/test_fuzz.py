@@ -37,25 +37,24 @@ def call(fn, *args, **kwargs):
         pass
 
 
+def construct_and_close(cls, **kwargs):
+    try:
+        obj = cls(**kwargs)
+    except DOCUMENTED:
+        return
+    obj.close()
+
+
 @FUZZ
 @given(junk, junk, junk)
 def test_stream_constructor(device, priority, non_blocking):
-    s = None
-    try:
-        s = Stream(device=device, priority=priority, non_blocking=non_blocking)
-    except DOCUMENTED:
-        return
-    s.close()
+    construct_and_close(Stream, device=device, priority=priority, non_blocking=non_blocking)
 
 
 @FUZZ
 @given(junk, junk, junk)
 def test_event_constructor(a, b, c):
-    try:
-        e = Event(enable_timing=a, blocking=b, interprocess=c)
-    except DOCUMENTED:
-        return
-    e.close()
+    construct_and_close(Event, enable_timing=a, blocking=b, interprocess=c)
 
 
 @FUZZ

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from _support import MS, N, run_python, to_host
+from _support import MS, N, run_python, run_threads, to_host
 
 import streams
 from streams import DeviceBuffer, Event, Graph, Stream
@@ -279,11 +279,7 @@ def test_wait_stream_on_per_thread_streams_from_16_threads():
         except Exception as exc:
             errors.append(repr(exc))
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(16)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_threads(work, 16)
     for s in other_streams:
         s.close()
     assert errors == []
@@ -368,11 +364,7 @@ def test_one_capture_mode_object_in_eight_threads():
             if got != mine:
                 errors.append((i, mine, got))
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_threads(work, 8)
     assert errors == []
 
 

@@ -15,6 +15,7 @@ from _support import run_python_args
 NO_GPU = {"CUDA_VISIBLE_DEVICES": ""}    # also hides a real GPU, where there is one
 
 
+@pytest.mark.hidden_device
 def test_python_m_streams_without_device_exits_1(tmp_path):
     proc = run_python_args(["-m", "streams"], cwd=tmp_path, extra_env=NO_GPU, timeout=120)
     assert proc.returncode == 1, proc.stdout + proc.stderr
@@ -169,11 +170,15 @@ def test_quick_round_trip_refuses_callbacks_that_did_not_run():
 @pytest.mark.gpu
 def test_quick_run_on_the_gpu():
     out = io.StringIO()
-    assert _quick.run(out=out, rounds=3) == 0
+    floor = _quick.extension_floor()
+    assert floor is not None, "this build has no in-process floor"
+    assert _quick.run(out=out, floor=floor, rounds=3) == 0
     text = out.getvalue()
     for _, label, _ in _quick.OPS:
-        assert re.search(rf"^{re.escape(label)}\s+\d+ ±\d+%$", text, re.M), text
-    assert "C floor: not available in this build" in text
+        # streams, the floor, and the ratio of the two
+        assert re.search(rf"^{re.escape(label)}\s+\d+ ±\d+%\s+\d+ ±\d+%\s+\d+\.\d\dx", text,
+                         re.M), text
+    assert "C floor: the same CUDA runtime calls from C, in this process" in text
 
 
 @pytest.mark.gpu

@@ -48,6 +48,7 @@ def test_million_create_destroy_cycles(cls, cycles):
     assert after[key] == before[key]
 
 
+@pytest.mark.slow
 def test_sixteen_threads_mixed_operations():
     code = textwrap.dedent("""
         import threading, streams
@@ -109,6 +110,7 @@ def test_sixteen_threads_mixed_operations():
     print(f"\n16 threads x 10,000 mixed operations: {elapsed:.1f} s")
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("what", ["stream", "event", "device"])
 def test_ctrl_c_interrupts_every_wait(stream, what):
     spin(stream, 3000 * MS)
@@ -130,6 +132,7 @@ def test_ctrl_c_interrupts_every_wait(stream, what):
     ev.close()
 
 
+@pytest.mark.timing
 def test_wait_latency_when_work_finishes(stream):
     """The interruptible wait wakes as fast as a plain cudaStreamSynchronize.
 
@@ -180,6 +183,7 @@ def test_forked_child_gets_clear_error():
     s.close()
 
 
+@pytest.mark.timing
 def test_interpreter_exit_with_everything_live():
     code = textwrap.dedent("""
         import streams

@@ -7,13 +7,13 @@ import weakref
 
 import pytest
 
+from _support import MS, closing
+
 import streams
 from streams import Event, Stream
 from streams.testing import launch_empty, spin
 
 pytestmark = pytest.mark.gpu
-
-MS = 1000  # spin() takes microseconds
 
 
 def test_query_false_while_busy_true_after_synchronize(stream):
@@ -34,6 +34,7 @@ def test_synchronize_waits_for_the_spin(stream):
     assert 0.05 < waited < 2.0
 
 
+@pytest.mark.timing
 def test_synchronize_timeout(stream):
     spin(stream, 500 * MS)
     t0 = time.perf_counter()
@@ -45,6 +46,7 @@ def test_synchronize_timeout(stream):
         stream.synchronize(timeout=-1)
 
 
+@pytest.mark.timing
 def test_synchronize_releases_the_gil(stream):
     ticks = []
     stop = threading.Event()
@@ -68,6 +70,7 @@ def test_synchronize_releases_the_gil(stream):
     assert progressed > 50, f"other thread ran only {progressed} times during a 300 ms sync"
 
 
+@pytest.mark.timing
 def test_ctrl_c_interrupts_synchronize(stream):
     spin(stream, 3000 * MS)
     timer = threading.Timer(0.2, signal.raise_signal, (signal.SIGINT,))
@@ -84,8 +87,7 @@ def test_ctrl_c_interrupts_synchronize(stream):
 
 
 def test_wait_event_orders_two_streams():
-    a, b = Stream(), Stream()
-    try:
+    with closing(Stream(), Stream()) as (a, b):
         spin(a, 200 * MS)
         ev = a.record()
         b.wait_event(ev)
@@ -94,27 +96,20 @@ def test_wait_event_orders_two_streams():
         b.synchronize()
         assert a.query() is True, "b finished, so a's spin must have finished first"
         ev.close()
-    finally:
-        a.close()
-        b.close()
 
 
+@pytest.mark.concurrent
 def test_without_wait_streams_run_independently():
-    a, b = Stream(), Stream()
-    try:
+    with closing(Stream(), Stream()) as (a, b):
         spin(a, 300 * MS)
         spin(b, 1)
         b.synchronize()
         assert a.query() is False, "b must not wait for a without wait_event"
         a.synchronize()
-    finally:
-        a.close()
-        b.close()
 
 
 def test_wait_stream_orders_and_reuses_one_event():
-    a, b = Stream(), Stream()
-    try:
+    with closing(Stream(), Stream()) as (a, b):
         before = streams.debug_counters()
         for _ in range(3):
             spin(a, 50 * MS)
@@ -130,9 +125,6 @@ def test_wait_stream_orders_and_reuses_one_event():
         # One marker per thread and device, made by the first wait of this
         # thread (none if an earlier test of this thread made it).
         assert markers <= 1, f"wait_stream made {markers} marker events for 3 calls"
-    finally:
-        a.close()
-        b.close()
 
 
 def test_priority_clamped_into_device_range():
@@ -164,6 +156,7 @@ def test_legacy_stream_synchronizes_with_blocking_streams():
         blocking.close()
 
 
+@pytest.mark.concurrent
 def test_non_blocking_stream_does_not_synchronize_with_legacy():
     nb = Stream(non_blocking=True)
     try:

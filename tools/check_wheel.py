@@ -9,13 +9,14 @@ import zipfile
 
 # One extension per module, each with its declarations and stubs; the
 # call layer alone holds the CUDA runtime.
-MODULES = ["_cudart", "_args", "_device", "_stream", "_hostcall", "_memory", "_launch",
+MODULES = ["_cudart", "_handle", "_args", "_device", "_stream", "_hostcall", "_memory", "_launch",
            "_graph"]
 CALL_LAYER = "_cudart"
 REQUIRED = (
     ["streams/__init__.pxd", "streams/cudart.pxd", "streams/_platform.pxd",
      "streams/__init__.pyi", "streams/py.typed", "streams/kernels/builtin.ptx",
      "streams/include/streams/streams.h", "streams/include/streams/handle.h",
+     "streams/include/streams/pool.h",
      "streams/include/streams/clock.h", "streams/compat/__init__.py"]
     + [f"streams/{m}.pxd" for m in MODULES] + [f"streams/{m}.pyi" for m in MODULES])
 FORBIDDEN_SUFFIXES = (".c", ".o", ".pyx", ".pxi", ".html")

@@ -20,6 +20,13 @@ EXAMPLE = str(ROOT / "benchmarks" / "results" / "example-dry-run.json")
 
 
 @pytest.fixture
+def example_path():
+    """The stored synthetic result's path (test modules cannot import this
+    conftest by name: with tests/ in the run, "conftest" may be that one)."""
+    return EXAMPLE
+
+
+@pytest.fixture
 def example():
     """The stored synthetic result (made-up numbers), as a fresh dict."""
     with open(EXAMPLE) as f:

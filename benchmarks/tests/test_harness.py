@@ -8,7 +8,7 @@ import sys
 import pytest
 
 import benchmarks
-from benchmarks import harness, render, results, timing
+from benchmarks import adapters, harness, ops, render, results, timing
 from benchmarks.under_test import child_pythonpath, streams_parent
 
 
@@ -24,19 +24,83 @@ def test_make_loop_runs_body_n_times_and_tail_once():
     assert calls == [3, 3]
 
 
+@pytest.mark.parametrize("name", sorted(adapters.ADAPTERS))
+def test_every_statement_of_every_adapter_compiles(name):
+    """Syntax only: running them needs the library and a GPU."""
+    cls = adapters.ADAPTERS[name]
+    for op, stmt in cls.stmts.items():
+        assert op in ops.OP_BY_NAME, op
+        body = stmt.replace("{kernel}", "k(s)").replace("{args}", "a0, a1")
+        assert "{" not in body, (op, body)
+        timing.make_loop(body + "\n" + cls.sync)
+    for op in cls.na:
+        assert op in ops.OP_BY_NAME, op
+
+
 def test_run_batches_skips_warmup_and_counts_disturbed():
     seen = []
     case = timing.Case(lambda n: 10 * n, before=seen.append,
                        after=lambda n, ns: len(seen) % 2 == 0)
-    ns, drained = timing.run_batches(case, 5, 4, 2)
-    assert ns == [10.0] * 4
+    out = timing.run_batches(case, 5, 4, 2)
+    assert out == {"ns": [10.0] * 4, "drained": 2, "floor_ns": [], "floor_error": None}
     assert len(seen) == 6
-    assert drained == 2
+
+
+def test_run_batches_interleave_the_floor_batch_by_batch():
+    order = []
+
+    def timed(n):
+        order.append("case")
+        return 30 * n
+
+    def floor(n):
+        order.append("floor")
+        return 20 * n
+
+    out = timing.run_batches(timing.Case(timed), 5, 3, 1, floor=floor)
+    assert out["ns"] == [30.0] * 3 and out["floor_ns"] == [20.0] * 3
+    # Same batches, each pair in the other order than the one before.
+    assert order == ["case", "floor", "floor", "case", "case", "floor", "floor", "case"]
+
+
+def test_a_failing_floor_is_asked_once_and_said():
+    calls = []
+
+    def floor(n):
+        calls.append(n)
+        raise RuntimeError("no GPU here")
+
+    out = timing.run_batches(timing.Case(lambda n: n), 5, 3, 1, floor=floor)
+    assert calls == [5] and out["floor_ns"] == [] and len(out["ns"]) == 3
+    assert out["floor_error"] == "RuntimeError: no GPU here"
+
+
+def test_producers_split_the_calls_over_threads_and_sync_once():
+    import threading
+    calls, threads, synced = [], set(), []
+
+    def work(k):
+        threads.add(threading.get_ident())
+        calls.append(k)
+
+    timed = timing.producers(work, lambda: synced.append(sorted(calls)), 8)
+    assert timed(21) > 0
+    assert sorted(calls) == [2] * 3 + [3] * 5
+    assert len(threads) == 8 and synced == [sorted(calls)]
+
+
+def test_producers_raise_what_a_thread_raised():
+    def work(k):
+        raise ValueError("enqueue failed")
+
+    with pytest.raises(ValueError, match="enqueue failed"):
+        timing.producers(work, lambda: None, 8)(16)
 
 
 def test_worker_failure_and_crash_cost_one_cell(monkeypatch, tmp_path):
     monkeypatch.setenv("STREAMS_BENCH_NOOP_FAIL", "event_query")
     monkeypatch.setenv("STREAMS_BENCH_NOOP_CRASH", "kernel_launch")
+    monkeypatch.setenv("STREAMS_BENCH_NOOP_FLOOR_FAIL", "event_record")
     cfg = harness.Config(ops=["stream_query", "event_query", "kernel_launch", "event_record"],
                          contenders=["noop"], quick=True, cache_dir=str(tmp_path),
                          progress=False, timeout=60)
@@ -47,8 +111,15 @@ def test_worker_failure_and_crash_cost_one_cell(monkeypatch, tmp_path):
     assert "asked to fail" in res["event_query"]["noop"]["reason"]
     assert res["kernel_launch"]["noop"]["status"] == "error"
     assert "exit status 3" in res["kernel_launch"]["noop"]["reason"]
-    # A fresh worker took over for the next operation.
-    assert res["event_record"]["noop"]["status"] == "ok"
+    # A fresh worker took over for the next operation; its floor failed,
+    # which costs the ratio only.
+    record = res["event_record"]["noop"]
+    assert record["status"] == "ok" and "floor_ns" not in record and record["ratio"] is None
+    assert record["floor_reason"] == "RuntimeError: asked to fail the floor of event_record"
+    # The in-process floor came back batch by batch with the cell's own numbers.
+    query = res["stream_query"]["noop"]
+    assert len(query["floor_ns"]) == len(query["ns"]) == cfg.rounds * cfg.batches
+    assert query["ratio"] == query["stats"]["median"] / query["floor_stats"]["median"]
     results.validate_result(doc)
 
 

@@ -29,6 +29,9 @@ def test_example_is_a_valid_synthetic_result(example):
 
 @pytest.mark.parametrize("breakage, complaint", [
     (lambda d: d.pop("schema"), "schema"),
+    (lambda d: d["results"]["stream_query"]["cupy"].update(floor_ns=[]), "cupy.floor_ns"),
+    (lambda d: d["results"]["stream_query"]["cupy"].update(floor_ns=[1, 0]), "floor_ns"),
+    (lambda d: d["results"]["stream_query"]["cupy"].update(floor_reason=3), "floor_reason"),
     (lambda d: d.update(synthetic="yes"), "synthetic"),
     (lambda d: d.pop("results"), "results must be an object"),
     (lambda d: d["config"].update(rounds=0), "config.rounds"),
@@ -57,26 +60,81 @@ def test_validate_rejects_non_objects():
 def test_finalize_recomputes_from_raw_numbers(example):
     doc = copy.deepcopy(example)
     row = doc["results"]["stream_query"]
-    row["c"]["ns"] = [100.0, 100.0, 100.0]
-    row["streams-py"]["ns"] = [120.0, 125.0, 130.0]
-    row["streams-cy"]["ns"] = [110.0] * 3
-    row["streams-py"]["ratio_to_c"] = 99.0          # stale numbers are ignored
+    row["c"]["ns"] = [90.0, 90.0, 90.0]
+    row["streams-py"].update(ns=[120.0, 125.0, 130.0], floor_ns=[100.0, 100.0, 104.0])
+    row["streams-cy"].update(ns=[110.0] * 3, floor_ns=[100.0] * 3)
+    row["streams-py"]["ratio"] = 99.0               # stale numbers are ignored
     results.finalize(doc)
-    assert row["streams-py"]["stats"]["median"] == 125.0
-    assert row["streams-py"]["ratio_to_c"] == pytest.approx(1.25)
-    assert row["streams-py"]["verdict"] == "pass"
+    py = row["streams-py"]
+    assert py["stats"]["median"] == 125.0 and py["floor_stats"]["median"] == 100.0
+    assert py["ratio"] == pytest.approx(1.25)      # to its own process's floor
+    assert py["ratio_to_c"] == pytest.approx(125 / 90)     # the second reference
+    assert py["ratio_stats"]["median"] == pytest.approx(1.25)  # paired batches
+    assert py["ratio_stats"]["min"] == pytest.approx(1.2)
+    assert py["verdict"] == "pass"
     assert row["streams-cy"]["verdict"] == "miss"   # 1.10 > 1.05
-    assert row["c"]["ratio_to_c"] is None
+    assert row["c"]["ratio"] is None and row["c"]["ratio_to_c"] is None
     assert {"op": "stream_query", "contender": "streams-cy", "ratio": 1.1,
             "target": 1.05} in doc["summary"]["misses"]
-    # No C numbers: nothing to compare, so targets are not measured.
+    # Without the C program the ratios to the floor stand.
     doc["results"]["kernel_launch"]["c"] = {"status": "unavailable", "reason": "no gcc"}
     results.finalize(doc)
-    assert doc["results"]["kernel_launch"]["streams-py"]["verdict"] == "not measured"
+    launch = doc["results"]["kernel_launch"]["streams-py"]
+    assert launch["ratio_to_c"] is None and launch["verdict"] in ("pass", "miss")
+    # Without a floor there is nothing to compare: not measured.
+    del launch["floor_ns"]
+    launch["floor_reason"] = "CudaError: ..."
+    results.finalize(doc)
+    assert launch["ratio"] is None and launch["verdict"] == "not measured"
     # Nor where streams has no numbers.
     doc["results"]["graph_launch"]["streams-py"] = {"status": "n/a", "reason": "not yet"}
     results.finalize(doc)
     assert doc["results"]["graph_launch"]["streams-py"]["verdict"] == "not measured"
+
+
+@pytest.mark.parametrize("contender, ratio, verdict", [
+    ("streams-py", 0.94, "suspect"),       # below its floor: a measurement problem
+    ("streams-py", 0.96, "pass"),
+    ("streams-cy", 0.5, "suspect"),
+    ("streams-py", 1.3, "miss"),
+    ("cupy", 0.5, None),                   # peers may do other work (pools, laziness)
+])
+def test_a_streams_cell_below_its_floor_is_suspect_never_a_pass(example, contender, ratio,
+                                                                 verdict):
+    doc = copy.deepcopy(example)
+    cell = doc["results"]["event_record"][contender]
+    cell.update(ns=[100.0 * ratio] * 4, floor_ns=[100.0] * 4)
+    results.finalize(doc)
+    assert cell["verdict"] == verdict
+    suspects = [(s["op"], s["contender"]) for s in doc["summary"]["suspects"]]
+    assert (("event_record", contender) in suspects) == (verdict == "suspect")
+    # Also where the operation has no target.
+    row = doc["results"]["stream_synchronize"][contender]
+    row.update(ns=[100.0 * ratio] * 4, floor_ns=[100.0] * 4)
+    results.finalize(doc)
+    assert row["verdict"] == ("suspect" if verdict == "suspect" else None)
+
+
+def test_schema_1_documents_load_with_ratios_to_the_c_program(example, tmp_path):
+    """Results stored before the in-process floor: their ratio is to the
+    separate C program, and a streams cell below it is suspect."""
+    import json
+    doc = copy.deepcopy(example)
+    doc["schema"] = results.SCHEMA_V1
+    for row in doc["results"].values():
+        for cell in row.values():
+            cell.pop("floor_ns", None)
+    row = doc["results"]["stream_query"]
+    row["c"]["ns"] = [100.0] * 3
+    row["streams-py"]["ns"] = [57.0] * 3
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(doc))
+    doc = results.load_result(str(path))
+    assert doc["results"]["stream_query"]["streams-py"]["ratio"] == pytest.approx(0.57)
+    assert doc["results"]["stream_query"]["streams-py"]["verdict"] == "suspect"
+    text = render.render_table(doc)
+    assert "ratios are to the separate C program" in text
+    assert "57±0% 0.57x SUSPECT" in text
 
 
 def test_table(example):
@@ -89,16 +147,18 @@ def test_table(example):
         assert doc["contenders"][c]["label"] in header
     for op in ops.OPS:
         assert any(line.startswith(op.label) for line in lines), op.name
-    row = next(line for line in lines if line.startswith("stream query (idle)"))
-    cell = doc["results"]["stream_query"]["streams-py"]
-    assert f"{cell['stats']['median']:.0f}±" in row
-    assert f"{cell['ratio_to_c']:.2f}x" in row
-    assert "Py<=1.3 Cy<=1.05" in row
-    assert " MISS" in text and " ok" in text
+    row = next(line for line in lines if line.startswith("event record "))
+    cell = doc["results"]["event_record"]["streams-py"]
+    assert (f"{cell['stats']['median']:.0f}±" in row
+            and f" /{cell['floor_stats']['median']:.0f} {cell['ratio']:.2f}x ok" in row)
+    assert "Py<=1.25 Cy<=1.05" in row
+    assert " MISS" in text and " ok" in text and " SUSPECT" in text
     assert "numba-cuda: missing" in text
     assert "PyTorch: PyTorch has no host-function API" in text     # an n/a footnote
+    assert "cuda.bindings: no in-process floor: RuntimeError" in text
     summ = doc["summary"]
     assert f"targets: {summ['pass']} pass, {summ['miss']} miss" in text
+    assert f"; {summ['suspect']} suspect" in text and summ["suspect"] >= 1
 
 
 def test_table_filters_and_unavailable_c(example):
@@ -108,10 +168,13 @@ def test_table_filters_and_unavailable_c(example):
     doc["contenders"]["c"].update(status="unavailable", reason="no C compiler")
     results.finalize(doc)
     text = render.render_table(doc, ops=["stream_query"], contenders=["c", "streams-py"])
-    assert "C floor: unavailable (no C compiler)" in text
+    assert "C program: unavailable (no C compiler)" in text
     assert "event record" not in text and "CuPy" not in text
     row = next(line for line in text.splitlines() if line.startswith("stream query"))
-    assert "unavail." in row and "x" not in row.split("unavail.")[1]
+    cell = doc["results"]["stream_query"]["streams-py"]
+    # The floor does not need the C program.
+    assert row.endswith(f"unavail.  {render._fmt_ns(cell['stats']['median'])}±2% "
+                        f"/{cell['floor_stats']['median']:.0f} {cell['ratio']:.2f}x MISS")
 
 
 def test_chart(example, tmp_path):

@@ -43,6 +43,16 @@ static int streams_cuda_touched = 0;
 static int streams_forked_child = 0;
 /* 1 once Python's atexit hooks ran: callbacks stop entering Python. */
 static atomic_int streams_shutting_down = 0;
+/* Stream-ordered frees made through the call layer.  A wait that found its
+ * work done ends with the full synchronize, which lets the memory pool give
+ * freed memory back, only when one happened since its last one. */
+static atomic_ullong streams_async_frees = 0;
+static inline void streams_note_async_free(void) {
+    atomic_fetch_add_explicit(&streams_async_frees, 1, memory_order_relaxed);
+}
+static inline unsigned long long streams_async_frees_so_far(void) {
+    return atomic_load_explicit(&streams_async_frees, memory_order_relaxed);
+}
 
 /* 0: the caller may call CUDA; 1: inside a host callback; 2: forked child. */
 static inline int streams_guard_state(void) {
@@ -118,10 +128,11 @@ static inline void streams_payload_decref(PyObject *payload) {
  * host callback: by a pending call CUDA-owned threads schedule, or by the
  * next streams call that makes or closes a handle.  First in, first out:
  * a buffer freed in a callback is queued before the stream it kept alive. */
-typedef void (*streams_release_fn)(void *arg);
+typedef void (*streams_release_fn)(void *arg, int kind);
 typedef struct {
     streams_release_fn fn;
     void *arg;
+    int kind;           /* what `arg` is, for a release function of several kinds */
     PyObject *keep;
 } streams_deferred_item;
 
@@ -134,7 +145,7 @@ static int streams_drain_pending_call(void *unused);
 
 /* Any thread, GIL or not.  Returns 0, or -1 when out of memory (the item is
  * then dropped: a leak, which is safe). */
-static int streams_defer(streams_release_fn fn, void *arg, PyObject *keep) {
+static int streams_defer(streams_release_fn fn, void *arg, int kind, PyObject *keep) {
     int queued = 0;
     pthread_mutex_lock(&streams_deferred_lock);
     if (streams_deferred_len == streams_deferred_cap) {
@@ -150,6 +161,7 @@ static int streams_defer(streams_release_fn fn, void *arg, PyObject *keep) {
         streams_deferred_item *item = &streams_deferred[streams_deferred_len++];
         item->fn = fn;
         item->arg = arg;
+        item->kind = kind;
         item->keep = keep;
         queued = 1;
     }
@@ -169,14 +181,14 @@ static int streams_defer(streams_release_fn fn, void *arg, PyObject *keep) {
 /* Run a release without holding the GIL: some releases wait for the device
  * (unloading a library, freeing host or managed memory), and a Python host
  * callback queued there may be waiting for the GIL this thread holds. */
-static void streams_release_without_gil(streams_release_fn fn, void *arg) {
+static void streams_release_without_gil(streams_release_fn fn, void *arg, int kind) {
     PyThreadState *saved;
     if (PyGILState_Check()) {
         saved = PyEval_SaveThread();
-        fn(arg);
+        fn(arg, kind);
         PyEval_RestoreThread(saved);
     } else {
-        fn(arg);
+        fn(arg, kind);
     }
 }
 
@@ -198,7 +210,7 @@ static Py_ssize_t streams_drain_deferred(void) {
     pthread_mutex_unlock(&streams_deferred_lock);
     for (i = 0; i < n; i++) {
         if (items[i].fn && streams_interpreter_alive())
-            streams_release_without_gil(items[i].fn, items[i].arg);
+            streams_release_without_gil(items[i].fn, items[i].arg, items[i].kind);
         if (items[i].keep)
             streams_payload_decref(items[i].keep);
         streams_count(STREAMS_CNT_DEFERRED_RELEASES);
@@ -295,7 +307,7 @@ static void CUDART_CB streams_user_object_release(void *payload) {
         streams_count(STREAMS_CNT_PAYLOAD_LEAKED);
         return;  /* the process is ending: leak rather than touch Python */
     }
-    streams_defer(NULL, NULL, (PyObject *)payload);
+    streams_defer(NULL, NULL, 0, (PyObject *)payload);
 }
 
 /* ---- Per-thread marker events -------------------------------------------

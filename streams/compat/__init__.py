@@ -36,22 +36,24 @@ def _reject_kwargs(where, kwargs, documented=()):
         raise TypeError(f"{where} got unexpected keyword argument(s): {', '.join(unknown)}")
 
 
-def _check_stream(stream, argname, allow_none=False):
-    if stream is None and allow_none:
+def _check_instance(value, core_class, a_name, argname, allow_none):
+    # TypeError unless ``value`` is a ``core_class`` (``a_name``: "a Stream"),
+    # a compat one included, or None where ``allow_none``.
+    if value is None and allow_none:
         return
-    if not isinstance(stream, _CoreStream):
-        expected = "a Stream or None" if allow_none else "a Stream"
-        raise TypeError(f"{argname} must be {expected} (a streams.Stream or any "
-                        f"streams.compat Stream), not {type(stream).__name__}")
+    if not isinstance(value, core_class):
+        name = core_class.__name__
+        expected = f"{a_name} or None" if allow_none else a_name
+        raise TypeError(f"{argname} must be {expected} (a streams.{name} or any "
+                        f"streams.compat {name}), not {type(value).__name__}")
+
+
+def _check_stream(stream, argname, allow_none=False):
+    _check_instance(stream, _CoreStream, "a Stream", argname, allow_none)
 
 
 def _check_event(event, argname, allow_none=False):
-    if event is None and allow_none:
-        return
-    if not isinstance(event, _CoreEvent):
-        expected = "an Event or None" if allow_none else "an Event"
-        raise TypeError(f"{argname} must be {expected} (a streams.Event or any "
-                        f"streams.compat Event), not {type(event).__name__}")
+    _check_instance(event, _CoreEvent, "an Event", argname, allow_none)
 
 
 def _device_hint(stream):

@@ -13,3 +13,11 @@ extern "C" __global__ void streams_fill_u32(unsigned int *p, unsigned int v, uns
 extern "C" __global__ void streams_increment_u32(unsigned int *p, unsigned long long n) {
     for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n; i += (unsigned long long)gridDim.x * blockDim.x) p[i] += 1;
 }
+// Launch-overhead probes with 4 and 16 parameters of mixed types (pointers,
+// 64- and 32-bit integers, floats, doubles): the argument rows of the
+// benchmark.  They do nothing, so only the launch is measured.
+extern "C" __global__ void streams_args4(void *p0, void *p1, unsigned long long n, float x) {}
+extern "C" __global__ void streams_args16(void *p0, void *p1, void *p2, void *p3,
+    unsigned long long n0, unsigned long long n1, unsigned long long n2, unsigned long long n3,
+    unsigned int u0, unsigned int u1, unsigned int u2, unsigned int u3,
+    float f0, float f1, double d0, double d1) {}

@@ -7,6 +7,10 @@ from libc.stdint cimport uintptr_t
 
 from streams cimport Event, Graph, GraphExec, Kernel, PreparedLaunch, Stream
 
+ctypedef fused StreamOrEvent:
+    Stream
+    Event
+
 
 def handle_of(Stream s):
     return <uintptr_t>s.c_handle()
@@ -19,10 +23,12 @@ def device_of(Stream s):
     return dev
 
 
-def query_nogil(Stream s):
+def query_nogil(StreamOrEvent obj):
+    """obj.c_query() of a Stream or an Event (a fused function: anything else
+    is a TypeError)."""
     cdef int done
     with nogil:
-        done = s.c_query()
+        done = obj.c_query()
     return done
 
 
@@ -48,13 +54,6 @@ def event_nogil(Event e, Stream s):
         e.c_synchronize()
         done = e.c_query()
     return <uintptr_t>e.c_handle(), done
-
-
-def event_query_nogil(Event e):
-    cdef int done
-    with nogil:
-        done = e.c_query()
-    return done
 
 
 def graph_handle(Graph g):

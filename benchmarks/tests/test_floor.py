@@ -1,0 +1,144 @@
+"""The floor, checked without a GPU: ``streams._cudart.floor_batch`` knows
+every operation and refuses bad arguments before calling CUDA, and the C
+loops of include/streams/floor.h run, through bench.c, against a stand-in
+cudart (fake_cudart.c) that counts every handle: each operation makes its
+calls and leaves nothing alive, failures included.
+"""
+import json
+import os
+import re
+import subprocess
+
+import pytest
+
+from benchmarks import CHECKOUT as ROOT
+from benchmarks import builders, ops
+from benchmarks.under_test import builtin_ptx
+
+FLOOR_H = os.path.join(ROOT, "include", "streams", "floor.h")
+NOTHING_LIVE = "fake-cudart live: streams=0 events=0 graphs=0 execs=0 unrun=0"
+
+
+# The operations that make CUDA calls, each with a floor loop, in ops.py's order.
+FLOORED = [op.name for op in ops.OPS if op.name not in ops.NO_FLOOR]
+
+def test_floor_knows_the_operations_of_ops_py_in_order():
+    with open(FLOOR_H) as f:
+        src = f.read()
+    table = src[src.index("streams_floor_op_names[STREAMS_FLOOR_OP_COUNT] = {"):]
+    table = table[:table.index("};")]
+    assert re.findall(r'"(\w+)"', table) == FLOORED
+
+
+def test_floor_batch_validates_before_calling_cuda():
+    from streams._cudart import floor_batch
+    with pytest.raises(ValueError, match="no operation 'stream_qurey'.*stream_query"):
+        floor_batch("stream_qurey", 10)
+    # Every operation is known: the complaint is about n, not the name.
+    for op in FLOORED:
+        with pytest.raises(ValueError, match="n must be >= 1"):
+            floor_batch(op, 0)
+    with pytest.raises(ValueError, match="n must be >= 1"):
+        floor_batch("kernel_launch", 1 << 70)
+    with pytest.raises(TypeError, match="op must be a str"):
+        floor_batch(b"stream_query", 10)
+    with pytest.raises(TypeError, match="n must be an int"):
+        floor_batch("stream_query", 10.0)
+    with pytest.raises(TypeError, match="n must be an int"):
+        floor_batch("stream_query", True)
+
+
+def test_quick_measurement_asks_the_floor_for_known_operations():
+    from streams import _quick
+    assert {op for op, _, _ in _quick.OPS} <= set(ops.OP_BY_NAME)
+    assert _quick.SUSPECT_BELOW == ops.SUSPECT_BELOW
+
+
+def test_quick_table_says_when_streams_is_below_its_floor():
+    from streams import _quick
+    per_call = dict(zip((op for op, _, _ in _quick.OPS), (190, 300, 2000, 9000)))
+    batches = {op: (lambda n, v=v: v * n) for op, v in per_call.items()}
+    rows = _quick.measure(batches, floor=lambda op, n: 200 * n, rounds=3)
+    lines = _quick.table(rows, rounds=3).splitlines()
+    assert next(ln for ln in lines if ln.startswith("stream query")).endswith("0.95x")
+    assert next(ln for ln in lines if ln.startswith("event record")).endswith("1.50x")
+    assert not any(ln.endswith("SUSPECT") for ln in lines)
+    batches["stream_query"] = lambda n: 180 * n
+    lines = _quick.table(_quick.measure(batches, floor=lambda op, n: 200 * n, rounds=3),
+                         rounds=3).splitlines()
+    assert next(ln for ln in lines if ln.startswith("stream query")).endswith("0.90x SUSPECT")
+    assert any(ln.startswith("SUSPECT: streams below 0.95x of the floor") for ln in lines)
+
+
+def _build_fake(d, ptx):
+    """bench.c linked with the stand-in cudart, with ``ptx`` for its kernels
+    (the stand-in finds a kernel by its .entry line)."""
+    cc = builders.compiler()
+    incs, _ = builders.find_cuda()
+    if cc is None or incs is None:
+        pytest.skip("needs a C compiler and the CUDA headers")
+    (d / "streams_ptx.h").write_text("static const char streams_builtin_ptx[] =\n"
+                                     + builders.c_string_literal(ptx) + ";\n")
+    exe = str(d / "bench_fake")
+    cmd = (cc + builders.C_FLAGS + ["-I", str(d), "-I", os.path.join(ROOT, "include")]
+           + [a for i in incs for a in ("-I", i)]
+           + [os.path.join(ROOT, "benchmarks", "c_floor", "bench.c"),
+              os.path.join(ROOT, "benchmarks", "tests", "fake_cudart.c"), "-lpthread", "-o", exe])
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "warning" not in proc.stderr, proc.stderr
+    return exe
+
+
+@pytest.fixture(scope="module")
+def fake_bench(tmp_path_factory):
+    """The stand-in build, its PTX with the argument kernels too."""
+    extra = "".join(f".entry {name}(\n" for name, _ in ops.ARG_KERNELS.values())
+    return _build_fake(tmp_path_factory.mktemp("fake"), builtin_ptx() + extra)
+
+
+def _bench(exe, *args, fail=None):
+    env = dict(os.environ)
+    env.pop("FAKE_CUDART_FAIL", None)
+    if fail:
+        env["FAKE_CUDART_FAIL"] = fail
+    proc = subprocess.run([exe, *args], capture_output=True, text=True, env=env, timeout=60)
+    return json.loads(proc.stdout), proc.stderr.strip()
+
+
+@pytest.mark.parametrize("op", FLOORED)
+def test_every_floor_loop_runs_and_leaves_nothing(fake_bench, op):
+    answer, live = _bench(fake_bench, op, "40", "3", "1")
+    assert answer["ok"], answer
+    assert len(answer["ns"]) == 3 and all(x > 0 for x in answer["ns"])
+    assert live == NOTHING_LIVE
+
+
+@pytest.mark.parametrize("op, fail", [
+    ("graph_capture_instantiate", "cudaGraphInstantiateWithFlags"),
+    ("graph_capture_instantiate", "cudaLaunchKernel"),
+    ("graph_launch", "cudaGraphUpload"),
+    ("host_func_throughput_8threads", "cudaLaunchHostFunc"),
+    ("host_func_throughput_8threads", "cudaSetDevice"),
+    ("host_func_enqueue", "cudaLaunchHostFunc"),
+    ("stream_wait_stream", "cudaStreamWaitEvent"),
+    ("event_record_query", "cudaEventQuery"),
+    ("kernel_launch_args16", "cudaLaunchKernel"),
+    ("kernel_launch", "cudaLibraryGetKernel"),
+    ("stream_query", "cudaEventCreateWithFlags"),
+])
+def test_a_failed_call_is_reported_and_cleaned_up(fake_bench, op, fail):
+    answer, live = _bench(fake_bench, op, "40", "2", "1", fail=fail)
+    assert answer == {"ok": False, "error": answer["error"]}
+    assert answer["error"].split("(")[0].split(":")[0].strip() == fail
+    assert live == NOTHING_LIVE
+
+
+def test_a_missing_kernel_is_named(tmp_path):
+    # The built-in PTX without streams_args4.
+    ptx = builtin_ptx().replace(".entry streams_args4(", ".entry streams_other4(")
+    exe = _build_fake(tmp_path, ptx)
+    answer, live = _bench(exe, "kernel_launch_args4", "10", "1", "0")
+    assert not answer["ok"]
+    assert answer["error"].startswith("cudaLibraryGetKernel(streams_args4): ")
+    assert live == NOTHING_LIVE

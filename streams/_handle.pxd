@@ -1,0 +1,30 @@
+# The life of every handle owner (streams, events, graphs, executables,
+# modules, buffers), in one base class.  Free of CUDA types like
+# _stream.pxd: a project that cimports streams compiles it too.
+
+cdef class HandleOwner:
+    cdef unsigned int _state      # streams/handle.h: closed flag and users
+    cdef bint _owns_handle        # False for a foreign handle: never destroyed here
+    cdef bint _initialised        # given a handle once: __init__ may not run again
+    cdef object __weakref__
+
+    # A factory or __init__ that got a handle: open for use.
+    cdef void _opened(self, bint owns_handle) noexcept
+    # First thing of every __init__: a second call would orphan the handle,
+    # or, with users still inside, corrupt the count of users.
+    cdef int _init_once(self) except -1
+    # Every use of the handle with the GIL released is bracketed by these,
+    # so that close() in another thread never frees it under the caller.
+    cdef int _use(self) except -1 nogil
+    cdef void _unuse(self) noexcept nogil
+    cdef int _check_open(self) except -1 nogil
+    # What a subclass does with its handle.  _destroy: now, for close(),
+    # raising on a CUDA error.  _release: never raising, deferred where CUDA
+    # cannot be called (the last user leaving, __dealloc__); it may read C
+    # fields only, because the base __dealloc__ runs after the subclass's
+    # object fields were cleared.
+    cdef int _destroy(self) except -1 nogil
+    cdef void _release(self) noexcept nogil
+    # The common part of every close(): 0 when it was closed already, 1 when
+    # closed and destroyed now, 2 when closed and the last user releases.
+    cdef int _close_handle(self) except -1

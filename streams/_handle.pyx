@@ -1,0 +1,96 @@
+# cython: language_level=3
+"""The one resource pattern of the package's handle owners.
+
+A handle may be in use with the GIL released (a wait, an enqueue, a
+cimporter's nogil call) while another thread closes its owner.  So
+``close()`` only marks the owner closed, and whoever sees it closed with no
+users left, ``close()`` itself or the last user on its way out, releases the
+handle, once (include/streams/handle.h).  A subclass says how its handle is
+destroyed (``_destroy``) and released without raising (``_release``).
+"""
+cimport streams._cudart as rt
+from streams._platform cimport (STREAMS_H_INERT, streams_close_begin, streams_is_closed,
+                                streams_open, streams_use_begin, streams_use_end)
+
+
+cdef class HandleOwner:
+    """Base of the classes that own a CUDA handle: ``closed``, an idempotent
+    ``close()``, a context manager, and a ``__dealloc__`` that never raises."""
+
+    def __cinit__(self, *args, **kwargs):
+        # Unusable until a factory or __init__ gives it a handle.
+        self._state = STREAMS_H_INERT
+        self._owns_handle = False
+
+    cdef void _opened(self, bint owns_handle) noexcept:
+        self._owns_handle = owns_handle
+        self._initialised = True
+        streams_open(&self._state)
+
+    cdef int _init_once(self) except -1:
+        if self._initialised:
+            raise RuntimeError(f"{type(self).__name__}.__init__ was called on an object that "
+                               "was already initialised: make a new one instead")
+        return 0
+
+    cdef int _use(self) except -1 nogil:
+        if streams_use_begin(&self._state) == 0:
+            return 0
+        self._unuse()
+        with gil:
+            return rt.raise_closed(self)
+
+    cdef void _unuse(self) noexcept nogil:
+        if streams_use_end(&self._state) and self._owns_handle:
+            self._release()
+
+    cdef int _check_open(self) except -1 nogil:
+        if streams_is_closed(&self._state):
+            with gil:
+                return rt.raise_closed(self)
+        return 0
+
+    cdef int _destroy(self) except -1 nogil:
+        return 0
+
+    cdef void _release(self) noexcept nogil:
+        pass
+
+    cdef int _close_handle(self) except -1:
+        cdef int how
+        if streams_is_closed(&self._state):
+            return 0
+        # Inside a host callback CUDA cannot destroy anything: refuse before
+        # the object is marked closed, so that it stays usable.
+        rt.guard()
+        how = streams_close_begin(&self._state)
+        if how == 1 and self._owns_handle:
+            with nogil:
+                self._destroy()
+        return how
+
+    @property
+    def closed(self):
+        return bool(streams_is_closed(&self._state))
+
+    def close(self):
+        """Release the handle now; later use raises ValueError.  Idempotent.
+
+        A call still using it in another thread finishes first: the handle
+        is released when that call leaves.
+        """
+        self._close_handle()
+
+    def __dealloc__(self):
+        # No user can be left (each holds a reference), so an open handle is
+        # released here: now, or later if CUDA cannot be called on this
+        # thread (a callback dropped the last reference).
+        if self._owns_handle and streams_close_begin(&self._state) == 1:
+            self._release()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False

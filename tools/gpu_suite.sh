@@ -73,7 +73,7 @@ if [ -n "$SANITIZER" ]; then
     SELECT=(-m "not timing and not slow and not concurrent and not hidden_device")
 fi
 # No paths: pytest runs every suite of pyproject's testpaths.
-timeout "${SUITE_TIMEOUT:-540}" "${RUN[@]}" $PY -m pytest -q -rs -p no:cacheprovider \
+timeout "${SUITE_TIMEOUT:-540}" "${RUN[@]}" $PY -m pytest -q -rfEs -p no:cacheprovider \
     --timeout=120 -o faulthandler_timeout=100 "${SELECT[@]}" \
     --junitxml="$OUT/junit-$TAG${SANITIZER:+-$SANITIZER}.xml" "$@" 2>&1 \
     | tee "$OUT/pytest-$TAG${SANITIZER:+-$SANITIZER}.log"

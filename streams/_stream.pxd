@@ -25,23 +25,34 @@ cdef class ErrorSlot:
     cdef int raise_pending(self, str what) except -1
 
 
-cdef class Stream(HandleOwner):
-    cdef streams_stream_t _handle
+# What work can be waited for: a Stream (all its work so far) or an Event
+# (the work before its last record).  One base, so that both are queried,
+# waited for, pooled and released the same way.
+cdef class Waitable(HandleOwner):
+    cdef void* _handle          # the cudaStream_t or cudaEvent_t
+    cdef int _kind              # _cudart's HANDLE_STREAM or HANDLE_EVENT
     cdef int _device            # -1 for the device-agnostic special streams
-    cdef bint _special          # legacy / per-thread / null singletons
     cdef object _owner          # keeps a foreign handle's owner alive
+    cdef unsigned long long _frees_seen   # rt.async_frees() at its last full synchronize
+    cdef void* _pool            # the pool its handle goes back to, or NULL
+
+    # 1 when the work is done, 0 when not; never raises cudaErrorNotReady.
+    cdef int c_query(self) except -1 nogil
+    # Plain cudaStreamSynchronize / cudaEventSynchronize: blocks, not
+    # interruptible.
+    cdef int c_synchronize(self) except -1 nogil
+    cdef int _destroy(self) except -1 nogil
+    cdef void _release(self) noexcept nogil
+
+
+cdef class Stream(Waitable):
+    cdef bint _special          # legacy / per-thread / null singletons
     cdef ErrorSlot _errors      # made with the first host callback
     # Buffers whose free is ordered after this stream's work; when the
     # stream closes with some left, _tail marks where its work ends.
     cdef int _dependents
     cdef Event _tail
-    cdef unsigned long long _frees_seen   # rt.async_frees() at its last full synchronize
-    cdef void* _pool            # the StreamPool its handle goes back to, or NULL
 
-    # 1 when all work is done, 0 when not; never raises cudaErrorNotReady.
-    cdef int c_query(self) except -1 nogil
-    # Plain cudaStreamSynchronize: blocks, not interruptible.
-    cdef int c_synchronize(self) except -1 nogil
     cdef int c_record(self, Event event) except -1 nogil
     cdef int c_wait_event(self, Event event) except -1 nogil
     cdef int c_wait_stream(self, Stream other) except -1 nogil
@@ -49,27 +60,14 @@ cdef class Stream(HandleOwner):
     # The stream's device, or the current one for the special streams.
     cdef int c_device(self) except -1 nogil
 
-    cdef int _destroy(self) except -1 nogil
-    cdef void _release(self) noexcept nogil
 
-
-cdef class Event(HandleOwner):
-    cdef streams_event_t _handle
-    cdef int _device
+cdef class Event(Waitable):
     cdef unsigned int _flags
     cdef bint _recorded
-    cdef object _owner
-    cdef unsigned long long _frees_seen
-    cdef void* _pool            # the EventPool its handle goes back to, or NULL
 
     cdef int c_record(self, Stream stream) except -1 nogil
-    cdef int c_query(self) except -1 nogil
-    cdef int c_synchronize(self) except -1 nogil
     cdef int c_wait(self, Stream stream) except -1 nogil
     cdef streams_event_t c_handle(self) noexcept nogil
-
-    cdef int _destroy(self) except -1 nogil
-    cdef void _release(self) noexcept nogil
 
 
 # Kernels (streams._launch) derive from this, so that Stream.launch reaches
@@ -89,6 +87,6 @@ cdef void set_host_call_enqueue(host_call_enqueue_fn fn) noexcept
 cdef Stream as_stream(object stream, str argname)
 cdef Event as_event(object event, str argname)
 cdef Event new_event(int device, unsigned int flags)
-# Wait until a stream (kind 0) or event (kind 1) is done, GIL released,
+# Wait until a Stream or Event is done, GIL released,
 # Ctrl-C checked; 1 done, 0 when timeout_ns (>= 0) passed first.
-cdef int wait_until_done(object obj, long long timeout_ns) except -1
+cdef int wait_until_done(Waitable obj, long long timeout_ns) except -1

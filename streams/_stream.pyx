@@ -173,7 +173,7 @@ cdef int _poll(bint is_stream, void* handle, long long slice_end, bint sleepy,
             streams_cpu_yield()
 
 
-cdef int wait_until_done(object obj, long long timeout_ns) except -1:
+cdef int wait_until_done(Waitable obj, long long timeout_ns) except -1:
     """Wait for a Stream or Event, GIL released, Ctrl-C within milliseconds.
 
     Completion is noticed by polling with a pause and then a yield between
@@ -188,26 +188,17 @@ cdef int wait_until_done(object obj, long long timeout_ns) except -1:
     costs one call.  Memory that another library frees in stream order goes
     back at its own synchronize, or at a device synchronize.
     """
-    cdef bint is_stream = isinstance(obj, Stream)
-    cdef void* handle
-    cdef unsigned long long* frees_seen
+    cdef bint is_stream = obj._kind == rt.HANDLE_STREAM
+    cdef void* handle = obj._handle
     cdef unsigned long long frees
-    cdef bint sleepy = False
+    cdef bint sleepy = not is_stream and ((<Event>obj)._flags & cudaEventBlockingSync) != 0
     cdef long long now = streams_now_ns()
     cdef long long deadline = -1 if timeout_ns < 0 else now + timeout_ns
     cdef long long nap_ns = 20000
     cdef long long spin_until = now + _SPIN_NS
     cdef long long slice_end
     cdef int done = 0
-    if is_stream:
-        (<Stream>obj)._use()
-        handle = <void*>(<Stream>obj)._handle
-        frees_seen = &(<Stream>obj)._frees_seen
-    else:
-        (<Event>obj)._use()
-        handle = <void*>(<Event>obj)._handle
-        frees_seen = &(<Event>obj)._frees_seen
-        sleepy = ((<Event>obj)._flags & cudaEventBlockingSync) != 0
+    obj._use()
     try:
         while True:
             with nogil:
@@ -216,40 +207,96 @@ cdef int wait_until_done(object obj, long long timeout_ns) except -1:
                     slice_end = deadline
                 done = _poll(is_stream, handle, slice_end, sleepy, &nap_ns, spin_until)
                 frees = rt.async_frees()
-                if done and frees != frees_seen[0]:
-                    if is_stream:
-                        rt.stream_synchronize(<cudaStream_t>handle)
-                    else:
-                        rt.event_synchronize(<cudaEvent_t>handle)
-                    frees_seen[0] = frees
+                if done and frees != obj._frees_seen:
+                    _raw_status(is_stream, handle, True)
+                    obj._frees_seen = frees
             if done:
                 return 1
             PyErr_CheckSignals()
             if deadline >= 0 and streams_now_ns() >= deadline:
                 return 0
     finally:
-        if is_stream:
-            (<Stream>obj)._unuse()
-        else:
-            (<Event>obj)._unuse()
+        obj._unuse()
 
 
 # ---- calls shared by Stream and Event ------------------------------------------------------
 
-cdef inline int _status(HandleOwner owner, bint is_stream, void* handle,
-                        bint wait) except -1 nogil:
-    # A query (1 done, 0 not) or a plain synchronize, with the owner in use.
-    owner._use()
-    try:
-        if is_stream and wait:
-            return rt.stream_synchronize(<cudaStream_t>handle)
-        if is_stream:
-            return rt.stream_query(<cudaStream_t>handle)
-        if wait:
-            return rt.event_synchronize(<cudaEvent_t>handle)
-        return rt.event_query(<cudaEvent_t>handle)
-    finally:
-        owner._unuse()
+cdef inline int _raw_status(bint is_stream, void* handle, bint wait) except -1 nogil:
+    # A query (1 done, 0 not) or a plain synchronize of a stream or event.
+    if is_stream and wait:
+        return rt.stream_synchronize(<cudaStream_t>handle)
+    if is_stream:
+        return rt.stream_query(<cudaStream_t>handle)
+    if wait:
+        return rt.event_synchronize(<cudaEvent_t>handle)
+    return rt.event_query(<cudaEvent_t>handle)
+
+
+# ---- Waitable: what Stream and Event share ---------------------------------------------------
+
+cdef class Waitable(HandleOwner):
+    """Base of Stream and Event: work that can be queried and waited for."""
+
+    def __cinit__(self, *args, **kwargs):
+        self._device = -1
+
+    cdef int c_query(self) except -1 nogil:
+        self._use()
+        try:
+            return _raw_status(self._kind == rt.HANDLE_STREAM, self._handle, False)
+        finally:
+            self._unuse()
+
+    cdef int c_synchronize(self) except -1 nogil:
+        self._use()
+        try:
+            return _raw_status(self._kind == rt.HANDLE_STREAM, self._handle, True)
+        finally:
+            self._unuse()
+
+    cdef int _destroy(self) except -1 nogil:
+        if self._pool != NULL:
+            return _give_back(self._pool, self._kind, self._handle)
+        return rt.destroy_handle(self._kind, self._handle)
+
+    cdef void _release(self) noexcept nogil:
+        _give_back(self._pool, self._kind, self._handle)
+
+    def query(self):
+        """True when the work (a stream's so far, an event's last record)
+        has completed.  Never blocks."""
+        # The GIL stays held: a query only reads status and never waits on
+        # another thread (CUDA runs host functions without holding the locks
+        # a query takes), so a callback waiting for the GIL cannot block it;
+        # releasing and retaking the GIL would cost about as much as the
+        # query itself (~250 ns on an H200 host, benchmarks/results).
+        return self.c_query() == 1
+
+    @property
+    def done(self):
+        return self.query()
+
+    def close(self):
+        """Release the handle now; further use raises ValueError.  Idempotent.
+
+        A call still using it in another thread finishes first: the handle
+        is released when it leaves.  A pooled one goes back to its pool.
+        """
+        # When a user in another thread releases the handle on its way out,
+        # the owner stays until this object goes.
+        if self._close_handle() == 1:
+            self._owner = None
+
+    def __eq__(self, other):
+        if not isinstance(other, Waitable) or (<Waitable>other)._kind != self._kind:
+            return NotImplemented
+        if self.closed or (<Waitable>other).closed:
+            return self is other
+        return (self._handle == (<Waitable>other)._handle
+                and self._device == (<Waitable>other)._device)
+
+    def __hash__(self):
+        return hash((self._kind, <uintptr_t>self._handle, self._device))
 
 
 # Enqueues from Python keep the GIL when that cannot deadlock
@@ -364,7 +411,7 @@ cdef int _give_back(void* pool, int kind, void* handle) noexcept nogil:
     return 0
 
 
-cdef class Stream(HandleOwner):
+cdef class Stream(Waitable):
     """A CUDA stream.  ``Stream(device=None, priority=0, non_blocking=False)``.
 
     Owns its ``cudaStream_t`` (destroyed by ``close()`` or garbage collection)
@@ -382,8 +429,8 @@ cdef class Stream(HandleOwner):
     """
 
     def __cinit__(self, *args, **kwargs):
+        self._kind = rt.HANDLE_STREAM
         self._special = False
-        self._device = -1
 
     def __init__(self, device=None, priority=0, non_blocking=False):
         cdef _StreamParams p
@@ -465,15 +512,6 @@ cdef class Stream(HandleOwner):
         self._check_open()
         return (0, <uintptr_t>self._handle)
 
-    # ---- the handle's life (HandleOwner) -----------------------------------
-    cdef int _destroy(self) except -1 nogil:
-        if self._pool != NULL:
-            return _give_back(self._pool, rt.HANDLE_STREAM, self._handle)
-        return rt.destroy_handle(rt.HANDLE_STREAM, self._handle)
-
-    cdef void _release(self) noexcept nogil:
-        _give_back(self._pool, rt.HANDLE_STREAM, self._handle)
-
     # ---- C-level API (nogil, for cimporters) -------------------------------
     cdef streams_stream_t c_handle(self) noexcept nogil:
         return self._handle
@@ -482,12 +520,6 @@ cdef class Stream(HandleOwner):
         if self._device >= 0:
             return self._device
         return rt.get_device()
-
-    cdef int c_query(self) except -1 nogil:
-        return _status(self, True, self._handle, False)
-
-    cdef int c_synchronize(self) except -1 nogil:
-        return _status(self, True, self._handle, True)
 
     cdef int c_record(self, Event event) except -1 nogil:
         self._use()
@@ -527,19 +559,6 @@ cdef class Stream(HandleOwner):
             self._unuse()
 
     # ---- Python API -------------------------------------------------------
-    def query(self):
-        """True when all work enqueued so far has completed (never blocks)."""
-        # The GIL stays held: cudaStreamQuery only reads status and never
-        # waits on another thread (CUDA runs host functions without holding
-        # the locks a query takes), so a callback waiting for the GIL cannot
-        # block it; releasing and retaking the GIL would cost about as much
-        # as the query itself (~250 ns on an H200 host, benchmarks/results).
-        return self.c_query() == 1
-
-    @property
-    def done(self):
-        return self.query()
-
     def synchronize(self, timeout=None):
         """Wait for all enqueued work.  The GIL is released and Ctrl-C works.
 
@@ -890,21 +909,7 @@ cdef class Stream(HandleOwner):
             # Buffers that will be freed after this stream's work: mark where
             # that work ends while the stream can still be recorded on.
             self._tail = self.record()
-        # When a user in another thread releases the handle on its way out,
-        # the owner stays until this object goes.
-        if self._close_handle() == 1:
-            self._owner = None
-
-    def __eq__(self, other):
-        if not isinstance(other, Stream):
-            return NotImplemented
-        if self.closed or (<Stream>other).closed:
-            return self is other
-        return (self._handle == (<Stream>other)._handle
-                and self._device == (<Stream>other)._device)
-
-    def __hash__(self):
-        return hash(("streams.Stream", <uintptr_t>self._handle, self._device))
+        Waitable.close(self)
 
     def __repr__(self):
         cdef uintptr_t h = <uintptr_t>self._handle
@@ -964,7 +969,7 @@ cdef unsigned int _event_flags(object enable_timing, object blocking,
     return flags
 
 
-cdef class Event(HandleOwner):
+cdef class Event(Waitable):
     """A CUDA event (``cudaEventCreateWithFlags``), destroyed by ``close()`` or GC.
 
     ``enable_timing`` allows ``elapsed_time``; ``blocking``
@@ -975,7 +980,7 @@ cdef class Event(HandleOwner):
     """
 
     def __cinit__(self, *args, **kwargs):
-        self._device = -1
+        self._kind = rt.HANDLE_EVENT
 
     def __init__(self, enable_timing=False, blocking=False, interprocess=False):
         cdef unsigned int flags
@@ -992,13 +997,6 @@ cdef class Event(HandleOwner):
         self._flags = flags
         self._opened(True)
 
-    cdef int _destroy(self) except -1 nogil:
-        if self._pool != NULL:
-            return _give_back(self._pool, rt.HANDLE_EVENT, self._handle)
-        return rt.destroy_handle(rt.HANDLE_EVENT, self._handle)
-
-    cdef void _release(self) noexcept nogil:
-        _give_back(self._pool, rt.HANDLE_EVENT, self._handle)
 
     # ---- C-level API (nogil, for cimporters) ------------------------------
     cdef streams_event_t c_handle(self) noexcept nogil:
@@ -1006,12 +1004,6 @@ cdef class Event(HandleOwner):
 
     cdef int c_record(self, Stream stream) except -1 nogil:
         return stream.c_record(self)
-
-    cdef int c_query(self) except -1 nogil:
-        return _status(self, False, self._handle, False)
-
-    cdef int c_synchronize(self) except -1 nogil:
-        return _status(self, False, self._handle, True)
 
     cdef int c_wait(self, Stream stream) except -1 nogil:
         return stream.c_wait_event(self)
@@ -1042,15 +1034,6 @@ cdef class Event(HandleOwner):
         finally:
             s._unuse()
         return self
-
-    def query(self):
-        """True when all work captured by the last record has completed."""
-        # GIL kept: a pure status check, as in Stream.query().
-        return self.c_query() == 1
-
-    @property
-    def done(self):
-        return self.query()
 
     def synchronize(self, timeout=None):
         """Wait for the recorded work (GIL released, Ctrl-C works).
@@ -1151,25 +1134,6 @@ cdef class Event(HandleOwner):
     @property
     def is_timing(self):
         return not (self._flags & cudaEventDisableTiming)
-
-    def close(self):
-        """Destroy the event now; further use raises ValueError.  Idempotent.
-
-        A call still using the event in another thread finishes first: the
-        handle is released when it leaves.
-        """
-        if self._close_handle() == 1:
-            self._owner = None
-
-    def __eq__(self, other):
-        if not isinstance(other, Event):
-            return NotImplemented
-        if self.closed or (<Event>other).closed:
-            return self is other
-        return self._handle == (<Event>other)._handle
-
-    def __hash__(self):
-        return hash(("streams.Event", <uintptr_t>self._handle))
 
     def __repr__(self):
         if self.closed:

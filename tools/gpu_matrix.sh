@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The whole test suite in the three builds at once, on a GPU machine with no
+# network: release, --debug-refcounts and CUDA 12, each built in place in a
+# copy of the checkout of its own (no pip install, so that no build shadows
+# another), then the three suites side by side on the one GPU.  One device
+# call instead of three; tools/gpu_suite.sh runs one build at a time (and
+# the sanitizers).
+#
+#   bash tools/gpu_matrix.sh [CUDA12_DIR]     (default .cu12, made by
+#                                              tools/stage_cuda12.py; the
+#                                              device call must carry it)
+#
+# SUITE_TIMEOUT (default 300 s) bounds each suite.  Logs go to $OUT:
+# build-VARIANT.log and suite-VARIANT.log.  Exit status: 0 when every suite
+# passed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT="$PWD"
+OUT="${OUT:-/tmp/streams-out}"
+mkdir -p "$OUT"
+export CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}" PYTHONUNBUFFERED=1
+PY="${PYTHON:-python3}"
+CU12="$(cd "${1:-.cu12}" && pwd)" || { echo "no CUDA 12 folder ${1:-.cu12}"; exit 2; }
+VARIANTS=(release debug cu12)
+declare -A DIR=([release]="$ROOT" [debug]=/tmp/streams-debug [cu12]=/tmp/streams-cu12)
+declare -A ENV=([release]="" [debug]="STREAMS_DEBUG_REFCOUNTS=1"
+                [cu12]="CUDA_HOME=$CU12 STREAMS_CUDA_MAJOR=12")
+
+for v in debug cu12; do
+    rm -rf "${DIR[$v]}"
+    cp -a "$ROOT" "${DIR[$v]}"
+done
+echo "== build (in place, side by side)"
+for v in "${VARIANTS[@]}"; do
+    (cd "${DIR[$v]}" && env ${ENV[$v]} "$PY" setup.py build_ext --inplace -j 5 \
+        >"$OUT/build-$v.log" 2>&1; echo $? >"/tmp/build-rc-$v") &
+done
+wait
+for v in "${VARIANTS[@]}"; do
+    if [ "$(cat "/tmp/build-rc-$v")" != 0 ]; then
+        tail -30 "$OUT/build-$v.log"
+        echo "BUILD FAILED: $v"
+        exit 1
+    fi
+    (cd "${DIR[$v]}" && "$PY" -c "import streams; print('$v:', 'runtime', streams.runtime_version(), 'debug build', streams.debug_build())")
+done
+echo "== tests (the three suites at once)"
+for v in "${VARIANTS[@]}"; do
+    (cd "${DIR[$v]}" && timeout "${SUITE_TIMEOUT:-300}" "$PY" -m pytest -q -rfEs \
+        -p no:cacheprovider --timeout=120 -o faulthandler_timeout=100 \
+        >"$OUT/suite-$v.log" 2>&1; echo $? >"/tmp/suite-rc-$v") &
+done
+wait
+STATUS=0
+for v in "${VARIANTS[@]}"; do
+    rc="$(cat "/tmp/suite-rc-$v")"
+    echo "== $v: exit $rc"
+    grep -E "^(FAILED|ERROR) " "$OUT/suite-$v.log" | head -20
+    tail -1 "$OUT/suite-$v.log"
+    [ "$rc" = 0 ] || STATUS=1
+done
+exit "$STATUS"

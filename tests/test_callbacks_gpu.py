@@ -186,6 +186,7 @@ def test_no_deadlock_callbacks_with_busy_threads():
     assert result.stdout.strip() == f"OK {4 * 2000}"
 
 
+@pytest.mark.slow   # a stress test: minutes under compute-sanitizer
 @pytest.mark.parametrize("enqueue", ["record", "wait_event", "launch", "graph_launch"])
 def test_full_queue_behind_a_python_callback_does_not_deadlock(enqueue):
     """Enqueues keep the GIL only while no Python callback of the package is

@@ -33,6 +33,7 @@ def _child(code, timeout=120):
 
 # ---- 1. close() while another thread uses the handle ------------------------------------------
 
+@pytest.mark.slow   # a stress test: minutes under compute-sanitizer
 def test_close_races_with_users_in_eight_threads():
     out = _child("""
         import random, threading, streams
@@ -262,6 +263,7 @@ def test_every_handle_owner_dropped_in_a_callback_is_released(stream):
 
 # ---- 7. wait_stream on the per-thread stream, from many threads -----------------------------------
 
+@pytest.mark.slow   # a stress test: minutes under compute-sanitizer
 def test_wait_stream_on_per_thread_streams_from_16_threads():
     errors = []
     other_streams = [Stream(non_blocking=True) for _ in range(16)]

@@ -1,0 +1,310 @@
+"""Several GPUs (issue 17): streams, events, launches, copies, pools, graphs,
+the compat layer and IPC events on device 1 while device 0 is current.
+
+Every test starts with device 0 current and ``Stream.legacy`` the current
+stream of both devices (the ``device_0_current`` fixture), and checks that
+what it calls puts the current device back.  Data is computed on the GPUs
+by the built-in fill / increment kernels and checked on the host.
+
+Two CUDA rules shape the tests (CUDA C Programming Guide, "Stream and Event
+Behavior"; NVIDIA bug 3446335):
+
+* an event can only be recorded on a stream of its own device, but a
+  stream may wait for an event of any device;
+* stream-ordered allocations (``cudaMallocAsync``, which every
+  ``DeviceBuffer`` is) are copied with ``cudaMemcpyAsync`` only while their
+  own device is current, and not at all to another device's allocation
+  (that takes ``cudaMemcpyPeerAsync``).  Copies of device-1 buffers are
+  therefore made inside ``with s1:``, except in the two tests that check
+  exactly these paths.
+"""
+import textwrap
+
+import pytest
+
+from _support import BLOCK, GRID, MS, N, closing, run_python, slow_fill, to_host
+
+import streams
+from streams import DeviceBuffer, Event, EventPool, PinnedBuffer, Stream, StreamPool
+from streams.compat import cupy as cp
+from streams.compat import torch as tc
+from streams.testing import spin
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(streams.device_count() < 2,
+                       reason="needs two GPUs (streams.device_count() < 2)"),
+]
+
+
+@pytest.fixture(autouse=True)
+def device_0_current():
+    """Device 0 current and no stream made current on either device; the
+    current device and both devices' current streams are put back after."""
+    device = streams.get_device()
+    before = {d: streams.current_stream(d) for d in (0, 1)}
+    for d in (0, 1):
+        with streams.Device(d):
+            Stream.legacy.use()
+    streams.set_device(0)
+    yield
+    streams.set_device(device)
+    for d, s in before.items():
+        with streams.Device(d):
+            s.use()
+
+
+# ---- streams of device 1 and the current device / stream -----------------------------------
+
+def test_a_stream_of_device_1_made_while_device_0_is_current():
+    least, greatest = streams.stream_priority_range(device=1)
+    assert greatest <= least
+    assert streams.stream_priority_range("cuda:1") == (least, greatest)
+    assert streams.stream_priority_range(streams.Device(1)) == (least, greatest)
+    with closing(Stream(device=1), Stream(device=1, priority=greatest)) as (s, urgent):
+        assert streams.get_device() == 0, "making a stream of device 1 leaves device 0 current"
+        assert s.device_id == urgent.device_id == 1
+        assert s.device == urgent.device == streams.Device(1)   # cudaStreamGetDevice
+        assert greatest <= s.priority <= least
+        assert urgent.priority == urgent.get_attribute("priority") == greatest
+        assert streams.current_stream(0) is Stream.legacy
+        assert streams.current_stream(1) is Stream.legacy
+    assert streams.get_device() == 0
+
+
+def test_with_a_device_1_stream_switches_device_and_current_stream():
+    with closing(Stream(device=1), Stream(device=0)) as (s1, s0):
+        with s1 as entered:
+            assert entered is s1
+            assert streams.get_device() == 1
+            assert streams.current_stream() is s1 and streams.current_stream(1) is s1
+            assert streams.current_stream(0) is Stream.legacy
+            with s0:                    # nested: device 0 again for the inner block
+                assert streams.get_device() == 0
+                assert streams.current_stream() is s0 and streams.current_stream(1) is s1
+            assert streams.get_device() == 1 and streams.current_stream() is s1
+            assert streams.current_stream(0) is Stream.legacy
+        assert streams.get_device() == 0
+        assert streams.current_stream(0) is Stream.legacy
+        assert streams.current_stream(1) is Stream.legacy
+
+
+def test_each_device_keeps_its_own_current_stream():
+    with closing(Stream(device=0), Stream(device=1)) as (s0, s1):
+        s1.use()                        # device 1's current stream, set from device 0
+        assert streams.get_device() == 0, "use() does not change the current device"
+        assert streams.current_stream(1) is s1
+        assert streams.current_stream() is Stream.legacy
+        assert streams.current_stream(0) is Stream.legacy
+        s0.use()
+        assert streams.current_stream() is s0 and streams.current_stream(0) is s0
+        assert streams.current_stream(1) is s1
+        with streams.Device(1):
+            assert streams.current_stream() is s1
+        assert streams.get_device() == 0 and streams.current_stream() is s0
+
+
+# ---- launches, copies and synchronization on device 1 --------------------------------------
+
+def test_kernels_run_on_the_device_of_their_stream(kernels):
+    with closing(Stream(device=1)) as s1, closing(DeviceBuffer(N * 4, stream=s1)) as buf:
+        assert buf.device_id == 1
+        s1.launch(kernels.fill, GRID, BLOCK, buf, 41, N)
+        s1.launch(kernels.increment, GRID, BLOCK, buf, N)
+        assert streams.get_device() == 0, "a launch on device 1 puts device 0 back"
+        with s1:
+            host = to_host(buf, s1)
+        assert (host == 42).all()
+    assert streams.get_device() == 0
+
+
+def test_copies_and_sets_on_a_device_1_stream_while_device_0_is_current(kernels):
+    """memcpy_async / memset_async on a stream of device 1, with device 0
+    current, on a buffer of device 1 (CUDA refuses copies of stream-ordered
+    memory while another device is current: streams must make the stream's
+    device current, as Stream.launch does)."""
+    np = pytest.importorskip("numpy")
+    values = np.arange(N, dtype=np.uint32)
+    with closing(Stream(device=1)) as s1, closing(DeviceBuffer(N * 4, stream=s1)) as buf:
+        streams.memcpy_async(buf, values, stream=s1)
+        s1.launch(kernels.increment, GRID, BLOCK, buf, N)
+        assert (to_host(buf, s1) == values + 1).all()
+        streams.memset_async(buf, 0xAB, stream=s1)
+        assert (to_host(buf, s1) == 0xABABABAB).all()
+        assert streams.get_device() == 0
+
+
+def test_synchronize_device_1_from_device_0():
+    with closing(Stream(device=1)) as s1:
+        spin(s1, 200 * MS)
+        assert streams.synchronize_device(1) is True
+        assert s1.query() is True
+        spin(s1, 200 * MS)
+        assert streams.Device(1).synchronize() is True
+        assert s1.query() is True
+        assert streams.get_device() == 0
+
+
+# ---- ordering across devices -----------------------------------------------------------------
+
+def _order_after(how, s0, s1):
+    """Make ``s0`` wait for the work now on ``s1`` (``how``: the API used);
+    the event it waits on, if any, which is of device 1."""
+    if how == "wait_stream":
+        s0.wait_stream(s1)
+        return None
+    if how == "stream_record":
+        ev = s1.record()                # made on the stream's device
+    else:
+        with streams.Device(1):
+            ev = Event()
+        ev.record(s1)
+    assert ev.device_id == 1 and streams.get_device() == 0
+    s0.wait_event(ev)
+    return ev
+
+
+@pytest.mark.parametrize("how", ["wait_stream", "stream_record", "event_record"])
+def test_device_0_work_waits_for_device_1_work(kernels, how):
+    """Device 1 fills pinned memory after a spin; device 0, ordered after
+    it, increments it: 8 everywhere only if the increment came second."""
+    with closing(Stream(device=1), Stream(device=0), PinnedBuffer(N * 4)) as (s1, s0, shared):
+        slow_fill(s1, kernels, shared, 7)
+        ev = _order_after(how, s0, s1)
+        s0.launch(kernels.increment, GRID, BLOCK, shared, N)
+        assert (to_host(shared, s0) == 8).all()
+        if ev is not None:
+            assert ev.query() is True
+            ev.close()
+        assert streams.get_device() == 0
+
+
+@pytest.mark.xfail(raises=streams.CudaError, strict=False,
+                   reason="cudaMemcpyAsync cannot copy between the cudaMallocAsync memory of "
+                          "two devices (NVIDIA bug 3446335) and streams has no peer copy "
+                          "(cudaMemcpyPeerAsync) nor pool access (cudaMemPoolSetAccess)")
+def test_peer_copy_from_device_1_to_device_0(kernels):
+    with closing(Stream(device=1), Stream(device=0)) as (s1, s0):
+        with closing(DeviceBuffer(N * 4, stream=s1), DeviceBuffer(N * 4, stream=s0)) as (src, dst):
+            slow_fill(s1, kernels, src, 0xC0FFEE)
+            s0.wait_stream(s1)
+            streams.memcpy_async(dst, src, stream=s0)
+            assert (to_host(dst, s0) == 0xC0FFEE).all()
+            assert streams.get_device() == 0
+
+
+# ---- events and pools of device 1 ------------------------------------------------------------
+
+def test_events_belong_to_a_device():
+    with closing(Stream(device=1)) as s1:
+        with streams.Device(1):
+            mine = Event()
+        with closing(mine, Event(), s1.record()) as (mine, other, made):
+            assert made.device_id == 1, "Stream.record makes its event on the stream's device"
+            assert mine.device_id == 1 and other.device_id == 0
+            spin(s1, 200 * MS)
+            assert mine.record(s1) is mine
+            assert mine.synchronize() is True and s1.query() is True
+            with pytest.raises(streams.CudaError):
+                other.record(s1)        # CUDA: an event records on its own device only
+            assert s1.record(mine) is mine and mine.synchronize() is True
+        assert streams.get_device() == 0
+
+
+def test_pools_of_device_1(kernels):
+    with StreamPool(device=1) as streams_of_1, EventPool(device=1) as events_of_1:
+        assert streams_of_1.device_id == events_of_1.device_id == 1
+        with closing(streams_of_1.acquire(), events_of_1.acquire()) as (s, ev):
+            assert streams.get_device() == 0
+            assert s.device_id == ev.device_id == 1 and s.device == streams.Device(1)
+            with closing(DeviceBuffer(N * 4, stream=s)) as buf:
+                s.launch(kernels.fill, GRID, BLOCK, buf, 5, N)
+                ev.record(s)
+                assert ev.synchronize() is True
+                with s:
+                    host = to_host(buf, s)
+            assert (host == 5).all()
+        assert streams_of_1.idle == 1 and events_of_1.idle == 1
+    assert streams.get_device() == 0
+
+
+# ---- graphs ---------------------------------------------------------------------------------------
+
+def test_graph_captured_on_a_device_1_stream(kernels):
+    with closing(Stream(device=1)) as s1, closing(DeviceBuffer(N * 4, stream=s1)) as buf:
+        s1.launch(kernels.fill, GRID, BLOCK, buf, 10, N)
+        s1.launch(kernels.increment, GRID, BLOCK, buf, N)   # loaded on device 1 before capture
+        with s1.capture() as cap:       # device 0 current: each launch switches to device 1
+            s1.launch(kernels.increment, GRID, BLOCK, buf, N)
+            s1.launch(kernels.increment, GRID, BLOCK, buf, N)
+        assert streams.get_device() == 0
+        with closing(cap.graph) as graph, s1:
+            with closing(graph.instantiate()) as exe:
+                for _ in range(3):
+                    exe.launch(s1)
+                host = to_host(buf, s1)
+        assert streams.get_device() == 0
+        assert (host == 11 + 3 * 2).all()
+
+
+# ---- the compat layer ---------------------------------------------------------------------------
+
+def test_torch_compat_streams_of_two_devices():
+    d0, d1 = tc.default_stream(0), tc.default_stream(1)
+    assert d0 != d1 and not (d0 == d1)
+    assert tc.default_stream(1) is d1
+    assert (d0.device_index, d1.device_index) == (0, 1)
+    assert d0.cuda_stream == d1.cuda_stream == 0
+    with closing(tc.Stream(device=1)) as s:
+        assert s.device_index == 1 and streams.get_device() == 0
+        with tc.stream(s):
+            assert streams.get_device() == 1
+            assert tc.current_stream() is s and tc.current_stream(1) is s
+            assert tc.current_stream(0) is d0
+        assert streams.get_device() == 0
+        assert tc.current_stream() is d0 and tc.current_stream(1) is d1
+
+
+def test_cupy_compat_current_stream_per_device():
+    with streams.Device(1):
+        s = cp.Stream()                 # CuPy makes a stream on the current device
+    with closing(s):
+        assert s.device_id == 1
+        with s:
+            assert streams.get_device() == 1
+            assert cp.get_current_stream() is s and cp.get_current_stream(1) is s
+            assert cp.get_current_stream(0) is cp.Stream.null
+        assert streams.get_device() == 0
+        assert cp.get_current_stream(1) is cp.Stream.null
+        assert cp.get_current_stream() is cp.Stream.null
+
+
+# ---- IPC ------------------------------------------------------------------------------------------
+
+@pytest.mark.timing
+def test_ipc_event_of_device_1_waited_on_in_a_child_on_device_0():
+    with streams.Device(1):
+        ev = Event(interprocess=True)
+    with closing(ev, Stream(device=1)) as (ev, s1):
+        assert ev.device_id == 1
+        spin(s1, 3000 * MS)
+        ev.record(s1)
+        child = textwrap.dedent("""
+            import sys, streams
+            handle = bytes.fromhex(sys.stdin.readline().strip())
+            ev = streams.Event.from_ipc_handle(handle)
+            s0 = streams.Stream(device=0)
+            print("device", streams.get_device(), flush=True)
+            print("first", ev.query(), flush=True)
+            s0.wait_event(ev)
+            s0.synchronize()
+            print("then", ev.query(), flush=True)
+            s0.close()
+            ev.close()
+        """)
+        result = run_python(child, timeout=60, input=ev.ipc_handle().hex() + "\n")
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert result.stdout.split() == ["device", "0", "first", "False", "then", "True"]
+        assert ev.query() is True
+        assert s1.synchronize() is True
+        assert streams.get_device() == 0

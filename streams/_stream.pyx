@@ -1184,8 +1184,11 @@ cdef class _HandlePool:
         return streams_pool_take(<streams_pool*>self._pool)
 
     cdef void* _lend(self) noexcept:
-        # For an object whose handle goes back here: its reference to the pool.
-        streams_pool_ref(<streams_pool*>self._pool)
+        # For an object whose handle goes back here: its reference to the
+        # pool.  NULL, a plain owned handle, when another thread closed the
+        # pool while acquire() made the handle with the GIL released.
+        if self._pool != NULL:
+            streams_pool_ref(<streams_pool*>self._pool)
         return self._pool
 
     @property

@@ -1,7 +1,9 @@
 """StreamPool and EventPool: reuse, bounds, closing, threads, work still queued."""
+import textwrap
+
 import pytest
 
-from _support import MS, N, closing, run_threads, to_host
+from _support import MS, N, closing, run_python, run_threads, to_host
 
 import streams
 from streams import Event, EventPool, Stream, StreamPool
@@ -116,6 +118,35 @@ def test_eight_threads_share_a_pool():
     assert pool.idle <= 4
     pool.close()
     assert _live("live_streams") == base
+
+
+def test_closing_a_pool_while_other_threads_acquire():
+    """acquire() makes a handle with the GIL released when the pool is
+    empty; a close() from another thread meanwhile leaves that stream a
+    plain owned one (closing it destroys the handle), never one that points
+    at a freed pool.  In a child process: the failure is a crash."""
+    code = textwrap.dedent("""
+        import threading, streams
+        errors = []
+        for _ in range(20):
+            pool = streams.StreamPool(maxsize=0)    # every acquire makes a handle
+            def grab():
+                try:
+                    for _ in range(50):
+                        pool.acquire().close()
+                except ValueError as exc:           # closed meanwhile: documented
+                    if "closed StreamPool" not in str(exc):
+                        errors.append(repr(exc))
+            threads = [threading.Thread(target=grab) for _ in range(3)]
+            threads.append(threading.Thread(target=pool.close))
+            for t in threads: t.start()
+            for t in threads: t.join()
+        assert not errors, errors[:3]
+        print("OK", streams.debug_counters()["live_streams"])
+    """)
+    result = run_python(code, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip() == "OK 0"
 
 
 def test_event_pool_reuses_handles_with_its_flags(stream):

@@ -12,7 +12,9 @@
 #                       with libcudart_static.a; tools/stage_cuda12.py makes
 #                       .cu12/ here, which the device call must carry)
 #   --sanitizer TOOL    run pytest under compute-sanitizer --tool TOOL
-#                       (memcheck, racecheck, synccheck, initcheck); its
+#                       (memcheck, racecheck, synccheck, initcheck; a
+#                       comma-separated list runs each tool side by side
+#                       on one build, its logs in $OUT/TOOL/); its
 #                       report goes to $OUT/sanitizer-TOOL-PID.log, one per
 #                       process (the subprocess tests are followed); the tests
 #                       marked `timing`, `slow`, `concurrent` or
@@ -55,6 +57,26 @@ if ! $PY -m pip install --no-build-isolation --no-deps -e . >"$OUT/build-$TAG.lo
 fi
 fi
 $PY -c "import streams; print('streams', streams.__version__, 'devices', streams.device_count(), 'driver', streams.driver_version(), 'runtime', streams.runtime_version(), 'debug build', streams.debug_build())"
+if [[ "$SANITIZER" == *,* ]]; then
+    # Several tools: one run each, side by side on the build above, each
+    # with its own log folder; their summaries are printed here in turn.
+    STATUS=0
+    IFS=, read -r -a TOOLS <<<"$SANITIZER"
+    for t in "${TOOLS[@]}"; do
+        mkdir -p "$OUT/$t"
+        OUT="$OUT/$t" bash "$0" --no-build --sanitizer "$t" "$@" >"/tmp/streams-sanitizer-$t.txt" 2>&1 &
+    done
+    for t in "${TOOLS[@]}"; do
+        wait -n || STATUS=1
+    done
+    for t in "${TOOLS[@]}"; do
+        echo "== $t"
+        grep -E "^(FAILED|ERROR) " "$OUT/$t/pytest-$TAG-$t.log" | head -20
+        sed -n '/^== compute-sanitizer/,$p' "/tmp/streams-sanitizer-$t.txt"
+        tail -1 "$OUT/$t/pytest-$TAG-$t.log"; echo
+    done
+    exit "$STATUS"
+fi
 echo "== tests"
 # A hang must not eat the whole call: per-test timeouts dump every thread's
 # stack, and the suite as a whole stops before the device call's limit.
@@ -71,11 +93,12 @@ if [ -n "$SANITIZER" ]; then
          --report-api-errors no
          --log-file "$OUT/sanitizer-$SANITIZER-%p.log" --print-limit 100)
     SELECT=(-m "not timing and not slow and not concurrent and not hidden_device")
+else
+    SELECT=(--junitxml="$OUT/junit-$TAG.xml")
 fi
 # No paths: pytest runs every suite of pyproject's testpaths.
 timeout "${SUITE_TIMEOUT:-540}" "${RUN[@]}" $PY -m pytest -q -rfEs -p no:cacheprovider \
-    --timeout=120 -o faulthandler_timeout=100 "${SELECT[@]}" \
-    --junitxml="$OUT/junit-$TAG${SANITIZER:+-$SANITIZER}.xml" "$@" 2>&1 \
+    --timeout=120 -o faulthandler_timeout=100 "${SELECT[@]}" "$@" 2>&1 \
     | tee "$OUT/pytest-$TAG${SANITIZER:+-$SANITIZER}.log"
 STATUS="${PIPESTATUS[0]}"
 if [ -n "$SANITIZER" ]; then

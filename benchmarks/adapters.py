@@ -894,6 +894,7 @@ class Noop(Adapter):
         return Case(make_loop("f()", f=f), note="self-test" if op == "stream_query" else None)
 
 
-ADAPTERS = {"streams-py": StreamsPy, "streams-cy": StreamsCy, "cupy": Cupy, "torch": Torch,
+ADAPTERS = {"streams-py": StreamsPy, "streams-py-baseline": StreamsPy, "streams-cy": StreamsCy,
+            "cupy": Cupy, "torch": Torch,
             "cuda-core": CudaCore, "cuda-bindings": CudaBindings, "numba-cuda": NumbaCuda,
             "noop": Noop}

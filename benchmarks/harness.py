@@ -22,7 +22,8 @@ from benchmarks.builders import (build_c_floor, build_cython_bench, compiler, co
                                  default_cache_dir, find_cuda)
 from benchmarks.ops import CONTENDER_BY_NAME, DEFAULT_CONTENDERS, FULL, OP_BY_NAME, OPS, QUICK
 from benchmarks.results import finalize, new_doc
-from benchmarks.under_test import builtin_ptx, child_pythonpath, streams_facts, streams_parent
+from benchmarks.under_test import (baseline_problem, builtin_ptx, child_pythonpath,
+                                   streams_facts, streams_parent)
 
 
 class WorkerDied(Exception):
@@ -203,7 +204,7 @@ class Progress:
 class Config:
     def __init__(self, ops=None, contenders=None, quick=False, rounds=None, batches=None,
                  warmup=1, scale=None, cache_dir=None, timeout=180.0, progress=True,
-                 source_dir=None):
+                 source_dir=None, baseline=None):
         base = QUICK if quick else FULL
         self.ops = list(ops or [op.name for op in OPS])
         self.contenders = list(contenders or DEFAULT_CONTENDERS)
@@ -216,6 +217,10 @@ class Config:
         self.timeout = timeout
         self.progress = progress
         self.source_dir = source_dir or CHECKOUT
+        self.baseline = os.path.abspath(baseline) if baseline else None
+        if self.baseline and contenders is None:
+            self.contenders.insert(self.contenders.index("streams-py") + 1,
+                                   "streams-py-baseline")
 
     def iters(self, op):
         return max(1, int(round(OP_BY_NAME[op].iters * self.scale)))
@@ -223,7 +228,7 @@ class Config:
     def as_dict(self):
         return {"quick": self.quick, "rounds": self.rounds, "batches": self.batches,
                 "warmup": self.warmup, "scale": self.scale, "ops": self.ops,
-                "contenders": self.contenders,
+                "contenders": self.contenders, "baseline": self.baseline,
                 "iters": {op: self.iters(op) for op in self.ops}}
 
 
@@ -281,6 +286,20 @@ def _build(builder, spec, entry, config, progress):
     return product
 
 
+def _baseline_folder(config):
+    """A folder whose only entry is the baseline's ``streams`` package (a
+    link): first on a worker's path, it gives that streams while
+    ``benchmarks`` still comes from this checkout, even where the baseline
+    is a checkout with a ``benchmarks`` of its own."""
+    folder = os.path.join(config.cache_dir, "baseline")
+    link = os.path.join(folder, "streams")
+    os.makedirs(folder, exist_ok=True)
+    if os.path.lexists(link):
+        os.remove(link)
+    os.symlink(os.path.join(config.baseline, "streams"), link)
+    return folder
+
+
 def _prepare(config, doc, progress):
     """Build what is needed and start one worker per usable contender."""
     ptx_path, ptx_error = None, None
@@ -318,10 +337,19 @@ def _prepare(config, doc, progress):
                 if mod is None:
                     continue
                 argv += ["--cy-module", mod]
-            env = dict(os.environ, PYTHONPATH=child_pythonpath())
-            # `-m` puts the cwd first on sys.path: a source checkout there
-            # (no compiled module) would shadow an installed streams.
-            cwd = streams_parent()
+            if name == "streams-py-baseline":
+                why = baseline_problem(config.baseline)
+                if why:
+                    entry.update(status="unavailable", reason=why)
+                    continue
+                cwd = _baseline_folder(config)
+                env = dict(os.environ, PYTHONPATH=child_pythonpath(cwd))
+            else:
+                env = dict(os.environ, PYTHONPATH=child_pythonpath())
+                # `-m` puts the cwd first on sys.path: a source checkout
+                # there (no compiled module) would shadow an installed
+                # streams.
+                cwd = streams_parent()
         if ptx_error and name != "c":
             entry["ptx_error"] = ptx_error
         progress.message(f"starting {spec.label} ...")

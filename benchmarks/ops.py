@@ -123,6 +123,10 @@ CONTENDERS = (
               "benchmarks/c_floor/bench.c: the floor's C loops (include/streams/floor.h) in a "
               "process of their own (gcc, static cudart), a second reference"),
     Contender("streams-py", "streams (Py)", "streams", "streams from Python"),
+    # Before/after in one run: another build of streams (an in-place build of
+    # another commit, given with --baseline DIR) timed next to this one.
+    Contender("streams-py-baseline", "streams (Py, baseline)", "streams",
+              "streams from Python, the build in --baseline DIR", hidden=True),
     Contender("streams-cy", "streams (Cy)", "streams",
               "benchmarks/cy_bench.pyx: `from streams cimport Stream, Event`, nogil C-level "
               "calls (c_query, c_record, ..., Kernel/PreparedLaunch/GraphExec.c_launch)"),

@@ -73,6 +73,9 @@ def build_parser():
     p.add_argument("--source-dir", metavar="DIR",
                    help="source checkout whose benchmarks/c_floor/bench.c and "
                         "benchmarks/cy_bench.pyx to build (default: this one)")
+    p.add_argument("--baseline", metavar="DIR",
+                   help="also time streams from Python in another build (an in-place "
+                        "build of another commit): before/after in one run")
     p.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
     p.add_argument("--list", action="store_true", help="list operations and contenders")
     p.add_argument("--worker", help=argparse.SUPPRESS)
@@ -151,7 +154,8 @@ def main(argv=None, out=None):
     config = Config(ops=args.ops, contenders=args.contenders, quick=args.quick,
                     rounds=args.rounds, batches=args.batches, scale=args.scale,
                     cache_dir=args.cache_dir, timeout=args.timeout,
-                    progress=not args.no_progress, source_dir=args.source_dir)
+                    progress=not args.no_progress, source_dir=args.source_dir,
+                    baseline=args.baseline)
     if not set(config.contenders) <= GPU_FREE:
         info = streams_facts()
         if info["device_count"] == 0:

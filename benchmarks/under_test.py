@@ -19,15 +19,31 @@ def streams_parent():
     return os.path.dirname(os.path.dirname(os.path.abspath(streams.__file__)))
 
 
-def child_pythonpath():
-    """PYTHONPATH for a Python child: the streams under test first, then
-    this checkout (for ``benchmarks``), then what was there.
+def child_pythonpath(parent=None):
+    """PYTHONPATH for a Python child: the streams under test (or the one in
+    ``parent``, a baseline build) first, then this checkout (for
+    ``benchmarks``), then what was there.
 
     The order matters where streams is installed: the checkout's own
     ``streams/`` has no compiled module then, and must not shadow it.
     """
-    parts = [streams_parent(), CHECKOUT, os.environ.get("PYTHONPATH")]
+    parts = [parent or streams_parent(), CHECKOUT, os.environ.get("PYTHONPATH")]
     return os.pathsep.join(dict.fromkeys(p for p in parts if p))
+
+
+def baseline_problem(folder):
+    """Why ``folder`` cannot serve as a baseline build of streams (None
+    when it can): it must hold a ``streams`` package with its compiled
+    call layer, as an in-place build of a checkout does."""
+    if not folder:
+        return "no baseline build given (--baseline DIR: an in-place build of another commit)"
+    pkg = os.path.join(folder, "streams")
+    if not os.path.isfile(os.path.join(pkg, "__init__.py")):
+        return f"{folder} has no streams package"
+    if not any(n.startswith(("_cudart.", "_core.")) and n.endswith((".so", ".pyd"))
+               for n in os.listdir(pkg)):
+        return f"{pkg} has no compiled module (build it in place first)"
+    return None
 
 
 def streams_facts():

@@ -5,6 +5,7 @@ in a child process, as a user starts it.
 """
 import io
 import json
+import os
 import sys
 
 import pytest
@@ -153,3 +154,37 @@ def test_runs_from_the_checkout_root():
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "cannot import streams" not in proc.stderr
     assert "cannot run the benchmark: no usable CUDA device (device_count() == 0" in proc.stderr
+
+
+def test_a_baseline_must_be_a_built_streams(tmp_path):
+    """--baseline adds the baseline column; a folder without a built streams
+    makes it unavailable, with the reason, before any GPU is needed."""
+    from benchmarks.under_test import baseline_problem
+    assert "no baseline build given" in baseline_problem(None)
+    assert "has no streams package" in baseline_problem(str(tmp_path))
+    (tmp_path / "streams").mkdir()
+    (tmp_path / "streams" / "__init__.py").write_text("")
+    assert "has no compiled module" in baseline_problem(str(tmp_path))
+    (tmp_path / "streams" / "_cudart.cpython-312-x86_64-linux-gnu.so").write_text("")
+    assert baseline_problem(str(tmp_path)) is None
+    from benchmarks.harness import Config
+    assert Config(baseline=str(tmp_path)).contenders[:3] == ["c", "streams-py",
+                                                             "streams-py-baseline"]
+    assert "streams-py-baseline" not in Config().contenders
+    assert Config(contenders=["streams-py"], baseline=str(tmp_path)).contenders == ["streams-py"]
+
+
+def test_the_baseline_folder_gives_its_streams_and_our_benchmarks(tmp_path):
+    from benchmarks import CHECKOUT
+    from benchmarks.harness import Config, _baseline_folder
+    from benchmarks.under_test import child_pythonpath
+    base = tmp_path / "old-checkout"
+    (base / "streams").mkdir(parents=True)
+    (base / "benchmarks").mkdir()          # a checkout's own harness must not be used
+    config = Config(baseline=str(base), cache_dir=str(tmp_path / "cache"))
+    folder = _baseline_folder(config)
+    assert os.listdir(folder) == ["streams"]
+    assert os.path.realpath(os.path.join(folder, "streams")) == str((base / "streams").resolve())
+    path = child_pythonpath(folder).split(os.pathsep)
+    assert path[:2] == [folder, CHECKOUT]
+    assert _baseline_folder(config) == folder, "made again over the old link"

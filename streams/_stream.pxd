@@ -41,6 +41,9 @@ cdef class Waitable(HandleOwner):
     # Plain cudaStreamSynchronize / cudaEventSynchronize: blocks, not
     # interruptible.
     cdef int c_synchronize(self) except -1 nogil
+    # 1 when the work is done now (then as a synchronize would leave it), 0
+    # when not: the idle fast path of synchronize().
+    cdef int _done_now(self) except -1
     cdef int _destroy(self) except -1 nogil
     cdef void _release(self) noexcept nogil
 

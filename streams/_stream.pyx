@@ -254,6 +254,26 @@ cdef class Waitable(HandleOwner):
         finally:
             self._unuse()
 
+    cdef int _done_now(self) except -1:
+        # The idle fast path of synchronize(): one query, GIL kept (a query
+        # never waits), then, only if the package made a stream-ordered free
+        # since this object's last full synchronize, that synchronize (GIL
+        # released), so that the memory pool can give freed memory back.
+        cdef bint is_stream = self._kind == rt.HANDLE_STREAM
+        cdef unsigned long long frees
+        self._use()
+        try:
+            if _raw_status(is_stream, self._handle, False) == 0:
+                return 0
+            frees = rt.async_frees()
+            if frees != self._frees_seen:
+                with nogil:
+                    _raw_status(is_stream, self._handle, True)
+                self._frees_seen = frees
+            return 1
+        finally:
+            self._unuse()
+
     cdef int _destroy(self) except -1 nogil:
         if self._pool != NULL:
             return _give_back(self._pool, self._kind, self._handle)
@@ -569,18 +589,9 @@ cdef class Stream(Waitable):
         give those waits a ``timeout``.
         """
         cdef long long timeout_ns = as_timeout_ns(timeout)
-        cdef int done = 0
-        self._use()
-        try:
-            with nogil:
-                # Idle: one plain synchronize, which returns at once.
-                if rt.stream_query(<cudaStream_t>self._handle) == 1:
-                    rt.stream_synchronize(<cudaStream_t>self._handle)
-                    done = 1
-            if not done:
-                done = wait_until_done(self, timeout_ns)
-        finally:
-            self._unuse()
+        cdef int done = self._done_now()
+        if not done:
+            done = wait_until_done(self, timeout_ns)
         if self._errors is not None:
             self._errors.raise_pending("host callback")
         return done == 1
@@ -1041,7 +1052,7 @@ cdef class Event(Waitable):
         Returns True when done; with ``timeout`` (seconds), False if it expired.
         """
         cdef long long timeout_ns = as_timeout_ns(timeout)
-        return wait_until_done(self, timeout_ns) == 1
+        return self._done_now() == 1 or wait_until_done(self, timeout_ns) == 1
 
     def wait(self, stream=None):
         """Make ``stream`` (default: the current stream) wait for this event."""

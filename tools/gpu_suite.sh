@@ -22,6 +22,10 @@
 #                       markers say why each cannot hold under the tool)
 #   --no-build          use the build already in place (several sanitizer
 #                       runs side by side share one build)
+#   SANITIZER_WORKERS=N (default 4) under a sanitizer, pytest-xdist spreads
+#                       the tests over N instrumented worker processes: one
+#                       process runs the suite 5-10x slower than bare, too
+#                       slow for one device call
 #
 # Logs go to $OUT (if set) so they come back from the device machine.
 set -uo pipefail
@@ -93,6 +97,9 @@ if [ -n "$SANITIZER" ]; then
          --report-api-errors no
          --log-file "$OUT/sanitizer-$SANITIZER-%p.log" --print-limit 100)
     SELECT=(-m "not timing and not slow and not concurrent and not hidden_device")
+    if [ "${SANITIZER_WORKERS:-4}" -gt 1 ] && $PY -c "import xdist" 2>/dev/null; then
+        SELECT+=(-n "${SANITIZER_WORKERS:-4}")
+    fi
 else
     SELECT=(--junitxml="$OUT/junit-$TAG.xml")
 fi

@@ -304,7 +304,10 @@ cdef class Waitable(HandleOwner):
         """
         # When a user in another thread releases the handle on its way out,
         # the owner stays until this object goes.
-        if self._close_handle() == 1:
+        # cudaStreamDestroy and cudaEventDestroy return at once (CUDA frees
+        # the handle when its work is done), so the GIL policy of enqueues
+        # holds for them too.
+        if self._close_handle(rt.enqueue_may_keep_gil()) == 1:
             self._owner = None
 
     def __eq__(self, other):
@@ -1001,8 +1004,13 @@ cdef class Event(Waitable):
         flags = _event_flags(enable_timing, blocking, interprocess)
         dev = current_device()
         rt.drain_deferred()
-        with nogil:
+        # Creating an event waits for nothing but a driver lock: the GIL
+        # policy of enqueues holds.
+        if rt.enqueue_may_keep_gil():
             rt.event_create(&handle, flags)
+        else:
+            with nogil:
+                rt.event_create(&handle, flags)
         self._handle = <streams_event_t>handle
         self._device = dev
         self._flags = flags

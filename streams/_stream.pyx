@@ -117,8 +117,10 @@ cpdef Stream as_stream(object stream, str argname="stream"):
       owning it and keeps the object alive (``owner``).  Recognized are
       objects with ``__cuda_stream__`` (a method or attribute returning
       ``(0, handle)``; another version is refused: cuda.core, CuPy,
-      numba-cuda, RMM implement it), PyTorch streams (``.cuda_stream``) and
-      CuPy streams (``.ptr``).  A closed cuda.core stream is refused.
+      numba-cuda, RMM implement it), PyTorch streams (``.cuda_stream``),
+      CuPy streams (``.ptr``) and older numba-cuda streams (``.handle``).
+      A ``.ptr`` or ``.handle`` of any other object is not read (it may be
+      memory).  A closed cuda.core stream is refused.
 
     Anything else raises TypeError naming ``argname``; a value that cannot
     be a handle, ValueError.  The device of a foreign stream is looked up
@@ -198,6 +200,8 @@ cdef int _stream_reader(type t) except -1:
         code = _READ_PROTOCOL
     elif hasattr(t, "cuda_stream"):
         code = _READ_CUDA_STREAM
+    elif _from_library(t, "numba") and hasattr(t, "handle") and _named_in_mro(t, ("Stream",)):
+        code = _READ_HANDLE     # numba-cuda before it implemented the protocol
     else:
         # A .ptr of anything else (a CuPy MemoryPointer, a buffer) read as
         # a stream would hand CUDA a pointer that is none.
@@ -249,6 +253,8 @@ cdef int _foreign_stream(object obj, str argname, uintptr_t* out) except -1:
         h = _handle_int(obj.cuda_stream, obj, "cuda_stream", argname)
     elif code == _READ_PTR:
         h = _handle_int(obj.ptr, obj, "ptr", argname)
+    elif code == _READ_HANDLE:
+        h = _handle_int(obj.handle, obj, "handle", argname)
     else:
         proto = getattr(obj, "__cuda_stream__", None)   # also set on the instance only
         if proto is None:

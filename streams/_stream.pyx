@@ -193,14 +193,16 @@ cdef int _stream_reader(type t) except -1:
     # instead of a call and a tuple, for the same handle.
     if _from_library(t, "torch") and hasattr(t, "cuda_stream"):
         code = _READ_CUDA_STREAM
-    elif (_from_library(t, "cupy") and hasattr(t, "ptr")
+    elif (_from_library(t, "cupy")
           and _named_in_mro(t, ("_BaseStream", "BaseStream", "Stream", "ExternalStream"))):
+        # (CuPy and numba-cuda set these fields on the instance: the type
+        # cannot be asked for them.)
         code = _READ_PTR
     elif hasattr(t, "__cuda_stream__"):
         code = _READ_PROTOCOL
     elif hasattr(t, "cuda_stream"):
         code = _READ_CUDA_STREAM
-    elif _from_library(t, "numba") and hasattr(t, "handle") and _named_in_mro(t, ("Stream",)):
+    elif _from_library(t, "numba") and _named_in_mro(t, ("Stream",)):
         code = _READ_HANDLE     # numba-cuda before it implemented the protocol
     else:
         # A .ptr of anything else (a CuPy MemoryPointer, a buffer) read as
@@ -213,6 +215,12 @@ cdef int _stream_reader(type t) except -1:
 cdef uintptr_t _handle_int(object value, object obj, str field, str argname) except? 0:
     # An int handle out of a library's field: an int, a ctypes pointer
     # (.value, None for NULL) or an object with __int__ (cuda.bindings).
+    if type(value) is int:
+        # The usual case, on the hot path: no further checks.
+        try:
+            return <uintptr_t>value
+        except OverflowError:
+            return as_pointer_int(value, argname)   # the error, naming the argument
     if isinstance(value, bool):
         raise TypeError(f"{argname}: {type(obj).__name__}.{field} must be an int handle, "
                         "got bool")
@@ -310,10 +318,10 @@ cdef int _event_reader(type t) except -1:
         return r
     if hasattr(t, "cuda_event"):
         code = _READ_CUDA_EVENT
-    elif _from_library(t, "cupy") and hasattr(t, "ptr") and _named_in_mro(t, ("Event",)):
+    elif _from_library(t, "cupy") and _named_in_mro(t, ("Event",)):
         code = _READ_PTR
     elif ((_from_library(t, "cuda.core") or _from_library(t, "numba"))
-          and hasattr(t, "handle") and _named_in_mro(t, ("Event",))):
+          and _named_in_mro(t, ("Event",))):
         code = _READ_HANDLE
     else:
         code = _READ_NONE

@@ -96,7 +96,11 @@ def test_a_closed_cuda_core_stream_is_refused():
 
 
 def _event_type(module, name, field):
-    cls = type(name, (), {field: 0})
+    # The field set on the instance, as CuPy and numba-cuda do.
+    def __init__(self):
+        setattr(self, field, 0)
+
+    cls = type(name, (), {"__init__": __init__})
     cls.__module__ = module
     return cls
 

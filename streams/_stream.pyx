@@ -236,7 +236,14 @@ cdef uintptr_t _handle_int(object value, object obj, str field, str argname) exc
 
 
 cdef uintptr_t _protocol_handle(object obj, object proto, str argname) except? 0:
-    info = proto() if callable(proto) else proto
+    try:
+        info = proto() if callable(proto) else proto
+    except Exception as exc:
+        # cuda.core raises for a closed stream: say so, naming the argument.
+        if _from_library(type(obj), "cuda.core"):
+            raise ValueError(f"{argname} is a closed cuda.core Stream ({exc})") from exc
+        raise ValueError(f"{argname}: {type(obj).__name__}.__cuda_stream__() raised "
+                         f"{type(exc).__name__}: {exc}") from exc
     if not isinstance(info, tuple) or len(<tuple>info) != 2:
         raise ValueError(f"{argname}: {type(obj).__name__}.__cuda_stream__() must return a "
                          f"(version, handle) tuple, got {info!r}")
@@ -640,6 +647,18 @@ def current_stream(device=None):
     if _current_source is not None:
         return _current_source(dev)
     return Stream.legacy
+
+
+def _thread_currents(replace=None):
+    """A copy of this thread's {device: stream} made current by ``use()`` and
+    ``with``; with ``replace``, that mapping becomes the thread's (tests put
+    back a thread's exact state with it)."""
+    cdef dict cur = _current_map()
+    before = dict(cur)
+    if replace is not None:
+        cur.clear()
+        cur.update(replace)
+    return before
 
 
 # What current_stream() returns where this thread set none: None for

@@ -447,7 +447,7 @@ def test_record_makes_its_event_on_the_streams_device(stream):
 def _reserved_in_default_pool(runtime):
     # This process's stream-ordered pool, not the device's free memory:
     # other processes (parallel test workers) allocate meanwhile.
-    err, pool = runtime.cudaDeviceGetDefaultMemPool(streams.current_device())
+    err, pool = runtime.cudaDeviceGetDefaultMemPool(streams.get_device())
     assert err == runtime.cudaError_t.cudaSuccess, err
     err, value = runtime.cudaMemPoolGetAttribute(
         pool, runtime.cudaMemPoolAttr.cudaMemPoolAttrReservedMemCurrent)

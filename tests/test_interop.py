@@ -323,40 +323,53 @@ def test_foreign_event_from_handle_keeps_the_owner(stream):
     ev.close()
 
 
+def _framework_array(framework):
+    """N zeroed 32-bit ints owned by the framework, made and finished on its
+    current stream.  Memory of the framework, not ours: a framework that
+    consumes our buffer's __cuda_array_interface__ synchronizes with its
+    stream (CuPy does), which would end the spin these tests hold."""
+    if framework == "torch":
+        torch = pytest.importorskip("torch")
+        a = torch.zeros(N, dtype=torch.int32, device="cuda")
+        torch.cuda.synchronize()
+    else:
+        cupy = pytest.importorskip("cupy")
+        a = cupy.zeros(N, dtype=cupy.uint32)
+        cupy.cuda.Device().synchronize()
+    return a
+
+
+def _on_host(framework, a):
+    return a.cpu().numpy() if framework == "torch" else a.get()
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("framework", ["torch", "cupy"])
-def test_work_without_a_stream_follows_the_framework(framework, kernels, device_buffer,
-                                                     restore_current):
+def test_work_without_a_stream_follows_the_framework(framework, kernels, restore_current):
     """Under follow_current_stream, streams' work given no stream lands on
     the framework's current stream: ordered after the framework's work
     there, while a spin holds that stream busy."""
+    a = _framework_array(framework)
     if framework == "torch":
-        torch = pytest.importorskip("torch")
+        import torch
         theirs = torch.cuda.Stream()
         selects = torch.cuda.stream(theirs)
         handle = theirs.cuda_stream
     else:
-        cupy = pytest.importorskip("cupy")
+        import cupy
         theirs = cupy.cuda.Stream(non_blocking=True)
         selects = theirs
         handle = theirs.ptr
-    buf = device_buffer()
     with selects, streams.follow_current_stream(framework):
         cur = streams.current_stream()
         assert cur.handle == handle
-        spin(cur, 200 * MS)                               # on their stream
-        cur.launch(kernels.fill, GRID, BLOCK, buf, 20, N)
-        if framework == "torch":
-            # __cuda_array_interface__ of ours (bytes), as uint32: torch's
-            # work, on torch's current stream
-            torch.as_tensor(buf, device="cuda").view(torch.int32).add_(1)
-        else:
-            a = cupy.asarray(buf).view(cupy.uint32)
-            a += 1
+        spin(cur, 200 * MS)                                # on their stream
+        cur.launch(kernels.fill, GRID, BLOCK, a, 20, N)
+        a += 1                                             # theirs, on their stream
         done = Event().record()                            # no stream: theirs
-        assert done.query() is False
+        assert done.query() is False, "the record did not land behind the spin"
         host = pytest.importorskip("numpy").empty(N, dtype="uint32")
-        streams.memcpy_async(host, buf)                    # no stream: theirs
+        streams.memcpy_async(host, a)                      # no stream: theirs
         assert done.synchronize() is True
         streams.current_stream().synchronize()
     assert (host == 21).all(), host[:8]
@@ -365,20 +378,19 @@ def test_work_without_a_stream_follows_the_framework(framework, kernels, device_
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("framework", ["torch", "cupy"])
-def test_current_in_makes_our_stream_theirs(framework, kernels, device_buffer, stream):
+def test_current_in_makes_our_stream_theirs(framework, kernels, stream):
     """Inside current_in, the framework's work lands on our stream, after
     the spin our stream holds."""
     mod = pytest.importorskip(framework)
-    buf = device_buffer()
+    a = _framework_array(framework)
     spin(stream, 200 * MS)
-    stream.launch(kernels.fill, GRID, BLOCK, buf, 30, N)
+    stream.launch(kernels.fill, GRID, BLOCK, a, 30, N)
     with streams.current_in(framework, stream) as theirs:
         if framework == "torch":
             assert mod.cuda.current_stream().cuda_stream == stream.handle == theirs.cuda_stream
-            mod.as_tensor(buf, device="cuda").view(mod.int32).mul_(2)
         else:
             assert mod.cuda.get_current_stream().ptr == stream.handle == theirs.ptr
-            a = mod.asarray(buf).view(mod.uint32)
-            a *= 2
+        a *= 2
     assert stream.query() is False, "their work queued behind the spin on our stream"
-    assert (to_host(buf, stream) == 60).all()
+    stream.synchronize()
+    assert (_on_host(framework, a) == 60).all()

@@ -331,10 +331,19 @@ def _framework_array(framework):
     if framework == "torch":
         torch = pytest.importorskip("torch")
         a = torch.zeros(N, dtype=torch.int32, device="cuda")
-        torch.cuda.synchronize()
     else:
         cupy = pytest.importorskip("cupy")
         a = cupy.zeros(N, dtype=cupy.uint32)
+    # The tests' operations once before any spin: a framework's first use of
+    # a kernel compiles it (CuPy) or loads it (lazy module loading), which
+    # can take longer than the spin or wait for the device's work.
+    a += 1
+    a *= 2
+    if framework == "torch":
+        a.fill_(0)
+        torch.cuda.synchronize()
+    else:
+        a.fill(0)
         cupy.cuda.Device().synchronize()
     return a
 

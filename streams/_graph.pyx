@@ -173,6 +173,93 @@ cdef size_t _node_array(Graph graph, object nodes, cudaGraphNode_t** out,
     return <size_t>n
 
 
+ctypedef int (*_node_adder)(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps,
+                            size_t n, void* arg) except -1 nogil
+
+
+cdef cudaGraphNode_t _add_node(Graph graph, object dependencies, _node_adder add,
+                               void* arg) except NULL:
+    """Add a node after ``dependencies`` (nodes of ``graph``) with ``add``,
+    the graph held in use meanwhile."""
+    cdef cudaGraphNode_t node = NULL
+    cdef cudaGraphNode_t* deps = NULL
+    cdef size_t n
+    graph._use()
+    try:
+        n = _node_array(graph, dependencies, &deps, "dependencies")
+        try:
+            with nogil:
+                add(&node, <cudaGraph_t>graph._handle, deps, n, arg)
+        finally:
+            PyMem_Free(deps)
+    finally:
+        graph._unuse()
+    return node
+
+
+cdef struct _Copy:
+    void* dst
+    const void* src
+    size_t count
+
+
+cdef int _add_empty(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps,
+                    size_t n, void* arg) except -1 nogil:
+    return rt.graph_add_empty_node(out, g, deps, n)
+
+
+cdef int _add_host(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps,
+                   size_t n, void* arg) except -1 nogil:
+    return rt.graph_add_host_node(out, g, deps, n, <PyObject*>arg)
+
+
+cdef int _add_kernel(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps,
+                     size_t n, void* arg) except -1 nogil:
+    # CUDA copies the argument values here.
+    return rt.graph_add_kernel_node(out, g, deps, n, <cudaKernelNodeParams*>arg)
+
+
+cdef int _add_memset(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps,
+                     size_t n, void* arg) except -1 nogil:
+    return rt.graph_add_memset_node(out, g, deps, n, <cudaMemsetParams*>arg)
+
+
+cdef int _add_memcpy(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps,
+                     size_t n, void* arg) except -1 nogil:
+    cdef _Copy* c = <_Copy*>arg
+    return rt.graph_add_memcpy_node_1d(out, g, deps, n, c.dst, c.src, c.count)
+
+
+cdef int _add_child(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps,
+                    size_t n, void* arg) except -1 nogil:
+    return rt.graph_add_child_graph_node(out, g, deps, n, <cudaGraph_t>arg)
+
+
+cdef int _add_event_record(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps,
+                           size_t n, void* arg) except -1 nogil:
+    return rt.graph_add_event_record_node(out, g, deps, n, <cudaEvent_t>arg)
+
+
+cdef int _add_event_wait(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps,
+                         size_t n, void* arg) except -1 nogil:
+    return rt.graph_add_event_wait_node(out, g, deps, n, <cudaEvent_t>arg)
+
+
+cdef int _add_generic(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps,
+                      size_t n, void* arg) except -1 nogil:
+    return rt.graph_add_node(out, g, deps, n, <cudaGraphNodeParams*>arg)
+
+
+cdef int _add_mem_alloc(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps,
+                        size_t n, void* arg) except -1 nogil:
+    return rt.graph_add_mem_alloc_node(out, g, deps, n, <cudaMemAllocNodeParams*>arg)
+
+
+cdef int _add_mem_free(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps,
+                       size_t n, void* arg) except -1 nogil:
+    return rt.graph_add_mem_free_node(out, g, deps, n, arg)
+
+
 cdef GraphNode _wrap_node(Graph graph, cudaGraphNode_t handle):
     cdef GraphNode node = GraphNode.__new__(GraphNode)
     node._handle = <void*>handle
@@ -882,43 +969,20 @@ cdef class Graph(HandleOwner):
 
     # ---- explicit construction -----------------------------------------------
     def add_empty_node(self, dependencies=()):
-        cdef cudaGraphNode_t node = NULL
-        cdef cudaGraphNode_t* deps = NULL
-        cdef size_t n
-        self._use()
-        try:
-            n = _node_array(self, dependencies, &deps, "dependencies")
-            try:
-                with nogil:
-                    rt.graph_add_empty_node(&node, <cudaGraph_t>self._handle, deps, n)
-            finally:
-                PyMem_Free(deps)
-        finally:
-            self._unuse()
-        return _wrap_node(self, node)
+        return _wrap_node(self, _add_node(self, dependencies, _add_empty, NULL))
 
     def add_host_node(self, callback, arg=None, dependencies=()):
         """A node that calls ``callback(arg)`` on the host, on every replay."""
-        cdef cudaGraphNode_t node = NULL
-        cdef cudaGraphNode_t* deps = NULL
-        cdef size_t n
         cdef HostCall call
         self._refuse_in_body("a host node")
         call = new_call(callback, arg, None, self._errors, KIND_HOST_FUNC)
         call.persistent = True
         self._use()
         try:
-            n = _node_array(self, dependencies, &deps, "dependencies")
-            try:
-                rt.graph_attach_payload(<cudaGraph_t>self._handle, <PyObject*>call)
-                with nogil:
-                    rt.graph_add_host_node(&node, <cudaGraph_t>self._handle, deps, n,
-                                           <PyObject*>call)
-            finally:
-                PyMem_Free(deps)
+            rt.graph_attach_payload(<cudaGraph_t>self._handle, <PyObject*>call)
         finally:
             self._unuse()
-        return _wrap_node(self, node)
+        return _wrap_node(self, _add_node(self, dependencies, _add_host, <void*>call))
 
     def add_kernel_node(self, kernel, grid=1, block=1, *args, shared_mem=0, cluster=None,
                         cooperative=False, dependencies=()):
@@ -932,8 +996,6 @@ cdef class Graph(HandleOwner):
         the arguments alive; a ConditionHandle argument must be this graph's
         or, in a conditional body, that of a graph holding the body."""
         cdef cudaGraphNode_t node = NULL
-        cdef cudaGraphNode_t* deps = NULL
-        cdef size_t n
         cdef cudaKernelNodeParams params
         cdef cudaLaunchAttributeValue cluster_dim, coop
         cdef ArgPack pack
@@ -952,16 +1014,9 @@ cdef class Graph(HandleOwner):
         k = _kernel_node_params(kernel, grid, block, args, shared_mem, &params, &pack)
         try:
             module_use = keep_module(k._module)
+            node = _add_node(self, dependencies, _add_kernel, &params)
             self._use()
             try:
-                n = _node_array(self, dependencies, &deps, "dependencies")
-                try:
-                    with nogil:
-                        # CUDA copies the argument values here.
-                        rt.graph_add_kernel_node(&node, <cudaGraph_t>self._handle, deps, n,
-                                                 &params)
-                finally:
-                    PyMem_Free(deps)
                 try:
                     with nogil:
                         if with_cluster:
@@ -986,26 +1041,14 @@ cdef class Graph(HandleOwner):
 
     def add_memset_node(self, ptr, value, nbytes, dependencies=()):
         """Set ``nbytes`` bytes at ``ptr`` (device memory) to ``value`` (0-255)."""
-        cdef cudaGraphNode_t node = NULL
-        cdef cudaGraphNode_t* deps = NULL
-        cdef size_t n
+        cdef cudaGraphNode_t node
         cdef cudaMemsetParams params
         cdef Span span
         span.user = NULL
         span.has_view = False
         try:
             _memset_params(ptr, value, nbytes, &params, &span)
-            self._use()
-            try:
-                n = _node_array(self, dependencies, &deps, "dependencies")
-                try:
-                    with nogil:
-                        rt.graph_add_memset_node(&node, <cudaGraph_t>self._handle, deps, n,
-                                                 &params)
-                finally:
-                    PyMem_Free(deps)
-            finally:
-                self._unuse()
+            node = _add_node(self, dependencies, _add_memset, &params)
             self._keep.append(_hold(ptr))
         finally:
             release_span(&span)
@@ -1014,27 +1057,18 @@ cdef class Graph(HandleOwner):
     def add_memcpy_node(self, dst, src, nbytes, dependencies=()):
         """Copy ``nbytes`` from ``src`` to ``dst`` (memory CUDA knows: device,
         managed or pinned)."""
-        cdef cudaGraphNode_t node = NULL
-        cdef cudaGraphNode_t* deps = NULL
-        cdef size_t n, count
+        cdef cudaGraphNode_t node
+        cdef _Copy copy
         cdef Span d, s
         d.user = NULL
         d.has_view = False
         s.user = NULL
         s.has_view = False
         try:
-            count = _memcpy_spans(dst, src, nbytes, &d, &s)
-            self._use()
-            try:
-                n = _node_array(self, dependencies, &deps, "dependencies")
-                try:
-                    with nogil:
-                        rt.graph_add_memcpy_node_1d(&node, <cudaGraph_t>self._handle, deps, n,
-                                                    d.ptr, s.ptr, count)
-                finally:
-                    PyMem_Free(deps)
-            finally:
-                self._unuse()
+            copy.count = _memcpy_spans(dst, src, nbytes, &d, &s)
+            copy.dst = d.ptr
+            copy.src = s.ptr
+            node = _add_node(self, dependencies, _add_memcpy, &copy)
             self._keep.append((_hold(dst), _hold(src)))
         finally:
             release_span(&s)
@@ -1073,9 +1107,7 @@ cdef class Graph(HandleOwner):
     cdef tuple _add_conditional(self, object cond, int kind, unsigned int size,
                                 object dependencies):
         cdef cudaGraphNodeParams params
-        cdef cudaGraphNode_t node = NULL
-        cdef cudaGraphNode_t* deps = NULL
-        cdef size_t n
+        cdef cudaGraphNode_t node
         cdef unsigned int i
         cdef ConditionHandle c = _own_condition(self, cond, "cond")
         memset(&params, 0, sizeof(params))
@@ -1083,17 +1115,9 @@ cdef class Graph(HandleOwner):
         params.conditional.handle = c._value
         params.conditional.type = <cudaGraphConditionalNodeType>kind
         params.conditional.size = size
-        self._use()
-        try:
-            n = _node_array(self, dependencies, &deps, "dependencies")
-            try:
-                with nogil:
-                    rt.graph_add_node(&node, <cudaGraph_t>self._handle, deps, n, &params)
-            finally:
-                PyMem_Free(deps)
-            bodies = [_wrap_body(self, params.conditional.phGraph_out[i]) for i in range(size)]
-        finally:
-            self._unuse()
+        node = _add_node(self, dependencies, _add_generic, &params)
+        # The bodies are valid while the node is: _wrap_body holds this graph.
+        bodies = [_wrap_body(self, params.conditional.phGraph_out[i]) for i in range(size)]
         return _wrap_node(self, node), bodies
 
     def add_if(self, cond, dependencies=()):
@@ -1130,9 +1154,7 @@ cdef class Graph(HandleOwner):
         device) each launch.  Returns a GraphAllocation (``.node``, ``.ptr``;
         ``node, ptr = ...`` unpacks it); free it with ``add_mem_free``, or
         instantiate with ``auto_free_on_launch=True``."""
-        cdef cudaGraphNode_t node = NULL
-        cdef cudaGraphNode_t* deps = NULL
-        cdef size_t n
+        cdef cudaGraphNode_t node
         cdef cudaMemAllocNodeParams params
         cdef GraphAllocation result
         cdef size_t count = as_nbytes(nbytes, "nbytes")
@@ -1144,17 +1166,7 @@ cdef class Graph(HandleOwner):
         params.poolProps.location.type = cudaMemLocationTypeDevice
         params.poolProps.location.id = rt.get_device()
         params.bytesize = count
-        self._use()
-        try:
-            n = _node_array(self, dependencies, &deps, "dependencies")
-            try:
-                with nogil:
-                    rt.graph_add_mem_alloc_node(&node, <cudaGraph_t>self._handle, deps, n,
-                                                &params)
-            finally:
-                PyMem_Free(deps)
-        finally:
-            self._unuse()
+        node = _add_node(self, dependencies, _add_mem_alloc, &params)
         result = GraphAllocation.__new__(GraphAllocation)
         result.node = _wrap_node(self, node)
         result._ptr = <uintptr_t>params.dptr
@@ -1165,9 +1177,7 @@ cdef class Graph(HandleOwner):
         """A node that frees graph memory: a GraphAllocation, or the address
         of one (of this graph or of another graph whose launches left it
         allocated)."""
-        cdef cudaGraphNode_t node = NULL
-        cdef cudaGraphNode_t* deps = NULL
-        cdef size_t n
+        cdef cudaGraphNode_t node
         cdef uintptr_t address
         if isinstance(ptr, GraphAllocation):
             address = (<GraphAllocation>ptr)._ptr
@@ -1179,21 +1189,12 @@ cdef class Graph(HandleOwner):
             raise TypeError(f"ptr must be a streams.GraphAllocation or an int address, not "
                             f"{type(ptr).__name__}")
         self._refuse_in_body("a memory free node")
-        self._use()
         try:
-            n = _node_array(self, dependencies, &deps, "dependencies")
-            try:
-                with nogil:
-                    rt.graph_add_mem_free_node(&node, <cudaGraph_t>self._handle, deps, n,
-                                               <void*>address)
-            except CudaError as exc:
-                raise ValueError(f"ptr=0x{address:x}: CUDA refused to free it in a graph "
-                                 f"({exc.name}); a free node takes memory a graph's "
-                                 "allocation node gave") from exc
-            finally:
-                PyMem_Free(deps)
-        finally:
-            self._unuse()
+            node = _add_node(self, dependencies, _add_mem_free, <void*>address)
+        except CudaError as exc:
+            raise ValueError(f"ptr=0x{address:x}: CUDA refused to free it in a graph "
+                             f"({exc.name}); a free node takes memory a graph's "
+                             "allocation node gave") from exc
         return _wrap_node(self, node)
 
     def add_event_record_node(self, event, dependencies=()):
@@ -1203,28 +1204,13 @@ cdef class Graph(HandleOwner):
         return self._add_event_node(as_event(event, "event"), dependencies, False)
 
     cdef GraphNode _add_event_node(self, Event ev, object dependencies, bint record):
-        cdef cudaGraphNode_t node = NULL
-        cdef cudaGraphNode_t* deps = NULL
-        cdef size_t n
-        self._use()
+        cdef cudaGraphNode_t node
+        ev._use()
         try:
-            ev._use()
-            try:
-                n = _node_array(self, dependencies, &deps, "dependencies")
-                try:
-                    with nogil:
-                        if record:
-                            rt.graph_add_event_record_node(&node, <cudaGraph_t>self._handle,
-                                                           deps, n, <cudaEvent_t>ev._handle)
-                        else:
-                            rt.graph_add_event_wait_node(&node, <cudaGraph_t>self._handle,
-                                                         deps, n, <cudaEvent_t>ev._handle)
-                finally:
-                    PyMem_Free(deps)
-            finally:
-                ev._unuse()
+            node = _add_node(self, dependencies, _add_event_record if record else _add_event_wait,
+                             ev._handle)
         finally:
-            self._unuse()
+            ev._unuse()
         if record:
             ev._recorded = True
         self._keep.append(_EventHold(ev))
@@ -1232,24 +1218,12 @@ cdef class Graph(HandleOwner):
 
     def add_child_graph_node(self, Graph child not None, dependencies=()):
         """Embed a copy of ``child`` (what its nodes need stays alive with this graph)."""
-        cdef cudaGraphNode_t node = NULL
-        cdef cudaGraphNode_t* deps = NULL
-        cdef size_t n
-        self._use()
+        cdef cudaGraphNode_t node
+        child._use()
         try:
-            child._use()
-            try:
-                n = _node_array(self, dependencies, &deps, "dependencies")
-                try:
-                    with nogil:
-                        rt.graph_add_child_graph_node(&node, <cudaGraph_t>self._handle, deps,
-                                                      n, <cudaGraph_t>child._handle)
-                finally:
-                    PyMem_Free(deps)
-            finally:
-                child._unuse()
+            node = _add_node(self, dependencies, _add_child, child._handle)
         finally:
-            self._unuse()
+            child._unuse()
         self._keep.extend(child._keep)
         return _wrap_node(self, node)
 
@@ -1346,9 +1320,7 @@ cdef class GraphExec(HandleOwner):
                 graph._unuse()
         finally:
             self._unuse()
-        refused = up.refused
-        info = up.info
-        if not refused:
+        if not up.refused:
             # Replays already queued may still use what the old nodes needed.
             self._keep = self._keep + tuple(graph._keep)
             # Whether the old box goes now or with the executable, it holds

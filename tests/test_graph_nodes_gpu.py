@@ -5,41 +5,19 @@ attributes, and what graphs keep alive.  Every test checks numbers the GPU
 computed."""
 import gc
 import sys
-import time
 
 import pytest
 
 import streams
-from streams import CudaError, Event, Graph, Stream
-from streams import _cudart
+from streams import CudaError, Event, Graph
 from streams._launch import builtin_kernel
 
-from _support import BLOCK, GRID, MS, N, close_all, to_host
+from _support import (BLOCK, GRID, MS, N, close_all, graphs_released,  # noqa: F401
+                      to_host, wait_for_refcount)
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("graphs_released")]
 
 np = pytest.importorskip("numpy")
-
-
-def wait_for_refcount(obj, expected, timeout=2.0):
-    # Graph-owned references are dropped on CUDA's thread, then by a pending
-    # call; `obj` itself adds one while this runs.
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        _cudart._drain_deferred()
-        if sys.getrefcount(obj) - 1 == expected:
-            return True
-        time.sleep(0.01)
-    return False
-
-
-@pytest.fixture(autouse=True)
-def graphs_released():
-    yield
-    gc.collect()
-    streams.synchronize_device()
-    c = streams.debug_counters()
-    assert c["live_graphs"] == 0 and c["live_graph_execs"] == 0, c
 
 
 def set_u32(buf, value, stream):

@@ -382,7 +382,10 @@ def end_capture(Stream stream not None):
                 target._unuse()
                 if target._owns_handle:
                     target._owns_handle = False
-                    rt.count(rt.STREAMS_CNT_GRAPH_DESTROYED)
+                    if target._parent != NULL:
+                        target._leave_parent()  # a body: CUDA's, never counted
+                    else:
+                        rt.count(rt.STREAMS_CNT_GRAPH_DESTROYED)
                 streams_close_begin(&target._state)
             raise
         slot, target_obj = take_capture(cid, stream)
@@ -542,12 +545,22 @@ cdef class ConditionHandle:
 set_condition_type(ConditionHandle)
 
 
+cdef int _check_alive(ConditionHandle c, str argname) except -1:
+    # Its graph's handle, once destroyed, may be reused by a new graph: a
+    # condition whose graph is gone or closed matches none.
+    g = c._graph_ref()
+    if g is None or (<Graph>g).closed:
+        raise ValueError(f"{argname} is a condition of a graph that is closed or gone")
+    return 0
+
+
 cdef ConditionHandle _own_condition(Graph graph, object cond, str argname):
     cdef ConditionHandle c
     if not isinstance(cond, ConditionHandle):
         raise TypeError(f"{argname} must be a streams.ConditionHandle (from "
                         f"Graph.create_condition()), not {type(cond).__name__}")
     c = <ConditionHandle>cond
+    _check_alive(c, argname)
     if c._graph != graph._handle:
         raise ValueError(f"{argname} is a condition of another graph: a conditional node "
                          "takes a condition made by its own graph's create_condition()")
@@ -558,8 +571,10 @@ cdef int _check_conditions(Graph graph, tuple args) except -1:
     """A kernel of ``graph`` may set the conditions of ``graph`` and of the
     graphs whose conditional nodes hold it, no others."""
     for i, a in enumerate(args):
-        if isinstance(a, ConditionHandle) and not _in_family(graph,
-                                                             (<ConditionHandle>a)._graph):
+        if not isinstance(a, ConditionHandle):
+            continue
+        _check_alive(<ConditionHandle>a, f"argument {i}")
+        if not _in_family(graph, (<ConditionHandle>a)._graph):
             raise ValueError(f"argument {i} is a ConditionHandle of another graph (a kernel "
                              "may set the conditions of its own graph and of the graphs "
                              "whose conditional nodes hold it)")

@@ -5,6 +5,7 @@ attributes, and what graphs keep alive.  Every test checks numbers the GPU
 computed."""
 import gc
 import sys
+import textwrap
 
 import pytest
 
@@ -13,7 +14,7 @@ from streams import CudaError, Event, Graph
 from streams._launch import builtin_kernel
 
 from _support import (BLOCK, GRID, MS, N, close_all, graphs_released,  # noqa: F401
-                      to_host, wait_for_refcount)
+                      run_python, to_host, wait_for_refcount)
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("graphs_released")]
 
@@ -149,16 +150,40 @@ def test_condition_handle_properties_and_bad_input(device_buffer):
 
 
 def test_body_keeps_its_parent_until_closed():
-    g = Graph()
-    cond = g.create_condition()
-    _, body = g.add_if(cond)
-    g.close()
-    # The parent is closed for use but not destroyed while its body lives.
-    assert streams.debug_counters()["live_graphs"] >= 1
-    body.add_empty_node()
-    body.close()
-    with pytest.raises(ValueError, match="closed Graph"):
-        body.add_empty_node()
+    # In a child: a body outliving a destroyed parent would be a use after free.
+    code = textwrap.dedent("""
+        import gc
+        import streams
+        g = streams.Graph()
+        cond = g.create_condition()
+        node, body = g.add_if(cond)
+        destroyed = streams.debug_counters()["graphs_destroyed"]
+        g.close()
+        del g, node
+        gc.collect()
+        # Closed for use, not destroyed: its body still holds it.
+        assert streams.debug_counters()["graphs_destroyed"] == destroyed
+        assert cond.graph is not None and body.parent is not None
+        body.add_kernel_node("empty")
+        body.close()
+        assert streams.debug_counters()["graphs_destroyed"] == destroyed + 1
+        assert body.parent is None
+        try:
+            body.add_empty_node()
+        except ValueError as exc:
+            assert "closed Graph" in str(exc), exc
+        else:
+            raise AssertionError("a closed body took a node")
+        try:
+            streams.Graph().add_while(cond)
+        except ValueError as exc:
+            assert "closed or gone" in str(exc), exc
+        else:
+            raise AssertionError("a dead graph's condition was taken")
+        print("ok")
+    """)
+    result = run_python(code, timeout=120)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result
 
 
 # ---- memory nodes -------------------------------------------------------------------------

@@ -204,6 +204,7 @@ def _host_func_case(op, enqueue, sync_src, env, busy):
 
 class StreamsPy(Adapter):
     stmts = {
+        "python_call": "s.closed",
         "stream_query": "s.query()",
         "stream_synchronize": "s.synchronize()",
         "event_record": "s.record(ev)",
@@ -401,6 +402,7 @@ class StreamsCy(Adapter):
 
 class Cupy(Adapter):
     stmts = {
+        "python_call": "s.ptr",
         "stream_query": "s.done",
         "stream_synchronize": "s.synchronize()",
         "event_record": "s.record(ev)",
@@ -487,6 +489,7 @@ def _decode(x):
 
 class Torch(Adapter):
     stmts = {
+        "python_call": "s.cuda_stream",
         "stream_query": "s.query()",
         "stream_synchronize": "s.synchronize()",
         "event_record": "s.record_event(ev)",
@@ -566,6 +569,7 @@ class Torch(Adapter):
 
 class CudaCore(Adapter):
     stmts = {
+        "python_call": "s.handle",
         "stream_synchronize": "s.sync()",
         "event_record": "s.record(ev)",
         "event_query": "done.is_done",
@@ -797,6 +801,7 @@ class CudaBindings(Adapter):
 
 class NumbaCuda(Adapter):
     stmts = {
+        "python_call": "s.handle",
         "stream_synchronize": "s.synchronize()",
         "event_record": "ev.record(s)",
         "event_query": "done.query()",

@@ -17,7 +17,7 @@ from streams._device import (Device, device_count, get_device, set_device,
                              stream_priority_range, synchronize_device)
 from streams._stream import (AccessPolicyWindow, AccessProperty, CaptureMode, CaptureStatus,
                              Event, EventPool, MemAttach, Stream, StreamAttribute, StreamPool,
-                             SyncPolicy, current_stream, reset_persisting_l2_cache)
+                             SyncPolicy, as_stream, current_stream, reset_persisting_l2_cache)
 from streams import _hostcall  # noqa: F401  (registers the host-callback paths)
 from streams._memory import (DeviceBuffer, ManagedBuffer, PinnedBuffer, memcpy_async,
                              memset_async)
@@ -26,6 +26,7 @@ from streams._graph import (CaptureInfo, ConditionHandle, Graph, GraphAllocation
                             GraphMemoryInfo, GraphNode, NodeType, UpdateResult, capture_mode,
                             exchange_capture_mode, graph_memory_info, reset_graph_memory_high,
                             trim_graph_memory)
+from streams._interop import current_in, follow_current_stream
 from streams import _cudart
 
 __version__ = "0.1.0"

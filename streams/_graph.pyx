@@ -96,8 +96,11 @@ UpdateResult.__doc__ = """What ``GraphExec.update()`` returns: ``ok``, a
 GraphMemoryInfo = _namedtuple("GraphMemoryInfo", "used used_high reserved reserved_high",
                               module="streams")
 GraphMemoryInfo.__doc__ = """What ``streams.graph_memory_info()`` returns, in
-bytes: memory graphs' allocation nodes hold now (``used``) and reserved from
-the device for them (``reserved``), each with its high watermark."""
+bytes: physical memory mapped into at least one graph now (``used``) and held
+by the allocator of graph memory nodes (``reserved``), each with its high
+watermark.  A free ends an allocation, not its mapping: CUDA keeps the pages
+for the next launch, and both counts drop only when ``trim_graph_memory()``
+gives back what no unfreed allocation and no pending launch holds."""
 
 cdef object _tls = _threading.local()    # .capture_modes: what capture_mode() replaced
 
@@ -1421,7 +1424,10 @@ cdef class GraphExec(HandleOwner):
         _check_conditions(nd._graph, args)
         k = _kernel_node_params(kernel, grid, block, args, shared_mem, &params, &pack)
         try:
-            module_use = keep_module(k._module)
+            # Boxed before CUDA has the new parameters: a launch may use them
+            # as soon as the call returns.
+            self._box.append((keep_module(k._module), keep_pack_users(&pack),
+                              _kept_args(args)))
             self._enter(nd)
             try:
                 with nogil:
@@ -1429,7 +1435,6 @@ cdef class GraphExec(HandleOwner):
                                                          <cudaGraphNode_t>nd._handle, &params)
             finally:
                 self._leave(nd)
-            self._box.append((module_use, keep_pack_users(&pack), _kept_args(args)))
         finally:
             release_pack(&pack)
 
@@ -1441,6 +1446,7 @@ cdef class GraphExec(HandleOwner):
         span.has_view = False
         try:
             _memset_params(ptr, value, nbytes, &params, &span)
+            self._box.append(_hold(ptr))
             self._enter(nd)
             try:
                 with nogil:
@@ -1448,7 +1454,6 @@ cdef class GraphExec(HandleOwner):
                                                          <cudaGraphNode_t>nd._handle, &params)
             finally:
                 self._leave(nd)
-            self._box.append(_hold(ptr))
         finally:
             release_span(&span)
 
@@ -1462,6 +1467,7 @@ cdef class GraphExec(HandleOwner):
         s.has_view = False
         try:
             count = _memcpy_spans(dst, src, nbytes, &d, &s)
+            self._box.append((_hold(dst), _hold(src)))
             self._enter(nd)
             try:
                 with nogil:
@@ -1470,7 +1476,6 @@ cdef class GraphExec(HandleOwner):
                         s.ptr, count)
             finally:
                 self._leave(nd)
-            self._box.append((_hold(dst), _hold(src)))
         finally:
             release_span(&s)
             release_span(&d)
@@ -1484,6 +1489,7 @@ cdef class GraphExec(HandleOwner):
         cdef GraphNode nd = self._node_of(node, "node")
         cdef HostCall call = new_call(callback, arg, None, self._errors, KIND_HOST_FUNC)
         call.persistent = True
+        self._box.append(call)
         self._enter(nd)
         try:
             with nogil:
@@ -1492,12 +1498,12 @@ cdef class GraphExec(HandleOwner):
                                                    <PyObject*>call)
         finally:
             self._leave(nd)
-        self._box.append(call)
 
     def set_child_graph_node(self, node, Graph child not None):
         """Make a child graph node run a copy of ``child`` (same topology as
         the one it has) from the next launch on."""
         cdef GraphNode nd = self._node_of(node, "node")
+        self._box.append(tuple(child._keep))
         self._enter(nd)
         try:
             child._use()
@@ -1510,7 +1516,6 @@ cdef class GraphExec(HandleOwner):
                 child._unuse()
         finally:
             self._leave(nd)
-        self._box.append(tuple(child._keep))
 
     def set_event_record_node(self, node, event):
         self._set_event(node, as_event(event, "event"), True)
@@ -1520,6 +1525,7 @@ cdef class GraphExec(HandleOwner):
 
     cdef int _set_event(self, object node, Event ev, bint record) except -1:
         cdef GraphNode nd = self._node_of(node, "node")
+        self._box.append(_EventHold(ev))
         self._enter(nd)
         try:
             ev._use()
@@ -1534,7 +1540,6 @@ cdef class GraphExec(HandleOwner):
             self._leave(nd)
         if record:
             ev._recorded = True
-        self._box.append(_EventHold(ev))
         return 0
 
     @property
@@ -1556,9 +1561,9 @@ cdef class GraphExec(HandleOwner):
 # ---- graph memory of a device ----------------------------------------------------------------
 
 def graph_memory_info(device=None):
-    """How much device memory graphs' allocation nodes use and have
-    reserved on ``device`` (default: the current one): a GraphMemoryInfo
-    (``cudaDeviceGetGraphMemAttribute``)."""
+    """How much physical memory graphs have mapped and the graph memory
+    allocator holds on ``device`` (default: the current one): a
+    GraphMemoryInfo (``cudaDeviceGetGraphMemAttribute``)."""
     cdef int dev = resolve_device(device)
     cdef unsigned long long v[4]
     with nogil:
@@ -1570,8 +1575,9 @@ def graph_memory_info(device=None):
 
 
 def trim_graph_memory(device=None):
-    """Give back to the device the memory graphs have reserved but no
-    launched or pending graph uses (``cudaDeviceGraphMemTrim``)."""
+    """Give back to the device the memory graphs have reserved that no
+    unfreed allocation and no running or pending launch uses
+    (``cudaDeviceGraphMemTrim``)."""
     cdef int dev = resolve_device(device)
     with nogil:
         rt.device_graph_mem_trim(dev)

@@ -96,6 +96,29 @@ def device_buffer():
 
 
 @pytest.fixture
+def closer():
+    """``closer(obj, ...)`` returns ``obj`` (the first) and closes each one
+    after the test, last registered first, whether the test passed or not:
+    a failing test leaves nothing for the next test's leak check."""
+    made = []
+
+    def register(*objs):
+        made.extend(objs)
+        return objs[0]
+
+    yield register
+    errors = []
+    for step in [streams.synchronize_device] + [obj.close for obj in reversed(made)]:
+        try:
+            step()
+        except Exception as exc:    # close the rest, then report the first
+            errors.append(exc)
+    made.clear()
+    if errors:
+        raise errors[0]
+
+
+@pytest.fixture
 def stream():
     s = streams.Stream()
     yield s

@@ -22,8 +22,10 @@ from streams import _hostcall  # noqa: F401  (registers the host-callback paths)
 from streams._memory import (DeviceBuffer, ManagedBuffer, PinnedBuffer, memcpy_async,
                              memset_async)
 from streams._launch import Kernel, Module, PreparedLaunch
-from streams._graph import (CaptureInfo, Graph, GraphExec, GraphNode, NodeType, UpdateResult,
-                            capture_mode, exchange_capture_mode)
+from streams._graph import (CaptureInfo, ConditionHandle, Graph, GraphAllocation, GraphExec,
+                            GraphMemoryInfo, GraphNode, NodeType, UpdateResult, capture_mode,
+                            exchange_capture_mode, graph_memory_info, reset_graph_memory_high,
+                            trim_graph_memory)
 from streams._interop import current_in, follow_current_stream
 from streams import _cudart
 

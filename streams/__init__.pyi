@@ -62,13 +62,19 @@ from streams._interop import (
 )
 from streams._graph import (
     CaptureInfo as CaptureInfo,
+    ConditionHandle as ConditionHandle,
     Graph as Graph,
+    GraphAllocation as GraphAllocation,
     GraphExec as GraphExec,
+    GraphMemoryInfo as GraphMemoryInfo,
     GraphNode as GraphNode,
     NodeType as NodeType,
     UpdateResult as UpdateResult,
     capture_mode as capture_mode,
     exchange_capture_mode as exchange_capture_mode,
+    graph_memory_info as graph_memory_info,
+    reset_graph_memory_high as reset_graph_memory_high,
+    trim_graph_memory as trim_graph_memory,
 )
 
 __version__: str
@@ -79,13 +85,16 @@ __all__ = [
     "CaptureInfo",
     "CaptureMode",
     "CaptureStatus",
+    "ConditionHandle",
     "CudaError",
     "Device",
     "DeviceBuffer",
     "Event",
     "EventPool",
     "Graph",
+    "GraphAllocation",
     "GraphExec",
+    "GraphMemoryInfo",
     "GraphNode",
     "HostCallbackError",
     "Kernel",
@@ -113,14 +122,17 @@ __all__ = [
     "follow_current_stream",
     "get_device",
     "get_include",
-    "show_config",
+    "graph_memory_info",
     "memcpy_async",
     "memset_async",
+    "reset_graph_memory_high",
     "reset_persisting_l2_cache",
     "runtime_version",
     "set_device",
+    "show_config",
     "stream_priority_range",
     "synchronize_device",
+    "trim_graph_memory",
 ]
 
 def get_include() -> str: ...

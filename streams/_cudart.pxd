@@ -160,3 +160,23 @@ cdef int graph_instantiate(cudaGraphExec_t* out, cudaGraph_t g, unsigned long lo
 cdef int graph_launch(cudaGraphExec_t ex, cudaStream_t s) except -1 nogil
 cdef int graph_upload(cudaGraphExec_t ex, cudaStream_t s) except -1 nogil
 cdef int graph_exec_update(cudaGraphExec_t ex, cudaGraph_t g, cudaGraphExecUpdateResultInfo* info) except -1 nogil
+# ---- graphs (issue 15) ----
+cdef int graph_attach_owned(cudaGraph_t g, PyObject* obj, cudaUserObject_t* out) except -1
+cdef int graph_release_user_object(cudaGraph_t g, cudaUserObject_t uo) except -1 nogil
+cdef int graph_destroy_node(cudaGraphNode_t node) except -1 nogil
+cdef int graph_conditional_handle_create(cudaGraphConditionalHandle* out, cudaGraph_t g, unsigned int default_value, unsigned int flags) except -1 nogil
+cdef int graph_add_node(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps, size_t n, cudaGraphNodeParams* params) except -1 nogil
+cdef int graph_add_mem_alloc_node(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps, size_t n, cudaMemAllocNodeParams* params) except -1 nogil
+cdef int graph_add_mem_free_node(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps, size_t n, void* dptr) except -1 nogil
+cdef int device_get_graph_mem_attribute(int dev, cudaGraphMemAttributeType attr, unsigned long long* value) except -1 nogil
+cdef int device_reset_graph_mem_high(int dev) except -1 nogil
+cdef int device_graph_mem_trim(int dev) except -1 nogil
+cdef int graph_kernel_node_set_attribute(cudaGraphNode_t node, cudaLaunchAttributeID attr, const cudaLaunchAttributeValue* value) except -1 nogil
+cdef int graph_exec_kernel_node_set_params(cudaGraphExec_t ex, cudaGraphNode_t node, const cudaKernelNodeParams* params) except -1 nogil
+cdef int graph_exec_memset_node_set_params(cudaGraphExec_t ex, cudaGraphNode_t node, const cudaMemsetParams* params) except -1 nogil
+cdef int graph_exec_memcpy_node_set_params_1d(cudaGraphExec_t ex, cudaGraphNode_t node, void* dst, const void* src, size_t count) except -1 nogil
+cdef int graph_exec_host_node_set_params(cudaGraphExec_t ex, cudaGraphNode_t node, PyObject* payload) except -1 nogil
+cdef int graph_exec_child_graph_node_set_params(cudaGraphExec_t ex, cudaGraphNode_t node, cudaGraph_t child) except -1 nogil
+cdef int graph_exec_event_node_set_event(cudaGraphExec_t ex, cudaGraphNode_t node, cudaEvent_t ev, bint record) except -1 nogil
+cdef int graph_node_set_enabled(cudaGraphExec_t ex, cudaGraphNode_t node, bint enabled) except -1 nogil
+cdef int graph_node_get_enabled(cudaGraphExec_t ex, cudaGraphNode_t node, unsigned int* enabled) except -1 nogil

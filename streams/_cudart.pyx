@@ -75,6 +75,9 @@ cdef extern from "streams/compat.h" nogil:
                                                      size_t* pNumDependencies)
     cudaError_t streams_cudaFuncGetParamInfo(const void* func, size_t index, size_t* offset,
                                              size_t* size)
+    cudaError_t streams_cudaGraphAddNode(cudaGraphNode_t* node, cudaGraph_t graph,
+                                         const cudaGraphNode_t* deps, size_t n,
+                                         cudaGraphNodeParams* params)
 
 
 # ---- errors ------------------------------------------------------------------
@@ -705,22 +708,7 @@ cdef int stream_add_callback(cudaStream_t h, PyObject* payload) except -1 nogil:
 
 cdef int graph_attach_payload(cudaGraph_t g, PyObject* payload) except -1:
     """Give graph ``g`` a CUDA user object owning one reference to ``payload``."""
-    cdef cudaUserObject_t uo = NULL
-    cdef cudaError_t err
-    guard()
-    streams_payload_incref(payload)
-    with nogil:
-        err = cudaUserObjectCreate(&uo, <void*>payload, streams_user_object_release, 1,
-                                   cudaUserObjectNoDestructorSync)
-    if err != cudaSuccess:
-        streams_payload_decref(payload)
-        return check(err)
-    with nogil:
-        err = cudaGraphRetainUserObject(g, uo, 1, cudaGraphUserObjectMove)
-        if err != cudaSuccess:
-            # Our reference dies with the user object (via the deferred queue).
-            cudaUserObjectRelease(uo, 1)
-    return check(err)
+    return graph_attach_owned(g, payload, NULL)
 
 
 cdef int graph_add_host_node(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps,
@@ -1050,6 +1038,154 @@ cdef int graph_exec_update(cudaGraphExec_t ex, cudaGraph_t g,
         cudaGetLastError()
         return 1
     return check(err)
+
+
+# ---- graphs (issue 15) ----
+# Conditional and memory nodes, node-by-node updates of executables, and
+# the user objects that keep what an executable needs alive.
+
+cdef int graph_attach_owned(cudaGraph_t g, PyObject* obj, cudaUserObject_t* out) except -1:
+    """Give graph ``g`` a CUDA user object owning one reference to ``obj``;
+    ``out`` (if not NULL) gets the user object, to release from ``g`` later.
+    CUDA drops the reference once no graph or executable (nor a replay
+    still in flight) holds the user object."""
+    cdef cudaUserObject_t uo = NULL
+    cdef cudaError_t err
+    guard()
+    streams_payload_incref(obj)
+    with nogil:
+        err = cudaUserObjectCreate(&uo, <void*>obj, streams_user_object_release, 1,
+                                   cudaUserObjectNoDestructorSync)
+    if err != cudaSuccess:
+        streams_payload_decref(obj)
+        return check(err)
+    with nogil:
+        err = cudaGraphRetainUserObject(g, uo, 1, cudaGraphUserObjectMove)
+        if err != cudaSuccess:
+            # Our reference dies with the user object (via the deferred queue).
+            cudaUserObjectRelease(uo, 1)
+    check(err)
+    if out != NULL:
+        out[0] = uo
+    return 0
+
+
+cdef int graph_release_user_object(cudaGraph_t g, cudaUserObject_t uo) except -1 nogil:
+    guard()
+    return check(cudaGraphReleaseUserObject(g, uo, 1))
+
+
+cdef int graph_destroy_node(cudaGraphNode_t node) except -1 nogil:
+    guard()
+    return check(cudaGraphDestroyNode(node))
+
+
+cdef int graph_conditional_handle_create(cudaGraphConditionalHandle* out, cudaGraph_t g,
+                                         unsigned int default_value,
+                                         unsigned int flags) except -1 nogil:
+    guard()
+    return check(cudaGraphConditionalHandleCreate(out, g, default_value, flags))
+
+
+cdef int graph_add_node(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps,
+                        size_t n, cudaGraphNodeParams* params) except -1 nogil:
+    guard()
+    return check(streams_cudaGraphAddNode(out, g, deps, n, params))
+
+
+cdef int graph_add_mem_alloc_node(cudaGraphNode_t* out, cudaGraph_t g,
+                                  const cudaGraphNode_t* deps, size_t n,
+                                  cudaMemAllocNodeParams* params) except -1 nogil:
+    guard()
+    return check(cudaGraphAddMemAllocNode(out, g, deps, n, params))
+
+
+cdef int graph_add_mem_free_node(cudaGraphNode_t* out, cudaGraph_t g,
+                                 const cudaGraphNode_t* deps, size_t n,
+                                 void* dptr) except -1 nogil:
+    guard()
+    return check(cudaGraphAddMemFreeNode(out, g, deps, n, dptr))
+
+
+cdef int device_get_graph_mem_attribute(int dev, cudaGraphMemAttributeType attr,
+                                        unsigned long long* value) except -1 nogil:
+    guard()
+    return check(cudaDeviceGetGraphMemAttribute(dev, attr, <void*>value))
+
+
+cdef int device_reset_graph_mem_high(int dev) except -1 nogil:
+    # CUDA accepts only zero: the high watermarks restart from what is used now.
+    cdef unsigned long long zero = 0
+    guard()
+    check(cudaDeviceSetGraphMemAttribute(dev, cudaGraphMemAttrUsedMemHigh, <void*>&zero))
+    return check(cudaDeviceSetGraphMemAttribute(dev, cudaGraphMemAttrReservedMemHigh,
+                                                <void*>&zero))
+
+
+cdef int device_graph_mem_trim(int dev) except -1 nogil:
+    guard()
+    return check(cudaDeviceGraphMemTrim(dev))
+
+
+cdef int graph_kernel_node_set_attribute(cudaGraphNode_t node, cudaLaunchAttributeID attr,
+                                         const cudaLaunchAttributeValue* value) except -1 nogil:
+    guard()
+    return check(cudaGraphKernelNodeSetAttribute(node, attr, value))
+
+
+cdef int graph_exec_kernel_node_set_params(cudaGraphExec_t ex, cudaGraphNode_t node,
+                                           const cudaKernelNodeParams* params) except -1 nogil:
+    guard()
+    return check(cudaGraphExecKernelNodeSetParams(ex, node, params))
+
+
+cdef int graph_exec_memset_node_set_params(cudaGraphExec_t ex, cudaGraphNode_t node,
+                                           const cudaMemsetParams* params) except -1 nogil:
+    guard()
+    return check(cudaGraphExecMemsetNodeSetParams(ex, node, params))
+
+
+cdef int graph_exec_memcpy_node_set_params_1d(cudaGraphExec_t ex, cudaGraphNode_t node,
+                                              void* dst, const void* src,
+                                              size_t count) except -1 nogil:
+    guard()
+    return check(cudaGraphExecMemcpyNodeSetParams1D(ex, node, dst, src, count,
+                                                    cudaMemcpyDefault))
+
+
+cdef int graph_exec_host_node_set_params(cudaGraphExec_t ex, cudaGraphNode_t node,
+                                         PyObject* payload) except -1 nogil:
+    cdef cudaHostNodeParams params
+    guard()
+    params.fn = streams_graph_host_fn_trampoline
+    params.userData = <void*>payload
+    return check(cudaGraphExecHostNodeSetParams(ex, node, &params))
+
+
+cdef int graph_exec_child_graph_node_set_params(cudaGraphExec_t ex, cudaGraphNode_t node,
+                                                cudaGraph_t child) except -1 nogil:
+    guard()
+    return check(cudaGraphExecChildGraphNodeSetParams(ex, node, child))
+
+
+cdef int graph_exec_event_node_set_event(cudaGraphExec_t ex, cudaGraphNode_t node,
+                                         cudaEvent_t ev, bint record) except -1 nogil:
+    guard()
+    if record:
+        return check(cudaGraphExecEventRecordNodeSetEvent(ex, node, ev))
+    return check(cudaGraphExecEventWaitNodeSetEvent(ex, node, ev))
+
+
+cdef int graph_node_set_enabled(cudaGraphExec_t ex, cudaGraphNode_t node,
+                                bint enabled) except -1 nogil:
+    guard()
+    return check(cudaGraphNodeSetEnabled(ex, node, 1 if enabled else 0))
+
+
+cdef int graph_node_get_enabled(cudaGraphExec_t ex, cudaGraphNode_t node,
+                                unsigned int* enabled) except -1 nogil:
+    guard()
+    return check(cudaGraphNodeGetEnabled(ex, node, enabled))
 
 
 # ---- module state -------------------------------------------------------------------------

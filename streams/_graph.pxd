@@ -15,11 +15,18 @@ cdef class Graph(HandleOwner):
     cdef streams_graph_t _handle
     cdef ErrorSlot _errors       # shared with its clones' and executables' callbacks
     cdef list _keep              # what the graph's nodes need alive (buffers, modules, ...)
+    # A conditional node's body: the Graph (a reference, and a use) whose
+    # node owns it; NULL for a graph of its own.
+    cdef void* _parent
 
     cdef streams_graph_t c_handle(self) noexcept nogil
     cdef int _destroy(self) except -1 nogil
     cdef void _release(self) noexcept nogil
+    cdef void _leave_parent(self) noexcept nogil
+    cdef int _refuse_in_body(self, str what) except -1
     cdef GraphNode _add_event_node(self, Event ev, object dependencies, bint record)
+    cdef tuple _add_conditional(self, object cond, int kind, unsigned int size,
+                                object dependencies)
 
 
 cdef class GraphNode:
@@ -32,9 +39,17 @@ cdef class GraphExec(HandleOwner):
     cdef streams_graph_exec_t _handle
     cdef ErrorSlot _errors
     cdef tuple _keep
+    cdef list _box               # what node updates need, held by CUDA for the executable
+    cdef streams_graph_t _source # the graph it came from: its nodes name the executable's
 
     cdef int c_launch(self, Stream stream) except -1 nogil
     cdef int c_upload(self, Stream stream) except -1 nogil
+    # Enable or disable a node (a cudaGraphNode_t of the source graph).
+    cdef int c_set_node_enabled(self, void* node, bint enabled) except -1 nogil
+    cdef GraphNode _node_of(self, object node, str argname)
+    cdef int _enter(self, GraphNode nd) except -1
+    cdef void _leave(self, GraphNode nd) noexcept
+    cdef int _set_event(self, object node, Event ev, bint record) except -1
     cdef streams_graph_exec_t c_handle(self) noexcept nogil
     cdef int _destroy(self) except -1 nogil
     cdef void _release(self) noexcept nogil

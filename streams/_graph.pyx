@@ -9,6 +9,14 @@ buffers and modules its kernel nodes use (held in use by the graph and its
 executables: closing one of them frees it only once they are gone).  Work
 captured from a stream refers to memory and modules by address only: keep
 those alive while the graph lives.
+
+What a node-by-node update of an executable brings (a new host callable,
+buffers, a module, a child graph's needs) goes into the executable's "box":
+a Python list owned by a CUDA user object that only the executable holds,
+so it lives until the executable is destroyed and no replay of it is still
+in flight.  The box is attached to the graph for the instant of
+instantiation (the executable takes a reference to every user object of its
+graph), then released from the graph.
 """
 import os as _os
 import tempfile as _tempfile
@@ -17,16 +25,17 @@ from collections import namedtuple as _namedtuple
 
 cimport cython
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
-from cpython.ref cimport PyObject
+from cpython.ref cimport PyObject, Py_DECREF, Py_INCREF
 from libc.stdint cimport uintptr_t
+from libc.string cimport memset
 
 cimport streams._cudart as rt
 from streams._args cimport as_dim3, as_enum, as_int, as_nbytes
-from streams._device cimport require_device
+from streams._device cimport require_device, resolve_device
 from streams._hostcall cimport (HostCall, KIND_HOST_FUNC, new_call, new_error_slot,
                                 register_capture, take_capture)
 from streams._launch cimport ArgPack, Kernel, keep_module, keep_pack_users, pack_args, \
-    release_pack
+    release_pack, set_condition_type
 from streams._memory cimport Span, hold_memory, release_span, resolve_span
 from streams._handle cimport HandleOwner
 from streams._platform cimport streams_close_begin, streams_is_closed
@@ -37,6 +46,10 @@ from streams._args import StreamsEnum
 from streams._cudart import CudaError
 from streams._launch import builtin_kernel
 from streams._stream import CaptureMode, CaptureStatus
+import weakref as _weakref
+
+cdef extern from "streams/compat.h":
+    cudaGraphConditionalNodeType streams_cudaGraphCondTypeSwitch
 
 
 class NodeType(StreamsEnum):
@@ -79,6 +92,15 @@ the nodes the next captured work will depend on; ``edge_data`` one
 UpdateResult = _namedtuple("UpdateResult", "ok reason error_node", module="streams")
 UpdateResult.__doc__ = """What ``GraphExec.update()`` returns: ``ok``, a
 ``reason`` in words, and the node CUDA blamed (or None)."""
+
+GraphMemoryInfo = _namedtuple("GraphMemoryInfo", "used used_high reserved reserved_high",
+                              module="streams")
+GraphMemoryInfo.__doc__ = """What ``streams.graph_memory_info()`` returns, in
+bytes: physical memory mapped into at least one graph now (``used``) and held
+by the allocator of graph memory nodes (``reserved``), each with its high
+watermark.  A free ends an allocation, not its mapping: CUDA keeps the pages
+for the next launch, and both counts drop only when ``trim_graph_memory()``
+gives back what no unfreed allocation and no pending launch holds."""
 
 cdef object _tls = _threading.local()    # .capture_modes: what capture_mode() replaced
 
@@ -154,6 +176,93 @@ cdef size_t _node_array(Graph graph, object nodes, cudaGraphNode_t** out,
     return <size_t>n
 
 
+ctypedef int (*_node_adder)(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps,
+                            size_t n, void* arg) except -1 nogil
+
+
+cdef cudaGraphNode_t _add_node(Graph graph, object dependencies, _node_adder add,
+                               void* arg) except NULL:
+    """Add a node after ``dependencies`` (nodes of ``graph``) with ``add``,
+    the graph held in use meanwhile."""
+    cdef cudaGraphNode_t node = NULL
+    cdef cudaGraphNode_t* deps = NULL
+    cdef size_t n
+    graph._use()
+    try:
+        n = _node_array(graph, dependencies, &deps, "dependencies")
+        try:
+            with nogil:
+                add(&node, <cudaGraph_t>graph._handle, deps, n, arg)
+        finally:
+            PyMem_Free(deps)
+    finally:
+        graph._unuse()
+    return node
+
+
+cdef struct _Copy:
+    void* dst
+    const void* src
+    size_t count
+
+
+cdef int _add_empty(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps,
+                    size_t n, void* arg) except -1 nogil:
+    return rt.graph_add_empty_node(out, g, deps, n)
+
+
+cdef int _add_host(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps,
+                   size_t n, void* arg) except -1 nogil:
+    return rt.graph_add_host_node(out, g, deps, n, <PyObject*>arg)
+
+
+cdef int _add_kernel(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps,
+                     size_t n, void* arg) except -1 nogil:
+    # CUDA copies the argument values here.
+    return rt.graph_add_kernel_node(out, g, deps, n, <cudaKernelNodeParams*>arg)
+
+
+cdef int _add_memset(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps,
+                     size_t n, void* arg) except -1 nogil:
+    return rt.graph_add_memset_node(out, g, deps, n, <cudaMemsetParams*>arg)
+
+
+cdef int _add_memcpy(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps,
+                     size_t n, void* arg) except -1 nogil:
+    cdef _Copy* c = <_Copy*>arg
+    return rt.graph_add_memcpy_node_1d(out, g, deps, n, c.dst, c.src, c.count)
+
+
+cdef int _add_child(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps,
+                    size_t n, void* arg) except -1 nogil:
+    return rt.graph_add_child_graph_node(out, g, deps, n, <cudaGraph_t>arg)
+
+
+cdef int _add_event_record(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps,
+                           size_t n, void* arg) except -1 nogil:
+    return rt.graph_add_event_record_node(out, g, deps, n, <cudaEvent_t>arg)
+
+
+cdef int _add_event_wait(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps,
+                         size_t n, void* arg) except -1 nogil:
+    return rt.graph_add_event_wait_node(out, g, deps, n, <cudaEvent_t>arg)
+
+
+cdef int _add_generic(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps,
+                      size_t n, void* arg) except -1 nogil:
+    return rt.graph_add_node(out, g, deps, n, <cudaGraphNodeParams*>arg)
+
+
+cdef int _add_mem_alloc(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps,
+                        size_t n, void* arg) except -1 nogil:
+    return rt.graph_add_mem_alloc_node(out, g, deps, n, <cudaMemAllocNodeParams*>arg)
+
+
+cdef int _add_mem_free(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps,
+                       size_t n, void* arg) except -1 nogil:
+    return rt.graph_add_mem_free_node(out, g, deps, n, arg)
+
+
 cdef GraphNode _wrap_node(Graph graph, cudaGraphNode_t handle):
     cdef GraphNode node = GraphNode.__new__(GraphNode)
     node._handle = <void*>handle
@@ -167,6 +276,40 @@ cdef Graph _wrap_graph(cudaGraph_t handle, bint owns, ErrorSlot errors, list kee
     g._errors = errors if errors is not None else new_error_slot()
     g._keep = keep if keep is not None else []
     g._opened(owns)
+    return g
+
+
+cdef Graph _wrap_body(Graph parent, cudaGraph_t handle):
+    """A body graph of a conditional node of ``parent``.  CUDA owns it (it
+    dies with the node), so the body holds its parent in use instead: the
+    parent, closed, is destroyed only once its bodies are closed or gone."""
+    cdef Graph body = Graph.__new__(Graph)
+    body._handle = <streams_graph_t>handle
+    body._errors = parent._errors
+    body._keep = parent._keep     # what its nodes need lives with the top graph
+    parent._use()
+    Py_INCREF(parent)
+    body._parent = <void*>parent
+    body._opened(True)
+    return body
+
+
+cdef bint _in_family(Graph graph, void* handle):
+    """Whether ``handle`` is ``graph`` or a graph whose conditional node
+    holds ``graph`` (a body, at any depth)."""
+    cdef Graph g = graph
+    while True:
+        if g._handle == handle:
+            return True
+        if g._parent == NULL:
+            return False
+        g = <Graph>g._parent
+
+
+cdef Graph _top(Graph graph):
+    cdef Graph g = graph
+    while g._parent != NULL:
+        g = <Graph>g._parent
     return g
 
 
@@ -242,7 +385,10 @@ def end_capture(Stream stream not None):
                 target._unuse()
                 if target._owns_handle:
                     target._owns_handle = False
-                    rt.count(rt.STREAMS_CNT_GRAPH_DESTROYED)
+                    if target._parent != NULL:
+                        target._leave_parent()  # a body: CUDA's, never counted
+                    else:
+                        rt.count(rt.STREAMS_CNT_GRAPH_DESTROYED)
                 streams_close_begin(&target._state)
             raise
         slot, target_obj = take_capture(cid, stream)
@@ -351,6 +497,202 @@ cdef class _EventHold:
 
 
 @cython.final
+cdef class ConditionHandle:
+    """The value a conditional node tests (``cudaGraphConditionalHandle``),
+    from ``Graph.create_condition()``.
+
+    Pass it to a kernel (its parameter a ``cudaGraphConditionalHandle``, or
+    "condition" in a signature) that calls ``cudaGraphSetConditional``, such
+    as the built-in "set_condition" and "set_condition_lt" kernels.  It is
+    valid in the graph that made it, its conditional bodies, and their
+    executables; ``int(handle)`` is the raw value.
+    """
+    cdef unsigned long long _value
+    cdef void* _graph            # cudaGraph_t that made it
+    cdef object _graph_ref       # weak reference to that Graph
+    cdef unsigned int _default
+    cdef bint _reset
+
+    def __init__(self, *args, **kwargs):
+        rt.refuse_construction(self, "use Graph.create_condition()")
+
+    def __index__(self):
+        return self._value
+
+    def __int__(self):
+        return self._value
+
+    @property
+    def handle(self):
+        return self._value
+
+    @property
+    def graph(self):
+        """The Graph that made it (None once that object is gone)."""
+        return self._graph_ref() if self._graph_ref is not None else None
+
+    @property
+    def default(self):
+        return self._default
+
+    @property
+    def reset(self):
+        """Whether every launch starts with the value set to ``default``."""
+        return self._reset
+
+    def __repr__(self):
+        return (f"<streams.ConditionHandle 0x{self._value:x} default={self._default} "
+                f"reset={self._reset}>")
+
+
+set_condition_type(ConditionHandle)
+
+
+cdef int _check_alive(ConditionHandle c, str argname) except -1:
+    # Its graph's handle, once destroyed, may be reused by a new graph: a
+    # condition whose graph is gone or closed matches none.
+    g = c._graph_ref()
+    if g is None or (<Graph>g).closed:
+        raise ValueError(f"{argname} is a condition of a graph that is closed or gone")
+    return 0
+
+
+cdef ConditionHandle _own_condition(Graph graph, object cond, str argname):
+    cdef ConditionHandle c
+    if not isinstance(cond, ConditionHandle):
+        raise TypeError(f"{argname} must be a streams.ConditionHandle (from "
+                        f"Graph.create_condition()), not {type(cond).__name__}")
+    c = <ConditionHandle>cond
+    _check_alive(c, argname)
+    if c._graph != graph._handle:
+        raise ValueError(f"{argname} is a condition of another graph: a conditional node "
+                         "takes a condition made by its own graph's create_condition()")
+    return c
+
+
+cdef int _check_conditions(Graph graph, tuple args) except -1:
+    """A kernel of ``graph`` may set the conditions of ``graph`` and of the
+    graphs whose conditional nodes hold it, no others."""
+    for i, a in enumerate(args):
+        if not isinstance(a, ConditionHandle):
+            continue
+        _check_alive(<ConditionHandle>a, f"argument {i}")
+        if not _in_family(graph, (<ConditionHandle>a)._graph):
+            raise ValueError(f"argument {i} is a ConditionHandle of another graph (a kernel "
+                             "may set the conditions of its own graph and of the graphs "
+                             "whose conditional nodes hold it)")
+    return 0
+
+
+@cython.final
+cdef class GraphAllocation:
+    """Device memory a graph's allocation node gives (``Graph.add_mem_alloc``).
+
+    The address is fixed when the node is made and valid from the node to
+    its free (a free node, ``auto_free_on_launch``, or a free in another
+    graph or stream).  Pass this object (not ``ptr``) to the graph's kernel,
+    memset and memcpy nodes: it carries its size, and CUDA knows the address
+    only while a launch has it mapped.
+    """
+    cdef readonly GraphNode node
+    cdef uintptr_t _ptr
+    cdef size_t _nbytes
+
+    def __init__(self, *args, **kwargs):
+        rt.refuse_construction(self, "use Graph.add_mem_alloc()")
+
+    @property
+    def ptr(self):
+        return self._ptr
+
+    @property
+    def nbytes(self):
+        return self._nbytes
+
+    @property
+    def __cuda_array_interface__(self):
+        return {"shape": (self._nbytes,), "typestr": "|u1", "data": (self._ptr, False),
+                "version": 3, "strides": None, "stream": None}
+
+    def __iter__(self):
+        # node, ptr = graph.add_mem_alloc(n)
+        return iter((self.node, self._ptr))
+
+    def __repr__(self):
+        return f"<streams.GraphAllocation 0x{self._ptr:x} ({self._nbytes} bytes)>"
+
+
+cdef object _hold(object obj):
+    # What a node needs alive of a memory argument.  Graph memory is the
+    # graph's own (and holding it would tie the graph to itself).
+    if isinstance(obj, GraphAllocation):
+        return None
+    return hold_memory(obj)
+
+
+cdef tuple _kept_args(tuple args):
+    return tuple(a for a in args if not isinstance(a, (ConditionHandle, GraphAllocation)))
+
+
+cdef Kernel _kernel_node_params(object kernel, object grid, object block, tuple args,
+                                object shared_mem, cudaKernelNodeParams* params,
+                                ArgPack* pack):
+    """Fill ``params`` for a kernel node; ``pack`` holds the arguments'
+    buffers in use (release_pack it, or hand it to keep_pack_users)."""
+    cdef Kernel k
+    cdef dim3 g, b
+    if isinstance(kernel, str):
+        kernel = builtin_kernel(kernel)
+    if not isinstance(kernel, Kernel):
+        raise TypeError(f"kernel must be a streams.Kernel or a built-in kernel's name, not "
+                        f"{type(kernel).__name__}")
+    k = <Kernel>kernel
+    k._check_usable()
+    as_dim3(grid, &g, "grid")
+    as_dim3(block, &b, "block")
+    params.sharedMemBytes = <unsigned int>as_nbytes(shared_mem, "shared_mem")
+    params.func = k._func
+    params.gridDim = g
+    params.blockDim = b
+    params.extra = NULL
+    pack_args(k, args, pack, None)
+    params.kernelParams = pack.ptrs if len(args) else NULL
+    return k
+
+
+cdef int _memset_params(object ptr, object value, object nbytes, cudaMemsetParams* params,
+                        Span* span) except -1:
+    """Fill ``params``; ``span`` must be released by the caller."""
+    cdef int v = as_int(value, "value")
+    cdef size_t count = as_nbytes(nbytes, "nbytes")
+    if v < 0 or v > 255:
+        raise ValueError(f"value must be a byte (0-255), got {v}")
+    resolve_span(ptr, span, 0, None, "ptr")
+    if span.nbytes != <size_t>-1 and count > span.nbytes:
+        raise ValueError(f"nbytes={count} is more than ptr holds ({span.nbytes})")
+    params.dst = span.ptr
+    params.pitch = 0
+    params.value = <unsigned int>v
+    params.elementSize = 1
+    params.width = count
+    params.height = 1
+    return 0
+
+
+cdef size_t _memcpy_spans(object dst, object src, object nbytes, Span* d,
+                          Span* s) except? 0:
+    """Resolve both ends of a copy; the caller releases both spans."""
+    cdef size_t count = as_nbytes(nbytes, "nbytes")
+    resolve_span(dst, d, 0, None, "dst")
+    resolve_span(src, s, 0, None, "src")
+    if s.nbytes != <size_t>-1 and count > s.nbytes:
+        raise ValueError(f"nbytes={count} is more than src holds ({s.nbytes})")
+    if d.nbytes != <size_t>-1 and count > d.nbytes:
+        raise ValueError(f"nbytes={count} is more than dst holds ({d.nbytes})")
+    return count
+
+
+@cython.final
 cdef class GraphNode:
     """A node of a Graph (kept alive with its graph)."""
 
@@ -426,6 +768,45 @@ cdef class GraphNode:
         return f"<streams.GraphNode {kind} 0x{<uintptr_t>self._handle:x}>"
 
 
+ctypedef int (*_graph_op)(cudaGraph_t g, void* out, unsigned long long arg) except -1 nogil
+
+
+cdef struct _Update:
+    cudaGraphExec_t ex
+    cudaGraphExecUpdateResultInfo info
+    int refused
+
+
+cdef int _update(cudaGraph_t g, void* out, unsigned long long unused) except -1 nogil:
+    cdef _Update* up = <_Update*>out
+    up.refused = rt.graph_exec_update(up.ex, g, &up.info)
+    return 0
+
+
+cdef int _instantiate(cudaGraph_t g, void* out, unsigned long long flags) except -1 nogil:
+    return rt.graph_instantiate(<cudaGraphExec_t*>out, g, flags)
+
+
+cdef int with_box(cudaGraph_t g, list box, _graph_op op, void* out,
+                  unsigned long long arg) except -1:
+    """Run ``op`` (an instantiation or an update from ``g``) while ``g`` holds
+    ``box`` through a user object: the executable takes a reference to it,
+    and only the executable keeps it once ``g`` releases its own."""
+    cdef cudaUserObject_t uo = NULL
+    cdef int r
+    rt.graph_attach_owned(g, <PyObject*>box, &uo)
+    try:
+        with nogil:
+            r = op(g, out, arg)
+    finally:
+        try:
+            with nogil:
+                rt.graph_release_user_object(g, uo)
+        except CudaError:
+            pass    # the box then lives as long as the graph too: harmless
+    return r
+
+
 cdef class Graph(HandleOwner):
     """A CUDA graph (``cudaGraph_t``): ``Graph()`` is empty; captures return one."""
 
@@ -445,15 +826,42 @@ cdef class Graph(HandleOwner):
         return self._handle
 
     cdef int _destroy(self) except -1 nogil:
+        if self._parent != NULL:
+            self._leave_parent()
+            return 0
         return rt.destroy_handle(rt.HANDLE_GRAPH, self._handle)
 
     cdef void _release(self) noexcept nogil:
+        if self._parent != NULL:
+            self._leave_parent()
+            return
         rt.release_handle(rt.HANDLE_GRAPH, self._handle)
+
+    cdef void _leave_parent(self) noexcept nogil:
+        # A body's handle is CUDA's: closing the body gives back the use of
+        # its parent, which may then be destroyed.
+        cdef void* parent = self._parent
+        self._parent = NULL
+        with gil:
+            (<Graph>parent)._unuse()
+            Py_DECREF(<object>parent)
+
+    cdef int _refuse_in_body(self, str what) except -1:
+        if self._parent != NULL:
+            raise ValueError(f"{what} cannot go in the body of a conditional node (CUDA "
+                             "allows kernel, empty, memset, memcpy, child graph and "
+                             "conditional nodes there)")
+        return 0
 
     @property
     def handle(self):
         self._check_open()
         return <uintptr_t>self._handle
+
+    @property
+    def parent(self):
+        """For the body of a conditional node, the graph that holds the node; else None."""
+        return <Graph>self._parent if self._parent != NULL else None
 
     def instantiate(self, *, auto_free_on_launch=False, upload_stream=None,
                     device_launch=False, use_node_priority=False):
@@ -466,6 +874,7 @@ cdef class Graph(HandleOwner):
         cdef cudaGraphExec_t ex = NULL
         cdef Stream up = None
         cdef GraphExec result
+        cdef list box = []
         if upload_stream is not None:
             up = as_stream(upload_stream, "upload_stream")
         if auto_free_on_launch:
@@ -477,14 +886,15 @@ cdef class Graph(HandleOwner):
         self._use()
         try:
             rt.drain_deferred()
-            with nogil:
-                rt.graph_instantiate(&ex, <cudaGraph_t>self._handle, flags)
+            with_box(<cudaGraph_t>self._handle, box, _instantiate, &ex, flags)
         finally:
             self._unuse()
         result = GraphExec.__new__(GraphExec)
         result._handle = <streams_graph_exec_t>ex
         result._errors = self._errors
         result._keep = tuple(self._keep)
+        result._box = box
+        result._source = self._handle
         result._opened(True)
         if up is not None:
             result.upload(up)
@@ -577,125 +987,87 @@ cdef class Graph(HandleOwner):
 
     # ---- explicit construction -----------------------------------------------
     def add_empty_node(self, dependencies=()):
-        cdef cudaGraphNode_t node = NULL
-        cdef cudaGraphNode_t* deps = NULL
-        cdef size_t n
-        self._use()
-        try:
-            n = _node_array(self, dependencies, &deps, "dependencies")
-            try:
-                with nogil:
-                    rt.graph_add_empty_node(&node, <cudaGraph_t>self._handle, deps, n)
-            finally:
-                PyMem_Free(deps)
-        finally:
-            self._unuse()
-        return _wrap_node(self, node)
+        return _wrap_node(self, _add_node(self, dependencies, _add_empty, NULL))
 
     def add_host_node(self, callback, arg=None, dependencies=()):
         """A node that calls ``callback(arg)`` on the host, on every replay."""
-        cdef cudaGraphNode_t node = NULL
-        cdef cudaGraphNode_t* deps = NULL
-        cdef size_t n
-        cdef HostCall call = new_call(callback, arg, None, self._errors, KIND_HOST_FUNC)
+        cdef HostCall call
+        self._refuse_in_body("a host node")
+        call = new_call(callback, arg, None, self._errors, KIND_HOST_FUNC)
         call.persistent = True
         self._use()
         try:
-            n = _node_array(self, dependencies, &deps, "dependencies")
-            try:
-                rt.graph_attach_payload(<cudaGraph_t>self._handle, <PyObject*>call)
-                with nogil:
-                    rt.graph_add_host_node(&node, <cudaGraph_t>self._handle, deps, n,
-                                           <PyObject*>call)
-            finally:
-                PyMem_Free(deps)
+            rt.graph_attach_payload(<cudaGraph_t>self._handle, <PyObject*>call)
         finally:
             self._unuse()
-        return _wrap_node(self, node)
+        return _wrap_node(self, _add_node(self, dependencies, _add_host, <void*>call))
 
-    def add_kernel_node(self, kernel, grid=1, block=1, *args, shared_mem=0, dependencies=()):
+    def add_kernel_node(self, kernel, grid=1, block=1, *args, shared_mem=0, cluster=None,
+                        cooperative=False, dependencies=()):
         """A kernel node: ``kernel`` (a streams.Kernel, or the name of a
-        built-in kernel: "empty", "spin", "fill_u32", "increment_u32") with
-        ``grid`` x ``block`` threads and ``args`` packed as ``Stream.launch``
-        packs them.  The graph keeps the kernel's module loaded and the
-        streams buffers among the arguments alive."""
+        built-in kernel: "empty", "spin", "fill_u32", "increment_u32",
+        "set_condition", "set_condition_lt") with ``grid`` x ``block``
+        threads and ``args`` packed as ``Stream.launch`` packs them.
+        ``cluster`` (thread-block cluster dimensions, compute capability 9.0+)
+        and ``cooperative`` are set as the node's launch attributes.  The
+        graph keeps the kernel's module loaded and the streams buffers among
+        the arguments alive; a ConditionHandle argument must be this graph's
+        or, in a conditional body, that of a graph holding the body."""
         cdef cudaGraphNode_t node = NULL
-        cdef cudaGraphNode_t* deps = NULL
-        cdef size_t n
         cdef cudaKernelNodeParams params
+        cdef cudaLaunchAttributeValue cluster_dim, coop
         cdef ArgPack pack
         cdef Kernel k
-        cdef dim3 g, b
-        if isinstance(kernel, str):
-            kernel = builtin_kernel(kernel)
-        if not isinstance(kernel, Kernel):
-            raise TypeError(f"kernel must be a streams.Kernel or a built-in kernel's name, not "
-                            f"{type(kernel).__name__}")
-        k = <Kernel>kernel
-        k._check_usable()
-        as_dim3(grid, &g, "grid")
-        as_dim3(block, &b, "block")
-        params.sharedMemBytes = <unsigned int>as_nbytes(shared_mem, "shared_mem")
-        params.func = k._func
-        params.gridDim = g
-        params.blockDim = b
-        params.extra = NULL
-        module_use = keep_module(k._module)
-        pack_args(k, args, &pack, None)
+        cdef dim3 cl
+        cdef bint with_cluster = cluster is not None
+        cdef bint with_coop = bool(cooperative)
+        memset(&cluster_dim, 0, sizeof(cluster_dim))
+        memset(&coop, 0, sizeof(coop))
+        if with_cluster:
+            as_dim3(cluster, &cl, "cluster")
+            cluster_dim.clusterDim.x, cluster_dim.clusterDim.y, cluster_dim.clusterDim.z = \
+                cl.x, cl.y, cl.z
+        coop.cooperative = 1
+        _check_conditions(self, args)
+        k = _kernel_node_params(kernel, grid, block, args, shared_mem, &params, &pack)
         try:
-            params.kernelParams = pack.ptrs if len(args) else NULL
+            module_use = keep_module(k._module)
+            node = _add_node(self, dependencies, _add_kernel, &params)
             self._use()
             try:
-                n = _node_array(self, dependencies, &deps, "dependencies")
                 try:
                     with nogil:
-                        # CUDA copies the argument values here.
-                        rt.graph_add_kernel_node(&node, <cudaGraph_t>self._handle, deps, n,
-                                                 &params)
-                finally:
-                    PyMem_Free(deps)
+                        if with_cluster:
+                            rt.graph_kernel_node_set_attribute(
+                                node, cudaLaunchAttributeClusterDimension, &cluster_dim)
+                        if with_coop:
+                            rt.graph_kernel_node_set_attribute(
+                                node, cudaLaunchAttributeCooperative, &coop)
+                except BaseException:
+                    # Not a half-configured node left in the graph.
+                    with nogil:
+                        rt.graph_destroy_node(node)
+                    raise
             finally:
                 self._unuse()
             self._keep.append(module_use)
             self._keep.append(keep_pack_users(&pack))
-            self._keep.append(args)
+            self._keep.append(_kept_args(args))
         finally:
             release_pack(&pack)
         return _wrap_node(self, node)
 
     def add_memset_node(self, ptr, value, nbytes, dependencies=()):
         """Set ``nbytes`` bytes at ``ptr`` (device memory) to ``value`` (0-255)."""
-        cdef cudaGraphNode_t node = NULL
-        cdef cudaGraphNode_t* deps = NULL
-        cdef size_t n
+        cdef cudaGraphNode_t node
         cdef cudaMemsetParams params
         cdef Span span
-        cdef int v = as_int(value, "value")
-        cdef size_t count = as_nbytes(nbytes, "nbytes")
-        if v < 0 or v > 255:
-            raise ValueError(f"value must be a byte (0-255), got {v}")
-        resolve_span(ptr, &span, 0, None, "ptr")
+        span.user = NULL
+        span.has_view = False
         try:
-            if span.nbytes != <size_t>-1 and count > span.nbytes:
-                raise ValueError(f"nbytes={count} is more than ptr holds ({span.nbytes})")
-            params.dst = span.ptr
-            params.pitch = 0
-            params.value = <unsigned int>v
-            params.elementSize = 1
-            params.width = count
-            params.height = 1
-            self._use()
-            try:
-                n = _node_array(self, dependencies, &deps, "dependencies")
-                try:
-                    with nogil:
-                        rt.graph_add_memset_node(&node, <cudaGraph_t>self._handle, deps, n,
-                                                 &params)
-                finally:
-                    PyMem_Free(deps)
-            finally:
-                self._unuse()
-            self._keep.append(hold_memory(ptr))
+            _memset_params(ptr, value, nbytes, &params, &span)
+            node = _add_node(self, dependencies, _add_memset, &params)
+            self._keep.append(_hold(ptr))
         finally:
             release_span(&span)
         return _wrap_node(self, node)
@@ -703,37 +1075,144 @@ cdef class Graph(HandleOwner):
     def add_memcpy_node(self, dst, src, nbytes, dependencies=()):
         """Copy ``nbytes`` from ``src`` to ``dst`` (memory CUDA knows: device,
         managed or pinned)."""
-        cdef cudaGraphNode_t node = NULL
-        cdef cudaGraphNode_t* deps = NULL
-        cdef size_t n
+        cdef cudaGraphNode_t node
+        cdef _Copy copy
         cdef Span d, s
-        cdef size_t count = as_nbytes(nbytes, "nbytes")
         d.user = NULL
         d.has_view = False
         s.user = NULL
         s.has_view = False
         try:
-            resolve_span(dst, &d, 0, None, "dst")
-            resolve_span(src, &s, 0, None, "src")
-            if s.nbytes != <size_t>-1 and count > s.nbytes:
-                raise ValueError(f"nbytes={count} is more than src holds ({s.nbytes})")
-            if d.nbytes != <size_t>-1 and count > d.nbytes:
-                raise ValueError(f"nbytes={count} is more than dst holds ({d.nbytes})")
-            self._use()
-            try:
-                n = _node_array(self, dependencies, &deps, "dependencies")
-                try:
-                    with nogil:
-                        rt.graph_add_memcpy_node_1d(&node, <cudaGraph_t>self._handle, deps, n,
-                                                    d.ptr, s.ptr, count)
-                finally:
-                    PyMem_Free(deps)
-            finally:
-                self._unuse()
-            self._keep.append((hold_memory(dst), hold_memory(src)))
+            copy.count = _memcpy_spans(dst, src, nbytes, &d, &s)
+            copy.dst = d.ptr
+            copy.src = s.ptr
+            node = _add_node(self, dependencies, _add_memcpy, &copy)
+            self._keep.append((_hold(dst), _hold(src)))
         finally:
             release_span(&s)
             release_span(&d)
+        return _wrap_node(self, node)
+
+    # ---- conditional nodes ---------------------------------------------------
+    def create_condition(self, default=0, *, reset=True):
+        """A ConditionHandle for a conditional node of this graph.
+
+        With ``reset`` (the default) every launch starts with the value
+        ``default``; without, the value a launch leaves is the next one's.
+        """
+        cdef cudaGraphConditionalHandle h = 0
+        cdef ConditionHandle c
+        cdef unsigned int d
+        cdef unsigned int flags = cudaGraphCondAssignDefault if reset else 0
+        v = as_int(default, "default")
+        if v < 0 or v > 0xFFFFFFFF:
+            raise ValueError(f"default must fit an unsigned 32-bit value, got {v}")
+        d = <unsigned int>v
+        self._use()
+        try:
+            with nogil:
+                rt.graph_conditional_handle_create(&h, <cudaGraph_t>self._handle, d, flags)
+        finally:
+            self._unuse()
+        c = ConditionHandle.__new__(ConditionHandle)
+        c._value = h
+        c._graph = self._handle
+        c._graph_ref = _weakref.ref(self)
+        c._default = d
+        c._reset = bool(reset)
+        return c
+
+    cdef tuple _add_conditional(self, object cond, int kind, unsigned int size,
+                                object dependencies):
+        cdef cudaGraphNodeParams params
+        cdef cudaGraphNode_t node
+        cdef unsigned int i
+        cdef ConditionHandle c = _own_condition(self, cond, "cond")
+        memset(&params, 0, sizeof(params))
+        params.type = cudaGraphNodeTypeConditional
+        params.conditional.handle = c._value
+        params.conditional.type = <cudaGraphConditionalNodeType>kind
+        params.conditional.size = size
+        node = _add_node(self, dependencies, _add_generic, &params)
+        # The bodies are valid while the node is: _wrap_body holds this graph.
+        bodies = [_wrap_body(self, params.conditional.phGraph_out[i]) for i in range(size)]
+        return _wrap_node(self, node), bodies
+
+    def add_if(self, cond, dependencies=()):
+        """An "if" node: its body runs when ``cond`` is nonzero.  Returns
+        ``(node, body)``; fill ``body`` (a Graph) with nodes or by capture."""
+        node, bodies = self._add_conditional(cond, cudaGraphCondTypeIf, 1, dependencies)
+        return node, bodies[0]
+
+    def add_if_else(self, cond, dependencies=()):
+        """An "if/else" node (CUDA 12.8+): returns ``(node, then_body, else_body)``."""
+        node, bodies = self._add_conditional(cond, cudaGraphCondTypeIf, 2, dependencies)
+        return node, bodies[0], bodies[1]
+
+    def add_while(self, cond, dependencies=()):
+        """A "while" node: its body runs again and again while ``cond`` is
+        nonzero (tested before each run; a kernel of the body sets it).
+        Returns ``(node, body)``."""
+        node, bodies = self._add_conditional(cond, cudaGraphCondTypeWhile, 1, dependencies)
+        return node, bodies[0]
+
+    def add_switch(self, cond, n, dependencies=()):
+        """A "switch" node (CUDA 12.8+) with ``n`` bodies: body ``i`` runs when
+        ``cond`` is ``i``, none when it is ``n`` or more.  Returns
+        ``(node, [body_0, ..., body_n-1])``."""
+        count = as_int(n, "n")
+        if count < 1 or count > 0xFFFFFFFF:
+            raise ValueError(f"n must be >= 1 (the number of bodies), got {count}")
+        return self._add_conditional(cond, streams_cudaGraphCondTypeSwitch, <unsigned int>count,
+                                     dependencies)
+
+    # ---- memory nodes --------------------------------------------------------
+    def add_mem_alloc(self, nbytes, dependencies=()):
+        """A node that allocates ``nbytes`` of device memory (on the current
+        device) each launch.  Returns a GraphAllocation (``.node``, ``.ptr``;
+        ``node, ptr = ...`` unpacks it); free it with ``add_mem_free``, or
+        instantiate with ``auto_free_on_launch=True``."""
+        cdef cudaGraphNode_t node
+        cdef cudaMemAllocNodeParams params
+        cdef GraphAllocation result
+        cdef size_t count = as_nbytes(nbytes, "nbytes")
+        if count == 0:
+            raise ValueError("nbytes must be > 0")
+        self._refuse_in_body("a memory allocation node")
+        memset(&params, 0, sizeof(params))
+        params.poolProps.allocType = cudaMemAllocationTypePinned
+        params.poolProps.location.type = cudaMemLocationTypeDevice
+        params.poolProps.location.id = rt.get_device()
+        params.bytesize = count
+        node = _add_node(self, dependencies, _add_mem_alloc, &params)
+        result = GraphAllocation.__new__(GraphAllocation)
+        result.node = _wrap_node(self, node)
+        result._ptr = <uintptr_t>params.dptr
+        result._nbytes = count
+        return result
+
+    def add_mem_free(self, ptr, dependencies=()):
+        """A node that frees graph memory: a GraphAllocation, or the address
+        of one (of this graph or of another graph whose launches left it
+        allocated)."""
+        cdef cudaGraphNode_t node
+        cdef uintptr_t address
+        if isinstance(ptr, GraphAllocation):
+            address = (<GraphAllocation>ptr)._ptr
+        elif isinstance(ptr, int) and not isinstance(ptr, bool):
+            if ptr <= 0 or ptr > <uintptr_t>-1:
+                raise ValueError(f"ptr must be a device address, got {ptr}")
+            address = <uintptr_t>ptr
+        else:
+            raise TypeError(f"ptr must be a streams.GraphAllocation or an int address, not "
+                            f"{type(ptr).__name__}")
+        self._refuse_in_body("a memory free node")
+        try:
+            node = _add_node(self, dependencies, _add_mem_free, <void*>address)
+        except CudaError as exc:
+            raise ValueError(f"ptr=0x{address:x}: CUDA refused to free it in a graph "
+                             f"({exc.name}); a free node takes memory a graph's "
+                             "allocation node gave") from exc
         return _wrap_node(self, node)
 
     def add_event_record_node(self, event, dependencies=()):
@@ -743,28 +1222,13 @@ cdef class Graph(HandleOwner):
         return self._add_event_node(as_event(event, "event"), dependencies, False)
 
     cdef GraphNode _add_event_node(self, Event ev, object dependencies, bint record):
-        cdef cudaGraphNode_t node = NULL
-        cdef cudaGraphNode_t* deps = NULL
-        cdef size_t n
-        self._use()
+        cdef cudaGraphNode_t node
+        ev._use()
         try:
-            ev._use()
-            try:
-                n = _node_array(self, dependencies, &deps, "dependencies")
-                try:
-                    with nogil:
-                        if record:
-                            rt.graph_add_event_record_node(&node, <cudaGraph_t>self._handle,
-                                                           deps, n, <cudaEvent_t>ev._handle)
-                        else:
-                            rt.graph_add_event_wait_node(&node, <cudaGraph_t>self._handle,
-                                                         deps, n, <cudaEvent_t>ev._handle)
-                finally:
-                    PyMem_Free(deps)
-            finally:
-                ev._unuse()
+            node = _add_node(self, dependencies, _add_event_record if record else _add_event_wait,
+                             ev._handle)
         finally:
-            self._unuse()
+            ev._unuse()
         if record:
             ev._recorded = True
         self._keep.append(_EventHold(ev))
@@ -772,24 +1236,12 @@ cdef class Graph(HandleOwner):
 
     def add_child_graph_node(self, Graph child not None, dependencies=()):
         """Embed a copy of ``child`` (what its nodes need stays alive with this graph)."""
-        cdef cudaGraphNode_t node = NULL
-        cdef cudaGraphNode_t* deps = NULL
-        cdef size_t n
-        self._use()
+        cdef cudaGraphNode_t node
+        child._use()
         try:
-            child._use()
-            try:
-                n = _node_array(self, dependencies, &deps, "dependencies")
-                try:
-                    with nogil:
-                        rt.graph_add_child_graph_node(&node, <cudaGraph_t>self._handle, deps,
-                                                      n, <cudaGraph_t>child._handle)
-                finally:
-                    PyMem_Free(deps)
-            finally:
-                child._unuse()
+            node = _add_node(self, dependencies, _add_child, child._handle)
         finally:
-            self._unuse()
+            child._unuse()
         self._keep.extend(child._keep)
         return _wrap_node(self, node)
 
@@ -871,27 +1323,224 @@ cdef class GraphExec(HandleOwner):
         Returns ``UpdateResult(ok, reason, error_node)``; when not ok the
         executable is unchanged and CUDA's reason is given in words.
         """
-        cdef cudaGraphExecUpdateResultInfo info
-        cdef int refused
-        info.errorNode = NULL
+        cdef _Update up
+        cdef list box = []
+        up.ex = <cudaGraphExec_t>self._handle
+        up.info.errorNode = NULL
         self._use()
         try:
             graph._use()
             try:
-                with nogil:
-                    refused = rt.graph_exec_update(<cudaGraphExec_t>self._handle,
-                                                   <cudaGraph_t>graph._handle, &info)
+                # CUDA gives the executable the user objects of `graph` in
+                # place of its own, keeping those until replays in flight end.
+                with_box(<cudaGraph_t>graph._handle, box, _update, &up, 0)
             finally:
                 graph._unuse()
         finally:
             self._unuse()
-        if not refused:
+        if not up.refused:
             # Replays already queued may still use what the old nodes needed.
             self._keep = self._keep + tuple(graph._keep)
+            # Whether the old box goes now or with the executable, it holds
+            # the new one: what node updates put there lives as long as needed.
+            if self._box is not None:
+                self._box.append(box)
+            self._box = box
             return UpdateResult(True, "success", None)
-        node = _wrap_node(graph, info.errorNode) if info.errorNode != NULL else None
-        return UpdateResult(False, _UPDATE_RESULT_NAMES.get(info.result, str(<int>info.result)),
-                            node)
+        node = _wrap_node(graph, up.info.errorNode) if up.info.errorNode != NULL else None
+        return UpdateResult(False, _UPDATE_RESULT_NAMES.get(up.info.result,
+                                                            str(<int>up.info.result)), node)
+
+    # ---- node by node ----------------------------------------------------------
+    cdef GraphNode _node_of(self, object node, str argname):
+        """``node`` as a node of the graph this executable came from (or of a
+        conditional body in it)."""
+        cdef GraphNode nd
+        if not isinstance(node, GraphNode):
+            raise TypeError(f"{argname} must be a GraphNode, not {type(node).__name__}")
+        nd = <GraphNode>node
+        nd._check()
+        if _top(nd._graph)._handle != self._source:
+            raise ValueError(f"{argname} is not a node of the graph this GraphExec was "
+                             "instantiated from")
+        return nd
+
+    cdef int _enter(self, GraphNode nd) except -1:
+        # The node's handle is valid while its graph is: that graph must be
+        # open, and stays so for the call.
+        self._use()
+        try:
+            nd._graph._use()
+        except BaseException:
+            self._unuse()
+            raise
+        return 0
+
+    cdef void _leave(self, GraphNode nd) noexcept:
+        nd._graph._unuse()
+        self._unuse()
+
+    cdef int c_set_node_enabled(self, void* node, bint enabled) except -1 nogil:
+        self._use()
+        try:
+            return rt.graph_node_set_enabled(<cudaGraphExec_t>self._handle,
+                                             <cudaGraphNode_t>node, enabled)
+        finally:
+            self._unuse()
+
+    def set_enabled(self, node, enabled):
+        """Enable or disable a kernel, memset or memcpy node for the
+        following launches (``cudaGraphNodeSetEnabled``); a disabled node
+        does nothing, its dependencies hold."""
+        cdef GraphNode nd = self._node_of(node, "node")
+        cdef bint on = bool(enabled)
+        self._enter(nd)
+        try:
+            with nogil:
+                self.c_set_node_enabled(nd._handle, on)
+        finally:
+            self._leave(nd)
+
+    def is_enabled(self, node):
+        cdef GraphNode nd = self._node_of(node, "node")
+        cdef unsigned int on = 0
+        self._enter(nd)
+        try:
+            with nogil:
+                rt.graph_node_get_enabled(<cudaGraphExec_t>self._handle,
+                                          <cudaGraphNode_t>nd._handle, &on)
+        finally:
+            self._leave(nd)
+        return bool(on)
+
+    def set_kernel_node(self, node, kernel, grid=1, block=1, *args, shared_mem=0):
+        """New kernel, configuration and arguments for a kernel node, from
+        the next launch on (``cudaGraphExecKernelNodeSetParams``), packed as
+        ``Graph.add_kernel_node`` packs them."""
+        cdef GraphNode nd = self._node_of(node, "node")
+        cdef cudaKernelNodeParams params
+        cdef ArgPack pack
+        cdef Kernel k
+        _check_conditions(nd._graph, args)
+        k = _kernel_node_params(kernel, grid, block, args, shared_mem, &params, &pack)
+        try:
+            # Boxed before CUDA has the new parameters: a launch may use them
+            # as soon as the call returns.
+            self._box.append((keep_module(k._module), keep_pack_users(&pack),
+                              _kept_args(args)))
+            self._enter(nd)
+            try:
+                with nogil:
+                    rt.graph_exec_kernel_node_set_params(<cudaGraphExec_t>self._handle,
+                                                         <cudaGraphNode_t>nd._handle, &params)
+            finally:
+                self._leave(nd)
+        finally:
+            release_pack(&pack)
+
+    def set_memset_node(self, node, ptr, value, nbytes):
+        cdef GraphNode nd = self._node_of(node, "node")
+        cdef cudaMemsetParams params
+        cdef Span span
+        span.user = NULL
+        span.has_view = False
+        try:
+            _memset_params(ptr, value, nbytes, &params, &span)
+            self._box.append(_hold(ptr))
+            self._enter(nd)
+            try:
+                with nogil:
+                    rt.graph_exec_memset_node_set_params(<cudaGraphExec_t>self._handle,
+                                                         <cudaGraphNode_t>nd._handle, &params)
+            finally:
+                self._leave(nd)
+        finally:
+            release_span(&span)
+
+    def set_memcpy_node(self, node, dst, src, nbytes):
+        cdef GraphNode nd = self._node_of(node, "node")
+        cdef Span d, s
+        cdef size_t count
+        d.user = NULL
+        d.has_view = False
+        s.user = NULL
+        s.has_view = False
+        try:
+            count = _memcpy_spans(dst, src, nbytes, &d, &s)
+            self._box.append((_hold(dst), _hold(src)))
+            self._enter(nd)
+            try:
+                with nogil:
+                    rt.graph_exec_memcpy_node_set_params_1d(
+                        <cudaGraphExec_t>self._handle, <cudaGraphNode_t>nd._handle, d.ptr,
+                        s.ptr, count)
+            finally:
+                self._leave(nd)
+        finally:
+            release_span(&s)
+            release_span(&d)
+
+    def set_host_node(self, node, callback, arg=None):
+        """Call ``callback(arg)`` at this host node from the next launch on.
+
+        Replays already in flight may still call the previous callable: it
+        stays alive until they are done (it is released with the executable).
+        """
+        cdef GraphNode nd = self._node_of(node, "node")
+        cdef HostCall call = new_call(callback, arg, None, self._errors, KIND_HOST_FUNC)
+        call.persistent = True
+        self._box.append(call)
+        self._enter(nd)
+        try:
+            with nogil:
+                rt.graph_exec_host_node_set_params(<cudaGraphExec_t>self._handle,
+                                                   <cudaGraphNode_t>nd._handle,
+                                                   <PyObject*>call)
+        finally:
+            self._leave(nd)
+
+    def set_child_graph_node(self, node, Graph child not None):
+        """Make a child graph node run a copy of ``child`` (same topology as
+        the one it has) from the next launch on."""
+        cdef GraphNode nd = self._node_of(node, "node")
+        self._box.append(tuple(child._keep))
+        self._enter(nd)
+        try:
+            child._use()
+            try:
+                with nogil:
+                    rt.graph_exec_child_graph_node_set_params(
+                        <cudaGraphExec_t>self._handle, <cudaGraphNode_t>nd._handle,
+                        <cudaGraph_t>child._handle)
+            finally:
+                child._unuse()
+        finally:
+            self._leave(nd)
+
+    def set_event_record_node(self, node, event):
+        self._set_event(node, as_event(event, "event"), True)
+
+    def set_event_wait_node(self, node, event):
+        self._set_event(node, as_event(event, "event"), False)
+
+    cdef int _set_event(self, object node, Event ev, bint record) except -1:
+        cdef GraphNode nd = self._node_of(node, "node")
+        self._box.append(_EventHold(ev))
+        self._enter(nd)
+        try:
+            ev._use()
+            try:
+                with nogil:
+                    rt.graph_exec_event_node_set_event(<cudaGraphExec_t>self._handle,
+                                                       <cudaGraphNode_t>nd._handle,
+                                                       <cudaEvent_t>ev._handle, record)
+            finally:
+                ev._unuse()
+        finally:
+            self._leave(nd)
+        if record:
+            ev._recorded = True
+        return 0
 
     @property
     def handle(self):
@@ -907,3 +1556,35 @@ cdef class GraphExec(HandleOwner):
         if self.closed:
             return "<streams.GraphExec (closed)>"
         return f"<streams.GraphExec 0x{<uintptr_t>self._handle:x}>"
+
+
+# ---- graph memory of a device ----------------------------------------------------------------
+
+def graph_memory_info(device=None):
+    """How much physical memory graphs have mapped and the graph memory
+    allocator holds on ``device`` (default: the current one): a
+    GraphMemoryInfo (``cudaDeviceGetGraphMemAttribute``)."""
+    cdef int dev = resolve_device(device)
+    cdef unsigned long long v[4]
+    with nogil:
+        rt.device_get_graph_mem_attribute(dev, cudaGraphMemAttrUsedMemCurrent, &v[0])
+        rt.device_get_graph_mem_attribute(dev, cudaGraphMemAttrUsedMemHigh, &v[1])
+        rt.device_get_graph_mem_attribute(dev, cudaGraphMemAttrReservedMemCurrent, &v[2])
+        rt.device_get_graph_mem_attribute(dev, cudaGraphMemAttrReservedMemHigh, &v[3])
+    return GraphMemoryInfo(v[0], v[1], v[2], v[3])
+
+
+def trim_graph_memory(device=None):
+    """Give back to the device the memory graphs have reserved that no
+    unfreed allocation and no running or pending launch uses
+    (``cudaDeviceGraphMemTrim``)."""
+    cdef int dev = resolve_device(device)
+    with nogil:
+        rt.device_graph_mem_trim(dev)
+
+
+def reset_graph_memory_high(device=None):
+    """Restart the high watermarks of ``graph_memory_info`` from now."""
+    cdef int dev = resolve_device(device)
+    with nogil:
+        rt.device_reset_graph_mem_high(dev)

@@ -65,3 +65,6 @@ cdef void release_pack(ArgPack* pack) noexcept
 cdef object keep_pack_users(ArgPack* pack)
 # An object that holds a module in use (kept by graphs with its kernels).
 cdef object keep_module(Module module)
+# The class of streams.ConditionHandle, which _graph defines: the packer
+# passes one as a 64-bit cudaGraphConditionalHandle.
+cdef int set_condition_type(object cls) except -1

@@ -15,7 +15,9 @@ _StrOrBytesPath: TypeAlias = str | bytes | os.PathLike[str] | os.PathLike[bytes]
 # Kernel arguments: numbers (numpy scalars included) or pointers.
 _KernelArg: TypeAlias = SupportsIndex | SupportsFloat | _DevicePointer
 # The kernels that come with the package (builtin_kernel).
-_BuiltinKernel: TypeAlias = Literal["empty", "spin", "fill_u32", "increment_u32"]
+_BuiltinKernel: TypeAlias = Literal[
+    "empty", "spin", "fill_u32", "increment_u32", "set_condition", "set_condition_lt"
+]
 
 @final
 class Module:
@@ -75,7 +77,7 @@ class PreparedLaunch:
     @property
     def kernel(self) -> Kernel: ...
 
-def builtin_ptx() -> str: ...
+def builtin_ptx(name: Literal["builtin", "conditional"] = "builtin") -> str: ...
 def builtin_kernel(name: _BuiltinKernel) -> Kernel: ...
 
 # Private: used by streams.testing.

@@ -24,28 +24,42 @@ from streams._platform cimport streams_mark_bit
 from streams._stream cimport LaunchTarget, Stream, as_stream
 from streams.cudart cimport *
 
+from streams._cudart import CudaError
+
 cdef enum _ArgType:
-    _T_I8, _T_I16, _T_I32, _T_I64, _T_U8, _T_U16, _T_U32, _T_U64, _T_F32, _T_F64, _T_PTR
+    _T_I8, _T_I16, _T_I32, _T_I64, _T_U8, _T_U16, _T_U32, _T_U64, _T_F32, _T_F64, _T_PTR, _T_COND
 
 _ARG_TYPE_NAMES = {
     "int8": _T_I8, "int16": _T_I16, "int32": _T_I32, "int64": _T_I64,
     "uint8": _T_U8, "uint16": _T_U16, "uint32": _T_U32, "uint64": _T_U64,
-    "float32": _T_F32, "float64": _T_F64, "pointer": _T_PTR,
+    "float32": _T_F32, "float64": _T_F64, "pointer": _T_PTR, "condition": _T_COND,
     # C spellings
     "char": _T_I8, "short": _T_I16, "int": _T_I32, "long long": _T_I64,
     "unsigned char": _T_U8, "unsigned short": _T_U16, "unsigned int": _T_U32,
     "unsigned long long": _T_U64, "float": _T_F32, "double": _T_F64,
     "ptr": _T_PTR, "void*": _T_PTR, "size_t": _T_U64,
+    "cudaGraphConditionalHandle": _T_COND,
 }
 _ARG_TYPE_LABEL = {_T_I8: "int8", _T_I16: "int16", _T_I32: "int32", _T_I64: "int64",
                    _T_U8: "uint8", _T_U16: "uint16", _T_U32: "uint32", _T_U64: "uint64",
-                   _T_F32: "float32", _T_F64: "float64", _T_PTR: "pointer"}
+                   _T_F32: "float32", _T_F64: "float64", _T_PTR: "pointer",
+                   _T_COND: "condition"}
 _INT_LIMITS = {_T_I8: (-(1 << 7), (1 << 7) - 1), _T_I16: (-(1 << 15), (1 << 15) - 1),
                _T_I32: (-(1 << 31), (1 << 31) - 1), _T_I64: (-(1 << 63), (1 << 63) - 1),
                _T_U8: (0, (1 << 8) - 1), _T_U16: (0, (1 << 16) - 1),
                _T_U32: (0, (1 << 32) - 1), _T_U64: (0, (1 << 64) - 1)}
-cdef int _SIZE_OF[11]
-_SIZE_OF[:] = [1, 2, 4, 8, 1, 2, 4, 8, 4, 8, 8]
+cdef int _SIZE_OF[12]
+_SIZE_OF[:] = [1, 2, 4, 8, 1, 2, 4, 8, 4, 8, 8, 8]
+
+# streams.ConditionHandle (defined by _graph, which registers it): a 64-bit
+# cudaGraphConditionalHandle when passed to a kernel.
+cdef object _condition_type = None
+
+
+cdef int set_condition_type(object cls) except -1:
+    global _condition_type
+    _condition_type = cls
+    return 0
 
 
 # ---- argument packing ---------------------------------------------------------------------
@@ -64,6 +78,12 @@ cdef int _store_arg(ArgPack* pack, Py_ssize_t i, int kind, object value,
             # launch is gone): a close() meanwhile frees afterwards.
             pack.users[pack.nusers] = span.user
             pack.nusers += 1
+        return 0
+    if kind == _T_COND:
+        if _condition_type is None or not isinstance(value, _condition_type):
+            raise TypeError(f"argument {i} must be a streams.ConditionHandle (a "
+                            f"cudaGraphConditionalHandle parameter), not {type(value).__name__}")
+        (<unsigned long long*>slot)[0] = <unsigned long long>value.__index__()
         return 0
     if kind == _T_F32 or kind == _T_F64:
         if isinstance(value, bool) or not hasattr(value, "__float__"):
@@ -103,6 +123,8 @@ cdef int _store_arg(ArgPack* pack, Py_ssize_t i, int kind, object value,
 cdef int _infer_kind(object value, Py_ssize_t pos) except -1:
     """Type of an argument when the kernel has no signature: numpy scalars
     say what they are, memory is a pointer; a bare int or float is ambiguous."""
+    if _condition_type is not None and isinstance(value, _condition_type):
+        return _T_COND
     dtype = getattr(value, "dtype", None)
     if dtype is not None and getattr(value, "ndim", 1) == 0:
         kind = _ARG_TYPE_NAMES.get(str(dtype))
@@ -650,12 +672,19 @@ cdef class PreparedLaunch:
 cdef Module _builtins = None
 cdef Kernel _k_empty, _k_spin, _k_fill_u32, _k_increment_u32
 cdef object _builtins_lock = _threading.Lock()
+# The kernels that set a conditional node's value: a module of their own
+# (streams/kernels/conditional.ptx), loaded at first use, because the
+# driver resolves their call of cudaGraphSetConditional when it loads them.
+cdef dict _conditionals = None
 
 
-def builtin_ptx():
-    """The PTX text of the built-in kernels (streams/kernels/builtin.ptx)."""
+def builtin_ptx(name="builtin"):
+    """The PTX text of the built-in kernels (streams/kernels/builtin.ptx), or
+    with ``name="conditional"`` of the condition-setting kernels."""
+    if name not in ("builtin", "conditional"):
+        raise ValueError(f"no built-in PTX module {name!r}")
     here = _os.path.dirname(_os.path.abspath(__file__))
-    with open(_os.path.join(here, "kernels", "builtin.ptx"), encoding="ascii") as f:
+    with open(_os.path.join(here, "kernels", name + ".ptx"), encoding="ascii") as f:
         return f.read()
 
 
@@ -678,15 +707,44 @@ cdef int _load_builtins() except -1:
     return 0
 
 
+cdef dict _load_conditionals():
+    global _conditionals
+    cdef Module m
+    with _builtins_lock:   # one load per process, never unloaded
+        if _conditionals is None:
+            try:
+                m = _load_image(builtin_ptx("conditional").encode("ascii") + b"\0", True)
+            except CudaError as exc:
+                raise CudaError(exc.code, exc.name,
+                                f"{exc.message} (loading streams/kernels/conditional.ptx: "
+                                "its call of cudaGraphSetConditional needs a driver for "
+                                "CUDA 12.4 or newer)") from exc
+            _conditionals = {
+                "set_condition": m.get_kernel("streams_set_condition",
+                                              signature=("condition", "pointer")),
+                "set_condition_lt": m.get_kernel("streams_set_condition_lt",
+                                                 signature=("condition", "pointer",
+                                                            "uint32"))}
+    return _conditionals
+
+
+_BUILTIN_NAMES = ("empty", "fill_u32", "increment_u32", "set_condition", "set_condition_lt",
+                  "spin")
+
+
 def builtin_kernel(name):
-    """The built-in kernel ``name`` ("empty", "spin", "fill_u32", "increment_u32")."""
+    """The built-in kernel ``name``: "empty", "spin", "fill_u32",
+    "increment_u32", or one that sets a conditional node's value from device
+    memory (launch it with one thread): "set_condition" (condition, value
+    pointer: cond = *value) and "set_condition_lt" (condition, counter
+    pointer, n: cond = *counter < n)."""
+    if not isinstance(name, str) or name not in _BUILTIN_NAMES:
+        raise ValueError(f"no built-in kernel {name!r}; there are {list(_BUILTIN_NAMES)}")
+    if name.startswith("set_condition"):
+        return _load_conditionals()[name]
     _load_builtins()
-    kernels = {"empty": _k_empty, "spin": _k_spin, "fill_u32": _k_fill_u32,
-               "increment_u32": _k_increment_u32}
-    try:
-        return kernels[name]
-    except (KeyError, TypeError):
-        raise ValueError(f"no built-in kernel {name!r}; there are {sorted(kernels)}") from None
+    return {"empty": _k_empty, "spin": _k_spin, "fill_u32": _k_fill_u32,
+            "increment_u32": _k_increment_u32}[name]
 
 
 # The longest spin: a kernel that never ends would hold the GPU until the

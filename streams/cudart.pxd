@@ -416,3 +416,92 @@ cdef extern from "cuda_runtime_api.h" nogil:
     cudaError_t cudaUserObjectRelease(cudaUserObject_t object, unsigned int count)
     cudaError_t cudaGraphRetainUserObject(cudaGraph_t graph, cudaUserObject_t object,
                                           unsigned int count, unsigned int flags)
+    cudaError_t cudaGraphReleaseUserObject(cudaGraph_t graph, cudaUserObject_t object,
+                                           unsigned int count)
+    cudaError_t cudaGraphDestroyNode(cudaGraphNode_t node)
+
+    # Conditional nodes (CUDA 12.3+; if/else and switch bodies 12.8+).  The
+    # node is added with cudaGraphAddNode, which compat.h spells for 12 and 13.
+    ctypedef unsigned long long cudaGraphConditionalHandle
+    enum:
+        cudaGraphCondAssignDefault
+    enum cudaGraphConditionalNodeType:
+        cudaGraphCondTypeIf
+        cudaGraphCondTypeWhile
+    cdef struct cudaConditionalNodeParams:
+        cudaGraphConditionalHandle handle
+        cudaGraphConditionalNodeType type
+        unsigned int size
+        cudaGraph_t* phGraph_out
+    # Only the members streams sets: the rest of the union (zeroed) is CUDA's.
+    cdef struct cudaGraphNodeParams:
+        cudaGraphNodeType type
+        cudaConditionalNodeParams conditional
+    cudaError_t cudaGraphConditionalHandleCreate(cudaGraphConditionalHandle* pHandle_out,
+                                                 cudaGraph_t graph,
+                                                 unsigned int defaultLaunchValue,
+                                                 unsigned int flags)
+
+    # Graph memory nodes
+    enum cudaMemAllocationType:
+        cudaMemAllocationTypePinned
+    enum cudaMemLocationType:
+        cudaMemLocationTypeDevice
+    cdef struct cudaMemLocation:
+        cudaMemLocationType type
+        int id
+    cdef struct cudaMemPoolProps:
+        cudaMemAllocationType allocType
+        cudaMemLocation location
+    cdef struct cudaMemAllocNodeParams:
+        cudaMemPoolProps poolProps
+        size_t bytesize
+        void* dptr
+    enum cudaGraphMemAttributeType:
+        cudaGraphMemAttrUsedMemCurrent
+        cudaGraphMemAttrUsedMemHigh
+        cudaGraphMemAttrReservedMemCurrent
+        cudaGraphMemAttrReservedMemHigh
+    cudaError_t cudaGraphAddMemAllocNode(cudaGraphNode_t* pGraphNode, cudaGraph_t graph,
+                                         const cudaGraphNode_t* pDependencies,
+                                         size_t numDependencies,
+                                         cudaMemAllocNodeParams* nodeParams)
+    cudaError_t cudaGraphAddMemFreeNode(cudaGraphNode_t* pGraphNode, cudaGraph_t graph,
+                                        const cudaGraphNode_t* pDependencies,
+                                        size_t numDependencies, void* dptr)
+    cudaError_t cudaDeviceGetGraphMemAttribute(int device, cudaGraphMemAttributeType attr,
+                                               void* value)
+    cudaError_t cudaDeviceSetGraphMemAttribute(int device, cudaGraphMemAttributeType attr,
+                                               void* value)
+    cudaError_t cudaDeviceGraphMemTrim(int device)
+
+    # Kernel node attributes (cluster dimensions, cooperative)
+    cudaError_t cudaGraphKernelNodeSetAttribute(cudaGraphNode_t hNode,
+                                                cudaLaunchAttributeID attr,
+                                                const cudaLaunchAttributeValue* value)
+
+    # Updating an executable graph node by node
+    cudaError_t cudaGraphExecKernelNodeSetParams(cudaGraphExec_t hGraphExec,
+                                                 cudaGraphNode_t node,
+                                                 const cudaKernelNodeParams* pNodeParams)
+    cudaError_t cudaGraphExecMemsetNodeSetParams(cudaGraphExec_t hGraphExec,
+                                                 cudaGraphNode_t node,
+                                                 const cudaMemsetParams* pNodeParams)
+    cudaError_t cudaGraphExecMemcpyNodeSetParams1D(cudaGraphExec_t hGraphExec,
+                                                   cudaGraphNode_t node, void* dst,
+                                                   const void* src, size_t count,
+                                                   cudaMemcpyKind kind)
+    cudaError_t cudaGraphExecHostNodeSetParams(cudaGraphExec_t hGraphExec,
+                                               cudaGraphNode_t node,
+                                               const cudaHostNodeParams* pNodeParams)
+    cudaError_t cudaGraphExecChildGraphNodeSetParams(cudaGraphExec_t hGraphExec,
+                                                     cudaGraphNode_t node,
+                                                     cudaGraph_t childGraph)
+    cudaError_t cudaGraphExecEventRecordNodeSetEvent(cudaGraphExec_t hGraphExec,
+                                                     cudaGraphNode_t hNode, cudaEvent_t event)
+    cudaError_t cudaGraphExecEventWaitNodeSetEvent(cudaGraphExec_t hGraphExec,
+                                                   cudaGraphNode_t hNode, cudaEvent_t event)
+    cudaError_t cudaGraphNodeSetEnabled(cudaGraphExec_t hGraphExec, cudaGraphNode_t hNode,
+                                        unsigned int isEnabled)
+    cudaError_t cudaGraphNodeGetEnabled(cudaGraphExec_t hGraphExec, cudaGraphNode_t hNode,
+                                        unsigned int* isEnabled)

@@ -2,11 +2,13 @@
 tests that compute on device buffers, closing what a test made, threads,
 objects that never reached CUDA, and the environment of child processes."""
 import contextlib
+import gc
 import os
 import subprocess
 import sys
 import sysconfig
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -34,6 +36,31 @@ def to_host(buf, stream):
     streams.memcpy_async(host, buf, stream=stream)
     stream.synchronize()
     return host
+
+
+def wait_for_refcount(obj, expected, timeout=2.0):
+    """Whether the references to ``obj`` settle at ``expected`` within
+    ``timeout``: graph-owned references are released on CUDA's thread and
+    dropped shortly after by a pending call."""
+    # `obj` itself adds one reference while this function runs.
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        streams._cudart._drain_deferred()
+        if sys.getrefcount(obj) - 1 == expected:
+            return True
+        time.sleep(0.01)
+    return False
+
+
+@pytest.fixture
+def graphs_released():
+    """After the test: no graph or executable left alive (import it as an
+    autouse fixture: ``pytestmark = pytest.mark.usefixtures(...)``)."""
+    yield
+    gc.collect()
+    streams.synchronize_device()
+    c = streams.debug_counters()
+    assert c["live_graphs"] == 0 and c["live_graph_execs"] == 0, c
 
 
 def close_all(*objs):

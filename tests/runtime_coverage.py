@@ -1,5 +1,7 @@
 """Which ``streams`` call reaches each function of the CUDA runtime's
-stream-management chapter (the 26 functions of CUDA 12.x's reference).
+stream-management chapter (the 26 functions of CUDA 12.x's reference), and
+each graph-management function of conditional nodes, memory nodes and node
+by node updates of executables (``RUNTIME_GRAPH_FUNCTIONS``).
 
 ``tests/test_coverage.py`` checks that every entry resolves to a real
 attribute, that the function is really called in the sources, and that the
@@ -51,3 +53,35 @@ _TABLE = [
 #: that CUDA 13 merged into their base names.
 RUNTIME_STREAM_FUNCTIONS = [(name, re.sub(r"_v\d+$", "", name), api, note)
                             for name, api, note in _TABLE]
+
+_NODE_PARAMS = "CUDA 13 added edge data to it (CUDA 12.3's _v2); include/streams/compat.h passes none"
+
+#: (runtime function, streams API, note): graph nodes and updates.
+_GRAPH_TABLE = [
+    ("cudaDeviceGetGraphMemAttribute", "streams.graph_memory_info", ""),
+    ("cudaDeviceGraphMemTrim", "streams.trim_graph_memory", ""),
+    ("cudaDeviceSetGraphMemAttribute", "streams.reset_graph_memory_high",
+     "the two high watermarks"),
+    ("cudaGraphAddMemAllocNode", "Graph.add_mem_alloc", ""),
+    ("cudaGraphAddMemFreeNode", "Graph.add_mem_free", ""),
+    ("cudaGraphAddNode", "Graph.add_if",
+     "and add_if_else, add_while, add_switch; " + _NODE_PARAMS),
+    ("cudaGraphConditionalHandleCreate", "Graph.create_condition", ""),
+    ("cudaGraphDestroyNode", "Graph.add_kernel_node",
+     "removes a kernel node whose launch attributes CUDA refused"),
+    ("cudaGraphExecChildGraphNodeSetParams", "GraphExec.set_child_graph_node", ""),
+    ("cudaGraphExecEventRecordNodeSetEvent", "GraphExec.set_event_record_node", ""),
+    ("cudaGraphExecEventWaitNodeSetEvent", "GraphExec.set_event_wait_node", ""),
+    ("cudaGraphExecHostNodeSetParams", "GraphExec.set_host_node", ""),
+    ("cudaGraphExecKernelNodeSetParams", "GraphExec.set_kernel_node", ""),
+    ("cudaGraphExecMemcpyNodeSetParams1D", "GraphExec.set_memcpy_node", ""),
+    ("cudaGraphExecMemsetNodeSetParams", "GraphExec.set_memset_node", ""),
+    ("cudaGraphKernelNodeSetAttribute", "Graph.add_kernel_node", "cluster= and cooperative="),
+    ("cudaGraphNodeGetEnabled", "GraphExec.is_enabled", ""),
+    ("cudaGraphNodeSetEnabled", "GraphExec.set_enabled", ""),
+    ("cudaGraphReleaseUserObject", "Graph.instantiate",
+     "and GraphExec.update: the executable alone owns what node updates need"),
+]
+
+#: (runtime function, the function called, streams API, note), as above.
+RUNTIME_GRAPH_FUNCTIONS = [(name, name, api, note) for name, api, note in _GRAPH_TABLE]

@@ -117,9 +117,12 @@ def test_cimport_kernel_graph_and_prepared_launch_on_gpu(ext):
         assert ext.fill_nogil(fill, s, buf.ptr, 40, n) == fill.handle
         ext.prepared_nogil(increment.prepare(4, 256, buf, n), s, 1)
         g = streams.Graph()
-        g.add_kernel_node(increment, 4, 256, buf, n)
+        first = g.add_kernel_node(increment, 4, 256, buf, n)
+        second = g.add_kernel_node(increment, 4, 256, buf, n, dependencies=[first])
         assert ext.graph_handle(g) == g.handle
         with g.instantiate() as ex:
+            ext.graph_set_enabled_nogil(ex, second.handle, False)
+            assert ex.is_enabled(second) is False
             assert ext.graph_launch_nogil(ex, s, 1) == ex.handle
         streams.memcpy_async(host, buf, stream=s)
         s.synchronize()

@@ -6,7 +6,7 @@ import pytest
 
 import streams
 
-from runtime_coverage import RUNTIME_STREAM_FUNCTIONS
+from runtime_coverage import RUNTIME_GRAPH_FUNCTIONS, RUNTIME_STREAM_FUNCTIONS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOURCES = os.path.join(ROOT, "streams")
@@ -33,7 +33,16 @@ def test_all_26_functions_listed_once():
         assert documented == set(names)
 
 
-@pytest.mark.parametrize("name, called, api, note", RUNTIME_STREAM_FUNCTIONS)
+ALL_FUNCTIONS = RUNTIME_STREAM_FUNCTIONS + RUNTIME_GRAPH_FUNCTIONS
+GRAPH_SECTION = "Graph nodes and updates"
+
+
+def test_graph_functions_listed_once():
+    names = [row[0] for row in RUNTIME_GRAPH_FUNCTIONS]
+    assert names == sorted(set(names))
+
+
+@pytest.mark.parametrize("name, called, api, note", ALL_FUNCTIONS)
 def test_api_exists(name, called, api, note):
     if api.startswith("Stream.c_"):
         # C-level methods are visible to cimporters only: check the .pxd.
@@ -45,7 +54,7 @@ def test_api_exists(name, called, api, note):
 
 @pytest.mark.skipif(not os.path.isdir(SOURCES) or not os.path.exists(
     os.path.join(SOURCES, "_cudart.pyx")), reason="needs the source tree")
-@pytest.mark.parametrize("name, called, api, note", RUNTIME_STREAM_FUNCTIONS)
+@pytest.mark.parametrize("name, called, api, note", ALL_FUNCTIONS)
 def test_function_is_called_in_sources(name, called, api, note):
     # Only the call layer calls CUDA.
     text = open(os.path.join(SOURCES, "_cudart.pyx")).read()
@@ -58,5 +67,8 @@ def test_docs_table_matches():
     if not os.path.exists(path):
         pytest.skip("docs not present")
     text = open(path).read()
-    rows = re.findall(r"\* - ``(cuda\w+)``\n\s+- ``([\w.]+)``", text)
-    assert rows == [(r[0], r[2]) for r in RUNTIME_STREAM_FUNCTIONS]
+    streams_part, _, graph_part = text.partition(GRAPH_SECTION)
+    for part, table in ((streams_part, RUNTIME_STREAM_FUNCTIONS),
+                        (graph_part, RUNTIME_GRAPH_FUNCTIONS)):
+        rows = re.findall(r"\* - ``(cuda\w+)``\n\s+- ``([\w.]+)``", part)
+        assert rows == [(r[0], r[2]) for r in table]

@@ -260,3 +260,30 @@ def test_compat_elapsed_time_names_end_event_before_touching_cuda(framework):
     with pytest.raises(TypeError, match=r"end_event must be an Event \(a streams\.Event or any "
                                         r"streams\.compat Event\), not str"):
         event.elapsed_time("not an event")
+
+
+def test_graph_node_objects_are_made_by_graphs_only():
+    for cls, how in ((streams.ConditionHandle, "Graph.create_condition"),
+                     (streams.GraphAllocation, "Graph.add_mem_alloc")):
+        with pytest.raises(TypeError, match=how):
+            cls()
+
+
+def test_condition_kernels_ship_as_their_own_ptx_module():
+    from streams._launch import builtin_ptx
+
+    ptx = builtin_ptx("conditional")
+    # The driver resolves this call at load: kept out of builtin.ptx, whose
+    # kernels must load on any driver.
+    assert ".extern .func cudaGraphSetConditional" in ptx
+    assert ".entry streams_set_condition(" in ptx and ".entry streams_set_condition_lt(" in ptx
+    assert "cudaGraphSetConditional" not in builtin_ptx()
+    with pytest.raises(ValueError, match="no built-in PTX module 'nope'"):
+        builtin_ptx("nope")
+
+
+def test_builtin_kernel_names_without_gpu():
+    from streams._launch import builtin_kernel
+
+    with pytest.raises(ValueError, match="set_condition_lt"):
+        builtin_kernel("set_condition_gt")

@@ -37,7 +37,8 @@ def built_docs(tmp_path_factory):
 
 
 def test_docs_build(built_docs):
-    for page in ("index", "install", "quickstart", "streams-and-events", "host-callbacks",
+    for page in ("index", "install", "quickstart", "streams-and-events", "graphs",
+                 "host-callbacks",
                  "interrupts-and-timeouts", "interop", "cython", "benchmarks", "api",
                  "safety", "architecture"):
         assert (built_docs / f"{page}.html").is_file(), page

@@ -1,41 +1,18 @@
 """Stream capture and CUDA graphs on a real GPU."""
-import gc
 import sys
 import threading
-import time
 
 import pytest
 
 import streams
 from streams import CudaError, Event, Graph, HostCallbackError, Stream
-from streams import _cudart
 from streams.testing import launch_empty, spin
 
-pytestmark = pytest.mark.gpu
+from _support import graphs_released, wait_for_refcount  # noqa: F401  (fixture)
+
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("graphs_released")]
 
 MS = 1000
-
-
-def wait_for_refcount(obj, expected, timeout=2.0):
-    """Graph-owned payloads are released on CUDA's thread and dropped by a
-    pending call, so the count settles shortly after the last owner goes."""
-    # `obj` itself adds one reference while this function runs.
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        _cudart._drain_deferred()
-        if sys.getrefcount(obj) - 1 == expected:
-            return True
-        time.sleep(0.01)
-    return False
-
-
-@pytest.fixture(autouse=True)
-def graphs_released():
-    yield
-    gc.collect()
-    streams.synchronize_device()
-    c = streams.debug_counters()
-    assert c["live_graphs"] == 0 and c["live_graph_execs"] == 0, c
 
 
 def test_capture_status_and_info(stream):

@@ -15,6 +15,7 @@ CALL_LAYER = "_cudart"
 REQUIRED = (
     ["streams/__init__.pxd", "streams/cudart.pxd", "streams/_platform.pxd",
      "streams/__init__.pyi", "streams/py.typed", "streams/kernels/builtin.ptx",
+     "streams/kernels/conditional.ptx",
      "streams/include/streams/streams.h", "streams/include/streams/handle.h",
      "streams/include/streams/pool.h",
      "streams/include/streams/clock.h", "streams/compat/__init__.py"]

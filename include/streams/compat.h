@@ -21,6 +21,21 @@
 #error "streams needs CUDA 12.3 or newer (edge data in the capture API)"
 #endif
 
+/* Adding a node from generic parameters (what conditional nodes need): CUDA
+ * 13 added edge data to cudaGraphAddNode, CUDA 12.3 had it as _v2.  streams
+ * passes no edge data. */
+#if CUDART_VERSION >= 13000
+#define streams_cudaGraphAddNode(node, graph, deps, n, params) \
+    cudaGraphAddNode((node), (graph), (deps), NULL, (n), (params))
+#else
+#define streams_cudaGraphAddNode(node, graph, deps, n, params) \
+    cudaGraphAddNode((node), (graph), (deps), (n), (params))
+#endif
+
+/* Switch conditional nodes came with CUDA 12.8 headers; the value is the
+ * runtime's either way, and an older driver refuses it with an error. */
+#define streams_cudaGraphCondTypeSwitch ((enum cudaGraphConditionalNodeType)2)
+
 /* A kernel's parameter layout, which launches are checked against.  Older
  * runtimes cannot tell it: kernels then need an explicit signature. */
 #if CUDART_VERSION >= 12060

@@ -69,6 +69,11 @@ def graph_launch_nogil(GraphExec ex, Stream s, int times):
     return <uintptr_t>ex.c_handle()
 
 
+def graph_set_enabled_nogil(GraphExec ex, uintptr_t node, bint enabled):
+    with nogil:
+        ex.c_set_node_enabled(<void*>node, enabled)
+
+
 def fill_nogil(Kernel fill_u32, Stream s, uintptr_t ptr, unsigned int value,
                unsigned long long n):
     """streams_fill_u32(ptr, value, n), its arguments packed here as CUDA wants."""

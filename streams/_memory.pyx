@@ -26,6 +26,8 @@ from streams._platform cimport streams_close_begin, streams_is_closed
 from streams._stream cimport Event, Stream, as_stream
 from streams.cudart cimport *
 
+from streams._cudart import CudaError as rt_CudaError
+
 cdef extern from "Python.h":
     enum:
         PyBUF_FORMAT
@@ -1262,7 +1264,7 @@ def memcpy_batch_async(copies, stream=None):
     themselves: they must not overlap.  Needs CUDA 12.8 or newer (the
     runtime this package was built with, and the driver).
     """
-    cdef Stream st = as_stream(stream, "stream")
+    cdef Stream st
     cdef Py_ssize_t n, i, done = 0
     cdef Span* spans = NULL
     cdef void** dsts = NULL
@@ -1279,6 +1281,7 @@ def memcpy_batch_async(copies, stream=None):
     for i, item in enumerate(items):
         if not isinstance(item, tuple) or len(item) not in (2, 3):
             raise TypeError(f"copies[{i}] must be a (dst, src, nbytes) tuple, not {item!r}")
+    st = as_stream(stream, "stream")
     spans = <Span*>malloc(2 * n * sizeof(Span))
     dsts = <void**>malloc(n * sizeof(void*))
     srcs = <void**>malloc(n * sizeof(void*))
@@ -1317,3 +1320,80 @@ def memcpy_batch_async(copies, stream=None):
         free(dsts)
         free(srcs)
         free(sizes)
+
+
+# ---- stream memory operations -----------------------------------------------------------------
+# cuStreamWaitValue32/64 and cuStreamWriteValue32/64 (the driver's, reached
+# through cudart's entry points): a stream waits for, or writes, a value in
+# device, managed or pinned memory, without a host thread in the loop.
+
+cdef dict _WAIT_OPS = {"geq": 0x0, "eq": 0x1, "and": 0x2, "nor": 0x3}
+cdef unsigned int _WAIT_FLUSH = 1 << 30
+cdef unsigned int _WRITE_NO_MEMORY_BARRIER = 0x1
+
+
+cdef int _value_op(Stream stream, object address, object value, unsigned int flags,
+                   object width, bint write) except -1:
+    cdef Span span
+    cdef unsigned long long v
+    cdef uintptr_t addr
+    cdef bint wide
+    cdef DeviceScope scope
+    cdef int dev
+    if width != 32 and width != 64:
+        raise ValueError(f"width must be 32 or 64, got {width!r}")
+    wide = width == 64
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise TypeError(f"value must be an int, not {type(value).__name__}")
+    value = value.__index__()
+    if value < 0 or value >= (1 << width):
+        raise ValueError(f"value={value} does not fit {width} unsigned bits")
+    v = <unsigned long long>value
+    span.user = NULL
+    span.has_view = False
+    resolve_span(address, &span, SPAN_DEVICE | (SPAN_WRITABLE if write else 0), None,
+                 "address")
+    try:
+        addr = <uintptr_t>span.ptr
+        if span.nbytes != <size_t>-1 and span.nbytes < (8 if wide else 4):
+            raise ValueError(f"address holds {span.nbytes} bytes, less than one "
+                             f"{width}-bit value")
+        if addr % (8 if wide else 4):
+            raise ValueError(f"address=0x{addr:x} is not aligned to {8 if wide else 4} bytes, "
+                             f"as {width}-bit stream memory operations need")
+        stream._use()
+        try:
+            dev = stream.c_device()
+            with nogil:
+                enter_device(&scope, dev)
+                try:
+                    if write:
+                        rt.stream_write_value(<cudaStream_t>stream._handle, addr, v, flags, wide)
+                    else:
+                        rt.stream_wait_value(<cudaStream_t>stream._handle, addr, v, flags, wide)
+                finally:
+                    exit_device(&scope)
+        except rt_CudaError as exc:
+            if exc.code == <int>cudaErrorNotSupported:
+                raise rt_CudaError(exc.code, exc.name,
+                                   f"{exc.message}: this device or driver does not support "
+                                   f"{width}-bit stream memory operations"
+                                   + (" with op='nor'" if not write and flags & 3 == 3
+                                      else "")) from None
+            raise
+        finally:
+            stream._unuse()
+    finally:
+        release_span(&span)
+    return 0
+
+
+def _stream_wait_value(Stream stream not None, address, value, op, flush, width):
+    if not isinstance(op, str) or op.lower() not in _WAIT_OPS:
+        raise ValueError(f"op must be 'geq', 'eq', 'and' or 'nor', got {op!r}")
+    _value_op(stream, address, value,
+              _WAIT_OPS[op.lower()] | (_WAIT_FLUSH if flush else 0), width, False)
+
+
+def _stream_write_value(Stream stream not None, address, value, barrier, width):
+    _value_op(stream, address, value, 0 if barrier else _WRITE_NO_MEMORY_BARRIER, width, True)

@@ -45,13 +45,17 @@ from streams._stream import (
 )
 from streams._memory import (
     DeviceBuffer as DeviceBuffer,
+    IpcBufferDescriptor as IpcBufferDescriptor,
     ManagedBuffer as ManagedBuffer,
+    MemoryPool as MemoryPool,
     PinnedBuffer as PinnedBuffer,
     memcpy_async as memcpy_async,
+    memcpy_batch_async as memcpy_batch_async,
     memset_async as memset_async,
 )
 from streams._launch import (
     Kernel as Kernel,
+    LaunchConfig as LaunchConfig,
     Module as Module,
     PreparedLaunch as PreparedLaunch,
 )
@@ -83,9 +87,12 @@ __all__ = [
     "GraphExec",
     "GraphNode",
     "HostCallbackError",
+    "IpcBufferDescriptor",
     "Kernel",
+    "LaunchConfig",
     "ManagedBuffer",
     "MemAttach",
+    "MemoryPool",
     "Module",
     "NodeType",
     "PinnedBuffer",
@@ -107,6 +114,7 @@ __all__ = [
     "get_include",
     "show_config",
     "memcpy_async",
+    "memcpy_batch_async",
     "memset_async",
     "reset_persisting_l2_cache",
     "runtime_version",

@@ -203,6 +203,7 @@ cdef extern from "streams/notify.h" nogil:
     void streams_wait_node_abandon(streams_wait_node* node)
     void streams_wait_node_free(streams_wait_node* node)
     streams_wait_node* streams_notifier_take(streams_notifier* n)
+    void streams_notify_host_fn(void* node)
 
 
 @cython.final
@@ -223,11 +224,19 @@ cdef class _Doorbell:
             streams_notifier_unref(self._n)
             self._n = NULL
 
+    cdef unsigned long long _register(self, object loop):
+        self._next += 1
+        self._waiting[self._next] = loop.create_future()
+        return self._next
+
     def _ring(self):
         """The loop's reader: resolve every wait whose host function ran,
         in the order they ran."""
-        cdef streams_wait_node* node = streams_notifier_take(self._n)
+        cdef streams_wait_node* node
         cdef streams_wait_node* after
+        if self._n == NULL:
+            return
+        node = streams_notifier_take(self._n)
         while node != NULL:
             after = node.next
             fut = self._waiting.pop(node.token, None)
@@ -240,12 +249,30 @@ cdef class _Doorbell:
 cdef object _bells = _weakref.WeakKeyDictionary()    # loop -> _Doorbell, or False: poll
 
 
+cdef int _sweep() except -1:
+    # The futures a doorbell holds hold their loop: a loop closed with waits
+    # pending would keep its doorbell (and eventfd) for ever.  Dropped here,
+    # whenever a new loop gets one; host functions still queued free the
+    # notifier when they run.
+    cdef _Doorbell bell
+    for loop, found in list(_bells.items()):
+        if found is not False and loop.is_closed():
+            bell = <_Doorbell>found
+            bell._waiting.clear()
+            if bell._n != NULL:
+                streams_notifier_unref(bell._n)
+                bell._n = NULL
+            del _bells[loop]
+    return 0
+
+
 cdef object _doorbell(object loop):
     cdef _Doorbell bell
     cdef streams_notifier* n
     found = _bells.get(loop)
     if found is not None:
         return found if found is not False else None
+    _sweep()
     n = streams_notifier_new() if STREAMS_HAVE_EVENTFD else NULL
     if n == NULL:
         _bells[loop] = False
@@ -319,18 +346,59 @@ async def _wait(Waitable obj):
         await _poll(obj)
         return None
     bell = <_Doorbell>found
-    fut = loop.create_future()
-    bell._next += 1
-    token = bell._next
-    bell._waiting[token] = fut
+    token = bell._register(loop)
     try:
         _enqueue_doorbell(obj, bell, token)
-        await fut
-    finally:
-        # Cancelled or failed: the host function still runs once the GPU
-        # gets there, and its node is freed then, resolving nothing.
+    except BaseException:
         bell._waiting.pop(token, None)
+        raise
+    await _resolved(bell, token)
     return None
+
+
+async def _resolved(_Doorbell bell, unsigned long long token):
+    try:
+        await bell._waiting[token]
+    finally:
+        # Cancelled: the host function still runs once the GPU gets there,
+        # and its node is freed then, resolving nothing.
+        bell._waiting.pop(token, None)
+
+
+@cython.final
+cdef class _DoorbellProbe:
+    """A wait whose host function the test calls (``ring``, from any thread)
+    instead of CUDA: the doorbell, its ordering and its cleanup, checked
+    without a GPU."""
+    cdef streams_wait_node* _node
+
+    def ring(self):
+        cdef streams_wait_node* node = self._node
+        if node == NULL:
+            raise RuntimeError("already rung")
+        self._node = NULL
+        with nogil:
+            streams_notify_host_fn(<void*>node)
+
+
+def _probe_wait():
+    """(awaitable, probe) in the running loop: the awaitable completes once
+    ``probe.ring()`` ran, as if CUDA had run the host function.  Private."""
+    cdef _DoorbellProbe probe = _DoorbellProbe.__new__(_DoorbellProbe)
+    cdef _Doorbell bell
+    cdef unsigned long long token
+    import asyncio
+    loop = asyncio.get_running_loop()
+    found = _doorbell(loop)
+    if found is None:
+        raise NotImplementedError("this loop has no doorbell (it polls)")
+    bell = <_Doorbell>found
+    token = bell._register(loop)
+    probe._node = streams_wait_node_new(bell._n, token)
+    if probe._node == NULL:
+        bell._waiting.pop(token, None)
+        raise MemoryError()
+    return _resolved(bell, token), probe
 
 
 def wait_async(obj):
@@ -344,8 +412,10 @@ def _async_waits():
     """Waits the doorbells of live loops still track: futures not resolved,
     and host functions queued or run but not yet read by their loop.  Both
     are 0 once every awaited piece of work has finished and each loop has
-    run its reader (tests use it to see that cancellation leaves nothing)."""
+    run its reader (tests use it to see that cancellation leaves nothing).
+    Loops closed meanwhile are forgotten first."""
     waiting = in_flight = 0
+    _sweep()
     for bell in list(_bells.values()):
         if bell is not False:
             waiting += len((<_Doorbell>bell)._waiting)

@@ -861,15 +861,15 @@ cdef class MemoryPool(HandleOwner):
         self._device = -1
 
     def __init__(self, device=None, *, release_threshold=None, ipc=False, max_size=None):
-        cdef int dev = resolve_device(device)
         cdef size_t cap = 0 if max_size is None else as_nbytes(max_size, "max_size")
         cdef bint share = _as_flag(ipc, "ipc")
+        cdef unsigned long long threshold = 0 if release_threshold is None \
+            else as_nbytes(release_threshold, "release_threshold")
         cdef cudaMemPool_t h = NULL
         cdef DeviceScope scope
-        cdef unsigned long long threshold = 0
+        cdef int dev
         self._init_once()
-        if release_threshold is not None:
-            threshold = as_nbytes(release_threshold, "release_threshold")
+        dev = resolve_device(device)
         rt.drain_deferred()
         with nogil:
             enter_device(&scope, dev)
@@ -907,12 +907,13 @@ cdef class MemoryPool(HandleOwner):
         ``os.pidfd_getfd``); it is not closed here.  ``device`` is the device
         the pool's memory lives on, as this process numbers it.
         """
-        cdef int dev = resolve_device(device)
         cdef int c_fd = as_int(fd, "fd")
         cdef cudaMemPool_t h = NULL
         cdef DeviceScope scope
+        cdef int dev
         if c_fd < 0:
             raise ValueError(f"fd must be a file descriptor (>= 0), got {c_fd}")
+        dev = resolve_device(device)
         rt.drain_deferred()
         with nogil:
             enter_device(&scope, dev)
@@ -935,9 +936,10 @@ cdef class MemoryPool(HandleOwner):
         ``stream`` (default: the current stream), which must be of the pool's
         device; freed in order by its ``close()``."""
         cdef size_t n = as_nbytes(nbytes, "nbytes")
-        cdef Stream s = as_stream(stream, "stream")
+        cdef Stream s
         cdef DeviceBuffer buf
         self._check_open()
+        s = as_stream(stream, "stream")
         buf = DeviceBuffer.__new__(DeviceBuffer)
         _allocate(buf, n, s, self)
         return buf
@@ -948,7 +950,7 @@ cdef class MemoryPool(HandleOwner):
         ``DeviceBuffer`` freed in order on ``stream`` (default: the current
         stream).  Free it before the exporting process frees its buffer."""
         cdef cudaMemPoolPtrExportData data
-        cdef Stream s = as_stream(stream, "stream")
+        cdef Stream s
         cdef void* p = NULL
         cdef DeviceBuffer buf
         cdef DeviceScope scope
@@ -958,7 +960,9 @@ cdef class MemoryPool(HandleOwner):
             raise TypeError("descriptor must be an IpcBufferDescriptor from DeviceBuffer.export(), "
                             f"not {type(descriptor).__name__}")
         if not self._ipc:
+            self._check_open()
             raise ValueError("import_buffer() needs a pool opened with MemoryPool.import_handle()")
+        s = as_stream(stream, "stream")
         if s._device >= 0 and s._device != self._device:
             raise ValueError(f"stream is on device {s._device}, the pool on device "
                              f"{self._device}")

@@ -1,0 +1,169 @@
+"""``await stream`` / ``await event``: completion through the eventfd
+doorbell (no polling, no GIL on CUDA's thread), in the order of the GPU
+work, cancellation, the polling fallback, and a loop closed while waits are
+pending (in a child process)."""
+import asyncio
+import gc
+import textwrap
+
+import pytest
+
+from _support import MS, run_python
+
+import streams
+from streams import Event, Stream
+from streams._hostcall import _async_waits
+from streams.testing import spin
+
+pytestmark = pytest.mark.gpu
+
+
+def _settled():
+    gc.collect()
+    return _async_waits()
+
+
+def test_await_stream_and_event(stream):
+    async def main():
+        spin(stream, 100 * MS)
+        await stream
+        assert stream.query()
+        ev = Event()
+        spin(stream, 50 * MS)
+        ev.record(stream)
+        await ev.wait_async()
+        assert ev.query()
+        await ev                   # already done: returns at once
+        ev.close()
+        await stream.wait_async()
+    asyncio.run(main())
+    assert _settled() == {"waiting": 0, "in_flight": 0}
+
+
+def test_the_loop_keeps_running_while_the_gpu_works(stream):
+    async def main():
+        ticks = 0
+        spin(stream, 300 * MS)
+        waiter = asyncio.ensure_future(stream.wait_async())
+        while not waiter.done():
+            ticks += 1
+            await asyncio.sleep(0.01)
+        return ticks
+    assert asyncio.run(main()) >= 10
+
+
+def test_1000_awaits_on_different_streams_finish_in_gpu_order():
+    count = 1000
+    pool = [Stream(non_blocking=True) for _ in range(count)]
+    finished = []
+
+    async def wait_for(i, s):
+        await s
+        finished.append(i)
+
+    async def main():
+        # Stream i's work ends about i * 0.25 ms after stream 0's.
+        for i, s in enumerate(pool):
+            spin(s, 20 * MS + i * 250)
+        await asyncio.gather(*(wait_for(i, s) for i, s in enumerate(pool)))
+
+    try:
+        asyncio.run(main())
+    finally:
+        for s in pool:
+            s.synchronize()
+            s.close()
+    assert sorted(finished) == list(range(count))
+    out_of_order = [(a, b) for a, b in zip(finished, finished[1:]) if a > b]
+    assert not out_of_order, f"{len(out_of_order)} awaits finished out of GPU order"
+    assert _settled() == {"waiting": 0, "in_flight": 0}
+
+
+def test_cancelling_a_wait_leaves_nothing_behind(stream):
+    async def main():
+        spin(stream, 300 * MS)
+        task = asyncio.ensure_future(stream.wait_async())
+        await asyncio.sleep(0.02)
+        assert _async_waits()["waiting"] == 1
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert _async_waits()["waiting"] == 0
+        assert _async_waits()["in_flight"] == 1    # the host function is still queued
+        stream.synchronize()
+        await asyncio.sleep(0.05)                 # the loop reads the doorbell
+        assert _async_waits() == {"waiting": 0, "in_flight": 0}
+    asyncio.run(main())
+
+
+def test_awaiting_a_capturing_stream_is_refused(stream):
+    async def main():
+        stream.begin_capture()
+        try:
+            spin(stream, 1 * MS)
+            with pytest.raises(RuntimeError, match="being captured"):
+                await stream
+        finally:
+            stream.end_capture().close()
+    asyncio.run(main())
+    assert _settled() == {"waiting": 0, "in_flight": 0}
+
+
+def test_a_loop_without_add_reader_polls(stream):
+    class NoReaders(asyncio.SelectorEventLoop):
+        def add_reader(self, *args):
+            raise NotImplementedError
+
+    loop = NoReaders()
+    try:
+        async def main():
+            spin(stream, 50 * MS)
+            await stream
+            assert stream.query()
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+
+
+def test_wait_async_needs_a_stream_or_event():
+    with pytest.raises(TypeError, match="needs a streams.Stream or Event"):
+        streams._hostcall.wait_async(object())
+
+
+def test_a_loop_closed_with_waits_pending():
+    # The host function rings a doorbell nobody reads any more; once the
+    # loop is gone its notifier is freed by the last host function.
+    code = textwrap.dedent("""
+        import asyncio, gc
+        import streams
+        from streams._hostcall import _async_waits
+        from streams.testing import spin
+
+        s = streams.Stream()
+        loop = asyncio.new_event_loop()
+        spin(s, 300 * 1000)
+        task = loop.create_task(s.wait_async())
+        loop.run_until_complete(asyncio.sleep(0.02))
+        assert _async_waits()["waiting"] == 1
+        loop.close()                     # the task is still pending
+        try:
+            loop.run_until_complete(task)
+        except RuntimeError as exc:
+            assert "closed" in str(exc)
+        del task, loop
+        gc.collect()
+        s.synchronize()                  # the host function runs after the loop went
+        assert _async_waits() == {"waiting": 0, "in_flight": 0}, _async_waits()
+        s.close()
+        # A fresh loop works as before.
+        async def again():
+            t = streams.Stream()
+            spin(t, 10 * 1000)
+            await t
+            t.close()
+        asyncio.run(again())
+        print("OK")
+    """)
+    result = run_python(code, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "OK" in result.stdout

@@ -8,7 +8,7 @@ import pytest
 
 np = pytest.importorskip("numpy", reason="the launch tests check results with numpy")
 
-from _support import BLOCK, GRID, MS, N, to_host
+from _support import BLOCK, GRID, N, to_host
 
 import streams
 from streams import DeviceBuffer, Event, LaunchConfig, Module, PinnedBuffer, Stream

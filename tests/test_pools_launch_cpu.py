@@ -3,7 +3,6 @@ memcpy_batch_async and the stream memory operations, the picklable IPC
 descriptor, and the asyncio doorbell driven by a probe that plays CUDA's
 host-function thread."""
 import asyncio
-import gc
 import pickle
 import random
 import textwrap

@@ -1063,8 +1063,14 @@ cdef void* _driver_fn(int which) except NULL nogil:
 cdef int _value_op(int which, cudaStream_t s, unsigned long long addr,
                    unsigned long long value, unsigned int flags, bint wide) except -1 nogil:
     cdef void* fn
+    cdef int dev = 0
     guard()
     fn = _driver_fn(which + (1 if wide else 0))
+    # The driver call needs a current context, which a thread gets from
+    # the runtime only at its first call that uses the device: bind the
+    # current device's primary context now (a no-op when it is bound).
+    check(cudaGetDevice(&dev))
+    check(cudaSetDevice(dev))
     if wide:
         return check(<cudaError_t>(<streams_stream_value64_fn>fn)(s, addr, value, flags))
     return check(<cudaError_t>(<streams_stream_value32_fn>fn)(s, addr, <unsigned int>value,

@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from _support import MS, run_python
+from _support import MS, run_in_loop_without_readers, run_python
 
 import streams
 from streams import Event, Stream
@@ -110,19 +110,11 @@ def test_awaiting_a_capturing_stream_is_refused(stream):
 
 
 def test_a_loop_without_add_reader_polls(stream):
-    class NoReaders(asyncio.SelectorEventLoop):
-        def add_reader(self, *args):
-            raise NotImplementedError
-
-    loop = NoReaders()
-    try:
-        async def main():
-            spin(stream, 50 * MS)
-            await stream
-            assert stream.query()
-        loop.run_until_complete(main())
-    finally:
-        loop.close()
+    async def main():
+        spin(stream, 50 * MS)
+        await stream
+        assert stream.query()
+    run_in_loop_without_readers(main)
 
 
 def test_wait_async_needs_a_stream_or_event():

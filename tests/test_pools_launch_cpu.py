@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from _support import run_python
+from _support import run_in_loop_without_readers, run_python
 
 import streams
 from streams import IpcBufferDescriptor, LaunchConfig, MemoryPool, Stream
@@ -198,18 +198,10 @@ def test_a_ring_after_the_loop_closed_frees_everything():
 
 
 def test_a_loop_without_add_reader_has_no_doorbell():
-    class NoReaders(asyncio.SelectorEventLoop):
-        def add_reader(self, *args):
-            raise NotImplementedError
-
-    loop = NoReaders()
-    try:
-        async def main():
-            with pytest.raises(NotImplementedError, match="polls"):
-                _probe_wait()
-        loop.run_until_complete(main())
-    finally:
-        loop.close()
+    async def main():
+        with pytest.raises(NotImplementedError, match="polls"):
+            _probe_wait()
+    run_in_loop_without_readers(main)
 
 
 def test_wait_async_type_check_and_awaitables():

@@ -120,7 +120,7 @@ def test_waits_inside_a_captured_graph(stream, kernels, device_buffer, pinned_wo
     buf = device_buffer()
     flag, host = pinned_word
     with stream.capture() as cap:
-        stream.wait_value(flag, 1, "geq", flush=True)
+        stream.wait_value(flag, 1, "geq")
         stream.launch(kernels.fill, GRID, BLOCK, buf, 4, N)
     graph = cap.graph
     with graph.instantiate() as ex:
@@ -133,6 +133,17 @@ def test_waits_inside_a_captured_graph(stream, kernels, device_buffer, pinned_wo
         assert stream.synchronize(timeout=10)
     graph.close()
     assert (to_host(buf, stream) == 4).all()
+
+
+def test_flush_where_the_device_can(stream, pinned_word):
+    flag, host = pinned_word
+    host[0] = 1
+    try:
+        stream.wait_value(flag, 1, "geq", flush=True)
+    except streams.CudaError as exc:
+        assert "does not support" in str(exc)
+        pytest.skip(str(exc))
+    assert stream.synchronize(timeout=10)
 
 
 def test_bad_arguments(stream):

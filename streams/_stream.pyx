@@ -783,7 +783,7 @@ cdef class Stream(Waitable):
         The short form ``launch_ex(kernel, grid, block, *args, shared_mem=0,
         cluster=None, cooperative=False)`` makes that config.
         """
-        cdef type config_type = _launch_config_type()
+        cdef type config_type = _later("_launch", "LaunchConfig")
         if not isinstance(kernel, LaunchTarget):
             raise TypeError(f"kernel must be a streams.Kernel, not {type(kernel).__name__}")
         if type(config) is not config_type:
@@ -1399,18 +1399,6 @@ cdef object _later(str module, str name):
         fn = getattr(__import__(f"streams.{module}", fromlist=[name]), name)
         _later_names[name] = fn
     return fn
-
-
-cdef type _LaunchConfig = None
-
-
-cdef type _launch_config_type():
-    # streams._launch builds on this module: found once, at the first use.
-    global _LaunchConfig
-    if _LaunchConfig is None:
-        from streams._launch import LaunchConfig
-        _LaunchConfig = LaunchConfig
-    return _LaunchConfig
 
 
 cdef class LaunchTarget:

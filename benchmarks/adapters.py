@@ -205,6 +205,7 @@ def _host_func_case(op, enqueue, sync_src, env, busy):
 
 class StreamsPy(Adapter):
     stmts = {
+        "python_call": "s.closed",
         "stream_query": "s.query()",
         "stream_synchronize": "s.synchronize()",
         "event_record": "s.record(ev)",
@@ -417,6 +418,7 @@ class StreamsCy(Adapter):
 
 class Cupy(Adapter):
     stmts = {
+        "python_call": "s.ptr",
         "stream_query": "s.done",
         "stream_synchronize": "s.synchronize()",
         "event_record": "s.record(ev)",
@@ -503,6 +505,7 @@ def _decode(x):
 
 class Torch(Adapter):
     stmts = {
+        "python_call": "s.cuda_stream",
         "stream_query": "s.query()",
         "stream_synchronize": "s.synchronize()",
         "event_record": "s.record_event(ev)",
@@ -582,6 +585,7 @@ class Torch(Adapter):
 
 class CudaCore(Adapter):
     stmts = {
+        "python_call": "s.handle",
         "stream_synchronize": "s.sync()",
         "event_record": "s.record(ev)",
         "event_query": "done.is_done",
@@ -813,6 +817,7 @@ class CudaBindings(Adapter):
 
 class NumbaCuda(Adapter):
     stmts = {
+        "python_call": "s.handle",
         "stream_synchronize": "s.synchronize()",
         "event_record": "ev.record(s)",
         "event_query": "done.query()",

@@ -40,11 +40,12 @@ class Worker:
     ``floor_error``; or ``{"ok": false, "na"|"error": why}``.
     """
 
-    def __init__(self, name, argv, env=None, cwd=None):
+    def __init__(self, name, argv, env=None, cwd=None, cpus=None):
         self.name = name
         self.argv = argv
         self.env = env
         self.cwd = cwd
+        self.cpus = cpus
         self.proc = None
         self.errlog = None
         self.starts = 0
@@ -59,9 +60,16 @@ class Worker:
         self.starts += 1
         # Its own session: Ctrl-C reaches the harness only, which then
         # stops the workers in order.
+        # Every worker on the same CPUs (--cpus): the floors of different
+        # contenders then come from the same cores, so that cells can be
+        # compared across columns, not only to their own floor.
+        pin = None
+        if self.cpus:
+            cpus = set(self.cpus)
+            pin = lambda: os.sched_setaffinity(0, cpus)  # noqa: E731
         self.proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self.errlog, env=self.env, cwd=self.cwd,
-                                     bufsize=0, start_new_session=True)
+                                     bufsize=0, start_new_session=True, preexec_fn=pin)
 
     @property
     def alive(self):
@@ -204,7 +212,7 @@ class Progress:
 class Config:
     def __init__(self, ops=None, contenders=None, quick=False, rounds=None, batches=None,
                  warmup=1, scale=None, cache_dir=None, timeout=180.0, progress=True,
-                 source_dir=None, baseline=None):
+                 source_dir=None, baseline=None, cpus=None):
         base = QUICK if quick else FULL
         self.ops = list(ops or [op.name for op in OPS])
         self.contenders = list(contenders or DEFAULT_CONTENDERS)
@@ -218,6 +226,7 @@ class Config:
         self.progress = progress
         self.source_dir = source_dir or CHECKOUT
         self.baseline = os.path.abspath(baseline) if baseline else None
+        self.cpus = sorted(cpus) if cpus else None
         if self.baseline and contenders is None:
             self.contenders.insert(self.contenders.index("streams-py") + 1,
                                    "streams-py-baseline")
@@ -228,7 +237,7 @@ class Config:
     def as_dict(self):
         return {"quick": self.quick, "rounds": self.rounds, "batches": self.batches,
                 "warmup": self.warmup, "scale": self.scale, "ops": self.ops,
-                "contenders": self.contenders, "baseline": self.baseline,
+                "contenders": self.contenders, "baseline": self.baseline, "cpus": self.cpus,
                 "iters": {op: self.iters(op) for op in self.ops}}
 
 
@@ -353,7 +362,7 @@ def _prepare(config, doc, progress):
         if ptx_error and name != "c":
             entry["ptx_error"] = ptx_error
         progress.message(f"starting {spec.label} ...")
-        w = Worker(name, argv, env, cwd)
+        w = Worker(name, argv, env, cwd, config.cpus)
         try:
             w.start()
             info = w.ask("info", max(config.timeout, 300.0))

@@ -25,6 +25,10 @@ class Op:
 
 
 OPS = (
+    Op("python_call", "Python call, no CUDA", 5000, {},
+       "read a property of the library's stream object that makes no CUDA call "
+       "(streams: Stream.closed; CuPy: Stream.ptr; PyTorch: Stream.cuda_stream; "
+       "cuda.core and numba-cuda: Stream.handle): the Python part of every Python cell"),
     Op("stream_query", "stream query (idle)", 5000, _PY_CY,
        "cudaStreamQuery on a stream with no work"),
     Op("stream_synchronize", "stream synchronize (idle)", 5000, {},
@@ -90,7 +94,8 @@ OPS = (
 )
 OP_BY_NAME = {op.name: op for op in OPS}
 # Operations that make no CUDA call at all: they have no floor.
-NO_FLOOR = {"stream_pool_acquire": "a pool hands out a kept handle: no CUDA call, no floor",
+NO_FLOOR = {"python_call": "no CUDA call, no floor: the Python part of a call",
+            "stream_pool_acquire": "a pool hands out a kept handle: no CUDA call, no floor",
             "event_pool_acquire": "a pool hands out a kept handle: no CUDA call, no floor"}
 
 # Operations that leave work on the stream: each batch is followed by an

@@ -114,6 +114,8 @@ def render_table(doc, ops=None, contenders=None):
     cfg = doc["config"]
     out.append(f"{cfg.get('rounds')} rounds x {cfg.get('batches')} batches per cell"
                + (" (quick)" if cfg.get("quick") else "")
+               + (f", every worker on CPUs {','.join(map(str, cfg['cpus']))}"
+                  if cfg.get("cpus") else "")
                + "; cells: median ns/call ±half the p10-p90 spread of per-batch means")
     if doc.get("schema") == SCHEMA_V1:
         out.append("schema 1, before the in-process floor: ratios are to the separate "

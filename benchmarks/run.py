@@ -44,6 +44,18 @@ def _names(text, known, what):
     return names
 
 
+def _cpu_list(text):
+    try:
+        cpus = {int(c) for c in text.split(",") if c.strip()}
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--cpus takes CPU numbers like 2,3, not {text!r}")
+    allowed = os.sched_getaffinity(0)
+    if not cpus or not cpus <= allowed:
+        raise argparse.ArgumentTypeError(
+            f"--cpus {text}: this process may run on CPUs {sorted(allowed)} only")
+    return cpus
+
+
 def build_parser():
     p = argparse.ArgumentParser(
         prog="python -m benchmarks.run",
@@ -76,6 +88,9 @@ def build_parser():
     p.add_argument("--baseline", metavar="DIR",
                    help="also time streams from Python in another build (an in-place "
                         "build of another commit): before/after in one run")
+    p.add_argument("--cpus", type=_cpu_list, metavar="a,b",
+                   help="pin every worker to these CPUs (e.g. 2,3): floors and cells of "
+                        "all contenders then come from the same cores")
     p.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
     p.add_argument("--list", action="store_true", help="list operations and contenders")
     p.add_argument("--worker", help=argparse.SUPPRESS)
@@ -155,7 +170,7 @@ def main(argv=None, out=None):
                     rounds=args.rounds, batches=args.batches, scale=args.scale,
                     cache_dir=args.cache_dir, timeout=args.timeout,
                     progress=not args.no_progress, source_dir=args.source_dir,
-                    baseline=args.baseline)
+                    baseline=args.baseline, cpus=args.cpus)
     if not set(config.contenders) <= GPU_FREE:
         info = streams_facts()
         if info["device_count"] == 0:

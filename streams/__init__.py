@@ -17,13 +17,14 @@ from streams._device import (Device, device_count, get_device, set_device,
                              stream_priority_range, synchronize_device)
 from streams._stream import (AccessPolicyWindow, AccessProperty, CaptureMode, CaptureStatus,
                              Event, EventPool, MemAttach, Stream, StreamAttribute, StreamPool,
-                             SyncPolicy, current_stream, reset_persisting_l2_cache)
+                             SyncPolicy, as_stream, current_stream, reset_persisting_l2_cache)
 from streams import _hostcall  # noqa: F401  (registers the host-callback paths)
 from streams._memory import (DeviceBuffer, IpcBufferDescriptor, ManagedBuffer, MemoryPool,
                              PinnedBuffer, memcpy_async, memcpy_batch_async, memset_async)
 from streams._launch import Kernel, LaunchConfig, Module, PreparedLaunch
 from streams._graph import (CaptureInfo, Graph, GraphExec, GraphNode, NodeType, UpdateResult,
                             capture_mode, exchange_capture_mode)
+from streams._interop import current_in, follow_current_stream
 from streams import _cudart
 
 __version__ = "0.1.0"

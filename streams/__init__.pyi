@@ -40,6 +40,7 @@ from streams._stream import (
     StreamAttribute as StreamAttribute,
     StreamPool as StreamPool,
     SyncPolicy as SyncPolicy,
+    as_stream as as_stream,
     current_stream as current_stream,
     reset_persisting_l2_cache as reset_persisting_l2_cache,
 )
@@ -58,6 +59,10 @@ from streams._launch import (
     LaunchConfig as LaunchConfig,
     Module as Module,
     PreparedLaunch as PreparedLaunch,
+)
+from streams._interop import (
+    current_in as current_in,
+    follow_current_stream as follow_current_stream,
 )
 from streams._graph import (
     CaptureInfo as CaptureInfo,
@@ -103,13 +108,16 @@ __all__ = [
     "StreamsEnum",
     "SyncPolicy",
     "UpdateResult",
+    "as_stream",
     "capture_mode",
+    "current_in",
     "current_stream",
     "debug_build",
     "debug_counters",
     "device_count",
     "driver_version",
     "exchange_capture_mode",
+    "follow_current_stream",
     "get_device",
     "get_include",
     "show_config",

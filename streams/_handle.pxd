@@ -27,4 +27,6 @@ cdef class HandleOwner:
     cdef void _release(self) noexcept nogil
     # The common part of every close(): 0 when it was closed already, 1 when
     # closed and destroyed now, 2 when closed and the last user releases.
-    cdef int _close_handle(self) except -1
+    # keep_gil: the subclass knows its destroy never waits and that no
+    # thread CUDA runs can be waiting for the GIL (rt.enqueue_may_keep_gil).
+    cdef int _close_handle(self, bint keep_gil=*) except -1

@@ -87,7 +87,7 @@ ctypedef int (*host_call_enqueue_fn)(Stream stream, object callback, object arg,
 cdef void set_host_call_enqueue(host_call_enqueue_fn fn) noexcept
 
 # Python-level helpers the later modules share.
-cdef Stream as_stream(object stream, str argname)
+cpdef Stream as_stream(object stream, str argname=*)
 cdef Event as_event(object event, str argname)
 cdef Event new_event(int device, unsigned int flags)
 # Wait until a Stream or Event is done, GIL released,

@@ -9,6 +9,7 @@ through a late import on a cold path, a registered function, or a base
 class declared here (``LaunchTarget``).
 """
 import threading as _threading
+import weakref as _weakref
 
 cimport cython
 from libc.stdint cimport uintptr_t
@@ -27,7 +28,7 @@ from streams._platform cimport (streams_cpu_relax, streams_cpu_yield, streams_is
 from streams.cudart cimport *
 
 from streams._args import StreamsEnum
-from streams._cudart import HostCallbackError
+from streams._cudart import CudaError, HostCallbackError
 from streams._device import Device
 
 cdef extern from "Python.h":
@@ -107,24 +108,301 @@ cdef void set_host_call_enqueue(host_call_enqueue_fn fn) noexcept:
     _enqueue_host_call = fn
 
 
-cdef Stream as_stream(object stream, str argname):
-    """None -> the current stream; a Stream as is; a foreign stream wrapped."""
+cpdef Stream as_stream(object stream, str argname="stream"):
+    """A :class:`Stream` for ``stream``, as every ``stream=`` argument takes it.
+
+    * None: the current stream (:func:`current_stream`);
+    * a :class:`Stream` (a compat one included): itself, no new object;
+    * another library's stream: a Stream that wraps its handle without
+      owning it and keeps the object alive (``owner``).  Recognized are
+      objects with ``__cuda_stream__`` (a method or attribute returning
+      ``(0, handle)``; another version is refused: cuda.core, CuPy,
+      numba-cuda, RMM implement it), PyTorch streams (``.cuda_stream``),
+      CuPy streams (``.ptr``) and older numba-cuda streams (``.handle``).
+      A ``.ptr`` or ``.handle`` of any other object is not read (it may be
+      memory).  A closed cuda.core stream is refused.
+
+    Anything else raises TypeError naming ``argname``; a value that cannot
+    be a handle, ValueError.  The device of a foreign stream is looked up
+    once per object (kept while the object lives).
+    """
+    cdef uintptr_t h
     if stream is None:
         return current_stream()
     if isinstance(stream, Stream):
         return <Stream>stream
-    # Only the explicit protocol: a `.ptr` of some other object (a buffer)
-    # read as a stream handle would hand CUDA a pointer that is none.
-    if hasattr(stream, "__cuda_stream__"):
-        return Stream.from_external(stream)
-    raise TypeError(f"{argname} must be a streams.Stream or an object with __cuda_stream__, "
-                    f"not {type(stream).__name__}")
+    _foreign_stream(stream, argname, &h)
+    if h <= _HANDLE_PER_THREAD:
+        return _make_special(h, stream)
+    return _wrap_foreign(h, _foreign_stream_device(stream, h), stream)
 
 
 cdef Event as_event(object event, str argname):
     if isinstance(event, Event):
         return <Event>event
     raise TypeError(f"{argname} must be a streams.Event, not {type(event).__name__}")
+
+
+cdef Stream _wrap_foreign(uintptr_t h, int device, object owner):
+    cdef Stream s = Stream.__new__(Stream)
+    s._handle = <streams_stream_t>h
+    s._device = device
+    s._owner = owner
+    s._opened(False)
+    return s
+
+
+# ---- other libraries' streams and events --------------------------------------------------
+#
+# A foreign object is read where it is passed, without a wrapper when the
+# call only uses its handle for the call's duration (the caller's reference
+# keeps it alive meanwhile): Event.record, Event.wait, Stream.wait_event,
+# Stream.wait_stream.  How a type gives its handle is decided once per type.
+
+cdef enum:
+    _READ_NONE = 0
+    _READ_PROTOCOL = 1      # __cuda_stream__, a method or an attribute
+    _READ_CUDA_STREAM = 2   # PyTorch streams: .cuda_stream
+    _READ_PTR = 3           # CuPy streams and events: .ptr
+    _READ_CUDA_EVENT = 4    # PyTorch events: .cuda_event, 0 until the first record
+    _READ_HANDLE = 5        # cuda.core and numba-cuda events: .handle (int() or ctypes)
+
+cdef dict _stream_readers = {}
+cdef dict _event_readers = {}
+# id(foreign stream) -> (weak reference, handle, device): cudaStreamGetDevice
+# once per object, the entry gone with the object.
+cdef dict _foreign_devices = {}
+
+
+cdef bint _from_library(type t, str prefix):
+    return (getattr(t, "__module__", None) or "").startswith(prefix)
+
+
+cdef bint _named_in_mro(type t, tuple names):
+    for cls in t.__mro__:
+        if cls.__name__ in names:
+            return True
+    return False
+
+
+cdef int _stream_reader(type t) except -1:
+    cdef object r = _stream_readers.get(t)
+    if r is not None:
+        return r
+    # The library's own field first where it has one: one attribute read
+    # instead of a call and a tuple, for the same handle.
+    if _from_library(t, "torch") and hasattr(t, "cuda_stream"):
+        code = _READ_CUDA_STREAM
+    elif (_from_library(t, "cupy")
+          and _named_in_mro(t, ("_BaseStream", "BaseStream", "Stream", "ExternalStream"))):
+        # (CuPy and numba-cuda set these fields on the instance: the type
+        # cannot be asked for them.)
+        code = _READ_PTR
+    elif hasattr(t, "__cuda_stream__"):
+        code = _READ_PROTOCOL
+    elif hasattr(t, "cuda_stream"):
+        code = _READ_CUDA_STREAM
+    elif _from_library(t, "numba") and _named_in_mro(t, ("Stream",)):
+        code = _READ_HANDLE     # numba-cuda before it implemented the protocol
+    else:
+        # A .ptr of anything else (a CuPy MemoryPointer, a buffer) read as
+        # a stream would hand CUDA a pointer that is none.
+        code = _READ_NONE
+    _stream_readers[t] = code
+    return code
+
+
+cdef uintptr_t _handle_int(object value, object obj, str field, str argname) except? 0:
+    # An int handle out of a library's field: an int, a ctypes pointer
+    # (.value, None for NULL) or an object with __int__ (cuda.bindings).
+    if type(value) is int:
+        # The usual case, on the hot path: no further checks.
+        try:
+            return <uintptr_t>value
+        except OverflowError:
+            return as_pointer_int(value, argname)   # the error, naming the argument
+    if isinstance(value, bool):
+        raise TypeError(f"{argname}: {type(obj).__name__}.{field} must be an int handle, "
+                        "got bool")
+    if not isinstance(value, int):
+        if hasattr(value, "value") and (value.value is None or isinstance(value.value, int)):
+            value = value.value or 0
+        elif hasattr(value, "__int__") and not isinstance(value, float):
+            value = int(value)
+        else:
+            raise TypeError(f"{argname}: {type(obj).__name__}.{field} must be an int handle, "
+                            f"got {type(value).__name__}")
+    return as_pointer_int(value, argname)
+
+
+cdef uintptr_t _protocol_handle(object obj, object proto, str argname) except? 0:
+    try:
+        info = proto() if callable(proto) else proto
+    except Exception as exc:
+        # cuda.core raises for a closed stream: say so, naming the argument.
+        if _from_library(type(obj), "cuda.core"):
+            raise ValueError(f"{argname} is a closed cuda.core Stream ({exc})") from exc
+        raise ValueError(f"{argname}: {type(obj).__name__}.__cuda_stream__() raised "
+                         f"{type(exc).__name__}: {exc}") from exc
+    if not isinstance(info, tuple) or len(<tuple>info) != 2:
+        raise ValueError(f"{argname}: {type(obj).__name__}.__cuda_stream__() must return a "
+                         f"(version, handle) tuple, got {info!r}")
+    version, handle = info
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise TypeError(f"{argname}: __cuda_stream__ version must be an int, got "
+                        f"{type(version).__name__}")
+    if version != 0:
+        raise ValueError(f"{argname}: unsupported __cuda_stream__ protocol version {version} "
+                         f"from {type(obj).__name__} (streams understands version 0)")
+    if isinstance(handle, bool) or not isinstance(handle, int):
+        raise TypeError(f"{argname}: __cuda_stream__ handle must be an int, got "
+                        f"{type(handle).__name__}")
+    return as_pointer_int(handle, argname)
+
+
+cdef int _foreign_stream(object obj, str argname, uintptr_t* out) except -1:
+    """The handle of another library's stream ``obj``, checked; no CUDA call."""
+    cdef int code = _stream_reader(type(obj))
+    cdef uintptr_t h
+    if code == _READ_CUDA_STREAM:
+        h = _handle_int(obj.cuda_stream, obj, "cuda_stream", argname)
+    elif code == _READ_PTR:
+        h = _handle_int(obj.ptr, obj, "ptr", argname)
+    elif code == _READ_HANDLE:
+        h = _handle_int(obj.handle, obj, "handle", argname)
+    else:
+        proto = getattr(obj, "__cuda_stream__", None)   # also set on the instance only
+        if proto is None:
+            raise TypeError(f"{argname} must be a streams.Stream, a PyTorch or CuPy stream, or "
+                            f"an object with __cuda_stream__, not {type(obj).__name__}")
+        h = _protocol_handle(obj, proto, argname)
+        # cuda.core reports handle 0 once its stream is closed (its own
+        # default streams are 1 and 2).
+        if h == 0 and _from_library(type(obj), "cuda.core"):
+            raise ValueError(f"{argname} is a closed cuda.core Stream")
+    if h > _HANDLE_PER_THREAD:
+        _check_handle_value(h, argname)
+    out[0] = h
+    return 0
+
+
+cdef class _Forget:
+    # The weak reference callback of a _foreign_devices entry.
+    cdef object key
+
+    def __call__(self, ref):
+        entry = _foreign_devices.get(self.key)
+        if entry is not None and (<tuple>entry)[0] is ref:
+            del _foreign_devices[self.key]
+
+
+cdef int _foreign_stream_device(object obj, uintptr_t h) except -2:
+    """The device of foreign stream ``obj`` of handle ``h``; -1 for 0, 1, 2."""
+    cdef int dev = -1
+    cdef _Forget forget
+    if h <= _HANDLE_PER_THREAD:
+        return -1
+    key = id(obj)
+    entry = _foreign_devices.get(key)
+    if entry is not None and (<tuple>entry)[0]() is obj and (<tuple>entry)[1] == h:
+        return (<tuple>entry)[2]
+    require_device()
+    with nogil:
+        rt.stream_get_device(<cudaStream_t>h, &dev)
+    forget = _Forget.__new__(_Forget)
+    forget.key = key
+    try:
+        ref = _weakref.ref(obj, forget)
+    except TypeError:
+        return dev      # no weak references to it: looked up each time
+    _foreign_devices[key] = (ref, h, dev)
+    return dev
+
+
+cdef int _event_reader(type t) except -1:
+    cdef object r = _event_readers.get(t)
+    if r is not None:
+        return r
+    if hasattr(t, "cuda_event"):
+        code = _READ_CUDA_EVENT
+    elif _from_library(t, "cupy") and _named_in_mro(t, ("Event",)):
+        code = _READ_PTR
+    elif ((_from_library(t, "cuda.core") or _from_library(t, "numba"))
+          and _named_in_mro(t, ("Event",))):
+        code = _READ_HANDLE
+    else:
+        code = _READ_NONE
+    _event_readers[t] = code
+    return code
+
+
+cdef uintptr_t _foreign_event(object obj, str argname) except? 1:
+    """The handle of another library's event ``obj``, 0 for a PyTorch event
+    never recorded (PyTorch creates its CUDA event at the first record, and
+    waiting for it is a no-op there, as here); no CUDA call."""
+    cdef int code = _event_reader(type(obj))
+    cdef uintptr_t h
+    if code == _READ_CUDA_EVENT:
+        h = _handle_int(obj.cuda_event, obj, "cuda_event", argname)
+        if h == 0:
+            return 0
+    elif code == _READ_PTR:
+        h = _handle_int(obj.ptr, obj, "ptr", argname)
+    elif code == _READ_HANDLE:
+        h = _handle_int(obj.handle, obj, "handle", argname)
+        if h == 0:
+            # cuda.core sets a closed event's handle to NULL.
+            raise ValueError(f"{argname} is a closed {type(obj).__module__}."
+                             f"{type(obj).__name__}")
+    else:
+        raise TypeError(f"{argname} must be a streams.Event or a PyTorch, CuPy, cuda.core or "
+                        f"numba-cuda event, not {type(obj).__name__}")
+    _check_event_handle(h, argname)
+    return h
+
+
+def _is_foreign_stream(obj):
+    """True when ``obj`` is another library's stream as ``as_stream`` reads
+    them (not a Stream); no CUDA call, nothing read but its type."""
+    return not isinstance(obj, Stream) and (_stream_reader(type(obj)) != _READ_NONE
+                                            or hasattr(obj, "__cuda_stream__"))
+
+
+def _is_foreign_event(obj):
+    """True when ``obj`` is another library's event that waits accept."""
+    return not isinstance(obj, Event) and _event_reader(type(obj)) != _READ_NONE
+
+
+cdef int _check_event_handle(uintptr_t h, str argname) except -1:
+    if h < _LOWEST_HANDLE or h >= _HIGHEST_HANDLE or h % sizeof(void*) != 0:
+        raise ValueError(f"{argname}=0x{h:x} cannot be a CUDA event handle (handles are "
+                         "aligned addresses of the process)")
+    return 0
+
+
+cdef int _check_same_device(int event_device, int stream_device) except -1:
+    # An event records only on a stream of its own device; CUDA's own
+    # error (an invalid resource handle) does not say so.
+    if event_device >= 0 and stream_device >= 0 and event_device != stream_device:
+        raise CudaError(cudaErrorInvalidResourceHandle, None,
+                           f"the event belongs to device {event_device} and the stream to "
+                           f"device {stream_device}: an event records only on a stream of "
+                           "its own device")
+    return 0
+
+
+cdef int _enqueue_raw(int what, void* stream, void* event, unsigned int flags) except -1:
+    # A record or wait of raw handles, GIL kept when that cannot deadlock.
+    if rt.enqueue_may_keep_gil():
+        if what == 0:
+            return rt.event_record(<cudaEvent_t>event, <cudaStream_t>stream, flags)
+        return rt.stream_wait_event(<cudaStream_t>stream, <cudaEvent_t>event, flags)
+    with nogil:
+        if what == 0:
+            rt.event_record(<cudaEvent_t>event, <cudaStream_t>stream, flags)
+        else:
+            rt.stream_wait_event(<cudaStream_t>stream, <cudaEvent_t>event, flags)
+    return 0
 
 
 cdef Event new_event(int device, unsigned int flags):
@@ -318,7 +596,10 @@ cdef class Waitable(HandleOwner):
         """
         # When a user in another thread releases the handle on its way out,
         # the owner stays until this object goes.
-        if self._close_handle() == 1:
+        # cudaStreamDestroy and cudaEventDestroy return at once (CUDA frees
+        # the handle when its work is done), so the GIL policy of enqueues
+        # holds for them too.
+        if self._close_handle(rt.enqueue_may_keep_gil()) == 1:
             self._owner = None
 
     def __eq__(self, other):
@@ -365,7 +646,9 @@ cdef dict _current_map():
 def current_stream(device=None):
     """The calling thread's current stream for ``device`` (default: current device).
 
-    Set by ``with stream:`` and ``stream.use()``; ``Stream.legacy`` when none was set.
+    Set by ``with stream:`` and ``stream.use()``.  When none was set:
+    ``Stream.legacy``, or, while :func:`follow_current_stream` follows a
+    framework, that framework's current stream.
     """
     cdef int dev
     if device is None:
@@ -373,7 +656,40 @@ def current_stream(device=None):
     else:
         dev = resolve_device(device)
     cdef object s = _current_map().get(dev)
-    return Stream.legacy if s is None else s
+    if s is not None:
+        return s
+    if _current_source is not None:
+        return _current_source(dev)
+    return Stream.legacy
+
+
+def _thread_currents(replace=None):
+    """A copy of this thread's {device: stream} made current by ``use()`` and
+    ``with``; with ``replace``, that mapping becomes the thread's (tests put
+    back a thread's exact state with it)."""
+    cdef dict cur = _current_map()
+    before = dict(cur)
+    if replace is not None:
+        cur.clear()
+        cur.update(replace)
+    return before
+
+
+# What current_stream() returns where this thread set none: None for
+# Stream.legacy, else a function of the device index (a framework's current
+# stream, streams._interop.follow_current_stream).  One global read when
+# unset, so the usual path costs nothing more.
+cdef object _current_source = None
+
+
+def _set_current_source(source):
+    """Install ``source`` (None: none) for ``current_stream``; return the one before."""
+    global _current_source
+    if source is not None and not callable(source):
+        raise TypeError(f"source must be callable or None, not {type(source).__name__}")
+    previous = _current_source
+    _current_source = source
+    return previous
 
 
 cdef Stream _make_special(uintptr_t handle, object owner=None, type cls=None):
@@ -618,6 +934,7 @@ cdef class Stream(Waitable):
             ev = new_event(self._device, cudaEventDisableTiming)
         else:
             ev = as_event(event, "event")
+            _check_same_device(ev._device, self._device)
         _record(self, ev)
         return ev
 
@@ -626,9 +943,28 @@ cdef class Stream(Waitable):
         return self.record(event)
 
     def wait_event(self, event, *, external=False):
-        """Make future work on this stream wait for ``event`` (returns at once)."""
-        cdef Event ev = as_event(event, "event")
+        """Make future work on this stream wait for ``event`` (returns at once).
+
+        ``event`` is a :class:`Event`, or another library's event: PyTorch
+        (``.cuda_event``; one never recorded is waited for as PyTorch does,
+        not at all), CuPy (``.ptr``), cuda.core or numba-cuda (``.handle``).
+        The event may belong to another device.
+        """
+        cdef Event ev
+        cdef uintptr_t h
         cdef unsigned int flags = cudaEventWaitExternal if external else 0
+        if not isinstance(event, Event):
+            h = _foreign_event(event, "event")
+            if h == 0:
+                self._check_open()
+                return
+            self._use()
+            try:
+                _enqueue_raw(1, self._handle, <void*>h, flags)
+            finally:
+                self._unuse()
+            return
+        ev = <Event>event
         if not external:
             _wait_event(self, ev)
             return
@@ -647,10 +983,27 @@ cdef class Stream(Waitable):
     def wait_stream(self, other):
         """Make future work on this stream wait for the work now enqueued on ``other``."""
         cdef Stream o
+        cdef uintptr_t h
+        cdef int dev
         if other is None:
-            raise TypeError("other must be a streams.Stream or an object with __cuda_stream__, "
-                            "not NoneType")
-        o = as_stream(other, "other")
+            raise TypeError("other must be a streams.Stream, a PyTorch or CuPy stream, or an "
+                            "object with __cuda_stream__, not NoneType")
+        if not isinstance(other, Stream):
+            _foreign_stream(other, "other", &h)
+            dev = _foreign_stream_device(other, h)
+            self._use()
+            try:
+                if dev < 0:
+                    dev = current_device()
+                if rt.enqueue_may_keep_gil():
+                    rt.stream_wait_stream(<cudaStream_t>self._handle, <cudaStream_t>h, dev)
+                else:
+                    with nogil:
+                        rt.stream_wait_stream(<cudaStream_t>self._handle, <cudaStream_t>h, dev)
+            finally:
+                self._unuse()
+            return
+        o = <Stream>other
         if rt.enqueue_may_keep_gil():
             self.c_wait_stream(o)
         else:
@@ -1052,8 +1405,13 @@ cdef class Event(Waitable):
         flags = _event_flags(enable_timing, blocking, interprocess)
         dev = current_device()
         rt.drain_deferred()
-        with nogil:
+        # Creating an event waits for nothing but a driver lock: the GIL
+        # policy of enqueues holds.
+        if rt.enqueue_may_keep_gil():
             rt.event_create(&handle, flags)
+        else:
+            with nogil:
+                rt.event_create(&handle, flags)
         self._handle = <streams_event_t>handle
         self._device = dev
         self._flags = flags
@@ -1079,7 +1437,22 @@ cdef class Event(Waitable):
         can wait on.  Outside a capture CUDA rejects it
         (``cudaErrorIllegalState``).
         """
-        cdef Stream s = as_stream(stream, "stream")
+        cdef Stream s
+        cdef uintptr_t h
+        cdef unsigned int flags = cudaEventRecordExternal if external else 0
+        if stream is not None and not isinstance(stream, Stream):
+            # Another library's stream: its handle, no wrapper (the caller
+            # keeps the object alive for this call).
+            _foreign_stream(stream, "stream", &h)
+            self._use()
+            try:
+                _enqueue_raw(0, <void*>h, self._handle, flags)
+                self._recorded = True
+            finally:
+                self._unuse()
+            return self
+        s = as_stream(stream, "stream")
+        _check_same_device(self._device, s._device)
         if not external:
             _record(s, self)
             return self
@@ -1106,7 +1479,17 @@ cdef class Event(Waitable):
         return self._done_now() == 1 or wait_until_done(self, timeout_ns) == 1
 
     def wait(self, stream=None):
-        """Make ``stream`` (default: the current stream) wait for this event."""
+        """Make ``stream`` (default: the current stream; any stream
+        :func:`as_stream` takes) wait for this event."""
+        cdef uintptr_t h
+        if stream is not None and not isinstance(stream, Stream):
+            _foreign_stream(stream, "stream", &h)
+            self._use()
+            try:
+                _enqueue_raw(1, <void*>h, self._handle, 0)
+            finally:
+                self._unuse()
+            return self
         _wait_event(as_stream(stream, "stream"), self)
         return self
 
@@ -1153,6 +1536,36 @@ cdef class Event(Waitable):
         finally:
             self._unuse()
         return (<char*>h.reserved)[:64]
+
+    @classmethod
+    def from_handle(cls, ptr, owner=None, device=None):
+        """Wrap a foreign ``cudaEvent_t`` (an int) without taking ownership.
+
+        ``owner`` is kept alive as long as the returned Event (or until its
+        ``close()``), which never destroys the handle.  CUDA cannot tell an
+        event's device or flags: ``device`` (default: unknown, ``device_id``
+        -1) lets ``record`` check the stream's device, and the event is
+        taken as recorded and timing-capable (``elapsed_time`` reports
+        CUDA's error otherwise).  Values that cannot be a handle are
+        refused; a plausible pointer that is not a live event is undefined
+        behaviour, as with any raw handle.
+        """
+        cdef uintptr_t h = as_pointer_int(ptr, "ptr")
+        cdef Event ev
+        _check_event_handle(h, "ptr")
+        ev = Event.__new__(cls)
+        ev._handle = <streams_event_t>h
+        ev._device = -1 if device is None else resolve_device(device)
+        ev._flags = 0
+        ev._recorded = True
+        ev._owner = owner
+        ev._opened(False)
+        return ev
+
+    @property
+    def owner(self):
+        """What ``from_handle`` keeps alive (None for an owned event)."""
+        return self._owner
 
     @staticmethod
     def from_ipc_handle(handle):
@@ -1207,6 +1620,8 @@ cdef class Event(Waitable):
             opts.append("blocking")
         if self._flags & cudaEventInterprocess:
             opts.append("interprocess")
+        if not self._owns_handle:
+            return f"<streams.Event handle=0x{<uintptr_t>self._handle:x} foreign>"
         return (f"<streams.Event handle=0x{<uintptr_t>self._handle:x} device={self._device}"
                 + (" " + ",".join(opts) if opts else "") + ">")
 

@@ -106,8 +106,11 @@ def stream():
 @pytest.fixture
 def restore_current():
     """Put back this thread's current device and current stream after the test."""
+    from streams._stream import _thread_currents
     device = streams.get_device()
-    before = streams.current_stream()
+    before = _thread_currents()
     yield
     streams.set_device(device)
-    before.use()
+    # Exactly as before: a stream made current now would also hide a
+    # framework that follow_current_stream follows.
+    _thread_currents(before)

@@ -191,7 +191,8 @@ def test_event_record_and_wait_check_their_stream_before_cuda(fw):
     event = uninitialised(fw.module.Event)
     for call, bad in ((event.record, "s"), (event.wait, 1)):
         with pytest.raises(TypeError, match=r"stream must be a Stream or None \(a streams\.Stream "
-                                            rf"or any streams\.compat Stream\), not {type(bad).__name__}"):
+                                            r"or any streams\.compat Stream, or another library's "
+                                            rf"stream\), not {type(bad).__name__}"):
             call(bad)
     with pytest.raises(TypeError, match="end_event must be an Event"):
         event.elapsed_time(None)

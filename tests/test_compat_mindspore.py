@@ -26,15 +26,39 @@ from _support import (BLOCK, GRID, N, close_all, closing, slow_fill, to_host,  #
 
 @pytest.mark.parametrize("kwargs, named", [
     ({"device": 0}, "device"),
-    # The one MindSpore's implementation reads (an index into its own
-    # runtime's stream table); the reference does not document it.
-    ({"stream_id": 1}, "stream_id"),
-    ({"stream_id": 1, "device": 0}, "device, stream_id"),
+    ({"stream_id": 1, "device": 0}, "device"),
+    ({"stream": None, "queue": 3}, "queue"),
 ])
 def test_stream_rejects_undocumented_keywords_by_name(kwargs, named):
-    # "kwargs (dict) - 关键字参数字典" names no keyword argument.
+    # "kwargs (dict) - 关键字参数字典" names none; MindSpore reads stream and stream_id.
     with pytest.raises(TypeError, match=rf"^Stream\(\) got unexpected keyword argument\(s\): {named}$"):
         ms.Stream(**kwargs)
+
+
+def test_stream_id_is_checked_then_refused_clearly():
+    with pytest.raises(TypeError, match="stream_id must be an int, not str"):
+        ms.Stream(stream_id="1")
+    with pytest.raises(NotImplementedError, match="stream_id indexes MindSpore's own runtime "
+                                                  "stream table"):
+        ms.Stream(stream_id=1)
+
+
+def test_stream_keyword_wraps_an_existing_stream_without_gpu():
+    # The special streams need no device: the wrapper owns nothing and
+    # keeps what it wraps alive.
+    class Foreign:
+        def __cuda_stream__(self):
+            return (0, 2)
+
+    theirs = Foreign()
+    s = ms.Stream(stream=theirs)
+    assert type(s) is ms.Stream and s.handle == 2 and s.device_id == -1
+    assert s.owner.owner is theirs
+    s.close()
+    with pytest.raises(TypeError, match="priority must be an int, not float"):
+        ms.Stream(1.0, stream=theirs)
+    with pytest.raises(TypeError, match="stream must be a streams.Stream"):
+        ms.Stream(stream="not a stream")
 
 
 def test_priority_must_be_an_int():

@@ -215,9 +215,11 @@ def test_uninitialised_subclass_is_unusable():
 
 
 def test_methods_reject_wrong_types_without_gpu():
-    with pytest.raises(TypeError, match="event must be a streams.Event, not int"):
+    with pytest.raises(TypeError, match="event must be a streams.Event or a PyTorch, CuPy, "
+                                        "cuda.core or numba-cuda event, not int"):
         Stream.legacy.wait_event(3)
-    with pytest.raises(TypeError, match="other must be a streams.Stream or an object with __cuda_stream__, not str"):
+    with pytest.raises(TypeError, match="other must be a streams.Stream, a PyTorch or CuPy stream, "
+                                        "or an object with __cuda_stream__, not str"):
         Stream.legacy.wait_stream("s")
     with pytest.raises(TypeError, match="callback must be callable, not int"):
         Stream.legacy.launch_host_func(5)

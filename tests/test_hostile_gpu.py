@@ -444,17 +444,29 @@ def test_record_makes_its_event_on_the_streams_device(stream):
 
 # ---- 15. synchronize lets the memory pool release what was freed ----------------------------------------------
 
+def _reserved_in_default_pool(runtime):
+    # This process's stream-ordered pool, not the device's free memory:
+    # other processes (parallel test workers) allocate meanwhile.
+    err, pool = runtime.cudaDeviceGetDefaultMemPool(streams.get_device())
+    assert err == runtime.cudaError_t.cudaSuccess, err
+    err, value = runtime.cudaMemPoolGetAttribute(
+        pool, runtime.cudaMemPoolAttr.cudaMemPoolAttrReservedMemCurrent)
+    assert err == runtime.cudaError_t.cudaSuccess, err
+    return int(value)
+
+
 def test_synchronize_releases_freed_pool_memory(stream):
-    torch = pytest.importorskip("torch", reason="reads the device's free memory through torch")
-    torch.cuda.init()
+    runtime = pytest.importorskip("cuda.bindings.runtime",
+                                  reason="reads the pool's reserved memory through cuda.bindings")
     stream.synchronize()
-    free_before, _ = torch.cuda.mem_get_info()
+    before = _reserved_in_default_pool(runtime)
     buf = DeviceBuffer(8 << 30, stream)
+    assert _reserved_in_default_pool(runtime) >= before + (8 << 30)
     spin(stream, 20 * MS)      # the polling wait, not the idle fast path
     buf.close()
     stream.synchronize()
-    free_after, _ = torch.cuda.mem_get_info()
-    assert free_after > free_before - (512 << 20), (free_before, free_after)
+    after = _reserved_in_default_pool(runtime)
+    assert after < before + (512 << 20), (before, after)
 
 
 # ---- narrower risks ------------------------------------------------------------------------------------------------

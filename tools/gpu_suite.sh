@@ -22,6 +22,11 @@
 #                       markers say why each cannot hold under the tool)
 #   --no-build          use the build already in place (several sanitizer
 #                       runs side by side share one build)
+#   SANITIZER_WORKERS=N (default 4) under a sanitizer, pytest-xdist spreads
+#                       the tests over N worker Pythons, each under the tool
+#                       (one process runs the suite 5-10x slower than bare,
+#                       too slow for one device call); 1: one process under
+#                       the tool, test children followed too
 #
 # Logs go to $OUT (if set) so they come back from the device machine.
 set -uo pipefail
@@ -84,15 +89,30 @@ RUN=()
 SELECT=()
 if [ -n "$SANITIZER" ]; then
     SAN="$(command -v compute-sanitizer || echo "$CUDA_HOME/bin/compute-sanitizer")"
-    # Errors make the sanitizer exit 86 even when every test passed; child
-    # processes (the subprocess tests) are followed too.
+    # Errors make the sanitizer exit 86 even when every test passed.
     # API errors are not reported: the suite provokes CUDA errors on purpose
     # (bad handles, capture misuse, kernels' parameter probing) to test that
     # each becomes a CudaError; memory, race and synchronization errors are.
-    RUN=("$SAN" --tool "$SANITIZER" --target-processes all --error-exitcode 86
-         --report-api-errors no
-         --log-file "$OUT/sanitizer-$SANITIZER-%p.log" --print-limit 100)
+    TOOL=("$SAN" --tool "$SANITIZER" --error-exitcode 86 --report-api-errors no
+          --log-file "$OUT/sanitizer-$SANITIZER-%p.log" --print-limit 100)
     SELECT=(-m "not timing and not slow and not concurrent and not hidden_device")
+    WORKERS="${SANITIZER_WORKERS:-4}"
+    if [ "$WORKERS" -gt 1 ] && $PY -c "import xdist" 2>/dev/null; then
+        # pytest-xdist workers, each one a Python under the tool (the
+        # controller only collects and reports, bare).  The workers do not
+        # follow the test's own child processes: those are crash
+        # containment, and a child that imports CUDA under the tool takes
+        # over 100 s to start; every test's in-process part is checked.
+        WRAP="/tmp/streams-python-under-$SANITIZER.sh"
+        printf '#!/bin/sh\nexec' >"$WRAP"
+        printf ' %q' "${TOOL[@]}" --target-processes application-only "$(command -v $PY)" >>"$WRAP"
+        printf ' "$@"\n' >>"$WRAP"
+        chmod +x "$WRAP"
+        SELECT+=(--dist load --tx "$WORKERS*popen//python=$WRAP")
+    else
+        # One process under the tool, following the subprocess tests too.
+        RUN=("${TOOL[@]}" --target-processes all)
+    fi
 else
     SELECT=(--junitxml="$OUT/junit-$TAG.xml")
 fi
@@ -110,6 +130,11 @@ if [ -n "$SANITIZER" ]; then
     cat "${LOGS[@]}" >"$OUT/sanitizer-$SANITIZER.log" && rm -f "${LOGS[@]}"
     echo "${#LOGS[@]} processes checked; their summaries:"
     grep -h "SUMMARY" "$OUT/sanitizer-$SANITIZER.log" | sed 's/^=* *//' | sort | uniq -c
+    # Under xdist the workers' own exit codes are not pytest's: read the
+    # error counts of their summaries.
+    if grep -hE "ERROR SUMMARY: [1-9]" "$OUT/sanitizer-$SANITIZER.log" >/dev/null; then
+        STATUS=86
+    fi
     echo "exit code $STATUS"
 fi
 exit "$STATUS"

@@ -47,12 +47,29 @@ def test_parse_everything():
     ["--ops", ","],
     ["--rounds", "0"],
     ["--scale", "-1"],
+    ["--cpus", "x"],
+    ["--cpus", "100000"],
 ])
 def test_parse_rejects(argv, capsys):
     with pytest.raises(SystemExit) as exc:
         run.parse_args(argv)
     assert exc.value.code == 2
     assert "error" in capsys.readouterr().err
+
+
+def test_cpus_pin_every_worker():
+    allowed = sorted(os.sched_getaffinity(0))
+    a = run.parse_args(["--cpus", str(allowed[-1])])
+    assert a.cpus == {allowed[-1]}
+    cfg = harness.Config(cpus=a.cpus)
+    assert cfg.as_dict()["cpus"] == [allowed[-1]]
+    # A worker started with them runs on those CPUs only.
+    w = harness.Worker("probe", [sys.executable, "-c",
+                                 "import os; print(sorted(os.sched_getaffinity(0)))"],
+                       cpus=cfg.cpus)
+    w.start()
+    out, _ = w.proc.communicate(timeout=60)
+    assert out.decode().strip() == str([allowed[-1]])
 
 
 def test_unknown_op_message_lists_choices(capsys):

@@ -20,6 +20,7 @@ import weakref
 import streams as _streams
 from streams import Event as _CoreEvent
 from streams import Stream as _CoreStream
+from streams._stream import _is_foreign_event, _is_foreign_stream
 
 __all__ = []
 
@@ -36,24 +37,38 @@ def _reject_kwargs(where, kwargs, documented=()):
         raise TypeError(f"{where} got unexpected keyword argument(s): {', '.join(unknown)}")
 
 
-def _check_instance(value, core_class, a_name, argname, allow_none):
+def _check_instance(value, core_class, a_name, argname, allow_none, foreign=None):
     # TypeError unless ``value`` is a ``core_class`` (``a_name``: "a Stream"),
-    # a compat one included, or None where ``allow_none``.
+    # a compat one included, None where ``allow_none``, or another
+    # library's object where ``foreign(value)`` says so.
     if value is None and allow_none:
         return
-    if not isinstance(value, core_class):
-        name = core_class.__name__
-        expected = f"{a_name} or None" if allow_none else a_name
-        raise TypeError(f"{argname} must be {expected} (a streams.{name} or any "
-                        f"streams.compat {name}), not {type(value).__name__}")
+    if isinstance(value, core_class) or (foreign is not None and foreign(value)):
+        return
+    name = core_class.__name__
+    expected = f"{a_name} or None" if allow_none else a_name
+    others = f", or another library's {name.lower()}" if foreign is not None else ""
+    raise TypeError(f"{argname} must be {expected} (a streams.{name} or any streams.compat "
+                    f"{name}{others}), not {type(value).__name__}")
 
 
 def _check_stream(stream, argname, allow_none=False):
-    _check_instance(stream, _CoreStream, "a Stream", argname, allow_none)
+    """Any stream ``streams.as_stream`` takes (the frameworks' own included)."""
+    _check_instance(stream, _CoreStream, "a Stream", argname, allow_none, _is_foreign_stream)
 
 
-def _check_event(event, argname, allow_none=False):
-    _check_instance(event, _CoreEvent, "an Event", argname, allow_none)
+def _as_core_stream(stream, argname, allow_none=False):
+    """``stream`` checked, another library's stream wrapped (its owner kept alive)."""
+    _check_stream(stream, argname, allow_none)
+    if stream is None or isinstance(stream, _CoreStream):
+        return stream
+    return _streams.as_stream(stream, argname)
+
+
+def _check_event(event, argname, allow_none=False, waited=False):
+    """An Event; where it is only waited for (``waited``), another library's too."""
+    _check_instance(event, _CoreEvent, "an Event", argname, allow_none,
+                    _is_foreign_event if waited else None)
 
 
 def _device_hint(stream):
@@ -247,8 +262,7 @@ class _StreamGuard:
     __slots__ = ("stream", "_undo")
 
     def __init__(self, stream, argname="stream"):
-        _check_stream(stream, argname, allow_none=True)
-        self.stream = stream
+        self.stream = _as_core_stream(stream, argname, allow_none=True)
         self._undo = threading.local()
 
     def _stack(self):

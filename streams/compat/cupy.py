@@ -45,7 +45,9 @@ class Event(_FrameworkEvent):
 class Stream(_FrameworkStream):
     """A CUDA stream with CuPy's constructor, singletons and ordering.
 
-    Reproduces ``cupy.cuda.Stream`` (cupy-cuda-Stream.txt): "Note that if both
+    Reproduces ``cupy.cuda.Stream``
+    (https://docs.cupy.dev/en/stable/reference/generated/cupy.cuda.Stream.html,
+    cupy-cuda-Stream.txt): "Note that if both
     null and ptds are False, a plain new stream is created"; ``device_id`` is
     "-1 ... for the singleton stream objects".
 

@@ -57,7 +57,9 @@ class Event(_FrameworkEvent):
 class Stream(_FrameworkStream):
     """A CUDA stream: ``Stream(device=None, priority=None, blocking=False)``.
 
-    Reproduces ``paddle.device.Stream`` (paddle-device-Stream.zh.txt): "优先级
+    Reproduces ``paddle.device.Stream``
+    (https://www.paddlepaddle.org.cn/documentation/docs/zh/api/paddle/device/Stream_cn.html,
+    paddle-device-Stream.zh.txt): "优先级
     可以为 1（高优先级）或者 2（正常优先级）。如果优先级为 None，优先级为 2"
     (priority 1 is high, 2 normal, None means 2).
     """

@@ -9,8 +9,13 @@ The default stream is reported with ``cuda_stream`` 0, as in PyTorch.
 See docs/compat/torch.rst for the mapping.
 """
 import streams as _streams
-from streams.compat import (_check_stream, _device_hint, _FrameworkEvent, _FrameworkStream,
+from streams.compat import (_as_core_stream, _device_hint, _FrameworkEvent, _FrameworkStream,
                             _reject_kwargs, _StreamGuard)
+
+# PyTorch's stream pools have this many priority levels
+# (c10::cuda::max_compile_time_stream_priorities): its priority_range() and
+# its streams' priorities stop at -3 even where CUDA offers -5.
+_TORCH_PRIORITIES = 4
 
 __all__ = ["Event", "Stream", "StreamContext", "current_stream", "default_stream",
            "set_stream", "stream", "synchronize"]
@@ -33,10 +38,13 @@ class Event(_FrameworkEvent):
 class Stream(_FrameworkStream):
     """A CUDA stream: ``Stream(device=None, priority=0)``.
 
-    Reproduces ``torch.cuda.Stream`` (torch-cuda-Stream.txt): "If device is
-    None (default) or a negative integer, this will use the current device";
-    a priority outside the range "will automatically be mapped to the
-    nearest valid priority".  No keyword arguments beyond these are accepted.
+    Reproduces ``torch.cuda.Stream``
+    (https://pytorch.org/docs/stable/generated/torch.cuda.Stream.html,
+    torch-cuda-Stream.txt): "If device is None (default) or a negative
+    integer, this will use the current device"; a priority outside the
+    range "will automatically be mapped to the nearest valid priority" (the
+    range of :meth:`priority_range`).  No keyword arguments beyond these are
+    accepted.
     """
 
     __slots__ = ()
@@ -45,13 +53,19 @@ class Stream(_FrameworkStream):
 
     def __init__(self, device=None, priority=0, **kwargs):
         _reject_kwargs("Stream()", kwargs)
-        super().__init__(device=self._device_arg(device), priority=priority)
+        device = self._device_arg(device)
+        if isinstance(priority, int) and not isinstance(priority, bool):
+            least, greatest = _torch_priority_range(device)
+            priority = min(max(priority, greatest), least)
+        super().__init__(device=device, priority=priority)
 
     @staticmethod
     def priority_range():
-        """``(least, greatest)`` priority of the current device, as
-        ``torch.cuda.Stream.priority_range()``: lower numbers run first."""
-        return _streams.stream_priority_range()
+        """``(least, greatest)`` of the current device as
+        ``torch.cuda.Stream.priority_range()`` returns it: lower numbers run
+        first, and PyTorch offers 4 levels at most (0 to -3), whatever the
+        device has."""
+        return _torch_priority_range(None)
 
     @classmethod
     def _present(cls, stream, index):
@@ -84,6 +98,11 @@ class Stream(_FrameworkStream):
         state = " closed" if self.closed else ""
         return (f"<streams.compat.torch.Stream device={device} "
                 f"cuda_stream=0x{self.handle:x}{state}>")
+
+
+def _torch_priority_range(device):
+    least, greatest = _streams.stream_priority_range(device)
+    return least, max(greatest, least - _TORCH_PRIORITIES + 1)
 
 
 class StreamContext(_StreamGuard):
@@ -121,7 +140,7 @@ def set_stream(stream):
     """
     if stream is None:
         return
-    _check_stream(stream, "stream")
+    stream = _as_core_stream(stream, "stream")
     index = stream.device_id if stream.device_id >= 0 else _device_hint(stream)
     if index is not None and index != _streams.get_device():
         _streams.set_device(index)

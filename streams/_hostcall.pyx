@@ -297,9 +297,6 @@ cdef int _enqueue_doorbell(Waitable obj, _Doorbell bell, unsigned long long toke
     try:
         if isinstance(obj, Stream):
             s = <Stream>obj
-            if s.is_capturing():
-                raise RuntimeError("cannot await a stream that is being captured (the wait "
-                                   "would become a graph node)")
             s._use()
             try:
                 with nogil:
@@ -339,6 +336,11 @@ async def _wait(Waitable obj):
     cdef unsigned long long token
     import asyncio      # not at import: most programs never await
     loop = asyncio.get_running_loop()
+    # Before any query: querying a capturing stream is an error that also
+    # invalidates the capture (the user's end_capture would then fail).
+    if isinstance(obj, Stream) and (<Stream>obj).capture_status != 0:
+        raise RuntimeError("cannot await a stream that is being captured (the wait would "
+                           "become a graph node, and a query would invalidate the capture)")
     if obj.query():
         return None
     found = _doorbell(loop)

@@ -57,6 +57,8 @@ cdef class MemoryPool(HandleOwner):
     cdef void* _handle            # cudaMemPool_t
     cdef int _device
     cdef bint _ipc                # exportable (POSIX file descriptor handles)
+    cdef bint _shared             # exported (or imported) once: pointers can be exported
+    cdef int _export_fd(self) except -1
     cdef int _destroy(self) except -1 nogil
     cdef void _release(self) noexcept nogil
     cdef unsigned long long _get_u64(self, int attr) except? 0

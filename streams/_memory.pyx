@@ -16,6 +16,7 @@ from cpython.pycapsule cimport PyCapsule_GetName, PyCapsule_GetPointer, PyCapsul
 from cpython.ref cimport PyObject, Py_DECREF, Py_INCREF
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t, uintptr_t
 from libc.stdlib cimport free, malloc
+from posix.unistd cimport close as close_fd
 
 cimport streams._cudart as rt
 from streams._args cimport as_int, as_nbytes, as_pointer_int
@@ -587,12 +588,20 @@ cdef class DeviceBuffer(_Buffer):
         its import before this process frees the buffer.
         """
         cdef cudaMemPoolPtrExportData data
+        cdef MemoryPool pool
         self._check_open()
         if self._pool is None or not (<MemoryPool>self._pool)._ipc:
             raise ValueError("export() needs a buffer allocated from a MemoryPool made with "
                              "ipc=True")
         if self._ptr == NULL:
             raise ValueError("export(): a zero-byte buffer has no memory to share")
+        pool = <MemoryPool>self._pool
+        if not pool._shared:
+            # cudaMemPoolExportPointer is documented for "an already shared
+            # memory pool"; on a pool never exported it was refused (invalid
+            # argument; H100, CUDA 13 driver).  Share it once: only the
+            # export matters, not the descriptor.
+            close_fd(pool._export_fd())
         self._use()
         try:
             with nogil:
@@ -921,7 +930,9 @@ cdef class MemoryPool(HandleOwner):
                 rt.mem_pool_import_fd(&h, c_fd)
             finally:
                 exit_device(&scope)
-        return _new_pool(<void*>h, dev, True, True)
+        pool = _new_pool(<void*>h, dev, True, True)
+        (<MemoryPool>pool)._shared = True
+        return pool
 
     # ---- the handle's life (HandleOwner) -----------------------------------
     cdef int _destroy(self) except -1 nogil:
@@ -988,16 +999,20 @@ cdef class MemoryPool(HandleOwner):
         """A POSIX file descriptor for ``MemoryPool.import_handle()`` in another
         process (``ipc=True`` pools).  The caller owns it: send it (for
         example ``socket.send_fds``), then ``os.close`` it."""
-        cdef int fd = -1
         if not self._ipc:
             self._check_open()
             raise ValueError("export_handle() needs a MemoryPool made with ipc=True")
+        return self._export_fd()
+
+    cdef int _export_fd(self) except -1:
+        cdef int fd = -1
         self._use()
         try:
             with nogil:
                 rt.mem_pool_export_fd(<cudaMemPool_t>self._handle, &fd)
         finally:
             self._unuse()
+        self._shared = True
         return fd
 
     # ---- attributes ------------------------------------------------------------
@@ -1336,6 +1351,35 @@ cdef unsigned int _WAIT_FLUSH = 1 << 30
 cdef unsigned int _WRITE_NO_MEMORY_BARRIER = 0x1
 
 
+cdef uintptr_t _memop_address(void* p) except? 0:
+    """The device address of ``p`` for a stream memory operation, which
+    takes no managed memory (CUDA's rule) and pinned memory by its device
+    pointer."""
+    cdef cudaPointerAttributes attrs
+    cdef int err
+    with nogil:
+        err = rt.pointer_get_attributes(&attrs, p)
+    if err != 0:
+        return <uintptr_t>p
+    if attrs.type == cudaMemoryTypeManaged:
+        raise ValueError(f"address=0x{<uintptr_t>p:x} is managed memory, which stream memory "
+                         "operations do not accept: use device or pinned memory")
+    if attrs.type == cudaMemoryTypeHost and attrs.devicePointer != NULL:
+        return <uintptr_t>attrs.devicePointer
+    return <uintptr_t>p
+
+
+cdef bint _is_device_memory(void* p) noexcept:
+    cdef cudaPointerAttributes attrs
+    cdef int err
+    try:
+        with nogil:
+            err = rt.pointer_get_attributes(&attrs, p)
+    except BaseException:
+        return False
+    return err == 0 and attrs.type == cudaMemoryTypeDevice
+
+
 cdef int _value_op(Stream stream, object address, object value, unsigned int flags,
                    object width, bint write) except -1:
     cdef Span span
@@ -1358,7 +1402,7 @@ cdef int _value_op(Stream stream, object address, object value, unsigned int fla
     resolve_span(address, &span, SPAN_DEVICE | (SPAN_WRITABLE if write else 0), None,
                  "address")
     try:
-        addr = <uintptr_t>span.ptr
+        addr = _memop_address(span.ptr)
         if span.nbytes != <size_t>-1 and span.nbytes < (8 if wide else 4):
             raise ValueError(f"address holds {span.nbytes} bytes, less than one "
                              f"{width}-bit value")
@@ -1378,6 +1422,12 @@ cdef int _value_op(Stream stream, object address, object value, unsigned int fla
                 finally:
                     exit_device(&scope)
         except rt_CudaError as exc:
+            if exc.code == <int>cudaErrorInvalidValue and _is_device_memory(span.ptr):
+                raise rt_CudaError(exc.code, exc.name,
+                                   f"{exc.message}: the driver refused device memory at "
+                                   f"0x{addr:x} for a stream memory operation (memory from "
+                                   "a stream-ordered pool, as DeviceBuffer's, may not be "
+                                   "accepted; pinned memory, PinnedBuffer, is)") from None
             if exc.code == <int>cudaErrorNotSupported:
                 raise rt_CudaError(exc.code, exc.name,
                                    f"{exc.message}: this device or driver does not support "

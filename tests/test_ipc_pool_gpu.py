@@ -18,7 +18,7 @@ import pytest
 
 np = pytest.importorskip("numpy", reason="the IPC test checks results with numpy")
 
-from _support import BLOCK, GRID, MS, N, env_importing_this_streams, to_host
+from _support import BLOCK, GRID, MS, N, env_importing_this_streams, run_python_args, to_host
 
 import streams
 from streams import Event, MemoryPool, Stream
@@ -62,6 +62,7 @@ def test_producer_and_consumer_processes_share_pool_memory(kernels):
     pool = MemoryPool(ipc=True)
     s = Stream(non_blocking=True)
     ready = Event(interprocess=True)
+    buf = None
     fd = -1
     try:
         assert pool.ipc
@@ -70,6 +71,8 @@ def test_producer_and_consumer_processes_share_pool_memory(kernels):
         spin(s, 500 * MS)                 # the consumer must really wait for the event
         s.launch(kernels.fill, GRID, BLOCK, buf, 7, N)
         ready.record(s)
+        # Before the pool's own export_handle(): export() shares the pool
+        # itself when it has to.
         descriptor = buf.export()
         assert pickle.loads(pickle.dumps(descriptor)) == descriptor
         fd = pool.export_handle()
@@ -83,12 +86,13 @@ def test_producer_and_consumer_processes_share_pool_memory(kernels):
         assert "CONSUMED" in child.stdout
         # The child's increment landed in this process's memory.
         assert (to_host(buf, s) == 8).all()
-        buf.close()
-        s.synchronize()
     finally:
         if fd >= 0:
             os.close(fd)
         s.synchronize()
+        if buf is not None:
+            buf.close()
+            s.synchronize()
         ready.close()
         s.close()
         pool.close()
@@ -97,11 +101,55 @@ def test_producer_and_consumer_processes_share_pool_memory(kernels):
 def test_export_needs_an_ipc_pool_and_import_a_descriptor(stream):
     with MemoryPool(ipc=True) as pool:
         buf = pool.allocate(64, stream)
-        d = buf.export()
-        assert d.nbytes == 64 and d.device_id == pool.device_id and len(d.data) == 64
         empty = pool.allocate(0, stream)
-        with pytest.raises(ValueError, match="zero-byte buffer"):
-            empty.export()
-        buf.close()
-        empty.close()
-        stream.synchronize()
+        try:
+            d = buf.export()          # the pool was never exported by the caller
+            assert d.nbytes == 64 and d.device_id == pool.device_id and len(d.data) == 64
+            with pytest.raises(ValueError, match="zero-byte buffer"):
+                empty.export()
+        finally:
+            buf.close()
+            empty.close()
+            stream.synchronize()
+
+
+# What a failed IPC test left behind in the serial run that later
+# segfaulted in a stream.synchronize(): an ipc=True pool closed while one of
+# its buffers was still out, that buffer freed later, then other work and a
+# synchronize.  In a child, so that a crash there is this test's failure.
+CLOSED_IPC_POOL = textwrap.dedent("""
+    import gc
+    import numpy as np
+    import streams
+    from streams import DeviceBuffer, MemoryPool, Stream
+
+    for exported in (False, True):
+        s = Stream(non_blocking=True)
+        pool = MemoryPool(ipc=True)
+        buf = pool.allocate(1 << 20, s)
+        if exported:
+            buf.export()
+        streams.memset_async(buf, 3, stream=s)
+        pool.close()                      # a buffer is still out
+        s.synchronize()
+        buf.close()                       # the pool's last allocation goes
+        del buf
+        gc.collect()
+        other = DeviceBuffer(4 << 20, s)
+        streams.memset_async(other, 5, stream=s)
+        host = np.empty(16, dtype=np.uint8)
+        streams.memcpy_async(host, other, 16, stream=s)
+        assert s.synchronize(timeout=30)
+        assert (host == 5).all(), host
+        other.close()
+        s.synchronize()
+        s.close()
+        streams.synchronize_device()
+    print("SURVIVED")
+""")
+
+
+def test_an_ipc_pool_closed_with_a_buffer_out_in_a_child():
+    result = run_python_args(["-c", CLOSED_IPC_POOL], timeout=120)
+    assert result.returncode == 0, (result.returncode, result.stderr[-4000:])
+    assert "SURVIVED" in result.stdout

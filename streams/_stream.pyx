@@ -1040,10 +1040,19 @@ cdef class Stream(Waitable):
         "geq" (``(int)(*address - value) >= 0``, wrap-around safe), "eq",
         "and" (``*address & value != 0``) or "nor" (``~(*address | value) != 0``).
 
-        ``address`` is device, managed or pinned memory (a buffer or an int
-        address CUDA knows), aligned to the value's size.  ``flush``
-        flushes the device's remote writes before the wait returns.  The
-        driver's ``cuStreamWaitValue32/64``; captured into a graph as a node.
+        ``address`` is device or pinned memory (a buffer or an int address
+        CUDA knows; not managed memory, which CUDA refuses here), aligned to
+        the value's size.  ``flush`` flushes the device's remote writes
+        before the wait returns.  The driver's ``cuStreamWaitValue32/64``;
+        captured into a graph as a node.
+
+        CUDA does not see this dependency: while a stream waits for a value
+        the host writes, a call that may synchronize the device implicitly
+        (loading a module, or a kernel's first launch under lazy loading;
+        freeing pinned memory, as closing a PinnedBuffer does; a device
+        synchronize) may wait for that stream, and the host never gets to
+        write: a deadlock.  Load kernels before the wait, and write the
+        value (in a ``finally``) before anything that may synchronize.
         """
         _later("_memory", "_stream_wait_value")(self, address, value, op, flush, width)
         return self

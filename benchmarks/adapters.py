@@ -13,8 +13,9 @@ import os
 import platform
 
 from benchmarks.builders import CY_MODULE, read
-from benchmarks.ops import (ARG_KERNELS, ENQUEUES, GRAPH_KERNELS, GRAPH_OPS, HOST_FUNC_OPS,
-                            KERNEL_OPS, NO_FLOOR, OP_BY_NAME, PRODUCERS)
+from benchmarks.ops import (ARG_KERNELS, COPIES, COPY_BYTES, ENQUEUES, GRAPH_KERNELS,
+                            GRAPH_OPS, HOST_FUNC_OPS, KERNEL_OPS, NO_FLOOR, OP_BY_NAME,
+                            PRODUCERS)
 from benchmarks.timing import (Case, NotAvailable, close_quietly, describe, make_loop,
                                make_stmt, producers)
 from benchmarks.under_test import streams_facts
@@ -226,6 +227,8 @@ class StreamsPy(Adapter):
                                       "for _ in r10:\n    {kernel}\n"
                                       "cg = s.end_capture()\ncx = cg.instantiate()\n"
                                       "cx.close()\ncg.close()"),
+        "memcpy_loop_8": "for d, src in pairs:\n    memcpy_async(d, src, nb, s)",
+        "memcpy_batch_8": "memcpy_batch_async(batch, s)",
     }
     notes = {
         "kernel_launch_args4": "Stream.launch(k, 1, 1, *args) of Module.from_ptx, with "
@@ -252,6 +255,11 @@ class StreamsPy(Adapter):
                                     "not available yet: streams has no Module/Stream.launch"))
         if not self.has_graphs:
             na.update(dict.fromkeys(GRAPH_OPS, "not available yet: streams has no Graph API"))
+        if not hasattr(streams, "memcpy_batch_async"):
+            na["memcpy_batch_8"] = "not available yet: streams has no memcpy_batch_async"
+        elif streams.runtime_version() < 12080:
+            na["memcpy_batch_8"] = ("cudaMemcpyBatchAsync needs CUDA 12.8; this build uses "
+                                    f"{streams.runtime_version()}")
         self.na = na
 
     def info(self):
@@ -296,7 +304,15 @@ class StreamsPy(Adapter):
             pool = st.StreamPool() if op == "stream_pool_acquire" else st.EventPool()
             env["spool" if op == "stream_pool_acquire" else "epool"] = pool
             env["_closers"].append(pool.close)
-        if op in ARG_KERNELS:
+        if op in ("memcpy_loop_8", "memcpy_batch_8"):
+            bufs = [st.DeviceBuffer(COPY_BYTES, s) for _ in range(2 * COPIES)]
+            env["_closers"].extend(b.close for b in bufs)
+            env["pairs"] = list(zip(bufs[COPIES:], bufs[:COPIES]))
+            env["batch"] = [(d, src, COPY_BYTES) for d, src in env["pairs"]]
+            env.update(nb=COPY_BYTES, memcpy_async=st.memcpy_async,
+                       memcpy_batch_async=getattr(st, "memcpy_batch_async", None))
+            s.synchronize()
+        elif op in ARG_KERNELS:
             name, signature = ARG_KERNELS[op]
             env["kx"] = self._module(env, name).get_kernel(name, signature=signature)
             buf = st.DeviceBuffer(64, s)

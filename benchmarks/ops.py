@@ -4,6 +4,8 @@ contenders, and the sizes of a full and a quick run."""
 _PY_CY = {"streams-py": 1.25, "streams-cy": 1.05}
 GRAPH_KERNELS = 10
 PRODUCERS = 8       # threads of host_func_throughput_8threads
+COPIES = 8          # copies of memcpy_loop_8 and memcpy_batch_8 (include/streams/floor.h)
+COPY_BYTES = 4096
 
 #: A streams cell this far below its in-process floor, which makes the same
 #: CUDA calls without any wrapper, measured something else: it is flagged
@@ -83,6 +85,12 @@ OPS = (
     Op("graph_capture_instantiate", "10-kernel capture + instantiate", 20, {},
        "capture 10 empty-kernel launches (thread-local mode), instantiate the graph, "
        "destroy both"),
+    Op("memcpy_loop_8", "8 copies, a call each", 200, {},
+       f"{COPIES} cudaMemcpyAsync of {COPY_BYTES // 1024} KiB device to device, one call each "
+       "(streams: a Python loop of memcpy_async)"),
+    Op("memcpy_batch_8", "8 copies, one batched call", 200, {},
+       f"one cudaMemcpyBatchAsync of the same {COPIES} copies (CUDA 12.8 or newer; streams: "
+       "memcpy_batch_async)"),
 )
 OP_BY_NAME = {op.name: op for op in OPS}
 # Operations that make no CUDA call at all: they have no floor.
@@ -95,7 +103,7 @@ NO_FLOOR = {"python_call": "no CUDA call, no floor: the Python part of a call",
 # (which would time the GPU, not the call).
 ENQUEUES = {"event_record", "event_record_query", "stream_wait_event", "stream_wait_stream",
             "kernel_launch", "kernel_launch_args4", "kernel_launch_args16", "prepared_launch",
-            "graph_launch"}
+            "graph_launch", "memcpy_loop_8", "memcpy_batch_8"}
 HOST_FUNC_OPS = ("host_func_enqueue", "host_func_round_trip", "host_func_throughput",
                  "host_func_throughput_8threads")
 KERNEL_OPS = ("kernel_launch", "kernel_launch_sync", "kernel_launch_args4",

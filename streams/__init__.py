@@ -19,9 +19,9 @@ from streams._stream import (AccessPolicyWindow, AccessProperty, CaptureMode, Ca
                              Event, EventPool, MemAttach, Stream, StreamAttribute, StreamPool,
                              SyncPolicy, as_stream, current_stream, reset_persisting_l2_cache)
 from streams import _hostcall  # noqa: F401  (registers the host-callback paths)
-from streams._memory import (DeviceBuffer, ManagedBuffer, PinnedBuffer, memcpy_async,
-                             memset_async)
-from streams._launch import Kernel, Module, PreparedLaunch
+from streams._memory import (DeviceBuffer, IpcBufferDescriptor, ManagedBuffer, MemoryPool,
+                             PinnedBuffer, memcpy_async, memcpy_batch_async, memset_async)
+from streams._launch import Kernel, LaunchConfig, Module, PreparedLaunch
 from streams._graph import (CaptureInfo, ConditionHandle, Graph, GraphAllocation, GraphExec,
                             GraphMemoryInfo, GraphNode, NodeType, UpdateResult, capture_mode,
                             exchange_capture_mode, graph_memory_info, reset_graph_memory_high,

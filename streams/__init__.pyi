@@ -46,13 +46,17 @@ from streams._stream import (
 )
 from streams._memory import (
     DeviceBuffer as DeviceBuffer,
+    IpcBufferDescriptor as IpcBufferDescriptor,
     ManagedBuffer as ManagedBuffer,
+    MemoryPool as MemoryPool,
     PinnedBuffer as PinnedBuffer,
     memcpy_async as memcpy_async,
+    memcpy_batch_async as memcpy_batch_async,
     memset_async as memset_async,
 )
 from streams._launch import (
     Kernel as Kernel,
+    LaunchConfig as LaunchConfig,
     Module as Module,
     PreparedLaunch as PreparedLaunch,
 )
@@ -97,9 +101,12 @@ __all__ = [
     "GraphMemoryInfo",
     "GraphNode",
     "HostCallbackError",
+    "IpcBufferDescriptor",
     "Kernel",
+    "LaunchConfig",
     "ManagedBuffer",
     "MemAttach",
+    "MemoryPool",
     "Module",
     "NodeType",
     "PinnedBuffer",
@@ -124,6 +131,7 @@ __all__ = [
     "get_include",
     "graph_memory_info",
     "memcpy_async",
+    "memcpy_batch_async",
     "memset_async",
     "reset_graph_memory_high",
     "reset_persisting_l2_cache",

@@ -31,6 +31,8 @@ cdef extern from "streams/counters.h":
         STREAMS_CNT_CALLBACK_DROPPED
         STREAMS_CNT_GRAPH_CALLBACK_RUNS
         STREAMS_CNT_DEFERRED_RELEASES
+        STREAMS_CNT_MEMPOOL_CREATED
+        STREAMS_CNT_MEMPOOL_DESTROYED
         STREAMS_CNT_MARKER_CREATED
         STREAMS_CNT_PAYLOAD_INCREF
         STREAMS_CNT_PAYLOAD_DECREF
@@ -58,6 +60,7 @@ cdef enum:
     HANDLE_GRAPH_EXEC
     HANDLE_HOST_MEMORY      # cudaHostAlloc
     HANDLE_MANAGED_MEMORY   # cudaMallocManaged
+    HANDLE_MEM_POOL         # cudaMemPoolCreate, cudaMemPoolImportFromShareableHandle
     HANDLE_KINDS
 # True when no Python host callback of the package is alive: an enqueue that
 # blocks on a full queue then cannot be waiting for one that needs the GIL.
@@ -141,6 +144,26 @@ cdef int malloc_managed(void** out, size_t n, unsigned int flags) except -1 nogi
 cdef int pointer_get_attributes(cudaPointerAttributes* out, const void* p) except -1 nogil
 cdef int memset_async(void* p, int value, size_t n, cudaStream_t s) except -1 nogil
 cdef int memcpy_async(void* dst, const void* src, size_t n, cudaStream_t s) except -1 nogil
+# ---- memory pools and extended launches (issue 16) ----
+cdef int mem_pool_create(cudaMemPool_t* out, int dev, bint ipc, size_t max_size) except -1 nogil
+cdef int device_get_default_mem_pool(cudaMemPool_t* out, int dev) except -1 nogil
+cdef int malloc_from_pool_async(void** out, size_t n, cudaMemPool_t pool, cudaStream_t s) except -1 nogil
+cdef int mem_pool_trim_to(cudaMemPool_t pool, size_t keep) except -1 nogil
+cdef int mem_pool_get_attribute(cudaMemPool_t pool, cudaMemPoolAttr attr, void* value) except -1 nogil
+cdef int mem_pool_set_attribute(cudaMemPool_t pool, cudaMemPoolAttr attr, void* value) except -1 nogil
+cdef int mem_pool_set_access(cudaMemPool_t pool, int dev, cudaMemAccessFlags flags) except -1 nogil
+cdef int mem_pool_get_access(cudaMemPool_t pool, int dev, cudaMemAccessFlags* out) except -1 nogil
+cdef int mem_pool_export_fd(cudaMemPool_t pool, int* fd) except -1 nogil
+cdef int mem_pool_import_fd(cudaMemPool_t* out, int fd) except -1 nogil
+cdef int mem_pool_export_pointer(cudaMemPoolPtrExportData* out, void* p) except -1 nogil
+cdef int mem_pool_import_pointer(void** out, cudaMemPool_t pool, cudaMemPoolPtrExportData* data) except -1 nogil
+# 0, or -2 when this build's runtime is older than CUDA 12.8 (no batched copies).
+cdef int memcpy_batch_async(void** dsts, void** srcs, size_t* sizes, size_t count, cudaStream_t s) except -1 nogil
+# The driver's cuStreamWaitValue32/64 and cuStreamWriteValue32/64.
+cdef int stream_wait_value(cudaStream_t s, unsigned long long addr, unsigned long long value, unsigned int flags, bint wide) except -1 nogil
+cdef int stream_write_value(cudaStream_t s, unsigned long long addr, unsigned long long value, unsigned int flags, bint wide) except -1 nogil
+# The asyncio doorbell (include/streams/notify.h) as a host function on s.
+cdef int launch_notify(cudaStream_t s, void* node) except -1 nogil
 cdef int graph_create(cudaGraph_t* out) except -1 nogil
 cdef void count_graph_adopted() noexcept nogil
 cdef int graph_clone(cudaGraph_t* out, cudaGraph_t g) except -1 nogil

@@ -12,6 +12,7 @@ never raise and are deferred to a safe thread when they cannot run now.
 from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
 from libc.stdint cimport uintptr_t
 from libc.stdlib cimport free, malloc
+from libc.string cimport memset
 
 from streams.cudart cimport *
 
@@ -78,6 +79,17 @@ cdef extern from "streams/compat.h" nogil:
     cudaError_t streams_cudaGraphAddNode(cudaGraphNode_t* node, cudaGraph_t graph,
                                          const cudaGraphNode_t* deps, size_t n,
                                          cudaGraphNodeParams* params)
+    bint STREAMS_HAVE_MEMCPY_BATCH
+    cudaError_t streams_cudaMemcpyBatchAsync(void** dsts, void** srcs, size_t* sizes,
+                                             size_t count, cudaStream_t stream)
+    cudaError_t streams_get_driver_entry(const char* symbol, void** fn)
+    ctypedef int (*streams_stream_value32_fn)(cudaStream_t stream, unsigned long long addr,
+                                              unsigned int value, unsigned int flags)
+    ctypedef int (*streams_stream_value64_fn)(cudaStream_t stream, unsigned long long addr,
+                                              unsigned long long value, unsigned int flags)
+
+cdef extern from "streams/notify.h" nogil:
+    void streams_notify_host_fn(void* node)
 
 
 # ---- errors ------------------------------------------------------------------
@@ -258,7 +270,7 @@ def debug_counters():
 
     ``live_*`` are the differences of what was made and given back:
     ``live_streams``/``live_events``/``live_graphs``/``live_graph_execs``/
-    ``live_modules``/``live_buffers`` the owned handles, ``live_callbacks``
+    ``live_modules``/``live_buffers``/``live_mem_pools`` the owned handles, ``live_callbacks``
     the one-shot callbacks enqueued that have not run, ``live_host_calls``
     every callback payload still alive (graph-owned ones included).
 
@@ -275,7 +287,8 @@ def debug_counters():
             ("graphs", STREAMS_CNT_GRAPH_CREATED, STREAMS_CNT_GRAPH_DESTROYED),
             ("graph_execs", STREAMS_CNT_EXEC_CREATED, STREAMS_CNT_EXEC_DESTROYED),
             ("modules", STREAMS_CNT_MODULE_CREATED, STREAMS_CNT_MODULE_DESTROYED),
-            ("buffers", STREAMS_CNT_BUFFER_CREATED, STREAMS_CNT_BUFFER_FREED)):
+            ("buffers", STREAMS_CNT_BUFFER_CREATED, STREAMS_CNT_BUFFER_FREED),
+            ("mem_pools", STREAMS_CNT_MEMPOOL_CREATED, STREAMS_CNT_MEMPOOL_DESTROYED)):
         a, b, live = _pair(made, gone)
         counters[f"{name}_created"] = a
         counters[f"{name}_destroyed"] = b
@@ -456,6 +469,7 @@ _DESTROYED[HANDLE_GRAPH] = STREAMS_CNT_GRAPH_DESTROYED
 _DESTROYED[HANDLE_GRAPH_EXEC] = STREAMS_CNT_EXEC_DESTROYED
 _DESTROYED[HANDLE_HOST_MEMORY] = STREAMS_CNT_MEMORY_FREE
 _DESTROYED[HANDLE_MANAGED_MEMORY] = STREAMS_CNT_MEMORY_FREE
+_DESTROYED[HANDLE_MEM_POOL] = STREAMS_CNT_MEMPOOL_DESTROYED
 
 
 cdef cudaError_t _destroy_now(void* h, int kind) noexcept nogil:
@@ -469,6 +483,10 @@ cdef cudaError_t _destroy_now(void* h, int kind) noexcept nogil:
         return cudaGraphExecDestroy(<cudaGraphExec_t>h)
     if kind == HANDLE_HOST_MEMORY:
         return cudaFreeHost(h)
+    if kind == HANDLE_MEM_POOL:
+        # Allocations still out keep the pool's memory: CUDA releases it
+        # once the last of them is freed.
+        return cudaMemPoolDestroy(<cudaMemPool_t>h)
     return cudaFree(h)
 
 
@@ -907,6 +925,159 @@ cdef int memset_async(void* p, int value, size_t n, cudaStream_t s) except -1 no
 cdef int memcpy_async(void* dst, const void* src, size_t n, cudaStream_t s) except -1 nogil:
     guard()
     return check(cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, s))
+
+
+# ---- memory pools and extended launches (issue 16) ----
+# Stream-ordered pools and their IPC, batched copies, the driver's stream
+# memory operations (reached through cudart's entry points: no libcuda link)
+# and the asyncio doorbell host function.
+
+cdef int mem_pool_create(cudaMemPool_t* out, int dev, bint ipc, size_t max_size) except -1 nogil:
+    cdef cudaMemPoolProps props
+    guard()
+    memset(&props, 0, sizeof(props))
+    props.allocType = cudaMemAllocationTypePinned
+    props.handleTypes = cudaMemHandleTypePosixFileDescriptor if ipc else cudaMemHandleTypeNone
+    props.location.type = cudaMemLocationTypeDevice
+    props.location.id = dev
+    props.maxSize = max_size
+    check(cudaMemPoolCreate(out, &props))
+    streams_count(STREAMS_CNT_MEMPOOL_CREATED)
+    return 0
+
+
+cdef int device_get_default_mem_pool(cudaMemPool_t* out, int dev) except -1 nogil:
+    guard()
+    return check(cudaDeviceGetDefaultMemPool(out, dev))
+
+
+cdef int malloc_from_pool_async(void** out, size_t n, cudaMemPool_t pool,
+                                cudaStream_t s) except -1 nogil:
+    guard()
+    check(cudaMallocFromPoolAsync(out, n, pool, s))
+    streams_count(STREAMS_CNT_MEMORY_ALLOC)
+    return 0
+
+
+cdef int mem_pool_trim_to(cudaMemPool_t pool, size_t keep) except -1 nogil:
+    guard()
+    return check(cudaMemPoolTrimTo(pool, keep))
+
+
+cdef int mem_pool_get_attribute(cudaMemPool_t pool, cudaMemPoolAttr attr,
+                                void* value) except -1 nogil:
+    guard()
+    return check(cudaMemPoolGetAttribute(pool, attr, value))
+
+
+cdef int mem_pool_set_attribute(cudaMemPool_t pool, cudaMemPoolAttr attr,
+                                void* value) except -1 nogil:
+    guard()
+    return check(cudaMemPoolSetAttribute(pool, attr, value))
+
+
+cdef int mem_pool_set_access(cudaMemPool_t pool, int dev,
+                             cudaMemAccessFlags flags) except -1 nogil:
+    cdef cudaMemAccessDesc desc
+    guard()
+    memset(&desc, 0, sizeof(desc))
+    desc.location.type = cudaMemLocationTypeDevice
+    desc.location.id = dev
+    desc.flags = flags
+    return check(cudaMemPoolSetAccess(pool, &desc, 1))
+
+
+cdef int mem_pool_get_access(cudaMemPool_t pool, int dev,
+                             cudaMemAccessFlags* out) except -1 nogil:
+    cdef cudaMemLocation loc
+    guard()
+    memset(&loc, 0, sizeof(loc))
+    loc.type = cudaMemLocationTypeDevice
+    loc.id = dev
+    return check(cudaMemPoolGetAccess(out, pool, &loc))
+
+
+cdef int mem_pool_export_fd(cudaMemPool_t pool, int* fd) except -1 nogil:
+    guard()
+    return check(cudaMemPoolExportToShareableHandle(<void*>fd, pool,
+                                                    cudaMemHandleTypePosixFileDescriptor, 0))
+
+
+cdef int mem_pool_import_fd(cudaMemPool_t* out, int fd) except -1 nogil:
+    guard()
+    # The POSIX handle type passes the descriptor itself, as the pointer.
+    check(cudaMemPoolImportFromShareableHandle(out, <void*><uintptr_t>fd,
+                                               cudaMemHandleTypePosixFileDescriptor, 0))
+    streams_count(STREAMS_CNT_MEMPOOL_CREATED)
+    return 0
+
+
+cdef int mem_pool_export_pointer(cudaMemPoolPtrExportData* out, void* p) except -1 nogil:
+    guard()
+    return check(cudaMemPoolExportPointer(out, p))
+
+
+cdef int mem_pool_import_pointer(void** out, cudaMemPool_t pool,
+                                 cudaMemPoolPtrExportData* data) except -1 nogil:
+    guard()
+    check(cudaMemPoolImportPointer(out, pool, data))
+    streams_count(STREAMS_CNT_MEMORY_ALLOC)
+    return 0
+
+
+cdef int memcpy_batch_async(void** dsts, void** srcs, size_t* sizes, size_t count,
+                            cudaStream_t s) except -1 nogil:
+    guard()
+    if not STREAMS_HAVE_MEMCPY_BATCH:
+        return -2
+    return check(streams_cudaMemcpyBatchAsync(dsts, srcs, sizes, count, s))
+
+
+# Resolved once, at first use; a racing second resolution writes the same.
+cdef void* _driver_fns[4]
+cdef const char* _DRIVER_NAMES[4]
+_DRIVER_NAMES[:] = [b"cuStreamWaitValue32", b"cuStreamWaitValue64", b"cuStreamWriteValue32",
+                    b"cuStreamWriteValue64"]
+
+
+cdef void* _driver_fn(int which) except NULL nogil:
+    cdef void* fn = _driver_fns[which]
+    if fn == NULL:
+        check(streams_get_driver_entry(_DRIVER_NAMES[which], &fn))
+        _driver_fns[which] = fn
+    return fn
+
+
+cdef int _value_op(int which, cudaStream_t s, unsigned long long addr,
+                   unsigned long long value, unsigned int flags, bint wide) except -1 nogil:
+    cdef void* fn
+    cdef int dev = 0
+    guard()
+    fn = _driver_fn(which + (1 if wide else 0))
+    # The driver call needs a current context, which a thread gets from
+    # the runtime only at its first call that uses the device: bind the
+    # current device's primary context now (a no-op when it is bound).
+    check(cudaGetDevice(&dev))
+    check(cudaSetDevice(dev))
+    if wide:
+        return check(<cudaError_t>(<streams_stream_value64_fn>fn)(s, addr, value, flags))
+    return check(<cudaError_t>(<streams_stream_value32_fn>fn)(s, addr, <unsigned int>value,
+                                                             flags))
+
+
+cdef int stream_wait_value(cudaStream_t s, unsigned long long addr, unsigned long long value,
+                           unsigned int flags, bint wide) except -1 nogil:
+    return _value_op(0, s, addr, value, flags, wide)
+
+
+cdef int stream_write_value(cudaStream_t s, unsigned long long addr, unsigned long long value,
+                            unsigned int flags, bint wide) except -1 nogil:
+    return _value_op(2, s, addr, value, flags, wide)
+
+
+cdef int launch_notify(cudaStream_t s, void* node) except -1 nogil:
+    guard()
+    return check(cudaLaunchHostFunc(s, streams_notify_host_fn, node))
 
 
 # ---- graphs -----------------------------------------------------------------------------

@@ -2,7 +2,10 @@
 # callbacks.  Importing the module registers the paths that
 # Stream.launch_host_func, Stream.add_callback and Graph.add_host_node use.
 
-from typing import final
+from collections.abc import Coroutine
+from typing import Any, final
+
+from streams._stream import Event, Stream
 
 @final
 class HostCall:
@@ -10,3 +13,8 @@ class HostCall:
     # raises; its repr names the callback and its stream.  Made by streams
     # and graphs only (the constructor raises TypeError).
     ...
+
+# The coroutine behind Stream.wait_async and Event.wait_async.
+def wait_async(obj: Stream | Event) -> Coroutine[Any, Any, None]: ...
+# Private: what the doorbells of live loops still track (tests).
+def _async_waits() -> dict[str, int]: ...

@@ -8,12 +8,14 @@ fails it drops that reference and raises.  The trampoline (in the shim of
 graph node instead: a CUDA user object retained by the graph owns the
 reference, and every replay runs the callback.
 """
+import weakref as _weakref
+
 cimport cython
 from cpython.ref cimport PyObject
 from libc.stdint cimport uintptr_t
 
 cimport streams._cudart as rt
-from streams._stream cimport ErrorSlot, Stream, set_host_call_enqueue
+from streams._stream cimport ErrorSlot, Event, Stream, Waitable, set_host_call_enqueue
 from streams.cudart cimport *
 
 from streams._cudart import CudaError
@@ -174,3 +176,250 @@ cdef int _enqueue_captured(Stream stream, object callback, object arg, cudaGraph
 
 rt.set_dispatcher(_dispatch)
 set_host_call_enqueue(_enqueue)
+
+
+# ---- asyncio -----------------------------------------------------------------------------------
+# ``await stream`` / ``await event``: a host function (include/streams/
+# notify.h) rings an eventfd that the running loop watches.  It runs on
+# CUDA's callback thread without the GIL and without CUDA calls, so it can
+# neither deadlock with Python nor stall other callbacks.  One doorbell per
+# loop, found through a weak mapping: when the loop goes, so does its
+# doorbell, and the C notifier lives on only until the last host function
+# still queued has run.
+
+
+cdef extern from "streams/notify.h" nogil:
+    ctypedef struct streams_notifier:
+        pass
+    ctypedef struct streams_wait_node:
+        streams_wait_node* next
+        unsigned long long token
+    int STREAMS_HAVE_EVENTFD
+    streams_notifier* streams_notifier_new()
+    int streams_notifier_fd(streams_notifier* n)
+    long streams_notifier_live_nodes(streams_notifier* n)
+    void streams_notifier_unref(streams_notifier* n)
+    streams_wait_node* streams_wait_node_new(streams_notifier* n, unsigned long long token)
+    void streams_wait_node_abandon(streams_wait_node* node)
+    void streams_wait_node_free(streams_wait_node* node)
+    streams_wait_node* streams_notifier_take(streams_notifier* n)
+    void streams_notify_host_fn(void* node)
+
+
+@cython.final
+cdef class _Doorbell:
+    """One event loop's eventfd, and the futures of the waits it resolves."""
+    cdef streams_notifier* _n
+    cdef dict _waiting            # token -> future
+    cdef unsigned long long _next
+    cdef object __weakref__
+
+    def __cinit__(self):
+        self._n = NULL
+        self._waiting = {}
+
+    def __dealloc__(self):
+        # The loop is gone: host functions still queued free the notifier.
+        if self._n != NULL:
+            streams_notifier_unref(self._n)
+            self._n = NULL
+
+    cdef unsigned long long _register(self, object loop):
+        self._next += 1
+        self._waiting[self._next] = loop.create_future()
+        return self._next
+
+    def _ring(self):
+        """The loop's reader: resolve every wait whose host function ran,
+        in the order they ran."""
+        cdef streams_wait_node* node
+        cdef streams_wait_node* after
+        if self._n == NULL:
+            return
+        node = streams_notifier_take(self._n)
+        while node != NULL:
+            after = node.next
+            fut = self._waiting.pop(node.token, None)
+            streams_wait_node_free(node)
+            node = after
+            if fut is not None and not fut.done():
+                fut.set_result(None)
+
+
+cdef object _bells = _weakref.WeakKeyDictionary()    # loop -> _Doorbell, or False: poll
+
+
+cdef int _sweep() except -1:
+    # The futures a doorbell holds hold their loop: a loop closed with waits
+    # pending would keep its doorbell (and eventfd) for ever.  Dropped here,
+    # whenever a new loop gets one; host functions still queued free the
+    # notifier when they run.
+    cdef _Doorbell bell
+    for loop, found in list(_bells.items()):
+        if found is not False and loop.is_closed():
+            bell = <_Doorbell>found
+            bell._waiting.clear()
+            if bell._n != NULL:
+                streams_notifier_unref(bell._n)
+                bell._n = NULL
+            del _bells[loop]
+    return 0
+
+
+cdef object _doorbell(object loop):
+    cdef _Doorbell bell
+    cdef streams_notifier* n
+    found = _bells.get(loop)
+    if found is not None:
+        return found if found is not False else None
+    _sweep()
+    n = streams_notifier_new() if STREAMS_HAVE_EVENTFD else NULL
+    if n == NULL:
+        _bells[loop] = False
+        return None
+    bell = _Doorbell.__new__(_Doorbell)
+    bell._n = n
+    try:
+        loop.add_reader(streams_notifier_fd(n), bell._ring)
+    except NotImplementedError:
+        _bells[loop] = False       # e.g. the Windows proactor loop
+        return None
+    _bells[loop] = bell
+    return bell
+
+
+cdef int _enqueue_doorbell(Waitable obj, _Doorbell bell, unsigned long long token) except -1:
+    cdef streams_wait_node* node = streams_wait_node_new(bell._n, token)
+    cdef bint enqueued = False
+    cdef Stream s
+    if node == NULL:
+        raise MemoryError()
+    try:
+        if isinstance(obj, Stream):
+            s = <Stream>obj
+            s._use()
+            try:
+                with nogil:
+                    rt.launch_notify(<cudaStream_t>s._handle, <void*>node)
+                enqueued = True
+            finally:
+                s._unuse()
+        else:
+            # The host function needs a stream: a private one that waits for
+            # the event, so that waits on different events finish
+            # independently, in the order the GPU reaches them.
+            s = Stream((<Event>obj)._device, 0, True)
+            try:
+                s.wait_event(obj)
+                with nogil:
+                    rt.launch_notify(<cudaStream_t>s._handle, <void*>node)
+                enqueued = True
+            finally:
+                s.close()
+    except BaseException:
+        if not enqueued:
+            streams_wait_node_abandon(node)
+        raise
+    return 0
+
+
+async def _poll(obj):
+    import asyncio
+    delay = 50e-6
+    while not obj.query():
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 2e-3)
+
+
+async def _wait(Waitable obj):
+    cdef _Doorbell bell
+    cdef unsigned long long token
+    import asyncio      # not at import: most programs never await
+    loop = asyncio.get_running_loop()
+    # Before any query: querying a capturing stream is an error that also
+    # invalidates the capture (the user's end_capture would then fail).
+    if isinstance(obj, Stream) and (<Stream>obj).capture_status != 0:
+        raise RuntimeError("cannot await a stream that is being captured (the wait would "
+                           "become a graph node, and a query would invalidate the capture)")
+    if obj.query():
+        return None
+    found = _doorbell(loop)
+    if found is None:
+        await _poll(obj)
+        return None
+    bell = <_Doorbell>found
+    token = bell._register(loop)
+    try:
+        _enqueue_doorbell(obj, bell, token)
+    except BaseException:
+        bell._waiting.pop(token, None)
+        raise
+    await _resolved(bell, token)
+    return None
+
+
+async def _resolved(_Doorbell bell, unsigned long long token):
+    try:
+        await bell._waiting[token]
+    finally:
+        # Cancelled: the host function still runs once the GPU gets there,
+        # and its node is freed then, resolving nothing.
+        bell._waiting.pop(token, None)
+
+
+@cython.final
+cdef class _DoorbellProbe:
+    """A wait whose host function the test calls (``ring``, from any thread)
+    instead of CUDA: the doorbell, its ordering and its cleanup, checked
+    without a GPU."""
+    cdef streams_wait_node* _node
+
+    def ring(self):
+        cdef streams_wait_node* node = self._node
+        if node == NULL:
+            raise RuntimeError("already rung")
+        self._node = NULL
+        with nogil:
+            streams_notify_host_fn(<void*>node)
+
+
+def _probe_wait():
+    """(awaitable, probe) in the running loop: the awaitable completes once
+    ``probe.ring()`` ran, as if CUDA had run the host function.  Private."""
+    cdef _DoorbellProbe probe = _DoorbellProbe.__new__(_DoorbellProbe)
+    cdef _Doorbell bell
+    cdef unsigned long long token
+    import asyncio
+    loop = asyncio.get_running_loop()
+    found = _doorbell(loop)
+    if found is None:
+        raise NotImplementedError("this loop has no doorbell (it polls)")
+    bell = <_Doorbell>found
+    token = bell._register(loop)
+    probe._node = streams_wait_node_new(bell._n, token)
+    if probe._node == NULL:
+        bell._waiting.pop(token, None)
+        raise MemoryError()
+    return _resolved(bell, token), probe
+
+
+def wait_async(obj):
+    """The coroutine behind ``Stream.wait_async`` and ``Event.wait_async``."""
+    if not isinstance(obj, Waitable):
+        raise TypeError(f"wait_async needs a streams.Stream or Event, not {type(obj).__name__}")
+    return _wait(obj)
+
+
+def _async_waits():
+    """Waits the doorbells of live loops still track: futures not resolved,
+    and host functions queued or run but not yet read by their loop.  Both
+    are 0 once every awaited piece of work has finished and each loop has
+    run its reader (tests use it to see that cancellation leaves nothing).
+    Loops closed meanwhile are forgotten first."""
+    waiting = in_flight = 0
+    _sweep()
+    for bell in list(_bells.values()):
+        if bell is not False:
+            waiting += len((<_Doorbell>bell)._waiting)
+            in_flight += streams_notifier_live_nodes((<_Doorbell>bell)._n)
+    return {"waiting": waiting, "in_flight": in_flight}

@@ -2,7 +2,7 @@
 # _stream.pxd, free of CUDA types: a project that cimports streams needs no
 # CUDA headers.
 from streams._handle cimport HandleOwner
-from streams._stream cimport LaunchTarget, Stream
+from streams._stream cimport Event, LaunchTarget, Stream
 
 cdef enum:
     MAX_KERNEL_ARGS = 64
@@ -35,6 +35,25 @@ cdef class Kernel(LaunchTarget):
                       unsigned int block_z, void** args, size_t shared_mem) except -1 nogil
 
 
+# Grid, block, shared memory and the attributes of cudaLaunchKernelExC.
+cdef class LaunchConfig:
+    cdef unsigned int _grid_dims[3]
+    cdef unsigned int _block_dims[3]
+    cdef unsigned int _cluster[3]
+    cdef size_t _shared_mem
+    cdef bint _has_cluster
+    cdef bint _cooperative
+    cdef bint _pss                 # programmatic stream serialization
+    cdef bint _trigger_at_block_start
+    cdef bint _has_priority
+    cdef int _priority
+    cdef int _mem_sync_domain      # -1: not set
+    cdef Event _programmatic_event
+    cdef Event _completion_event
+    cdef bint _has_programmatic_event    # for the nogil launch path
+    cdef bint _has_completion_event
+
+
 cdef class PreparedLaunch:
     cdef Kernel _kernel
     cdef unsigned int _grid[3]
@@ -45,6 +64,7 @@ cdef class PreparedLaunch:
     cdef size_t _shared_mem
     cdef object _keepalive       # the argument objects
     cdef object _users           # streams buffers held in use while it lives
+    cdef LaunchConfig _config    # extended launch attributes, or None
 
     # One cudaLaunchKernel: the hot loop of a cimporter.
     cdef int c_launch(self, Stream stream) except -1 nogil

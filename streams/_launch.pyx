@@ -16,12 +16,12 @@ cimport cython
 from libc.stdint cimport uintptr_t
 
 cimport streams._cudart as rt
-from streams._args cimport as_dim3, as_nbytes
+from streams._args cimport as_dim3, as_int, as_nbytes
 from streams._device cimport DeviceScope, enter_device, exit_device, require_device
 from streams._memory cimport SPAN_DEVICE, SPAN_NULL_OK, Span, release_span, resolve_span
 from streams._handle cimport HandleOwner
 from streams._platform cimport streams_mark_bit
-from streams._stream cimport LaunchTarget, Stream, as_stream
+from streams._stream cimport Event, LaunchTarget, Stream, as_stream
 from streams.cudart cimport *
 
 from streams._cudart import CudaError
@@ -379,6 +379,226 @@ cdef int _read_parameters(Kernel k) except -1:
     return 0
 
 
+
+# ---- extended launches ------------------------------------------------------------------------
+
+_MEM_SYNC_DOMAINS = {"default": 0, "remote": 1}
+
+
+cdef Event _launch_event(object event, str argname):
+    if event is None:
+        return None
+    if not isinstance(event, Event):
+        raise TypeError(f"{argname} must be a streams.Event, not {type(event).__name__}")
+    if (<Event>event)._flags & cudaEventDisableTiming == 0:
+        raise ValueError(f"{argname} must be created with enable_timing=False (CUDA requires "
+                         "it for launch events)")
+    if (<Event>event)._flags & cudaEventInterprocess:
+        raise ValueError(f"{argname} must not be an interprocess event")
+    (<Event>event)._check_open()
+    return <Event>event
+
+
+@cython.final
+cdef class LaunchConfig:
+    """How a kernel is launched by ``Stream.launch_ex`` and ``Kernel.prepare``
+    (``cudaLaunchKernelExC`` with ``cudaLaunchAttribute`` entries).
+
+    ``grid`` and ``block`` (ints or up to 3-tuples) and ``shared_mem``
+    (dynamic shared memory in bytes) as for ``Stream.launch``, and:
+
+    - ``cluster``: thread-block cluster dimensions (the grid must be a
+      multiple);
+    - ``cooperative``: a cooperative launch (grid-wide sync; all blocks
+      resident at once);
+    - ``programmatic_stream_serialization``: programmatic dependent launch
+      (PDL): this kernel may start before the kernel before it on the
+      stream has finished, once that one's blocks have all triggered
+      (``griddepcontrol.launch_dependents``) or exited; it must wait
+      (``griddepcontrol.wait``) before reading what that one writes;
+    - ``programmatic_event`` (an ``Event``, timing off): recorded when every
+      block of this kernel has triggered (or, with
+      ``trigger_at_block_start``, has started); another stream waiting on it
+      may then start a dependent kernel programmatically;
+    - ``completion_event`` (an ``Event``, timing off): recorded once every
+      block of this kernel has started (not finished): the kernel may still
+      be running when it completes;
+    - ``priority``: the launch's priority, overriding the stream's;
+    - ``mem_sync_domain``: "default" or "remote", the memory
+      synchronization domain of the kernel's fences.
+
+    Immutable; a prepared launch keeps its config and its events.
+    """
+    def __init__(self, grid, block, shared_mem=0, *, cluster=None, cooperative=False,
+                 programmatic_stream_serialization=False, programmatic_event=None,
+                 trigger_at_block_start=False, completion_event=None, priority=None,
+                 mem_sync_domain=None):
+        cdef dim3 d
+        as_dim3(grid, &d, "grid")
+        self._grid_dims[0], self._grid_dims[1], self._grid_dims[2] = d.x, d.y, d.z
+        as_dim3(block, &d, "block")
+        self._block_dims[0], self._block_dims[1], self._block_dims[2] = d.x, d.y, d.z
+        self._shared_mem = as_nbytes(shared_mem, "shared_mem")
+        self._has_cluster = cluster is not None
+        if self._has_cluster:
+            as_dim3(cluster, &d, "cluster")
+            self._cluster[0], self._cluster[1], self._cluster[2] = d.x, d.y, d.z
+        self._cooperative = _flag(cooperative, "cooperative")
+        self._pss = _flag(programmatic_stream_serialization, "programmatic_stream_serialization")
+        self._trigger_at_block_start = _flag(trigger_at_block_start, "trigger_at_block_start")
+        self._programmatic_event = _launch_event(programmatic_event, "programmatic_event")
+        self._has_programmatic_event = self._programmatic_event is not None
+        if self._trigger_at_block_start and self._programmatic_event is None:
+            raise ValueError("trigger_at_block_start needs a programmatic_event")
+        self._completion_event = _launch_event(completion_event, "completion_event")
+        self._has_completion_event = self._completion_event is not None
+        self._has_priority = priority is not None
+        if self._has_priority:
+            self._priority = as_int(priority, "priority")
+        if mem_sync_domain is None:
+            self._mem_sync_domain = -1
+        elif isinstance(mem_sync_domain, str) and mem_sync_domain.lower() in _MEM_SYNC_DOMAINS:
+            self._mem_sync_domain = _MEM_SYNC_DOMAINS[mem_sync_domain.lower()]
+        else:
+            raise ValueError(f"mem_sync_domain must be 'default', 'remote' or None, got "
+                             f"{mem_sync_domain!r}")
+
+    @property
+    def grid(self):
+        return tuple(self._grid_dims)
+
+    @property
+    def block(self):
+        return tuple(self._block_dims)
+
+    @property
+    def shared_mem(self):
+        return self._shared_mem
+
+    @property
+    def cluster(self):
+        if not self._has_cluster:
+            return None
+        return tuple(self._cluster)
+
+    @property
+    def cooperative(self):
+        return self._cooperative
+
+    @property
+    def programmatic_stream_serialization(self):
+        return self._pss
+
+    @property
+    def programmatic_event(self):
+        return self._programmatic_event
+
+    @property
+    def trigger_at_block_start(self):
+        return self._trigger_at_block_start
+
+    @property
+    def completion_event(self):
+        return self._completion_event
+
+    @property
+    def priority(self):
+        return self._priority if self._has_priority else None
+
+    @property
+    def mem_sync_domain(self):
+        if self._mem_sync_domain < 0:
+            return None
+        return "remote" if self._mem_sync_domain == 1 else "default"
+
+    def __repr__(self):
+        parts = [f"grid={self.grid}", f"block={self.block}"]
+        if self._shared_mem:
+            parts.append(f"shared_mem={self._shared_mem}")
+        for name in ("cluster", "cooperative", "programmatic_stream_serialization",
+                     "programmatic_event", "trigger_at_block_start", "completion_event",
+                     "priority", "mem_sync_domain"):
+            value = getattr(self, name)
+            if value is not None and value is not False:
+                parts.append(f"{name}={value!r}")
+        return f"LaunchConfig({', '.join(parts)})"
+
+
+cdef bint _flag(object value, str argname) except -1:
+    if not isinstance(value, (bool, int)):
+        raise TypeError(f"{argname} must be a bool, not {type(value).__name__}")
+    return bool(value)
+
+
+cdef int _launch_configured(Kernel k, Stream stream, LaunchConfig c,
+                            void** args) except -1 nogil:
+    # The events are held in use for the call (a close() elsewhere waits),
+    # and their handles read now: a config outlives any one launch.
+    cdef cudaLaunchConfig_t cfg
+    cdef cudaLaunchAttribute attrs[7]
+    cdef unsigned int n = 0
+    cdef bint prog = c._has_programmatic_event
+    cdef bint done = c._has_completion_event
+    if c._has_cluster:
+        attrs[n].id = cudaLaunchAttributeClusterDimension
+        attrs[n].val.clusterDim.x = c._cluster[0]
+        attrs[n].val.clusterDim.y = c._cluster[1]
+        attrs[n].val.clusterDim.z = c._cluster[2]
+        n += 1
+    if c._cooperative:
+        attrs[n].id = cudaLaunchAttributeCooperative
+        attrs[n].val.cooperative = 1
+        n += 1
+    if c._pss:
+        attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization
+        attrs[n].val.programmaticStreamSerializationAllowed = 1
+        n += 1
+    if c._has_priority:
+        attrs[n].id = cudaLaunchAttributePriority
+        attrs[n].val.priority = c._priority
+        n += 1
+    if c._mem_sync_domain >= 0:
+        attrs[n].id = cudaLaunchAttributeMemSyncDomain
+        attrs[n].val.memSyncDomain = <cudaLaunchMemSyncDomain>c._mem_sync_domain
+        n += 1
+    cfg.gridDim.x, cfg.gridDim.y, cfg.gridDim.z = c._grid_dims[0], c._grid_dims[1], c._grid_dims[2]
+    cfg.blockDim.x, cfg.blockDim.y, cfg.blockDim.z = (c._block_dims[0], c._block_dims[1],
+                                                      c._block_dims[2])
+    cfg.dynamicSmemBytes = c._shared_mem
+    cfg.stream = <cudaStream_t>stream._handle
+    cfg.attrs = attrs
+    if prog:
+        c._programmatic_event._use()
+    try:
+        if done:
+            c._completion_event._use()
+        try:
+            if prog:
+                attrs[n].id = cudaLaunchAttributeProgrammaticEvent
+                attrs[n].val.programmaticEvent.event = <cudaEvent_t>c._programmatic_event._handle
+                attrs[n].val.programmaticEvent.flags = 0
+                attrs[n].val.programmaticEvent.triggerAtBlockStart = c._trigger_at_block_start
+                n += 1
+            if done:
+                attrs[n].id = cudaLaunchAttributeLaunchCompletionEvent
+                attrs[n].val.launchCompletionEvent.event = <cudaEvent_t>c._completion_event._handle
+                attrs[n].val.launchCompletionEvent.flags = 0
+                n += 1
+            cfg.numAttrs = n
+            _launch_packed(k, stream, cfg.gridDim, cfg.blockDim, args, c._shared_mem, &cfg)
+            if prog:
+                c._programmatic_event._recorded = True
+            if done:
+                c._completion_event._recorded = True
+        finally:
+            if done:
+                c._completion_event._unuse()
+    finally:
+        if prog:
+            c._programmatic_event._unuse()
+    return 0
+
+
 # ---- kernels --------------------------------------------------------------------------------
 
 cdef cudaFuncAttributes _kernel_attributes(Kernel k) except *:
@@ -449,45 +669,36 @@ cdef class Kernel(LaunchTarget):
 
     cdef int _launch_on(self, Stream stream, object grid, object block, tuple args,
                         object shared_mem, object config) except -1:
+        # config: None for a plain launch, else a LaunchConfig (which then
+        # carries the grid, block and shared memory).
         cdef ArgPack pack
-        cdef dim3 g, b, cl
-        cdef size_t smem
-        cdef cudaLaunchConfig_t cfg
-        cdef cudaLaunchAttribute attrs[2]
-        cdef unsigned int nattrs = 0
+        cdef dim3 g, b
+        cdef size_t smem = 0
+        cdef LaunchConfig lc = None
         self._check_usable()
-        as_dim3(grid, &g, "grid")
-        as_dim3(block, &b, "block")
-        smem = shared_mem if type(shared_mem) is int and shared_mem >= 0 \
-            else as_nbytes(shared_mem, "shared_mem")
-        if config is not None:
-            cluster, cooperative = config
-            if cluster is not None:
-                as_dim3(cluster, &cl, "cluster")
-                attrs[nattrs].id = cudaLaunchAttributeClusterDimension
-                attrs[nattrs].val.clusterDim.x = cl.x
-                attrs[nattrs].val.clusterDim.y = cl.y
-                attrs[nattrs].val.clusterDim.z = cl.z
-                nattrs += 1
-            if cooperative:
-                attrs[nattrs].id = cudaLaunchAttributeCooperative
-                attrs[nattrs].val.cooperative = 1
-                nattrs += 1
-            cfg.gridDim = g
-            cfg.blockDim = b
-            cfg.dynamicSmemBytes = smem
-            cfg.attrs = attrs
-            cfg.numAttrs = nattrs
-            cfg.stream = <cudaStream_t>stream._handle
+        if config is None:
+            as_dim3(grid, &g, "grid")
+            as_dim3(block, &b, "block")
+            smem = shared_mem if type(shared_mem) is int and shared_mem >= 0 \
+                else as_nbytes(shared_mem, "shared_mem")
+        elif isinstance(config, LaunchConfig):
+            lc = <LaunchConfig>config
+        else:
+            raise TypeError(f"config must be a streams.LaunchConfig, not {type(config).__name__}")
         cdef void** argv = pack.ptrs if len(args) else NULL
-        cdef const cudaLaunchConfig_t* cfgp = &cfg if config is not None else NULL
         pack_args(self, args, &pack, stream)
         try:
             if rt.enqueue_may_keep_gil():
-                _launch_packed(self, stream, g, b, argv, smem, cfgp)
+                if lc is None:
+                    _launch_packed(self, stream, g, b, argv, smem, NULL)
+                else:
+                    _launch_configured(self, stream, lc, argv)
             else:
                 with nogil:
-                    _launch_packed(self, stream, g, b, argv, smem, cfgp)
+                    if lc is None:
+                        _launch_packed(self, stream, g, b, argv, smem, NULL)
+                    else:
+                        _launch_configured(self, stream, lc, argv)
         finally:
             release_pack(&pack)
         return 0
@@ -564,9 +775,12 @@ cdef class Kernel(LaunchTarget):
         finally:
             self._module._unuse()
 
-    def prepare(self, grid, block, *args, shared_mem=0):
+    def prepare(self, *args, shared_mem=0, config=None):
         """Pack the launch once; ``PreparedLaunch.launch(stream)`` is then one C call.
 
+        ``prepare(grid, block, *args, shared_mem=0)``, or with a
+        ``LaunchConfig`` (extended launch attributes, ``cudaLaunchKernelExC``):
+        ``prepare(config, *args)`` or ``prepare(*args, config=config)``.
         Pointer arguments are resolved now: the prepared launch keeps the
         objects (and streams buffers in use, so that closing one frees it
         only once the prepared launch is gone).
@@ -575,10 +789,28 @@ cdef class Kernel(LaunchTarget):
         cdef ArgPack pack
         cdef dim3 g, b
         cdef Py_ssize_t i, n
+        cdef LaunchConfig lc
         self._check_usable()
-        as_dim3(grid, &g, "grid")
-        as_dim3(block, &b, "block")
-        p._shared_mem = as_nbytes(shared_mem, "shared_mem")
+        if config is None and args and isinstance(args[0], LaunchConfig):
+            config, args = args[0], args[1:]
+        if config is not None:
+            if not isinstance(config, LaunchConfig):
+                raise TypeError(f"config must be a streams.LaunchConfig, not "
+                                f"{type(config).__name__}")
+            if shared_mem != 0:
+                raise TypeError("with a LaunchConfig, shared_mem belongs in the config")
+            lc = <LaunchConfig>config
+            g.x, g.y, g.z = lc._grid_dims[0], lc._grid_dims[1], lc._grid_dims[2]
+            b.x, b.y, b.z = lc._block_dims[0], lc._block_dims[1], lc._block_dims[2]
+            p._shared_mem = (<LaunchConfig>config)._shared_mem
+            p._config = config
+        else:
+            if len(args) < 2:
+                raise TypeError("prepare() needs grid and block (or a LaunchConfig)")
+            as_dim3(args[0], &g, "grid")
+            as_dim3(args[1], &b, "block")
+            args = args[2:]
+            p._shared_mem = as_nbytes(shared_mem, "shared_mem")
         pack_args(self, args, &pack, None)
         p._grid[0], p._grid[1], p._grid[2] = g.x, g.y, g.z
         p._block[0], p._block[1], p._block[2] = b.x, b.y, b.z
@@ -644,6 +876,9 @@ cdef class PreparedLaunch:
             with gil:
                 raise ValueError("this PreparedLaunch was never initialised (use "
                                  "Kernel.prepare())")
+        if self._config is not None:
+            return _launch_configured(self._kernel, stream, self._config,
+                                      self._ptrs if self._nargs else NULL)
         g.x, g.y, g.z = self._grid[0], self._grid[1], self._grid[2]
         b.x, b.y, b.z = self._block[0], self._block[1], self._block[2]
         return _launch_packed(self._kernel, stream, g, b, self._ptrs if self._nargs else NULL,
@@ -661,6 +896,11 @@ cdef class PreparedLaunch:
     @property
     def kernel(self):
         return self._kernel
+
+    @property
+    def config(self):
+        """The LaunchConfig it launches with (None for a plain launch)."""
+        return self._config
 
 
 # ---- built-in kernels -------------------------------------------------------------------------

@@ -47,7 +47,24 @@ cdef class _Buffer(HandleOwner):
 cdef class DeviceBuffer(_Buffer):
     cdef Stream _stream           # the allocation's stream, where it is freed
     cdef Stream _free_on          # close(stream=...): free there instead
+    cdef object _pool             # the MemoryPool it came from, kept alive; or None
     cdef uintptr_t _order_handle(self) except? 0
+    cdef void _adopt_device(self, void* p, size_t n, int dev, Stream s, object pool) noexcept
+
+
+# A stream-ordered memory pool (cudaMemPool_t) of one device.
+cdef class MemoryPool(HandleOwner):
+    cdef void* _handle            # cudaMemPool_t
+    cdef int _device
+    cdef bint _ipc                # exportable (POSIX file descriptor handles)
+    cdef bint _shared             # exported (or imported) once: pointers can be exported
+    cdef int _export_fd(self) except -1
+    cdef int _destroy(self) except -1 nogil
+    cdef void _release(self) noexcept nogil
+    cdef unsigned long long _get_u64(self, int attr) except? 0
+    cdef int _set_u64(self, int attr, unsigned long long value) except -1
+    cdef bint _get_flag(self, int attr) except -1
+    cdef int _set_flag(self, int attr, object value, str name) except -1
 
 
 cdef class _HostBuffer(_Buffer):

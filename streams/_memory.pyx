@@ -16,14 +16,18 @@ from cpython.pycapsule cimport PyCapsule_GetName, PyCapsule_GetPointer, PyCapsul
 from cpython.ref cimport PyObject, Py_DECREF, Py_INCREF
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t, uintptr_t
 from libc.stdlib cimport free, malloc
+from posix.unistd cimport close as close_fd
 
 cimport streams._cudart as rt
 from streams._args cimport as_int, as_nbytes, as_pointer_int
-from streams._device cimport DeviceScope, current_device, enter_device, exit_device
+from streams._device cimport DeviceScope, current_device, enter_device, exit_device, \
+    resolve_device
 from streams._handle cimport HandleOwner
 from streams._platform cimport streams_close_begin, streams_is_closed
 from streams._stream cimport Event, Stream, as_stream
 from streams.cudart cimport *
+
+from streams._cudart import CudaError as rt_CudaError
 
 cdef extern from "Python.h":
     enum:
@@ -491,6 +495,49 @@ cdef void _free_pending(void* arg, int kind) noexcept nogil:
         _free_device_memory(p.ptr, p.device, p.stream, p.free_on)
 
 
+
+cdef int _allocate(DeviceBuffer buf, size_t n, Stream s, MemoryPool pool) except -1:
+    """Give ``buf`` ``n`` bytes allocated in order on ``s``: from ``pool``, or
+    from the device's current pool (``cudaMallocAsync``) when it is None."""
+    cdef void* p = NULL
+    cdef DeviceScope scope
+    cdef int dev
+    cdef cudaMemPool_t h = NULL
+    rt.drain_deferred()
+    s._use()
+    try:
+        if s._device >= 0:
+            dev = s._device
+        elif pool is not None:
+            dev = pool._device     # a default stream acts on the pool's device
+        else:
+            dev = current_device()
+        if pool is not None:
+            if dev != pool._device:
+                raise ValueError(f"stream is on device {dev}, but the pool allocates on device "
+                                 f"{pool._device}: use a stream of device {pool._device}")
+            pool._use()
+            h = <cudaMemPool_t>pool._handle
+        try:
+            if n:
+                with nogil:
+                    enter_device(&scope, dev)
+                    try:
+                        if h == NULL:
+                            rt.malloc_async(&p, n, <cudaStream_t>s._handle)
+                        else:
+                            rt.malloc_from_pool_async(&p, n, h, <cudaStream_t>s._handle)
+                    finally:
+                        exit_device(&scope)
+        finally:
+            if pool is not None:
+                pool._unuse()
+    finally:
+        s._unuse()
+    buf._adopt_device(p, n, dev, s, pool)
+    return 0
+
+
 @cython.final
 cdef class DeviceBuffer(_Buffer):
     """Device memory from ``cudaMallocAsync`` on ``stream`` (default: current).
@@ -506,27 +553,8 @@ cdef class DeviceBuffer(_Buffer):
     def __init__(self, nbytes, stream=None):
         cdef size_t n = as_nbytes(nbytes, "nbytes")
         cdef Stream s = as_stream(stream, "stream")
-        cdef void* p = NULL
-        cdef DeviceScope scope
-        cdef int dev
         self._init_once()
-        rt.drain_deferred()
-        s._use()
-        try:
-            dev = s._device if s._device >= 0 else current_device()
-            if n:
-                with nogil:
-                    enter_device(&scope, dev)
-                    try:
-                        rt.malloc_async(&p, n, <cudaStream_t>s._handle)
-                    finally:
-                        exit_device(&scope)
-        finally:
-            s._unuse()
-        self._device = dev
-        self._stream = s
-        s._dependents += 1
-        self._adopt(p, n)
+        _allocate(self, n, s, None)
 
     def __dealloc__(self):
         # Here, not in the base class: by the time a base __dealloc__ runs,
@@ -534,9 +562,53 @@ cdef class DeviceBuffer(_Buffer):
         if streams_close_begin(&self._state) == 1:
             self._release_memory()
 
+    cdef void _adopt_device(self, void* p, size_t n, int dev, Stream s, object pool) noexcept:
+        self._device = dev
+        self._stream = s
+        self._pool = pool
+        s._dependents += 1
+        self._adopt(p, n)
+
     @property
     def stream(self):
         return self._stream
+
+    @property
+    def pool(self):
+        """The MemoryPool it came from (None for ``DeviceBuffer(...)``)."""
+        return self._pool
+
+    def export(self):
+        """An ``IpcBufferDescriptor`` (picklable) that another process passes to
+        ``pool.import_buffer()`` of the pool it imported with
+        ``MemoryPool.import_handle()``.  Needs a buffer of an ``ipc=True`` pool.
+
+        The importer must not read before the allocation is complete on this
+        buffer's stream (order it with an interprocess Event), and must free
+        its import before this process frees the buffer.
+        """
+        cdef cudaMemPoolPtrExportData data
+        cdef MemoryPool pool
+        self._check_open()
+        if self._pool is None or not (<MemoryPool>self._pool)._ipc:
+            raise ValueError("export() needs a buffer allocated from a MemoryPool made with "
+                             "ipc=True")
+        if self._ptr == NULL:
+            raise ValueError("export(): a zero-byte buffer has no memory to share")
+        pool = <MemoryPool>self._pool
+        if not pool._shared:
+            # cudaMemPoolExportPointer is documented for "an already shared
+            # memory pool"; on a pool never exported it was refused (invalid
+            # argument; H100, CUDA 13 driver).  Share it once: only the
+            # export matters, not the descriptor.
+            close_fd(pool._export_fd())
+        self._use()
+        try:
+            with nogil:
+                rt.mem_pool_export_pointer(&data, self._ptr)
+        finally:
+            self._unuse()
+        return IpcBufferDescriptor((<char*>data.reserved)[:64], self._nbytes, self._device)
 
     def close(self, stream=None):
         """Free in order on ``stream`` (default: the allocation's stream).  Idempotent.
@@ -728,6 +800,404 @@ cdef class ManagedBuffer(_HostBuffer):
 
 
 
+
+# ---- memory pools ---------------------------------------------------------------------------
+
+_ACCESS = {"none": cudaMemAccessFlagsProtNone, "r": cudaMemAccessFlagsProtRead,
+           "rw": cudaMemAccessFlagsProtReadWrite}
+_ACCESS_NAMES = {<int>cudaMemAccessFlagsProtNone: "none", <int>cudaMemAccessFlagsProtRead: "r",
+                 <int>cudaMemAccessFlagsProtReadWrite: "rw"}
+
+
+class IpcBufferDescriptor:
+    """What ``DeviceBuffer.export()`` gives another process: the opaque
+    ``cudaMemPoolPtrExportData`` (64 bytes), the size and the device.
+    Picklable; pass it to ``pool.import_buffer()``."""
+    __slots__ = ("data", "nbytes", "device_id")
+
+    def __init__(self, data, nbytes, device_id):
+        if not isinstance(data, bytes) or len(data) != 64:
+            raise ValueError("data must be the 64 bytes of a cudaMemPoolPtrExportData")
+        self.data = data
+        self.nbytes = int(as_nbytes(nbytes, "nbytes"))
+        self.device_id = int(as_int(device_id, "device_id"))
+
+    def __reduce__(self):
+        return (IpcBufferDescriptor, (self.data, self.nbytes, self.device_id))
+
+    def __eq__(self, other):
+        if not isinstance(other, IpcBufferDescriptor):
+            return NotImplemented
+        return (self.data, self.nbytes, self.device_id) == (other.data, other.nbytes,
+                                                            other.device_id)
+
+    def __repr__(self):
+        return f"IpcBufferDescriptor(nbytes={self.nbytes}, device_id={self.device_id})"
+
+
+cdef MemoryPool _new_pool(void* handle, int dev, bint ipc, bint owned):
+    cdef MemoryPool pool = MemoryPool.__new__(MemoryPool)
+    pool._handle = handle
+    pool._device = dev
+    pool._ipc = ipc
+    pool._opened(owned)
+    return pool
+
+
+cdef object _default_pools = {}     # device -> the MemoryPool of its default pool
+
+
+@cython.final
+cdef class MemoryPool(HandleOwner):
+    """A stream-ordered memory pool of one device (``cudaMemPoolCreate``).
+
+    ``allocate(nbytes, stream)`` returns a ``DeviceBuffer`` allocated on
+    ``stream`` (``cudaMallocFromPoolAsync``) and freed in stream order, as
+    any DeviceBuffer; each buffer keeps its pool alive.  Memory freed to the
+    pool stays reserved for reuse up to ``release_threshold`` bytes (CUDA's
+    default is 0: everything above is given back at each synchronization).
+    ``ipc=True`` makes a pool whose memory other processes can map
+    (``export_handle``/``import_handle``, ``DeviceBuffer.export``/
+    ``import_buffer``); ``max_size`` caps what the pool may reserve.
+    ``MemoryPool.default(device)`` is the device's own pool, which
+    ``DeviceBuffer(...)`` uses and which is never destroyed.
+    ``close()`` destroys an owned pool; CUDA keeps its memory until the
+    buffers still out are freed.
+    """
+
+    def __cinit__(self, *args, **kwargs):
+        self._handle = NULL
+        self._device = -1
+
+    def __init__(self, device=None, *, release_threshold=None, ipc=False, max_size=None):
+        cdef size_t cap = 0 if max_size is None else as_nbytes(max_size, "max_size")
+        cdef bint share = _as_flag(ipc, "ipc")
+        cdef unsigned long long threshold = 0 if release_threshold is None \
+            else as_nbytes(release_threshold, "release_threshold")
+        cdef cudaMemPool_t h = NULL
+        cdef DeviceScope scope
+        cdef int dev
+        self._init_once()
+        dev = resolve_device(device)
+        rt.drain_deferred()
+        with nogil:
+            enter_device(&scope, dev)
+            try:
+                rt.mem_pool_create(&h, dev, share, cap)
+            finally:
+                exit_device(&scope)
+        self._handle = <void*>h
+        self._device = dev
+        self._ipc = share
+        self._opened(True)
+        if release_threshold is not None:
+            self.release_threshold = threshold
+
+    @staticmethod
+    def default(device=None):
+        """The default pool of ``device`` (``cudaDeviceGetDefaultMemPool``): not
+        owned, never destroyed (``close()`` only stops this object)."""
+        cdef int dev = resolve_device(device)
+        cdef cudaMemPool_t h = NULL
+        pool = _default_pools.get(dev)
+        if pool is not None and not (<MemoryPool>pool).closed:
+            return pool
+        with nogil:
+            rt.device_get_default_mem_pool(&h, dev)
+        pool = _new_pool(<void*>h, dev, False, False)
+        _default_pools[dev] = pool
+        return pool
+
+    @staticmethod
+    def import_handle(fd, device=None):
+        """Open a pool another process exported with ``export_handle()``.
+
+        ``fd`` is the file descriptor received (over a Unix socket, or
+        ``os.pidfd_getfd``); it is not closed here.  ``device`` is the device
+        the pool's memory lives on, as this process numbers it.
+        """
+        cdef int c_fd = as_int(fd, "fd")
+        cdef cudaMemPool_t h = NULL
+        cdef DeviceScope scope
+        cdef int dev
+        if c_fd < 0:
+            raise ValueError(f"fd must be a file descriptor (>= 0), got {c_fd}")
+        dev = resolve_device(device)
+        rt.drain_deferred()
+        with nogil:
+            enter_device(&scope, dev)
+            try:
+                rt.mem_pool_import_fd(&h, c_fd)
+            finally:
+                exit_device(&scope)
+        pool = _new_pool(<void*>h, dev, True, True)
+        (<MemoryPool>pool)._shared = True
+        return pool
+
+    # ---- the handle's life (HandleOwner) -----------------------------------
+    cdef int _destroy(self) except -1 nogil:
+        return rt.destroy_handle(rt.HANDLE_MEM_POOL, self._handle)
+
+    cdef void _release(self) noexcept nogil:
+        rt.release_handle(rt.HANDLE_MEM_POOL, self._handle)
+
+    # ---- allocation ----------------------------------------------------------
+    def allocate(self, nbytes, stream=None):
+        """A ``DeviceBuffer`` of ``nbytes`` from this pool, allocated in order on
+        ``stream`` (default: the current stream), which must be of the pool's
+        device; freed in order by its ``close()``."""
+        cdef size_t n = as_nbytes(nbytes, "nbytes")
+        cdef Stream s
+        cdef DeviceBuffer buf
+        self._check_open()
+        s = as_stream(stream, "stream")
+        buf = DeviceBuffer.__new__(DeviceBuffer)
+        _allocate(buf, n, s, self)
+        return buf
+
+    def import_buffer(self, descriptor, stream=None):
+        """The memory another process exported with ``DeviceBuffer.export()``,
+        from the pool this process imported (``import_handle``), as a
+        ``DeviceBuffer`` freed in order on ``stream`` (default: the current
+        stream).  Free it before the exporting process frees its buffer."""
+        cdef cudaMemPoolPtrExportData data
+        cdef Stream s
+        cdef void* p = NULL
+        cdef DeviceBuffer buf
+        cdef DeviceScope scope
+        cdef bytes raw
+        cdef int i
+        if not isinstance(descriptor, IpcBufferDescriptor):
+            raise TypeError("descriptor must be an IpcBufferDescriptor from DeviceBuffer.export(), "
+                            f"not {type(descriptor).__name__}")
+        if not self._ipc:
+            self._check_open()
+            raise ValueError("import_buffer() needs a pool opened with MemoryPool.import_handle()")
+        s = as_stream(stream, "stream")
+        if s._device >= 0 and s._device != self._device:
+            raise ValueError(f"stream is on device {s._device}, the pool on device "
+                             f"{self._device}")
+        raw = descriptor.data
+        for i in range(64):
+            data.reserved[i] = raw[i]
+        self._use()
+        try:
+            with nogil:
+                enter_device(&scope, self._device)
+                try:
+                    rt.mem_pool_import_pointer(&p, <cudaMemPool_t>self._handle, &data)
+                finally:
+                    exit_device(&scope)
+        finally:
+            self._unuse()
+        buf = DeviceBuffer.__new__(DeviceBuffer)
+        buf._adopt_device(p, descriptor.nbytes, self._device, s, self)
+        return buf
+
+    # ---- IPC -------------------------------------------------------------------
+    def export_handle(self):
+        """A POSIX file descriptor for ``MemoryPool.import_handle()`` in another
+        process (``ipc=True`` pools).  The caller owns it: send it (for
+        example ``socket.send_fds``), then ``os.close`` it."""
+        if not self._ipc:
+            self._check_open()
+            raise ValueError("export_handle() needs a MemoryPool made with ipc=True")
+        return self._export_fd()
+
+    cdef int _export_fd(self) except -1:
+        cdef int fd = -1
+        self._use()
+        try:
+            with nogil:
+                rt.mem_pool_export_fd(<cudaMemPool_t>self._handle, &fd)
+        finally:
+            self._unuse()
+        self._shared = True
+        return fd
+
+    # ---- attributes ------------------------------------------------------------
+    cdef unsigned long long _get_u64(self, int attr) except? 0:
+        cdef unsigned long long value = 0
+        self._use()
+        try:
+            with nogil:
+                rt.mem_pool_get_attribute(<cudaMemPool_t>self._handle, <cudaMemPoolAttr>attr, &value)
+        finally:
+            self._unuse()
+        return value
+
+    cdef int _set_u64(self, int attr, unsigned long long value) except -1:
+        self._use()
+        try:
+            with nogil:
+                rt.mem_pool_set_attribute(<cudaMemPool_t>self._handle, <cudaMemPoolAttr>attr, &value)
+        finally:
+            self._unuse()
+        return 0
+
+    cdef bint _get_flag(self, int attr) except -1:
+        cdef int value = 0
+        self._use()
+        try:
+            with nogil:
+                rt.mem_pool_get_attribute(<cudaMemPool_t>self._handle, <cudaMemPoolAttr>attr, &value)
+        finally:
+            self._unuse()
+        return value != 0
+
+    cdef int _set_flag(self, int attr, object value, str name) except -1:
+        cdef int v = _as_flag(value, name)
+        self._use()
+        try:
+            with nogil:
+                rt.mem_pool_set_attribute(<cudaMemPool_t>self._handle, <cudaMemPoolAttr>attr, &v)
+        finally:
+            self._unuse()
+        return 0
+
+    @property
+    def release_threshold(self):
+        """Bytes of freed memory the pool keeps reserved instead of giving them
+        back to the system at synchronization."""
+        return self._get_u64(cudaMemPoolAttrReleaseThreshold)
+
+    @release_threshold.setter
+    def release_threshold(self, value):
+        self._set_u64(cudaMemPoolAttrReleaseThreshold, as_nbytes(value, "release_threshold"))
+
+    @property
+    def reserved_current(self):
+        """Bytes the pool holds from the system now."""
+        return self._get_u64(cudaMemPoolAttrReservedMemCurrent)
+
+    @property
+    def reserved_high(self):
+        """The high-water mark of ``reserved_current`` since the last ``reset_high()``."""
+        return self._get_u64(cudaMemPoolAttrReservedMemHigh)
+
+    @property
+    def used_current(self):
+        """Bytes allocated from the pool and not yet freed."""
+        return self._get_u64(cudaMemPoolAttrUsedMemCurrent)
+
+    @property
+    def used_high(self):
+        """The high-water mark of ``used_current`` since the last ``reset_high()``."""
+        return self._get_u64(cudaMemPoolAttrUsedMemHigh)
+
+    def reset_high(self):
+        """Reset both high-water marks to the current values."""
+        self._set_u64(cudaMemPoolAttrReservedMemHigh, 0)
+        self._set_u64(cudaMemPoolAttrUsedMemHigh, 0)
+
+    @property
+    def follow_event_dependencies(self):
+        """Reuse memory freed on another stream once an event orders the two."""
+        return self._get_flag(cudaMemPoolReuseFollowEventDependencies)
+
+    @follow_event_dependencies.setter
+    def follow_event_dependencies(self, value):
+        self._set_flag(cudaMemPoolReuseFollowEventDependencies, value,
+                       "follow_event_dependencies")
+
+    @property
+    def allow_opportunistic(self):
+        """Reuse memory whose free the GPU has already passed, on any stream."""
+        return self._get_flag(cudaMemPoolReuseAllowOpportunistic)
+
+    @allow_opportunistic.setter
+    def allow_opportunistic(self, value):
+        self._set_flag(cudaMemPoolReuseAllowOpportunistic, value, "allow_opportunistic")
+
+    @property
+    def allow_internal_dependencies(self):
+        """Reuse memory freed on another stream by making the allocating
+        stream wait for that free."""
+        return self._get_flag(cudaMemPoolReuseAllowInternalDependencies)
+
+    @allow_internal_dependencies.setter
+    def allow_internal_dependencies(self, value):
+        self._set_flag(cudaMemPoolReuseAllowInternalDependencies, value,
+                       "allow_internal_dependencies")
+
+    def trim(self, min_bytes=0):
+        """Give unused reserved memory back, keeping at least ``min_bytes``
+        reserved (``cudaMemPoolTrimTo``)."""
+        cdef size_t keep = as_nbytes(min_bytes, "min_bytes")
+        self._use()
+        try:
+            with nogil:
+                rt.mem_pool_trim_to(<cudaMemPool_t>self._handle, keep)
+        finally:
+            self._unuse()
+
+    def set_access(self, device, access="rw"):
+        """Let ``device`` (a peer of the pool's device) read and write ("rw"),
+        only read ("r") or not map ("none") the pool's memory."""
+        cdef int dev = resolve_device(device)
+        cdef cudaMemAccessFlags flags
+        if not isinstance(access, str) or access not in _ACCESS:
+            raise ValueError(f"access must be 'rw', 'r' or 'none', got {access!r}")
+        flags = _ACCESS[access]
+        self._use()
+        try:
+            with nogil:
+                rt.mem_pool_set_access(<cudaMemPool_t>self._handle, dev, flags)
+        finally:
+            self._unuse()
+
+    def get_access(self, device):
+        """How ``device`` may access the pool's memory: "rw", "r" or "none"."""
+        cdef int dev = resolve_device(device)
+        cdef cudaMemAccessFlags flags = cudaMemAccessFlagsProtNone
+        self._use()
+        try:
+            with nogil:
+                rt.mem_pool_get_access(<cudaMemPool_t>self._handle, dev, &flags)
+        finally:
+            self._unuse()
+        return _ACCESS_NAMES.get(<int>flags, "none")
+
+    # ---- properties --------------------------------------------------------------
+    @property
+    def handle(self):
+        """The ``cudaMemPool_t`` as an int."""
+        self._check_open()
+        return <uintptr_t>self._handle
+
+    @property
+    def device_id(self):
+        return self._device
+
+    @property
+    def ipc(self):
+        """Whether other processes can map its memory."""
+        return self._ipc
+
+    @property
+    def is_default(self):
+        """Whether this is a device's default pool (never destroyed here)."""
+        return self._initialised and not self._owns_handle
+
+    def close(self):
+        """Destroy an owned pool (its memory goes once the buffers still out are
+        freed); for a default pool, stop using this object.  Idempotent."""
+        self._close_handle()
+
+    def __repr__(self):
+        if self.closed:
+            return "<streams.MemoryPool (closed)>"
+        kind = "default" if self.is_default else ("ipc" if self._ipc else "owned")
+        return (f"<streams.MemoryPool handle=0x{<uintptr_t>self._handle:x} "
+                f"device={self._device} {kind}>")
+
+
+cdef bint _as_flag(object value, str argname) except -1:
+    if not isinstance(value, (bool, int)):
+        raise TypeError(f"{argname} must be a bool, not {type(value).__name__}")
+    return bool(value)
+
+
 # ---- copies and sets ------------------------------------------------------------------------
 
 cdef int _check_fits(size_t n, Span* span, str argname) except -1:
@@ -802,3 +1272,182 @@ def memset_async(dst, value, nbytes=None, stream=None):
             st._unuse()
     finally:
         release_span(&d)
+
+
+def memcpy_batch_async(copies, stream=None):
+    """Copy each ``(dst, src, nbytes)`` of ``copies`` in one call, in stream
+    order (``cudaMemcpyBatchAsync``).
+
+    Each side is memory as ``memcpy_async`` takes it; ``nbytes`` None copies
+    all of ``src``.  The copies of one batch may run in any order among
+    themselves: they must not overlap.  Needs CUDA 12.8 or newer (the
+    runtime this package was built with, and the driver).
+    """
+    cdef Stream st
+    cdef Py_ssize_t n, i, done = 0
+    cdef Span* spans = NULL
+    cdef void** dsts = NULL
+    cdef void** srcs = NULL
+    cdef size_t* sizes = NULL
+    cdef int r = 0
+    if isinstance(copies, (str, bytes)) or not hasattr(copies, "__iter__"):
+        raise TypeError(f"copies must be a sequence of (dst, src, nbytes), not "
+                        f"{type(copies).__name__}")
+    items = list(copies)
+    n = len(items)
+    if n == 0:
+        return
+    for i, item in enumerate(items):
+        if not isinstance(item, tuple) or len(item) not in (2, 3):
+            raise TypeError(f"copies[{i}] must be a (dst, src, nbytes) tuple, not {item!r}")
+    st = as_stream(stream, "stream")
+    spans = <Span*>malloc(2 * n * sizeof(Span))
+    dsts = <void**>malloc(n * sizeof(void*))
+    srcs = <void**>malloc(n * sizeof(void*))
+    sizes = <size_t*>malloc(n * sizeof(size_t))
+    try:
+        if spans == NULL or dsts == NULL or srcs == NULL or sizes == NULL:
+            raise MemoryError()
+        for i in range(n):
+            item = items[i]
+            resolve_span(item[0], &spans[2 * i], SPAN_WRITABLE | SPAN_HOST_OK, st,
+                         f"copies[{i}] dst")
+            done += 1
+            resolve_span(item[1], &spans[2 * i + 1], SPAN_HOST_OK, st, f"copies[{i}] src")
+            done += 1
+            sizes[i] = _span_length(item[2] if len(item) == 3 else None, &spans[2 * i + 1],
+                                    f"copies[{i}] src")
+            _check_fits(sizes[i], &spans[2 * i], f"copies[{i}] dst")
+            dsts[i] = spans[2 * i].ptr
+            srcs[i] = spans[2 * i + 1].ptr
+        st._use()
+        try:
+            with nogil:
+                r = rt.memcpy_batch_async(dsts, srcs, sizes, <size_t>n,
+                                          <cudaStream_t>st._handle)
+        finally:
+            st._unuse()
+        if r == -2:
+            from streams._cudart import runtime_version
+            raise NotImplementedError(
+                "memcpy_batch_async needs CUDA 12.8 or newer (cudaMemcpyBatchAsync); this "
+                f"build of streams uses the CUDA {runtime_version()} runtime")
+    finally:
+        for i in range(done):
+            release_span(&spans[i])
+        free(spans)
+        free(dsts)
+        free(srcs)
+        free(sizes)
+
+
+# ---- stream memory operations -----------------------------------------------------------------
+# cuStreamWaitValue32/64 and cuStreamWriteValue32/64 (the driver's, reached
+# through cudart's entry points): a stream waits for, or writes, a value in
+# device, managed or pinned memory, without a host thread in the loop.
+
+cdef dict _WAIT_OPS = {"geq": 0x0, "eq": 0x1, "and": 0x2, "nor": 0x3}
+cdef unsigned int _WAIT_FLUSH = 1 << 30
+cdef unsigned int _WRITE_NO_MEMORY_BARRIER = 0x1
+
+
+cdef uintptr_t _memop_address(void* p) except? 0:
+    """The device address of ``p`` for a stream memory operation, which
+    takes no managed memory (CUDA's rule) and pinned memory by its device
+    pointer."""
+    cdef cudaPointerAttributes attrs
+    cdef int err
+    with nogil:
+        err = rt.pointer_get_attributes(&attrs, p)
+    if err != 0:
+        return <uintptr_t>p
+    if attrs.type == cudaMemoryTypeManaged:
+        raise ValueError(f"address=0x{<uintptr_t>p:x} is managed memory, which stream memory "
+                         "operations do not accept: use device or pinned memory")
+    if attrs.type == cudaMemoryTypeHost and attrs.devicePointer != NULL:
+        return <uintptr_t>attrs.devicePointer
+    return <uintptr_t>p
+
+
+cdef bint _is_device_memory(void* p) noexcept:
+    cdef cudaPointerAttributes attrs
+    cdef int err
+    try:
+        with nogil:
+            err = rt.pointer_get_attributes(&attrs, p)
+    except BaseException:
+        return False
+    return err == 0 and attrs.type == cudaMemoryTypeDevice
+
+
+cdef int _value_op(Stream stream, object address, object value, unsigned int flags,
+                   object width, bint write) except -1:
+    cdef Span span
+    cdef unsigned long long v
+    cdef uintptr_t addr
+    cdef bint wide
+    cdef DeviceScope scope
+    cdef int dev
+    if width != 32 and width != 64:
+        raise ValueError(f"width must be 32 or 64, got {width!r}")
+    wide = width == 64
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise TypeError(f"value must be an int, not {type(value).__name__}")
+    value = value.__index__()
+    if value < 0 or value >= (1 << width):
+        raise ValueError(f"value={value} does not fit {width} unsigned bits")
+    v = <unsigned long long>value
+    span.user = NULL
+    span.has_view = False
+    resolve_span(address, &span, SPAN_DEVICE | (SPAN_WRITABLE if write else 0), None,
+                 "address")
+    try:
+        addr = _memop_address(span.ptr)
+        if span.nbytes != <size_t>-1 and span.nbytes < (8 if wide else 4):
+            raise ValueError(f"address holds {span.nbytes} bytes, less than one "
+                             f"{width}-bit value")
+        if addr % (8 if wide else 4):
+            raise ValueError(f"address=0x{addr:x} is not aligned to {8 if wide else 4} bytes, "
+                             f"as {width}-bit stream memory operations need")
+        stream._use()
+        try:
+            dev = stream.c_device()
+            with nogil:
+                enter_device(&scope, dev)
+                try:
+                    if write:
+                        rt.stream_write_value(<cudaStream_t>stream._handle, addr, v, flags, wide)
+                    else:
+                        rt.stream_wait_value(<cudaStream_t>stream._handle, addr, v, flags, wide)
+                finally:
+                    exit_device(&scope)
+        except rt_CudaError as exc:
+            if exc.code == <int>cudaErrorInvalidValue and _is_device_memory(span.ptr):
+                raise rt_CudaError(exc.code, exc.name,
+                                   f"{exc.message}: the driver refused device memory at "
+                                   f"0x{addr:x} for a stream memory operation (memory from "
+                                   "a stream-ordered pool, as DeviceBuffer's, may not be "
+                                   "accepted; pinned memory, PinnedBuffer, is)") from None
+            if exc.code == <int>cudaErrorNotSupported:
+                raise rt_CudaError(exc.code, exc.name,
+                                   f"{exc.message}: this device or driver does not support "
+                                   f"{width}-bit stream memory operations"
+                                   + (" with op='nor'" if not write and flags & 3 == 3
+                                      else "")) from None
+            raise
+        finally:
+            stream._unuse()
+    finally:
+        release_span(&span)
+    return 0
+
+
+def _stream_wait_value(Stream stream not None, address, value, op, flush, width):
+    if not isinstance(op, str) or op.lower() not in _WAIT_OPS:
+        raise ValueError(f"op must be 'geq', 'eq', 'and' or 'nor', got {op!r}")
+    _value_op(stream, address, value,
+              _WAIT_OPS[op.lower()] | (_WAIT_FLUSH if flush else 0), width, False)
+
+
+def _stream_write_value(Stream stream not None, address, value, barrier, width):
+    _value_op(stream, address, value, 0 if barrier else _WRITE_NO_MEMORY_BARRIER, width, True)

@@ -574,6 +574,20 @@ cdef class Waitable(HandleOwner):
     def done(self):
         return self.query()
 
+    def wait_async(self):
+        """An awaitable that completes when the work is done (a stream's so
+        far, an event's last record), without blocking the event loop.
+
+        CUDA's host-function thread rings an eventfd the running loop
+        watches (no GIL taken there, no polling); where that is not possible
+        (no eventfd, a loop without ``add_reader``) it polls.  Cancelling the
+        awaiting task leaves nothing behind.
+        """
+        return _later("_hostcall", "wait_async")(self)
+
+    def __await__(self):
+        return self.wait_async().__await__()
+
     def close(self):
         """Release the handle now; further use raises ValueError.  Idempotent.
 
@@ -1019,6 +1033,37 @@ cdef class Stream(Waitable):
             raise ImportError("streams._hostcall is not imported; import streams first")
         _enqueue_host_call(self, callback, arg, 1)
 
+    # ---- stream memory operations (streams._memory does them) -------------------
+    def wait_value(self, address, value, op="geq", flush=False, *, width=32):
+        """Make later work on this stream wait until the ``width``-bit (32 or
+        64) unsigned value at ``address`` satisfies ``op`` against ``value``:
+        "geq" (``(int)(*address - value) >= 0``, wrap-around safe), "eq",
+        "and" (``*address & value != 0``) or "nor" (``~(*address | value) != 0``).
+
+        ``address`` is device or pinned memory (a buffer or an int address
+        CUDA knows; not managed memory, which CUDA refuses here), aligned to
+        the value's size.  ``flush`` flushes the device's remote writes
+        before the wait returns.  The driver's ``cuStreamWaitValue32/64``;
+        captured into a graph as a node.
+
+        CUDA does not see this dependency: while a stream waits for a value
+        the host writes, a call that may synchronize the device implicitly
+        (loading a module, or a kernel's first launch under lazy loading;
+        freeing pinned memory, as closing a PinnedBuffer does; a device
+        synchronize) may wait for that stream, and the host never gets to
+        write: a deadlock.  Load kernels before the wait, and write the
+        value (in a ``finally``) before anything that may synchronize.
+        """
+        _later("_memory", "_stream_wait_value")(self, address, value, op, flush, width)
+        return self
+
+    def write_value(self, address, value, *, width=32, barrier=True):
+        """Write the ``width``-bit (32 or 64) ``value`` to ``address`` in stream
+        order (the driver's ``cuStreamWriteValue32/64``); ``barrier=False``
+        skips the memory barrier before the write."""
+        _later("_memory", "_stream_write_value")(self, address, value, barrier, width)
+        return self
+
     # ---- attributes -----------------------------------------------------------
     def get_attribute(self, name):
         """``cudaStreamGetAttribute``: "access_policy_window" (an AccessPolicyWindow),
@@ -1090,14 +1135,29 @@ cdef class Stream(Waitable):
             raise TypeError(f"kernel must be a streams.Kernel, not {type(kernel).__name__}")
         (<LaunchTarget>kernel)._launch_on(self, grid, block, args, shared_mem, None)
 
-    def launch_ex(self, kernel, grid, block, *args, shared_mem=0, cluster=None,
-                  cooperative=False):
-        """``cudaLaunchKernelExC``: ``launch`` plus thread-block ``cluster``
-        dimensions and ``cooperative`` launch."""
+    def launch_ex(self, kernel, config, *args, shared_mem=None, cluster=None,
+                  cooperative=None):
+        """``cudaLaunchKernelExC``: launch ``kernel`` as ``config`` (a
+        ``LaunchConfig``: grid, block, shared memory, clusters, cooperative
+        launch, programmatic dependent launch, launch events, priority, memory
+        sync domain) with ``args``.
+
+        The short form ``launch_ex(kernel, grid, block, *args, shared_mem=0,
+        cluster=None, cooperative=False)`` makes that config.
+        """
+        cdef type config_type = _later("_launch", "LaunchConfig")
         if not isinstance(kernel, LaunchTarget):
             raise TypeError(f"kernel must be a streams.Kernel, not {type(kernel).__name__}")
-        (<LaunchTarget>kernel)._launch_on(self, grid, block, args, shared_mem,
-                                          (cluster, cooperative))
+        if type(config) is not config_type:
+            if not args:
+                raise TypeError("launch_ex() takes a LaunchConfig, or grid and block")
+            config = config_type(config, args[0], 0 if shared_mem is None else shared_mem,
+                                 cluster=cluster, cooperative=bool(cooperative))
+            args = args[1:]
+        elif shared_mem is not None or cluster is not None or cooperative is not None:
+            raise TypeError("with a LaunchConfig, shared_mem, cluster and cooperative belong "
+                            "in the config")
+        (<LaunchTarget>kernel)._launch_on(self, None, None, args, None, config)
 
     # ---- capture (streams._graph builds the graphs) --------------------------------
     def begin_capture(self, mode="global"):
@@ -1750,6 +1810,19 @@ cdef class EventPool(_HandlePool):
     @property
     def is_timing(self):
         return not (self._flags & cudaEventDisableTiming)
+
+
+cdef dict _later_names = {}
+
+
+cdef object _later(str module, str name):
+    # What a later module (which imports this one) implements for a method
+    # here: imported once, at the first call.
+    fn = _later_names.get(name)
+    if fn is None:
+        fn = getattr(__import__(f"streams.{module}", fromlist=[name]), name)
+        _later_names[name] = fn
+    return fn
 
 
 cdef class LaunchTarget:

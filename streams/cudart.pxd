@@ -79,6 +79,8 @@ cdef extern from "cuda_runtime_api.h" nogil:
         cudaDevAttrConcurrentManagedAccess
         cudaDevAttrL2CacheSize
         cudaDevAttrMaxPersistingL2CacheSize
+        cudaDevAttrMemoryPoolsSupported
+        cudaDevAttrMemoryPoolSupportedHandleTypes
     cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device)
 
     cdef struct cudaDeviceProp:
@@ -219,13 +221,33 @@ cdef extern from "cuda_runtime_api.h" nogil:
     ctypedef enum cudaLaunchAttributeID:
         cudaLaunchAttributeCooperative
         cudaLaunchAttributeClusterDimension
+        cudaLaunchAttributeProgrammaticStreamSerialization
+        cudaLaunchAttributeProgrammaticEvent
+        cudaLaunchAttributePriority
+        cudaLaunchAttributeMemSyncDomain
+        cudaLaunchAttributeLaunchCompletionEvent
+    ctypedef enum cudaLaunchMemSyncDomain:
+        cudaLaunchMemSyncDomainDefault
+        cudaLaunchMemSyncDomainRemote
     ctypedef struct _clusterDim:
         unsigned int x
         unsigned int y
         unsigned int z
+    ctypedef struct _programmaticEvent:
+        cudaEvent_t event
+        int flags
+        int triggerAtBlockStart
+    ctypedef struct _launchCompletionEvent:
+        cudaEvent_t event
+        int flags
     ctypedef union cudaLaunchAttributeValue:
         int cooperative
         _clusterDim clusterDim
+        int programmaticStreamSerializationAllowed
+        _programmaticEvent programmaticEvent
+        int priority
+        cudaLaunchMemSyncDomain memSyncDomain
+        _launchCompletionEvent launchCompletionEvent
     ctypedef struct cudaLaunchAttribute:
         cudaLaunchAttributeID id
         cudaLaunchAttributeValue val
@@ -304,6 +326,68 @@ cdef extern from "cuda_runtime_api.h" nogil:
         cudaMemcpyDefault
     cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count,
                                 cudaMemcpyKind kind, cudaStream_t stream)
+
+    # ---- Stream-ordered memory allocator: pools ----------------------------
+    ctypedef struct CUmemPoolHandle_st
+    ctypedef CUmemPoolHandle_st* cudaMemPool_t
+    enum cudaMemPoolAttr:
+        cudaMemPoolReuseFollowEventDependencies
+        cudaMemPoolReuseAllowOpportunistic
+        cudaMemPoolReuseAllowInternalDependencies
+        cudaMemPoolAttrReleaseThreshold
+        cudaMemPoolAttrReservedMemCurrent
+        cudaMemPoolAttrReservedMemHigh
+        cudaMemPoolAttrUsedMemCurrent
+        cudaMemPoolAttrUsedMemHigh
+    enum cudaMemLocationType:
+        cudaMemLocationTypeDevice
+    cdef struct cudaMemLocation:
+        cudaMemLocationType type
+        int id
+    enum cudaMemAccessFlags:
+        cudaMemAccessFlagsProtNone
+        cudaMemAccessFlagsProtRead
+        cudaMemAccessFlagsProtReadWrite
+    cdef struct cudaMemAccessDesc:
+        cudaMemLocation location
+        cudaMemAccessFlags flags
+    enum cudaMemAllocationType:
+        cudaMemAllocationTypePinned
+    enum cudaMemAllocationHandleType:
+        cudaMemHandleTypeNone
+        cudaMemHandleTypePosixFileDescriptor
+    cdef struct cudaMemPoolProps:
+        cudaMemAllocationType allocType
+        cudaMemAllocationHandleType handleTypes
+        cudaMemLocation location
+        size_t maxSize
+    cdef struct cudaMemPoolPtrExportData:
+        unsigned char reserved[64]
+    cudaError_t cudaMemPoolCreate(cudaMemPool_t* memPool, const cudaMemPoolProps* poolProps)
+    cudaError_t cudaMemPoolDestroy(cudaMemPool_t memPool)
+    cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* memPool, int device)
+    cudaError_t cudaMallocFromPoolAsync(void** ptr, size_t size, cudaMemPool_t memPool,
+                                        cudaStream_t stream)
+    cudaError_t cudaMemPoolTrimTo(cudaMemPool_t memPool, size_t minBytesToKeep)
+    cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t memPool, cudaMemPoolAttr attr,
+                                        void* value)
+    cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t memPool, cudaMemPoolAttr attr,
+                                        void* value)
+    cudaError_t cudaMemPoolSetAccess(cudaMemPool_t memPool, const cudaMemAccessDesc* descList,
+                                     size_t count)
+    cudaError_t cudaMemPoolGetAccess(cudaMemAccessFlags* flags, cudaMemPool_t memPool,
+                                     cudaMemLocation* location)
+    cudaError_t cudaMemPoolExportToShareableHandle(void* shareableHandle,
+                                                   cudaMemPool_t memPool,
+                                                   cudaMemAllocationHandleType handleType,
+                                                   unsigned int flags)
+    cudaError_t cudaMemPoolImportFromShareableHandle(cudaMemPool_t* memPool,
+                                                     void* shareableHandle,
+                                                     cudaMemAllocationHandleType handleType,
+                                                     unsigned int flags)
+    cudaError_t cudaMemPoolExportPointer(cudaMemPoolPtrExportData* exportData, void* ptr)
+    cudaError_t cudaMemPoolImportPointer(void** ptr, cudaMemPool_t memPool,
+                                         cudaMemPoolPtrExportData* exportData)
 
     # ---- Graph management -------------------------------------------------
     enum:

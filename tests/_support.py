@@ -100,6 +100,22 @@ def uninitialised(cls):
     return cls.__new__(cls)
 
 
+def run_in_loop_without_readers(coro_fn):
+    """Run ``coro_fn()`` in an event loop whose ``add_reader`` is not
+    implemented (as on Windows' proactor loop): awaits must poll there."""
+    import asyncio
+
+    class NoReaders(asyncio.SelectorEventLoop):
+        def add_reader(self, *args):
+            raise NotImplementedError
+
+    loop = NoReaders()
+    try:
+        return loop.run_until_complete(coro_fn())
+    finally:
+        loop.close()
+
+
 def env_importing_this_streams(extra=None):
     """``os.environ`` (plus ``extra``) for a child Python that imports the
     same ``streams`` as this process: an in-place build's folder goes first

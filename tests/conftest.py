@@ -42,7 +42,8 @@ def no_leaked_handles(request):
             break
         time.sleep(0.01)
     keys = ["live_streams", "live_events", "live_callbacks", "live_host_calls",
-            "live_graphs", "live_graph_execs", "live_modules", "live_buffers"]
+            "live_graphs", "live_graph_execs", "live_modules", "live_buffers",
+            "live_mem_pools"]
     if after["debug_build"]:
         # The debug build also counts each reference the C code takes and
         # drops, and each allocation and module: every one must be undone.

@@ -27,12 +27,13 @@ struct CUlib_st { const char *image; };
 struct CUkern_st { char name[64]; };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static long live_streams, live_events, live_graphs, live_execs, unrun;
+static long live_streams, live_events, live_graphs, live_execs, live_memory, unrun;
 static __thread cudaError_t last_error;
 
 static void report(void) {
-    fprintf(stderr, "fake-cudart live: streams=%ld events=%ld graphs=%ld execs=%ld unrun=%ld\n",
-            live_streams, live_events, live_graphs, live_execs, unrun);
+    fprintf(stderr,
+            "fake-cudart live: streams=%ld events=%ld graphs=%ld execs=%ld memory=%ld unrun=%ld\n",
+            live_streams, live_events, live_graphs, live_execs, live_memory, unrun);
 }
 
 __attribute__((constructor)) static void init(void) { atexit(report); }
@@ -69,7 +70,14 @@ cudaError_t cudaGetLastError(void) {
 }
 const char *cudaGetErrorName(cudaError_t e) { return e ? "cudaErrorFake" : "cudaSuccess"; }
 const char *cudaGetErrorString(cudaError_t e) { return e ? "a fake failure" : "no error"; }
-cudaError_t cudaFree(void *p) { (void)p; return cudaSuccess; }
+cudaError_t cudaMalloc(void **p, size_t n) {
+    FAIL_IF_ASKED();
+    REQUIRE(n > 0);
+    *p = make(n, &live_memory);
+    return cudaSuccess;
+}
+/* cudaFree(NULL) is how bench.c makes the context: nothing to free. */
+cudaError_t cudaFree(void *p) { return p ? unmake(p, &live_memory) : cudaSuccess; }
 cudaError_t cudaGetDevice(int *d) {
     FAIL_IF_ASKED();
     *d = 0;
@@ -235,3 +243,30 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t x, cudaStream_t s) {
     REQUIRE(x && s && !s->capturing);
     return cudaSuccess;
 }
+
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind,
+                            cudaStream_t s) {
+    FAIL_IF_ASKED();
+    REQUIRE(dst && src && s && kind == cudaMemcpyDefault);
+    memcpy(dst, src, n);
+    return cudaSuccess;
+}
+#if CUDART_VERSION >= 13000
+cudaError_t cudaMemcpyBatchAsync(void *const *dsts, const void *const *srcs, const size_t *sizes,
+                                 size_t count, struct cudaMemcpyAttributes *attrs,
+                                 size_t *attrs_idxs, size_t num_attrs, cudaStream_t s) {
+#elif CUDART_VERSION >= 12080
+cudaError_t cudaMemcpyBatchAsync(void **dsts, void **srcs, size_t *sizes, size_t count,
+                                 struct cudaMemcpyAttributes *attrs, size_t *attrs_idxs,
+                                 size_t num_attrs, size_t *fail_idx, cudaStream_t s) {
+    (void)fail_idx;
+#endif
+#if CUDART_VERSION >= 12080
+    size_t i;
+    FAIL_IF_ASKED();
+    REQUIRE(s && count > 0 && num_attrs == 1 && attrs_idxs[0] == 0
+            && attrs->srcAccessOrder == cudaMemcpySrcAccessOrderStream);
+    for (i = 0; i < count; i++) memcpy(dsts[i], srcs[i], sizes[i]);
+    return cudaSuccess;
+}
+#endif

@@ -16,7 +16,7 @@ from benchmarks import builders, ops
 from benchmarks.under_test import builtin_ptx
 
 FLOOR_H = os.path.join(ROOT, "include", "streams", "floor.h")
-NOTHING_LIVE = "fake-cudart live: streams=0 events=0 graphs=0 execs=0 unrun=0"
+NOTHING_LIVE = "fake-cudart live: streams=0 events=0 graphs=0 execs=0 memory=0 unrun=0"
 
 
 # The operations that make CUDA calls, each with a floor loop, in ops.py's order.
@@ -126,6 +126,9 @@ def test_every_floor_loop_runs_and_leaves_nothing(fake_bench, op):
     ("kernel_launch_args16", "cudaLaunchKernel"),
     ("kernel_launch", "cudaLibraryGetKernel"),
     ("stream_query", "cudaEventCreateWithFlags"),
+    ("memcpy_loop_8", "cudaMemcpyAsync"),
+    ("memcpy_loop_8", "cudaMalloc"),
+    ("memcpy_batch_8", "cudaMemcpyBatchAsync"),
 ])
 def test_a_failed_call_is_reported_and_cleaned_up(fake_bench, op, fail):
     answer, live = _bench(fake_bench, op, "40", "2", "1", fail=fail)

@@ -5,6 +5,7 @@
 #ifndef STREAMS_COMPAT_H
 #define STREAMS_COMPAT_H
 
+#include <string.h>
 #include <cuda_runtime_api.h>
 
 #if CUDART_VERSION >= 13000
@@ -47,5 +48,60 @@ static inline cudaError_t streams_cudaFuncGetParamInfo(const void *func, size_t 
     return cudaErrorNotSupported;
 }
 #endif
+
+/* Batched copies (cudaMemcpyBatchAsync): CUDA 12.8 added it with a
+ * `failIdx` out-parameter; CUDA 13 dropped that parameter and made the
+ * pointer arrays const.  Every copy here is stream-ordered on its source,
+ * with no location hints: one attribute entry covers them all.  Older
+ * runtimes report cudaErrorNotSupported, which the caller turns into an
+ * error that names the version needed. */
+#define STREAMS_HAVE_MEMCPY_BATCH (CUDART_VERSION >= 12080)
+static inline cudaError_t streams_cudaMemcpyBatchAsync(void **dsts, void **srcs, size_t *sizes,
+                                                       size_t count, cudaStream_t stream) {
+#if CUDART_VERSION >= 12080
+    struct cudaMemcpyAttributes attr;
+    size_t first = 0;
+    memset(&attr, 0, sizeof(attr));
+    attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+#if CUDART_VERSION >= 13000
+    return cudaMemcpyBatchAsync((void *const *)dsts, (const void *const *)srcs, sizes, count,
+                                &attr, &first, 1, stream);
+#else
+    size_t fail_idx = 0;
+    return cudaMemcpyBatchAsync(dsts, srcs, sizes, count, &attr, &first, 1, &fail_idx, stream);
+#endif
+#else
+    (void)dsts; (void)srcs; (void)sizes; (void)count; (void)stream;
+    return cudaErrorNotSupported;
+#endif
+}
+
+/* A driver entry point through the runtime, so that the package never
+ * links libcuda: cudaGetDriverEntryPointByVersion from CUDA 12.5 (asking
+ * for the CUDA 12.0 ABI of the symbol), cudaGetDriverEntryPoint before. */
+static inline cudaError_t streams_get_driver_entry(const char *symbol, void **fn) {
+    enum cudaDriverEntryPointQueryResult status = cudaDriverEntryPointSuccess;
+    cudaError_t err;
+    *fn = NULL;
+#if CUDART_VERSION >= 12050
+    err = cudaGetDriverEntryPointByVersion(symbol, fn, 12000, cudaEnableDefault, &status);
+#else
+    err = cudaGetDriverEntryPoint(symbol, fn, cudaEnableDefault, &status);
+#endif
+    if (err == cudaSuccess && (status != cudaDriverEntryPointSuccess || *fn == NULL)) {
+        *fn = NULL;
+        return cudaErrorNotSupported;
+    }
+    return err;
+}
+
+/* The driver's stream memory operations (cuStreamWaitValue32/64 and
+ * cuStreamWriteValue32/64, the _v2 ABI CUDA 12 resolves these names to),
+ * declared here so that no driver header is needed.  CUresult and
+ * cudaError_t share their codes for the errors these calls return. */
+typedef int (*streams_stream_value32_fn)(cudaStream_t stream, unsigned long long addr,
+                                          unsigned int value, unsigned int flags);
+typedef int (*streams_stream_value64_fn)(cudaStream_t stream, unsigned long long addr,
+                                          unsigned long long value, unsigned int flags);
 
 #endif /* STREAMS_COMPAT_H */

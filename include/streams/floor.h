@@ -25,10 +25,14 @@
 #include <string.h>
 #include <cuda_runtime_api.h>
 #include "streams/clock.h"
+#include "streams/compat.h"
 
 #define STREAMS_FLOOR_GRAPH_KERNELS 10
 #define STREAMS_FLOOR_PRODUCERS 8
 #define STREAMS_FLOOR_MAX_ARGS 16
+/* The copies of memcpy_loop_8 and memcpy_batch_8: 8 of 4 KiB, device to device. */
+#define STREAMS_FLOOR_COPIES 8
+#define STREAMS_FLOOR_COPY_BYTES 4096
 /* Untimed calls on a batch's fresh handles before its timing: the
  * contenders' handles have served earlier batches already. */
 #define STREAMS_FLOOR_WARMUP 4
@@ -55,6 +59,8 @@ enum {
     STREAMS_FLOOR_GRAPH_LAUNCH,
     STREAMS_FLOOR_GRAPH_LAUNCH_SYNC,
     STREAMS_FLOOR_GRAPH_CAPTURE_INSTANTIATE,
+    STREAMS_FLOOR_MEMCPY_LOOP_8,
+    STREAMS_FLOOR_MEMCPY_BATCH_8,
     STREAMS_FLOOR_OP_COUNT
 };
 
@@ -81,6 +87,8 @@ static const char *const streams_floor_op_names[STREAMS_FLOOR_OP_COUNT] = {
     "graph_launch",
     "graph_launch_sync",
     "graph_capture_instantiate",
+    "memcpy_loop_8",
+    "memcpy_batch_8",
 };
 
 /* What failed: `err` is cudaSuccess where it was not a CUDA call. */
@@ -100,6 +108,9 @@ typedef struct {
     unsigned long long slots[STREAMS_FLOOR_MAX_ARGS];
     cudaGraph_t graph;
     cudaGraphExec_t exec;
+    void *copy_mem;      /* the copies' sources and destinations, one allocation */
+    void *copy_dst[STREAMS_FLOOR_COPIES], *copy_src[STREAMS_FLOOR_COPIES];
+    size_t copy_size[STREAMS_FLOOR_COPIES];
     unsigned long long callbacks; /* host functions that have run (atomic) */
     unsigned long long enqueued;
     streams_floor_error_t *error;
@@ -114,7 +125,7 @@ static int streams_floor_find_op(const char *name) {
 
 static int streams_floor_uses_kernels(int op) {
     return (op >= STREAMS_FLOOR_KERNEL_LAUNCH && op <= STREAMS_FLOOR_HOST_FUNC_ENQUEUE)
-           || op >= STREAMS_FLOOR_GRAPH_LAUNCH;
+           || (op >= STREAMS_FLOOR_GRAPH_LAUNCH && op <= STREAMS_FLOOR_GRAPH_CAPTURE_INSTANTIATE);
 }
 
 static int streams_floor_fail(streams_floor_error_t *error, const char *what, cudaError_t e) {
@@ -243,6 +254,17 @@ static int streams_floor_setup(streams_floor_batch_t *b, const char *ptx) {
      * launch costs does not depend on the values. */
     for (i = 0; i < nargs; i++) b->args[i] = &b->slots[i];
     b->kernel_args = nargs ? b->args : NULL;
+    if (b->op == STREAMS_FLOOR_MEMCPY_LOOP_8 || b->op == STREAMS_FLOOR_MEMCPY_BATCH_8) {
+        char *mem;
+        STREAMS_FLOOR_CK(b, cudaMalloc(&b->copy_mem,
+                                       2 * STREAMS_FLOOR_COPIES * STREAMS_FLOOR_COPY_BYTES));
+        mem = (char *)b->copy_mem;
+        for (i = 0; i < STREAMS_FLOOR_COPIES; i++) {
+            b->copy_src[i] = mem + (size_t)i * STREAMS_FLOOR_COPY_BYTES;
+            b->copy_dst[i] = mem + (size_t)(STREAMS_FLOOR_COPIES + i) * STREAMS_FLOOR_COPY_BYTES;
+            b->copy_size[i] = STREAMS_FLOOR_COPY_BYTES;
+        }
+    }
     if (b->op == STREAMS_FLOOR_GRAPH_LAUNCH || b->op == STREAMS_FLOOR_GRAPH_LAUNCH_SYNC) {
         if (streams_floor_capture(b, &b->graph)) return -1;
         STREAMS_FLOOR_CK(b, cudaGraphInstantiateWithFlags(&b->exec, b->graph, 0));
@@ -263,6 +285,7 @@ static void streams_floor_teardown(streams_floor_batch_t *b) {
     if (b->done_ev) cudaEventDestroy(b->done_ev);
     if (b->s) cudaStreamDestroy(b->s);
     if (b->other) cudaStreamDestroy(b->other);
+    if (b->copy_mem) cudaFree(b->copy_mem);
     cudaGetLastError();
 }
 
@@ -356,6 +379,24 @@ static int streams_floor_calls(streams_floor_batch_t *b, long n) {
     case STREAMS_FLOOR_GRAPH_CAPTURE_INSTANTIATE:
         for (i = 0; i < n; i++)
             if (streams_floor_capture_instantiate(b)) return -1;
+        break;
+    case STREAMS_FLOOR_MEMCPY_LOOP_8:
+        for (i = 0; i < n; i++) {
+            int j;
+            for (j = 0; j < STREAMS_FLOOR_COPIES; j++)
+                STREAMS_FLOOR_CK(b, cudaMemcpyAsync(b->copy_dst[j], b->copy_src[j],
+                                                    b->copy_size[j], cudaMemcpyDefault, s));
+        }
+        break;
+    case STREAMS_FLOOR_MEMCPY_BATCH_8:
+        /* The call streams.memcpy_batch_async makes (compat.h: one
+         * stream-ordered attribute for every copy). */
+        for (i = 0; i < n; i++)
+            STREAMS_FLOOR_CHECK(b, "cudaMemcpyBatchAsync",
+                                streams_cudaMemcpyBatchAsync(b->copy_dst, b->copy_src,
+                                                             b->copy_size, STREAMS_FLOOR_COPIES,
+                                                             s),
+                                cudaSuccess);
         break;
     default:
         b->error->err = cudaSuccess;

@@ -6,6 +6,7 @@ from typing import Any, Literal, Protocol, SupportsIndex, final
 
 from typing_extensions import Buffer, CapsuleType, Self, TypeAlias, disjoint_base
 
+from streams._device import _DeviceLike
 from streams._stream import Stream, _StreamArg
 
 # ---------------------------------------------------------------------------
@@ -109,4 +110,12 @@ class ManagedBuffer(_HostBuffer):
 # ---------------------------------------------------------------------------
 
 def memcpy_async(dst: _Memory, src: _Memory, nbytes: SupportsIndex | None = None, stream: _StreamArg | None = None) -> None: ...
+def memcpy_peer_async(
+    dst: _Memory,
+    dst_device: _DeviceLike | None,
+    src: _Memory,
+    src_device: _DeviceLike | None,
+    nbytes: SupportsIndex | None = None,
+    stream: _StreamArg | None = None,
+) -> None: ...
 def memset_async(dst: _Memory, value: SupportsIndex, nbytes: SupportsIndex | None = None, stream: _StreamArg | None = None) -> None: ...

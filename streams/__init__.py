@@ -13,14 +13,16 @@ import os as _os
 from streams._cudart import (CudaError, HostCallbackError, debug_build, debug_counters,
                              driver_version, runtime_version)
 from streams._args import StreamsEnum
-from streams._device import (Device, device_count, get_device, set_device,
+from streams._device import (Device, can_access_peer, device_count, disable_peer_access,
+                             enable_peer_access, get_device, set_device,
                              stream_priority_range, synchronize_device)
 from streams._stream import (AccessPolicyWindow, AccessProperty, CaptureMode, CaptureStatus,
                              Event, EventPool, MemAttach, Stream, StreamAttribute, StreamPool,
                              SyncPolicy, as_stream, current_stream, reset_persisting_l2_cache)
 from streams import _hostcall  # noqa: F401  (registers the host-callback paths)
 from streams._memory import (DeviceBuffer, IpcBufferDescriptor, ManagedBuffer, MemoryPool,
-                             PinnedBuffer, memcpy_async, memcpy_batch_async, memset_async)
+                             PinnedBuffer, memcpy_async, memcpy_batch_async, memcpy_peer_async,
+                             memset_async)
 from streams._launch import Kernel, LaunchConfig, Module, PreparedLaunch
 from streams._graph import (CaptureInfo, ConditionHandle, Graph, GraphAllocation, GraphExec,
                             GraphMemoryInfo, GraphNode, NodeType, UpdateResult, capture_mode,

@@ -22,7 +22,10 @@ from streams._cudart import (
 from streams._args import StreamsEnum as StreamsEnum
 from streams._device import (
     Device as Device,
+    can_access_peer as can_access_peer,
     device_count as device_count,
+    disable_peer_access as disable_peer_access,
+    enable_peer_access as enable_peer_access,
     get_device as get_device,
     set_device as set_device,
     stream_priority_range as stream_priority_range,
@@ -52,6 +55,7 @@ from streams._memory import (
     PinnedBuffer as PinnedBuffer,
     memcpy_async as memcpy_async,
     memcpy_batch_async as memcpy_batch_async,
+    memcpy_peer_async as memcpy_peer_async,
     memset_async as memset_async,
 )
 from streams._launch import (
@@ -118,13 +122,16 @@ __all__ = [
     "SyncPolicy",
     "UpdateResult",
     "as_stream",
+    "can_access_peer",
     "capture_mode",
     "current_in",
     "current_stream",
     "debug_build",
     "debug_counters",
     "device_count",
+    "disable_peer_access",
     "driver_version",
+    "enable_peer_access",
     "exchange_capture_mode",
     "follow_current_stream",
     "get_device",
@@ -132,6 +139,7 @@ __all__ = [
     "graph_memory_info",
     "memcpy_async",
     "memcpy_batch_async",
+    "memcpy_peer_async",
     "memset_async",
     "reset_graph_memory_high",
     "reset_persisting_l2_cache",

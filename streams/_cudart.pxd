@@ -89,6 +89,11 @@ cdef int set_device(int dev) except -1 nogil
 cdef int device_get_attribute(int* value, cudaDeviceAttr attr, int dev) except -1 nogil
 cdef int device_get_name(char* out, size_t size, int dev) except -1 nogil
 cdef int device_get_stream_priority_range(int* least, int* greatest) except -1 nogil
+# 1 when `dev` can map `peer`'s memory (0 for dev == peer, as CUDA answers).
+cdef int device_can_access_peer(int dev, int peer) except -1 nogil
+# Enable or disable the current device's access to `peer`: 1 when the call
+# changed the state, 0 when it already was so.
+cdef int device_set_peer_access(int peer, bint enable) except -1 nogil
 cdef int ctx_reset_persisting_l2_cache() except -1 nogil
 cdef unsigned long long device_synchronize_request(int dev) except 0 nogil
 cdef int device_synchronize_wait(int dev, unsigned long long ticket, long long slice_ns, long long* in_flight_ns) except -1 nogil
@@ -164,6 +169,7 @@ cdef int stream_wait_value(cudaStream_t s, unsigned long long addr, unsigned lon
 cdef int stream_write_value(cudaStream_t s, unsigned long long addr, unsigned long long value, unsigned int flags, bint wide) except -1 nogil
 # The asyncio doorbell (include/streams/notify.h) as a host function on s.
 cdef int launch_notify(cudaStream_t s, void* node) except -1 nogil
+cdef int memcpy_peer_async(void* dst, int dst_device, const void* src, int src_device, size_t n, cudaStream_t s) except -1 nogil
 cdef int graph_create(cudaGraph_t* out) except -1 nogil
 cdef void count_graph_adopted() noexcept nogil
 cdef int graph_clone(cudaGraph_t* out, cudaGraph_t g) except -1 nogil

@@ -179,6 +179,66 @@ def set_device(device):
         rt.set_device(dev)
 
 
+cdef int _peer_index(object peer) except -1:
+    # None would name the current device, never a useful peer.
+    if peer is None:
+        raise ValueError("peer is required (an int, 'cuda:N' or a device object), not None")
+    return resolve_device(peer, "peer")
+
+
+def can_access_peer(device, peer):
+    """Whether ``device`` can map memory of ``peer`` (``cudaDeviceCanAccessPeer``).
+
+    False when both name the same device: CUDA does not count a device as
+    its own peer (its own memory needs no peer access).
+    """
+    cdef int other = _peer_index(peer)
+    cdef int dev = resolve_device(device, "device")
+    cdef int can
+    with nogil:
+        can = rt.device_can_access_peer(dev, other)
+    return can == 1
+
+
+cdef int _peer_access(object peer, object device, bint enable) except -1:
+    cdef int other = _peer_index(peer)
+    cdef int dev = resolve_device(device, "device")
+    cdef DeviceScope scope
+    cdef int changed
+    if other == dev:
+        raise ValueError(f"peer={other} is the device itself: a device is not its own peer")
+    # CUDA grants or withdraws the access of the current device.
+    with nogil:
+        enter_device(&scope, dev)
+        try:
+            changed = rt.device_set_peer_access(other, enable)
+        finally:
+            exit_device(&scope)
+    return changed
+
+
+def enable_peer_access(peer, device=None):
+    """Let ``device`` (default: the current one) access memory of ``peer``
+    directly (``cudaDeviceEnablePeerAccess``, made with ``device`` current).
+
+    Returns True when this call enabled it, False when it already was.  The
+    access is one-way and lasts for the process (or until
+    :func:`disable_peer_access`).  It covers memory from ``cudaMalloc``
+    and managed memory, not stream-ordered allocations: a
+    :class:`DeviceBuffer` is copied to another device with
+    :func:`memcpy_async` or :func:`memcpy_peer_async`, which need no peer
+    access.  CudaError when the two devices cannot be peers (see
+    :func:`can_access_peer`).
+    """
+    return _peer_access(peer, device, True) == 1
+
+
+def disable_peer_access(peer, device=None):
+    """Withdraw what :func:`enable_peer_access` granted
+    (``cudaDeviceDisablePeerAccess``); True when it was enabled, False when not."""
+    return _peer_access(peer, device, False) == 1
+
+
 # A device synchronize that has run this long without finishing means the
 # device is busy: an idle device answers in microseconds.  Waits with a
 # shorter timeout (timeout=0: "is it idle?") still give it that long.

@@ -31,7 +31,8 @@ from libc.string cimport memset
 
 cimport streams._cudart as rt
 from streams._args cimport as_dim3, as_enum, as_int, as_nbytes
-from streams._device cimport require_device, resolve_device
+from streams._device cimport (DeviceScope, enter_device, exit_device, require_device,
+                              resolve_device)
 from streams._hostcall cimport (HostCall, KIND_HOST_FUNC, new_call, new_error_slot,
                                 register_capture, take_capture)
 from streams._launch cimport ArgPack, Kernel, keep_module, keep_pack_users, pack_args, \
@@ -1256,6 +1257,29 @@ cdef class Graph(HandleOwner):
         return f"<streams.Graph 0x{<uintptr_t>self._handle:x}>"
 
 
+cdef int _enqueue_exec(GraphExec exe, Stream stream, bint launch) except -1 nogil:
+    # With the stream's device current, as for a kernel launch (-1, the
+    # special streams: the current device's).
+    cdef DeviceScope scope
+    exe._use()
+    try:
+        stream._use()
+        try:
+            enter_device(&scope, stream._device)
+            try:
+                if launch:
+                    return rt.graph_launch(<cudaGraphExec_t>exe._handle,
+                                           <cudaStream_t>stream._handle)
+                return rt.graph_upload(<cudaGraphExec_t>exe._handle,
+                                       <cudaStream_t>stream._handle)
+            finally:
+                exit_device(&scope)
+        finally:
+            stream._unuse()
+    finally:
+        exe._unuse()
+
+
 @cython.final
 cdef class GraphExec(HandleOwner):
     """An executable graph (``cudaGraphExec_t``), from ``Graph.instantiate()``."""
@@ -1273,28 +1297,10 @@ cdef class GraphExec(HandleOwner):
         return self._handle
 
     cdef int c_launch(self, Stream stream) except -1 nogil:
-        self._use()
-        try:
-            stream._use()
-            try:
-                return rt.graph_launch(<cudaGraphExec_t>self._handle,
-                                       <cudaStream_t>stream._handle)
-            finally:
-                stream._unuse()
-        finally:
-            self._unuse()
+        return _enqueue_exec(self, stream, 1)
 
     cdef int c_upload(self, Stream stream) except -1 nogil:
-        self._use()
-        try:
-            stream._use()
-            try:
-                return rt.graph_upload(<cudaGraphExec_t>self._handle,
-                                       <cudaStream_t>stream._handle)
-            finally:
-                stream._unuse()
-        finally:
-            self._unuse()
+        return _enqueue_exec(self, stream, 0)
 
     def launch(self, stream=None):
         """Enqueue one replay on ``stream`` (default: the current stream).

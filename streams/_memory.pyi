@@ -194,6 +194,14 @@ def memcpy_batch_async(
     copies: Iterable[tuple[_Memory, _Memory] | tuple[_Memory, _Memory, SupportsIndex | None]],
     stream: _StreamArg | None = None,
 ) -> None: ...
+def memcpy_peer_async(
+    dst: _Memory,
+    dst_device: _DeviceLike | None,
+    src: _Memory,
+    src_device: _DeviceLike | None,
+    nbytes: SupportsIndex | None = None,
+    stream: _StreamArg | None = None,
+) -> None: ...
 def memset_async(dst: _Memory, value: SupportsIndex, nbytes: SupportsIndex | None = None, stream: _StreamArg | None = None) -> None: ...
 
 # Private: Stream.wait_value and Stream.write_value.

@@ -20,8 +20,8 @@ from posix.unistd cimport close as close_fd
 
 cimport streams._cudart as rt
 from streams._args cimport as_int, as_nbytes, as_pointer_int
-from streams._device cimport DeviceScope, current_device, enter_device, exit_device, \
-    resolve_device
+from streams._device cimport (DeviceScope, current_device, enter_device, exit_device,
+                              resolve_device)
 from streams._handle cimport HandleOwner
 from streams._platform cimport streams_close_begin, streams_is_closed
 from streams._stream cimport Event, Stream, as_stream
@@ -1218,6 +1218,76 @@ cdef size_t _span_length(object nbytes, Span* span, str argname) except? 0:
     return n
 
 
+cdef int _buffer_device(Span* span) noexcept:
+    """The device of a streams DeviceBuffer, -1 for any other memory."""
+    if span.user != NULL and isinstance(<object>span.user, DeviceBuffer):
+        return (<_Buffer>span.user)._device
+    return -1
+
+
+cdef int _peer_device(object device, Span* span, str argname) except -1:
+    """The device a peer copy names for one side: ``device``, which must be
+    the buffer's own for a DeviceBuffer, or, when None, that buffer's."""
+    cdef int known = _buffer_device(span)
+    cdef int dev
+    if device is None:
+        if known < 0:
+            raise ValueError(f"{argname}_device is required: {argname} is not a DeviceBuffer")
+        return known
+    dev = resolve_device(device, argname + "_device")
+    if known >= 0 and dev != known:
+        raise ValueError(f"{argname}_device={dev}, but {argname} is a DeviceBuffer of "
+                         f"device {known}")
+    return dev
+
+
+cdef int _memcpy(object dst, object src, object nbytes, object stream, bint peer,
+                 object dst_device, object src_device) except -1:
+    """memcpy_async, or with ``peer`` memcpy_peer_async.  The copy is
+    enqueued with the stream's device current (CUDA copies stream-ordered
+    memory only with its device current)."""
+    cdef Span d, s
+    cdef size_t n
+    cdef int dd, sd
+    cdef int kinds = SPAN_DEVICE if peer else SPAN_HOST_OK
+    cdef Stream st = as_stream(stream, "stream")
+    cdef DeviceScope scope
+    d.user = NULL
+    d.has_view = False
+    s.user = NULL
+    s.has_view = False
+    try:
+        resolve_span(dst, &d, SPAN_WRITABLE | kinds, st, "dst")
+        resolve_span(src, &s, kinds, st, "src")
+        if peer:
+            dd = _peer_device(dst_device, &d, "dst")
+            sd = _peer_device(src_device, &s, "src")
+        else:
+            dd = _buffer_device(&d)
+            sd = _buffer_device(&s)
+            peer = dd >= 0 and sd >= 0 and dd != sd
+        n = _span_length(nbytes, &s, "src")
+        _check_fits(n, &d, "dst")
+        st._use()
+        try:
+            with nogil:
+                # -1 for the special streams: they belong to the current device.
+                enter_device(&scope, st._device)
+                try:
+                    if peer:
+                        rt.memcpy_peer_async(d.ptr, dd, s.ptr, sd, n, <cudaStream_t>st._handle)
+                    else:
+                        rt.memcpy_async(d.ptr, s.ptr, n, <cudaStream_t>st._handle)
+                finally:
+                    exit_device(&scope)
+        finally:
+            st._unuse()
+    finally:
+        release_span(&s)
+        release_span(&d)
+    return 0
+
+
 def memcpy_async(dst, src, nbytes=None, stream=None):
     """Copy ``nbytes`` (default: all of ``src``) from ``src`` to ``dst`` in stream order.
 
@@ -1227,36 +1297,39 @@ def memcpy_async(dst, src, nbytes=None, stream=None):
     return only once CUDA has staged them, so they are not truly
     asynchronous; use PinnedBuffer for overlap.  The caller keeps both sides
     alive until the stream passes the copy.
+
+    The copy is made with the stream's device current.  Between two
+    :class:`DeviceBuffer` of different devices it is a peer copy
+    (``cudaMemcpyPeerAsync``: CUDA cannot copy stream-ordered memory across
+    devices otherwise); for other memory of two devices, see
+    :func:`memcpy_peer_async`.
     """
-    cdef Span d, s
-    cdef size_t n
-    cdef Stream st = as_stream(stream, "stream")
-    d.user = NULL
-    d.has_view = False
-    s.user = NULL
-    s.has_view = False
-    try:
-        resolve_span(dst, &d, SPAN_WRITABLE | SPAN_HOST_OK, st, "dst")
-        resolve_span(src, &s, SPAN_HOST_OK, st, "src")
-        n = _span_length(nbytes, &s, "src")
-        _check_fits(n, &d, "dst")
-        st._use()
-        try:
-            with nogil:
-                rt.memcpy_async(d.ptr, s.ptr, n, <cudaStream_t>st._handle)
-        finally:
-            st._unuse()
-    finally:
-        release_span(&s)
-        release_span(&d)
+    _memcpy(dst, src, nbytes, stream, False, None, None)
+
+
+def memcpy_peer_async(dst, dst_device, src, src_device, nbytes=None, stream=None):
+    """Copy ``nbytes`` (default: all of ``src``) from ``src`` on device
+    ``src_device`` to ``dst`` on device ``dst_device``, in stream order
+    (``cudaMemcpyPeerAsync``, with the stream's device current).
+
+    Both sides are device memory.  A device argument may be None for a
+    :class:`DeviceBuffer` (its own device) and must otherwise match it.
+    Works without :func:`enable_peer_access` (CUDA then stages the copy),
+    and for stream-ordered memory, which peer access does not reach.  The
+    copy is ordered on ``stream`` only: work on other devices that uses
+    either side is ordered by the caller (``wait_stream``, events).
+    """
+    _memcpy(dst, src, nbytes, stream, True, dst_device, src_device)
 
 
 def memset_async(dst, value, nbytes=None, stream=None):
-    """Set ``nbytes`` bytes (default: all of ``dst``) to ``value`` (0-255) in stream order."""
+    """Set ``nbytes`` bytes (default: all of ``dst``) to ``value`` (0-255) in
+    stream order, with the stream's device current."""
     cdef Span d
     cdef size_t n
     cdef int v = as_int(value, "value")
     cdef Stream st = as_stream(stream, "stream")
+    cdef DeviceScope scope
     if v < 0 or v > 255:
         raise ValueError(f"value must be a byte (0-255), got {v}")
     d.user = NULL
@@ -1267,7 +1340,11 @@ def memset_async(dst, value, nbytes=None, stream=None):
         st._use()
         try:
             with nogil:
-                rt.memset_async(d.ptr, v, n, <cudaStream_t>st._handle)
+                enter_device(&scope, st._device)
+                try:
+                    rt.memset_async(d.ptr, v, n, <cudaStream_t>st._handle)
+                finally:
+                    exit_device(&scope)
         finally:
             st._unuse()
     finally:

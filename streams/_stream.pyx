@@ -405,19 +405,24 @@ cdef int _enqueue_raw(int what, void* stream, void* event, unsigned int flags) e
     return 0
 
 
+cdef int _event_create_on(cudaEvent_t* out, unsigned int flags, int device) except -1 nogil:
+    # Events belong to the device current at their creation (-1: leave it).
+    cdef DeviceScope scope
+    enter_device(&scope, device)
+    try:
+        return rt.event_create(out, flags)
+    finally:
+        exit_device(&scope)
+
+
 cdef Event new_event(int device, unsigned int flags):
     """A new owned event on ``device`` (-1: the current device)."""
     cdef Event ev = Event.__new__(Event)
     cdef cudaEvent_t h = NULL
-    cdef DeviceScope scope
     if device < 0:
         device = current_device()
     with nogil:
-        enter_device(&scope, device)
-        try:
-            rt.event_create(&h, flags)
-        finally:
-            exit_device(&scope)
+        _event_create_on(&h, flags, device)
     ev._handle = <streams_event_t>h
     ev._device = device
     ev._flags = flags
@@ -1399,28 +1404,32 @@ cdef class Event(Waitable):
     ``enable_timing`` allows ``elapsed_time``; ``blocking``
     (``cudaEventBlockingSync``) makes ``synchronize`` sleep between checks
     instead of spinning; ``interprocess`` allows sharing with another
-    process (timing must then be off, as CUDA requires).  Created on the
-    current device.
+    process (timing must then be off, as CUDA requires).  Created on
+    ``device`` (default: the current device), the only device whose streams
+    can record it; streams of any device can wait for it.
     """
 
     def __cinit__(self, *args, **kwargs):
         self._kind = rt.HANDLE_EVENT
 
-    def __init__(self, enable_timing=False, blocking=False, interprocess=False):
+    def __init__(self, enable_timing=False, blocking=False, interprocess=False, device=None):
         cdef unsigned int flags
         cdef cudaEvent_t handle = NULL
-        cdef int dev
+        cdef int dev, switch_to = -1
         self._init_once()
         flags = _event_flags(enable_timing, blocking, interprocess)
-        dev = current_device()
+        if device is None:
+            dev = current_device()
+        else:
+            dev = switch_to = resolve_device(device, "device")
         rt.drain_deferred()
-        # Creating an event waits for nothing but a driver lock: the GIL
-        # policy of enqueues holds.
+        # Creating an event (and switching devices) waits for nothing but a
+        # driver lock: the GIL policy of enqueues holds.
         if rt.enqueue_may_keep_gil():
-            rt.event_create(&handle, flags)
+            _event_create_on(&handle, flags, switch_to)
         else:
             with nogil:
-                rt.event_create(&handle, flags)
+                _event_create_on(&handle, flags, switch_to)
         self._handle = <streams_event_t>handle
         self._device = dev
         self._flags = flags
@@ -1577,11 +1586,21 @@ cdef class Event(Waitable):
         return self._owner
 
     @staticmethod
-    def from_ipc_handle(handle):
-        """Open an event another process exported with ``ipc_handle()``."""
+    def from_ipc_handle(handle, device=None):
+        """Open an event another process exported with ``ipc_handle()``.
+
+        CUDA opens it on the device current in this process, here
+        ``device`` (default: the current device), which becomes its
+        ``device_id``: only streams of that device can record it, streams of
+        any device can wait for it.  The handle does not say which device the
+        exporter made it on (an index that could name another GPU here
+        anyway, under another ``CUDA_VISIBLE_DEVICES``).
+        """
         cdef cudaIpcEventHandle_t h
         cdef cudaEvent_t ev = NULL
         cdef Event opened
+        cdef DeviceScope scope
+        cdef int dev, switch_to = -1
         if not isinstance(handle, (bytes, bytearray, memoryview)):
             raise TypeError(f"handle must be bytes from Event.ipc_handle(), not "
                             f"{type(handle).__name__}")
@@ -1590,10 +1609,18 @@ cdef class Event(Waitable):
             raise ValueError(f"handle must be 64 bytes, got {len(data)}")
         for i in range(64):
             h.reserved[i] = <char>data[i]
+        if device is None:
+            dev = current_device()
+        else:
+            dev = switch_to = resolve_device(device, "device")
         opened = Event.__new__(Event)
-        opened._device = current_device()
+        opened._device = dev
         with nogil:
-            rt.ipc_open_event_handle(&ev, h)
+            enter_device(&scope, switch_to)
+            try:
+                rt.ipc_open_event_handle(&ev, h)
+            finally:
+                exit_device(&scope)
         opened._handle = <streams_event_t>ev
         opened._flags = cudaEventDisableTiming | cudaEventInterprocess
         opened._recorded = True

@@ -35,6 +35,8 @@ cdef extern from "cuda_runtime_api.h" nogil:
         cudaErrorCudartUnloading
         cudaErrorCallRequiresNewerDriver
         cudaErrorGraphExecUpdateFailure
+        cudaErrorPeerAccessAlreadyEnabled
+        cudaErrorPeerAccessNotEnabled
 
     const char* cudaGetErrorName(cudaError_t error)
     const char* cudaGetErrorString(cudaError_t error)
@@ -87,6 +89,11 @@ cdef extern from "cuda_runtime_api.h" nogil:
         char name[256]
         size_t totalGlobalMem
     cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device)
+
+    # ---- Peer device memory access ------------------------------------------
+    cudaError_t cudaDeviceCanAccessPeer(int* canAccessPeer, int device, int peerDevice)
+    cudaError_t cudaDeviceEnablePeerAccess(int peerDevice, unsigned int flags)
+    cudaError_t cudaDeviceDisablePeerAccess(int peerDevice)
 
     # ---- Stream management (every function of the runtime chapter) ------
     enum:
@@ -326,6 +333,8 @@ cdef extern from "cuda_runtime_api.h" nogil:
         cudaMemcpyDefault
     cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count,
                                 cudaMemcpyKind kind, cudaStream_t stream)
+    cudaError_t cudaMemcpyPeerAsync(void* dst, int dstDevice, const void* src, int srcDevice,
+                                    size_t count, cudaStream_t stream)
 
     # ---- Stream-ordered memory allocator: pools ----------------------------
     ctypedef struct CUmemPoolHandle_st

@@ -203,6 +203,24 @@ def test_event_from_ipc_handle_validates():
         Event.from_ipc_handle(b"abc")
 
 
+@pytest.mark.parametrize("call, exc, text", [
+    (lambda: Event(device=True), TypeError,
+     "device must be an int, 'cuda:N' or a device object, not bool"),
+    (lambda: Event(device="cpu"), ValueError, "device='cpu' is not a CUDA device string"),
+    (lambda: Event.from_ipc_handle(bytes(64), device=1.5), TypeError,
+     "device must be None, an int"),
+    (lambda: streams.can_access_peer(0, "cpu"), ValueError, "peer='cpu' is not a CUDA"),
+    (lambda: streams.can_access_peer(0, True), TypeError, "peer must be an int"),
+    (lambda: streams.enable_peer_access("gpu:x"), ValueError, "peer='gpu:x' is not a CUDA"),
+    (lambda: streams.disable_peer_access([1]), TypeError, "peer must be None, an int"),
+    (lambda: streams.enable_peer_access(None), ValueError, "peer is required"),
+    (lambda: streams.can_access_peer(0, None), ValueError, "peer is required"),
+])
+def test_device_arguments_of_events_and_peers_checked_before_cuda(call, exc, text):
+    with pytest.raises(exc, match=text):
+        call()
+
+
 def test_uninitialised_subclass_is_unusable():
     class Lazy(Stream):
         def __init__(self):

@@ -52,9 +52,9 @@ def test_stream_constructor(device, priority, non_blocking):
 
 
 @FUZZ
-@given(junk, junk, junk)
-def test_event_constructor(a, b, c):
-    construct_and_close(Event, enable_timing=a, blocking=b, interprocess=c)
+@given(junk, junk, junk, junk)
+def test_event_constructor(a, b, c, device):
+    construct_and_close(Event, enable_timing=a, blocking=b, interprocess=c, device=device)
 
 
 @FUZZ
@@ -87,6 +87,8 @@ def test_module_level_functions(a, b):
     call(streams.memset_async, a, b)
     call(streams.memcpy_async, a, b)
     call(streams.memcpy_async, b, a, 1)
+    call(streams.memcpy_peer_async, a, b, b, a)
+    call(streams.can_access_peer, a, b)
     if GPU:   # a name or value of a mode was accepted: the thread's mode changed
         streams.exchange_capture_mode("global")
 

@@ -14,9 +14,11 @@ Behavior"; NVIDIA bug 3446335):
 * stream-ordered allocations (``cudaMallocAsync``, which every
   ``DeviceBuffer`` is) are copied with ``cudaMemcpyAsync`` only while their
   own device is current, and not at all to another device's allocation
-  (that takes ``cudaMemcpyPeerAsync``).  Copies of device-1 buffers are
-  therefore made inside ``with s1:``, except in the two tests that check
-  exactly these paths.
+  (that takes ``cudaMemcpyPeerAsync``, which ``memcpy_async`` uses between
+  two DeviceBuffers of different devices).  ``memcpy_async`` makes the
+  stream's device current; the helpers here copy device-1 buffers inside
+  ``with s1:`` all the same, so that only the tests of those paths rely on
+  it.
 """
 import textwrap
 
@@ -179,18 +181,69 @@ def test_device_0_work_waits_for_device_1_work(kernels, how):
         assert streams.get_device() == 0
 
 
-@pytest.mark.xfail(raises=streams.CudaError, strict=False,
-                   reason="cudaMemcpyAsync cannot copy between the cudaMallocAsync memory of "
-                          "two devices (NVIDIA bug 3446335) and streams has no peer copy "
-                          "(cudaMemcpyPeerAsync) nor pool access (cudaMemPoolSetAccess)")
-def test_peer_copy_from_device_1_to_device_0(kernels):
+@pytest.mark.parametrize("src_dev, dst_dev", [(1, 0), (0, 1)])
+def test_memcpy_async_between_device_buffers_of_two_devices(kernels, src_dev, dst_dev):
+    """A peer copy (cudaMemcpyAsync refuses stream-ordered memory of two
+    devices, NVIDIA bug 3446335), on a stream of either device."""
+    with closing(Stream(device=src_dev), Stream(device=dst_dev)) as (s_src, s_dst):
+        with closing(DeviceBuffer(N * 4, stream=s_src),
+                     DeviceBuffer(N * 4, stream=s_dst)) as (src, dst):
+            slow_fill(s_src, kernels, src, 0xC0FFEE)
+            s_dst.wait_stream(s_src)
+            streams.memcpy_async(dst, src, stream=s_dst)
+            assert streams.get_device() == 0
+            with s_dst:
+                assert (to_host(dst, s_dst) == 0xC0FFEE).all()
+            # and on the source's stream, the destination then ordered after it
+            s_dst.launch(kernels.increment, GRID, BLOCK, dst, N)
+            s_src.wait_stream(s_dst)
+            streams.memcpy_async(src, dst, stream=s_src)
+            with s_src:
+                assert (to_host(src, s_src) == 0xC0FFEE + 1).all()
+            assert streams.get_device() == 0
+
+
+def test_memcpy_peer_async_between_two_devices(kernels):
     with closing(Stream(device=1), Stream(device=0)) as (s1, s0):
         with closing(DeviceBuffer(N * 4, stream=s1), DeviceBuffer(N * 4, stream=s0)) as (src, dst):
-            slow_fill(s1, kernels, src, 0xC0FFEE)
+            slow_fill(s1, kernels, src, 77)
             s0.wait_stream(s1)
-            streams.memcpy_async(dst, src, stream=s0)
-            assert (to_host(dst, s0) == 0xC0FFEE).all()
+            streams.memcpy_peer_async(dst, 0, src, "cuda:1", stream=s0)
+            assert (to_host(dst, s0) == 77).all()
+            s0.launch(kernels.increment, GRID, BLOCK, dst, N)
+            s1.wait_stream(s0)
+            streams.memcpy_peer_async(src, None, dst, None, stream=s1)  # their own devices
+            with s1:
+                assert (to_host(src, s1) == 78).all()
+            with pytest.raises(ValueError, match="dst_device=0, but dst is a DeviceBuffer of "
+                                                 "device 1"):
+                streams.memcpy_peer_async(src, 0, dst, 0, stream=s0)
+            with pytest.raises(ValueError, match="src_device=0, but src is a DeviceBuffer of "
+                                                 "device 1"):
+                streams.memcpy_peer_async(dst, 0, src, 0, stream=s0)
             assert streams.get_device() == 0
+
+
+def test_peer_access_switches_on_and_off():
+    if not streams.can_access_peer(0, 1):
+        with pytest.raises(streams.CudaError):
+            streams.enable_peer_access(1, device=0)
+        pytest.skip("devices 0 and 1 cannot be peers (cudaDeviceCanAccessPeer)")
+    assert streams.can_access_peer(1, 0) in (True, False)
+    streams.disable_peer_access(1, device=0)        # whatever an earlier test left
+    assert streams.enable_peer_access(1, device=0) is True
+    assert streams.enable_peer_access(1, device="cuda:0") is False, "already enabled"
+    with streams.Device(0):
+        assert streams.enable_peer_access(1) is False
+    assert streams.disable_peer_access(1, device=0) is True
+    assert streams.disable_peer_access(1, device=0) is False, "already disabled"
+    assert streams.get_device() == 0
+    with streams.Device(1):
+        streams.disable_peer_access(0)
+        assert streams.enable_peer_access(0) is True, "device 1 to device 0: its own switch"
+        assert streams.disable_peer_access(0) is True
+        assert streams.get_device() == 1
+    assert streams.get_device() == 0
 
 
 # ---- events and pools of device 1 ------------------------------------------------------------
@@ -208,6 +261,23 @@ def test_events_belong_to_a_device():
             with pytest.raises(streams.CudaError):
                 other.record(s1)        # CUDA: an event records on its own device only
             assert s1.record(mine) is mine and mine.synchronize() is True
+        assert streams.get_device() == 0
+
+
+def test_event_made_on_device_1_while_device_0_is_current():
+    with closing(Event(True, device=1), Event(device="cuda:1", enable_timing=True),
+                 Stream(device=1), Stream(device=0)) as (ev, timed, s1, s0):
+        assert ev.device_id == timed.device_id == 1
+        assert streams.get_device() == 0
+        timed.record(s1)
+        spin(s1, 200 * MS)
+        assert ev.record(s1) is ev
+        s0.wait_event(ev)
+        assert s0.synchronize() is True and s1.query() is True
+        assert timed.elapsed_time(ev) >= 150
+        with pytest.raises(streams.CudaError, match="the event belongs to device 1 and the "
+                                                    "stream to device 0"):
+            ev.record(s0)
         assert streams.get_device() == 0
 
 
@@ -247,6 +317,29 @@ def test_graph_captured_on_a_device_1_stream(kernels):
         assert (host == 11 + 3 * 2).all()
 
 
+def test_graph_of_device_1_launched_while_device_0_is_current(kernels):
+    """GraphExec.upload / launch make the stream's device current, as a
+    kernel launch does."""
+    with closing(Stream(device=1)) as s1, closing(DeviceBuffer(N * 4, stream=s1)) as buf:
+        s1.launch(kernels.fill, GRID, BLOCK, buf, 100, N)
+        s1.launch(kernels.increment, GRID, BLOCK, buf, N)   # loaded on device 1 before capture
+        with s1.capture() as cap:
+            s1.launch(kernels.increment, GRID, BLOCK, buf, N)
+        with closing(cap.graph) as graph:
+            with streams.Device(1):
+                exe = graph.instantiate()
+            with closing(exe):
+                assert streams.get_device() == 0
+                exe.upload(s1)
+                assert streams.get_device() == 0
+                for _ in range(5):
+                    exe.launch(s1)
+                assert streams.get_device() == 0
+                with s1:
+                    host = to_host(buf, s1)
+        assert (host == 106).all()
+
+
 # ---- the compat layer ---------------------------------------------------------------------------
 
 def test_torch_compat_streams_of_two_devices():
@@ -282,19 +375,22 @@ def test_cupy_compat_current_stream_per_device():
 # ---- IPC ------------------------------------------------------------------------------------------
 
 @pytest.mark.timing
-def test_ipc_event_of_device_1_waited_on_in_a_child_on_device_0():
+@pytest.mark.parametrize("open_on", [None, 0, 1])
+def test_ipc_event_of_device_1_waited_on_in_a_child_on_device_0(open_on):
+    """The child opens the event on ``open_on`` (None: its current device,
+    0) and waits for it on a stream of device 0."""
     with streams.Device(1):
         ev = Event(interprocess=True)
     with closing(ev, Stream(device=1)) as (ev, s1):
         assert ev.device_id == 1
         spin(s1, 3000 * MS)
         ev.record(s1)
-        child = textwrap.dedent("""
+        child = textwrap.dedent(f"""
             import sys, streams
             handle = bytes.fromhex(sys.stdin.readline().strip())
-            ev = streams.Event.from_ipc_handle(handle)
+            ev = streams.Event.from_ipc_handle(handle, device={open_on})
             s0 = streams.Stream(device=0)
-            print("device", streams.get_device(), flush=True)
+            print("device", streams.get_device(), ev.device_id, flush=True)
             print("first", ev.query(), flush=True)
             s0.wait_event(ev)
             s0.synchronize()
@@ -304,7 +400,9 @@ def test_ipc_event_of_device_1_waited_on_in_a_child_on_device_0():
         """)
         result = run_python(child, timeout=60, input=ev.ipc_handle().hex() + "\n")
         assert result.returncode == 0, result.stderr[-2000:]
-        assert result.stdout.split() == ["device", "0", "first", "False", "then", "True"]
+        opened_on = "1" if open_on == 1 else "0"
+        assert result.stdout.split() == ["device", "0", opened_on, "first", "False",
+                                         "then", "True"]
         assert ev.query() is True
         assert s1.synchronize() is True
         assert streams.get_device() == 0

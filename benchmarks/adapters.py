@@ -353,7 +353,7 @@ class StreamsCy(Adapter):
 
     def make_case(self, op):
         if op not in self.mod.OPS:
-            raise NotAvailable("no C-level (cimport) API for this operation")
+            raise NotAvailable(self.mod.NA.get(op, "no C-level (cimport) API for this operation"))
         kernel_name, signature = ARG_KERNELS.get(op, ("streams_empty", None))
         ptx = self.ptx(kernel_name) if op in KERNEL_OPS or op in GRAPH_OPS else None
         st = self.streams
@@ -900,6 +900,6 @@ class Noop(Adapter):
 
 
 ADAPTERS = {"streams-py": StreamsPy, "streams-py-baseline": StreamsPy, "streams-cy": StreamsCy,
-            "cupy": Cupy, "torch": Torch,
+            "streams-cy-baseline": StreamsCy, "cupy": Cupy, "torch": Torch,
             "cuda-core": CudaCore, "cuda-bindings": CudaBindings, "numba-cuda": NumbaCuda,
             "noop": Noop}

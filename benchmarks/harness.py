@@ -20,7 +20,8 @@ import time
 from benchmarks import CHECKOUT
 from benchmarks.builders import (build_c_floor, build_cython_bench, compiler, compiler_version,
                                  default_cache_dir, find_cuda)
-from benchmarks.ops import CONTENDER_BY_NAME, DEFAULT_CONTENDERS, FULL, OP_BY_NAME, OPS, QUICK
+from benchmarks.ops import (BASELINE_OF, CONTENDER_BY_NAME, DEFAULT_CONTENDERS, FULL, OP_BY_NAME,
+                            OPS, QUICK)
 from benchmarks.results import finalize, new_doc
 from benchmarks.under_test import (baseline_problem, builtin_ptx, child_pythonpath,
                                    streams_facts, streams_parent)
@@ -228,8 +229,8 @@ class Config:
         self.baseline = os.path.abspath(baseline) if baseline else None
         self.cpus = sorted(cpus) if cpus else None
         if self.baseline and contenders is None:
-            self.contenders.insert(self.contenders.index("streams-py") + 1,
-                                   "streams-py-baseline")
+            for name, of in BASELINE_OF.items():
+                self.contenders.insert(self.contenders.index(of) + 1, name)
 
     def iters(self, op):
         return max(1, int(round(OP_BY_NAME[op].iters * self.scale)))
@@ -284,11 +285,11 @@ def _module_present(name):
         return False
 
 
-def _build(builder, spec, entry, config, progress):
+def _build(builder, spec, entry, config, progress, **kwargs):
     """A compiled contender's product, or None: its column is then
     unavailable, with the builder's reason."""
     progress.message(f"building {spec.label} ...")
-    product, why = builder(config.cache_dir, root=config.source_dir)
+    product, why = builder(config.cache_dir, root=config.source_dir, **kwargs)
     if product is None:
         entry.update(status="unavailable", reason=why)
         progress.message(f"{spec.label}: unavailable ({why})")
@@ -341,16 +342,20 @@ def _prepare(config, doc, progress):
             argv = [sys.executable, "-m", "benchmarks.run", "--worker", name]
             if ptx_path:
                 argv += ["--ptx", ptx_path]
-            if name == "streams-cy":
-                mod = _build(build_cython_bench, spec, entry, config, progress)
-                if mod is None:
-                    continue
-                argv += ["--cy-module", mod]
-            if name == "streams-py-baseline":
+            if name in BASELINE_OF:
                 why = baseline_problem(config.baseline)
                 if why:
                     entry.update(status="unavailable", reason=why)
                     continue
+            if name in ("streams-cy", "streams-cy-baseline"):
+                # The baseline's own checkout: its get_include() finds the
+                # headers from there, not from the folder of one link.
+                mod = _build(build_cython_bench, spec, entry, config, progress,
+                             streams_dir=config.baseline if name in BASELINE_OF else None)
+                if mod is None:
+                    continue
+                argv += ["--cy-module", mod]
+            if name in BASELINE_OF:
                 cwd = _baseline_folder(config)
                 env = dict(os.environ, PYTHONPATH=child_pythonpath(cwd))
             else:

@@ -135,6 +135,11 @@ CONTENDERS = (
     Contender("streams-cy", "streams (Cy)", "streams",
               "benchmarks/cy_bench.pyx: `from streams cimport Stream, Event`, nogil C-level "
               "calls (c_query, c_record, ..., Kernel/PreparedLaunch/GraphExec.c_launch)"),
+    # The same, compiled against the --baseline build's .pxd files and run
+    # with its streams: the C-level API before and after, in one run.
+    Contender("streams-cy-baseline", "streams (Cy, baseline)", "streams",
+              "benchmarks/cy_bench.pyx compiled against the build in --baseline DIR",
+              hidden=True),
     Contender("cupy", "CuPy", "cupy", "cupy.cuda.Stream/Event, Function from the same PTX"),
     Contender("torch", "PyTorch", "torch", "torch.cuda.Stream/Event, torch.cuda._sleep(0)"),
     Contender("cuda-core", "cuda.core", "cuda.core",
@@ -149,6 +154,10 @@ CONTENDERS = (
 CONTENDER_BY_NAME = {c.name: c for c in CONTENDERS}
 DEFAULT_CONTENDERS = tuple(c.name for c in CONTENDERS if not c.hidden)
 GPU_FREE = {"noop"}
+
+#: The hidden contenders that --baseline adds, each after the one it is the
+#: baseline of.
+BASELINE_OF = {"streams-py-baseline": "streams-py", "streams-cy-baseline": "streams-cy"}
 
 FULL = {"rounds": 6, "batches": 15, "scale": 1.0}
 QUICK = {"rounds": 2, "batches": 5, "scale": 0.2}

@@ -21,7 +21,7 @@ from benchmarks import CHECKOUT
 from benchmarks.builders import (build_c_floor, build_cython_bench, compiler, compiler_version,
                                  default_cache_dir, find_cuda)
 from benchmarks.ops import (BASELINE_OF, CONTENDER_BY_NAME, DEFAULT_CONTENDERS, FULL, OP_BY_NAME,
-                            OPS, QUICK)
+                            OPS, QUICK, floor_op)
 from benchmarks.results import finalize, new_doc
 from benchmarks.under_test import (baseline_problem, builtin_ptx, child_pythonpath,
                                    streams_facts, streams_parent)
@@ -452,7 +452,10 @@ def _measure_op(op, config, doc, workers, active, progress):
                     raise WorkerDied(ans.get("error", "restart failed"))
             except (OSError, WorkerDied) as exc:
                 cells[c] = {"status": "error", "reason": f"restart failed: {exc}"}
-    request = f"run {op} {iters} {config.batches} {config.warmup}"
+    only = OP_BY_NAME[op].only
+    for c in active:
+        if only and c not in only[0] and c != "c":
+            cells[c] = {"status": "n/a", "reason": f"only {', '.join(only[0])}: {only[1]}"}
     for rnd in range(config.rounds):
         # Each round starts with a different contender, so none is always
         # the one that runs right after another's burst of work.
@@ -463,8 +466,12 @@ def _measure_op(op, config, doc, workers, active, progress):
                 progress.skip()
                 continue
             progress.step(op, rnd, config.rounds, CONTENDER_BY_NAME[c].label)
+            # The C program is the floor's loops: an operation whose floor is
+            # another's runs that one there.
+            name = floor_op(op) if c == "c" else op
             try:
-                ans = workers[c].ask(request, config.timeout)
+                ans = workers[c].ask(f"run {name} {iters} {config.batches} {config.warmup}",
+                                     config.timeout)
             except WorkerDied as exc:
                 cells[c] = {"status": "error", "reason": str(exc)}
                 progress.message(f"{CONTENDER_BY_NAME[c].label}, {op}: {exc}")
@@ -479,6 +486,8 @@ def _measure_op(op, config, doc, workers, active, progress):
                 cell["drained"] += int(ans.get("drained", 0))
                 if ans.get("note"):
                     cell["note"] = ans["note"]
+                elif name != op:
+                    cell["note"] = f"the loop of {name}: the same CUDA calls"
                 if ans.get("floor_error"):
                     cell.setdefault("floor_reason", ans["floor_error"])
             elif "na" in ans:

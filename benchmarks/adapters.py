@@ -15,7 +15,7 @@ import platform
 from benchmarks.builders import CY_MODULE, read
 from benchmarks.ops import (ARG_KERNELS, COPIES, COPY_BYTES, ENQUEUES, GRAPH_KERNELS,
                             GRAPH_OPS, HOST_FUNC_OPS, KERNEL_OPS, NO_FLOOR, OP_BY_NAME,
-                            PRODUCERS)
+                            PRODUCERS, floor_op)
 from benchmarks.timing import (Case, NotAvailable, close_quietly, describe, make_loop,
                                make_stmt, producers)
 from benchmarks.under_test import streams_facts
@@ -99,7 +99,7 @@ class Adapter:
             from streams._cudart import floor_batch
         except ImportError as exc:
             raise NotAvailable(f"no in-process floor here: {describe(exc)}") from None
-        return functools.partial(floor_batch, op)
+        return functools.partial(floor_batch, floor_op(op))
 
     def make_case(self, op):
         if op in self.na:
@@ -209,6 +209,7 @@ class StreamsPy(Adapter):
         "stream_query": "s.query()",
         "stream_synchronize": "s.synchronize()",
         "event_record": "s.record(ev)",
+        "event_record_torch_stream": "ev.record(ts)",
         "event_query": "done.query()",
         "event_record_query": "s.record(ev)\nev.query()",
         "stream_wait_event": "s.wait_event(done)",
@@ -236,6 +237,9 @@ class StreamsPy(Adapter):
         "kernel_launch_args16": "Stream.launch(k, 1, 1, *args) of Module.from_ptx, with "
                                 "get_kernel(signature=...); pointers: DeviceBuffers",
         "prepared_launch": "PreparedLaunch.launch(s) of Kernel.prepare(1, 1)",
+        "event_record_torch_stream": "Event.record(torch.cuda.Stream()); its target is "
+                                     "to event record's Stream.record(Event): both record "
+                                     "through the same code once the stream is known",
     }
 
     def setup(self):
@@ -304,6 +308,12 @@ class StreamsPy(Adapter):
             pool = st.StreamPool() if op == "stream_pool_acquire" else st.EventPool()
             env["spool" if op == "stream_pool_acquire" else "epool"] = pool
             env["_closers"].append(pool.close)
+        if op == "event_record_torch_stream":
+            try:
+                self._torch_stream(env)
+            except BaseException:       # n/a included: what env made goes now
+                close_quietly(env["_closers"])
+                raise
         if op in ("memcpy_loop_8", "memcpy_batch_8"):
             bufs = [st.DeviceBuffer(COPY_BYTES, s) for _ in range(2 * COPIES)]
             env["_closers"].extend(b.close for b in bufs)
@@ -345,6 +355,26 @@ class StreamsPy(Adapter):
                                               f"end_capture + Graph.instantiate; kernels: {note}")
         return _callbacks(env)
 
+    def _torch_stream(self, env):
+        """Bind ``ts`` to a PyTorch stream (on device 0, where ``ev`` is), and
+        ``s`` to a streams.Stream on its handle, which the untimed
+        synchronize after each batch waits for."""
+        try:
+            import torch
+        except Exception as exc:
+            raise NotAvailable(f"PyTorch is not importable in this worker: {describe(exc)}")
+        if not torch.cuda.is_available():
+            raise NotAvailable("torch.cuda.is_available() is False in this worker")
+        ts = env["ts"] = torch.cuda.Stream(device=0)
+        try:
+            env["ev"].record(ts)
+        except (TypeError, ValueError) as exc:
+            raise NotAvailable("this build of streams does not take a PyTorch stream in "
+                               f"Event.record: {describe(exc)}") from None
+        s = env["s"] = self.streams.Stream.from_handle(ts.cuda_stream, owner=ts)
+        env["_closers"].append(s.close)
+        s.synchronize()
+
     def busy_stream(self, env):
         return env["s"]
 
@@ -369,7 +399,7 @@ class StreamsCy(Adapter):
 
     def make_case(self, op):
         if op not in self.mod.OPS:
-            raise NotAvailable("no C-level (cimport) API for this operation")
+            raise NotAvailable(self.mod.NA.get(op, "no C-level (cimport) API for this operation"))
         kernel_name, signature = ARG_KERNELS.get(op, ("streams_empty", None))
         ptx = self.ptx(kernel_name) if op in KERNEL_OPS or op in GRAPH_OPS else None
         st = self.streams
@@ -916,6 +946,6 @@ class Noop(Adapter):
 
 
 ADAPTERS = {"streams-py": StreamsPy, "streams-py-baseline": StreamsPy, "streams-cy": StreamsCy,
-            "cupy": Cupy, "torch": Torch,
+            "streams-cy-baseline": StreamsCy, "cupy": Cupy, "torch": Torch,
             "cuda-core": CudaCore, "cuda-bindings": CudaBindings, "numba-cuda": NumbaCuda,
             "noop": Noop}

@@ -9,7 +9,9 @@ goes on.
 """
 import hashlib
 import importlib.util
+import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -172,10 +174,92 @@ setup(name="streams-cy-bench",
       script_args=["build_ext", "--build-lib", build, "--build-temp", build + "/tmp"])
 """ % CY_MODULE
 
+# What the Cython contender compiles against, printed by a child Python
+# that imports the streams of another folder (a baseline build): this
+# process has imported the streams under test, and one process cannot hold
+# two.
+_STREAMS_FACTS = """\
+import json, os, streams
+print(json.dumps([os.path.dirname(os.path.abspath(streams.__file__)), streams.get_include(),
+                  getattr(streams, "__version__", "")]))
+"""
 
-def build_cython_bench(cache_dir=None, force=False, root=None):
-    """Compile benchmarks/cy_bench.pyx against the streams under test;
-    returns ``(module_path, None)`` or ``(None, why)``."""
+#: The include that cy_bench.pyx takes its cimports from, written next to
+#: the copy it compiles (see cython_api).
+CY_API = "cy_bench_api.pxi"
+_CY_CLASSES = ("Event", "GraphExec", "Kernel", "PreparedLaunch", "Stream")
+_KERNEL_LAUNCH = {
+    True: "    return kernel.c_launch(stream, 1, 1, 1, 1, 1, 1, args, 0)\n",
+    False: ("    # Never called: run_batch refuses the argument launches first.\n"
+            "    with gil:\n"
+            "        raise NotImplementedError(\"this build of streams has no Kernel.c_launch\")\n"),
+}
+
+
+def cython_api(pkg):
+    """The include of cy_bench.pyx for the streams package folder ``pkg``
+    (its .pxd files): ``(text, None)``, or ``(None, why)``.
+
+    The C-level API has changed shape: the layered modules export every
+    class from ``streams/__init__.pxd`` and have ``Kernel.c_launch``; the one
+    extension before them (``streams/_core.pxd``) exported only Stream and
+    Event from ``streams`` and had no ``Kernel.c_launch``.  What differs is
+    here, so that one cy_bench.pyx times both.
+    """
+    def pxd(name):
+        path = os.path.join(pkg, name)
+        return read(path) if os.path.isfile(path) else ""
+
+    init = pxd("__init__.pxd")
+    if all(re.search(rf"\b{c}\b", init) for c in _CY_CLASSES):
+        source = "streams"
+    elif os.path.isfile(os.path.join(pkg, "_core.pxd")):
+        source = "streams._core"
+    else:
+        return None, (f"{pkg}: neither streams/__init__.pxd nor streams/_core.pxd declares "
+                      f"{', '.join(_CY_CLASSES)}")
+    decls = "".join(pxd(n) for n in sorted(os.listdir(pkg)) if n.endswith(".pxd"))
+    kernel = re.search(r"^cdef class Kernel\b.*?(?=^cdef class |\Z)", decls, re.M | re.S)
+    has_launch = bool(kernel and "c_launch(" in kernel.group(0))
+    text = ("# Written by benchmarks/builders.py for the streams this copy of cy_bench.pyx\n"
+            "# is compiled against; do not edit.\n"
+            f"from {source} cimport {', '.join(_CY_CLASSES)}\n\n"
+            f"KERNEL_C_LAUNCH = {has_launch}\n\n\n"
+            "cdef inline int kernel_launch(Kernel kernel, Stream stream, void** args) "
+            "except -1 nogil:\n" + _KERNEL_LAUNCH[has_launch])
+    return text, None
+
+
+def _streams_to_build_against(streams_dir):
+    """``(package folder, include folder, version)`` of the streams in
+    ``streams_dir`` (None: the streams under test), or ``(None, why)``."""
+    if streams_dir is None:
+        import streams
+        return (os.path.dirname(os.path.abspath(streams.__file__)), streams.get_include(),
+                getattr(streams, "__version__", "")), None
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (streams_dir, os.environ.get("PYTHONPATH")) if p))
+    try:
+        # cwd: `-c` puts it first on sys.path, before any installed streams.
+        proc = subprocess.run([sys.executable, "-c", _STREAMS_FACTS], capture_output=True,
+                              text=True, timeout=120, cwd=streams_dir, env=env)
+        facts = json.loads(proc.stdout) if proc.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired, ValueError) as exc:
+        return None, f"cannot import the streams in {streams_dir}: {exc}"
+    if facts is None:
+        return None, (f"cannot import the streams in {streams_dir}:\n"
+                      f"{_tail(proc.stderr, 5)}")
+    if os.path.realpath(facts[0]) != os.path.realpath(os.path.join(streams_dir, "streams")):
+        return None, (f"cannot import the streams in {streams_dir}: a child Python "
+                      f"found {facts[0]} instead")
+    return tuple(facts), None
+
+
+def build_cython_bench(cache_dir=None, force=False, root=None, streams_dir=None):
+    """Compile benchmarks/cy_bench.pyx against the streams under test, or
+    against the one in ``streams_dir`` (a baseline build: its .pxd files
+    and headers, into a cache folder of its own); returns ``(module_path,
+    None)`` or ``(None, why)``."""
     src = os.path.join(root or CHECKOUT, "benchmarks", "cy_bench.pyx")
     if not os.path.isfile(src):
         return None, f"{src} not found"
@@ -183,9 +267,13 @@ def build_cython_bench(cache_dir=None, force=False, root=None):
         if importlib.util.find_spec(mod) is None:
             return None, f"{mod} is not installed (pip install 'cuda-streams[test]')"
     import Cython
-    import streams
-    pkg = os.path.dirname(os.path.abspath(streams.__file__))
-    include = streams.get_include()
+    facts, why = _streams_to_build_against(streams_dir)
+    if facts is None:
+        return None, why
+    pkg, include, version = facts
+    api, why = cython_api(pkg)
+    if api is None:
+        return None, why
     # The module's struct offsets come from these: a changed .pxd means a rebuild.
     abi = [read(os.path.join(pkg, n), "rb") for n in sorted(os.listdir(pkg))
            if n.endswith(".pxd")]
@@ -193,15 +281,20 @@ def build_cython_bench(cache_dir=None, force=False, root=None):
     if os.path.isfile(header):
         abi.append(read(header, "rb"))
     suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
-    build = os.path.join(cache_dir or default_cache_dir(), "cy")
+    build = os.path.join(cache_dir or default_cache_dir(),
+                         "cy" if streams_dir is None else "cy-baseline")
     product = os.path.join(build, CY_MODULE + suffix)
-    key = _digest(read(src, "rb"), *abi, Cython.__version__, sys.version, suffix,
-                  getattr(streams, "__version__", ""))
+    key = _digest(read(src, "rb"), api, *abi, Cython.__version__, sys.version, suffix,
+                  version, pkg)
     if not force and _stamp_ok(build, key, product):
         return product, None
     os.makedirs(build, exist_ok=True)
     pyx = os.path.join(build, CY_MODULE + ".pyx")   # the module is named after its file
     shutil.copyfile(src, pyx)
+    with open(os.path.join(build, CY_API), "w") as f:
+        f.write(api)
+    # Only this streams' folder on Cython's include path: its .pxd files are
+    # found before any on sys.path (another streams installed there).
     cmd = [sys.executable, "-c", _CY_SETUP, build, pyx, include, os.path.dirname(pkg)]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=build)

@@ -10,11 +10,15 @@
 #
 # benchmarks/builders.py compiles this file on demand with only
 # streams.get_include() on the include path: no CUDA headers, as for any
-# downstream project.
+# downstream project.  What differs between builds of streams (where the
+# classes are cimported from, whether Kernel has c_launch) is in an include
+# that the builder writes for the streams it compiles against
+# (builders.cython_api): the baseline contender compiles this same file
+# against an older build's .pxd files.
 
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 
-from streams cimport Event, GraphExec, Kernel, PreparedLaunch, Stream
+include "cy_bench_api.pxi"
 
 # The operations that have a C-level API (names as in benchmarks/ops.py), and
 # their loops in _batch.
@@ -23,7 +27,10 @@ _CODES = {"stream_query": 0, "stream_synchronize": 1, "event_record": 2, "event_
           "kernel_launch_sync": 6, "graph_launch": 7, "graph_launch_sync": 8,
           "event_record_query": 9, "stream_wait_stream": 10, "kernel_launch_args4": 11,
           "kernel_launch_args16": 11}
-OPS = tuple(_CODES)
+#: Operations whose C-level API this build of streams lacks, with why.
+NA = {} if KERNEL_C_LAUNCH else dict.fromkeys(
+    ("kernel_launch_args4", "kernel_launch_args16"), "this build of streams has no Kernel.c_launch")
+OPS = tuple(op for op in _CODES if op not in NA)
 
 
 cdef inline long long _now() noexcept nogil:
@@ -76,7 +83,7 @@ cdef long long _batch(int op, Stream stream, Event event, Event done,
             stream.c_wait_stream(other)
     elif op == 11:
         for i in range(n):
-            kernel.c_launch(stream, 1, 1, 1, 1, 1, 1, args, 0)
+            kernel_launch(kernel, stream, args)
     return _now() - t0
 
 
@@ -96,7 +103,8 @@ def run_batch(str op, Stream stream not None, Event event not None,
     cdef unsigned long long slots[16]
     cdef void* args[16]
     if op not in OPS:
-        raise ValueError(f"no C-level API for {op!r}; these have one: {', '.join(OPS)}")
+        raise ValueError(NA.get(op, f"no C-level API for {op!r}") + "; these have one: "
+                         + ", ".join(OPS))
     if iters < 1:
         raise ValueError(f"iters must be >= 1, got {iters}")
     code = _CODES[op]

@@ -20,7 +20,8 @@ import time
 from benchmarks import CHECKOUT
 from benchmarks.builders import (build_c_floor, build_cython_bench, compiler, compiler_version,
                                  default_cache_dir, find_cuda)
-from benchmarks.ops import CONTENDER_BY_NAME, DEFAULT_CONTENDERS, FULL, OP_BY_NAME, OPS, QUICK
+from benchmarks.ops import (BASELINE_OF, CONTENDER_BY_NAME, DEFAULT_CONTENDERS, FULL, OP_BY_NAME,
+                            OPS, QUICK, floor_op)
 from benchmarks.results import finalize, new_doc
 from benchmarks.under_test import (baseline_problem, builtin_ptx, child_pythonpath,
                                    streams_facts, streams_parent)
@@ -228,8 +229,8 @@ class Config:
         self.baseline = os.path.abspath(baseline) if baseline else None
         self.cpus = sorted(cpus) if cpus else None
         if self.baseline and contenders is None:
-            self.contenders.insert(self.contenders.index("streams-py") + 1,
-                                   "streams-py-baseline")
+            for name, of in BASELINE_OF.items():
+                self.contenders.insert(self.contenders.index(of) + 1, name)
 
     def iters(self, op):
         return max(1, int(round(OP_BY_NAME[op].iters * self.scale)))
@@ -284,11 +285,11 @@ def _module_present(name):
         return False
 
 
-def _build(builder, spec, entry, config, progress):
+def _build(builder, spec, entry, config, progress, **kwargs):
     """A compiled contender's product, or None: its column is then
     unavailable, with the builder's reason."""
     progress.message(f"building {spec.label} ...")
-    product, why = builder(config.cache_dir, root=config.source_dir)
+    product, why = builder(config.cache_dir, root=config.source_dir, **kwargs)
     if product is None:
         entry.update(status="unavailable", reason=why)
         progress.message(f"{spec.label}: unavailable ({why})")
@@ -341,16 +342,20 @@ def _prepare(config, doc, progress):
             argv = [sys.executable, "-m", "benchmarks.run", "--worker", name]
             if ptx_path:
                 argv += ["--ptx", ptx_path]
-            if name == "streams-cy":
-                mod = _build(build_cython_bench, spec, entry, config, progress)
-                if mod is None:
-                    continue
-                argv += ["--cy-module", mod]
-            if name == "streams-py-baseline":
+            if name in BASELINE_OF:
                 why = baseline_problem(config.baseline)
                 if why:
                     entry.update(status="unavailable", reason=why)
                     continue
+            if name in ("streams-cy", "streams-cy-baseline"):
+                # The baseline's own checkout: its get_include() finds the
+                # headers from there, not from the folder of one link.
+                mod = _build(build_cython_bench, spec, entry, config, progress,
+                             streams_dir=config.baseline if name in BASELINE_OF else None)
+                if mod is None:
+                    continue
+                argv += ["--cy-module", mod]
+            if name in BASELINE_OF:
                 cwd = _baseline_folder(config)
                 env = dict(os.environ, PYTHONPATH=child_pythonpath(cwd))
             else:
@@ -447,7 +452,10 @@ def _measure_op(op, config, doc, workers, active, progress):
                     raise WorkerDied(ans.get("error", "restart failed"))
             except (OSError, WorkerDied) as exc:
                 cells[c] = {"status": "error", "reason": f"restart failed: {exc}"}
-    request = f"run {op} {iters} {config.batches} {config.warmup}"
+    only = OP_BY_NAME[op].only
+    for c in active:
+        if only and c not in only[0] and c != "c":
+            cells[c] = {"status": "n/a", "reason": f"only {', '.join(only[0])}: {only[1]}"}
     for rnd in range(config.rounds):
         # Each round starts with a different contender, so none is always
         # the one that runs right after another's burst of work.
@@ -458,8 +466,12 @@ def _measure_op(op, config, doc, workers, active, progress):
                 progress.skip()
                 continue
             progress.step(op, rnd, config.rounds, CONTENDER_BY_NAME[c].label)
+            # The C program is the floor's loops: an operation whose floor is
+            # another's runs that one there.
+            name = floor_op(op) if c == "c" else op
             try:
-                ans = workers[c].ask(request, config.timeout)
+                ans = workers[c].ask(f"run {name} {iters} {config.batches} {config.warmup}",
+                                     config.timeout)
             except WorkerDied as exc:
                 cells[c] = {"status": "error", "reason": str(exc)}
                 progress.message(f"{CONTENDER_BY_NAME[c].label}, {op}: {exc}")
@@ -474,6 +486,8 @@ def _measure_op(op, config, doc, workers, active, progress):
                 cell["drained"] += int(ans.get("drained", 0))
                 if ans.get("note"):
                     cell["note"] = ans["note"]
+                elif name != op:
+                    cell["note"] = f"the loop of {name}: the same CUDA calls"
                 if ans.get("floor_error"):
                     cell.setdefault("floor_reason", ans["floor_error"])
             elif "na" in ans:

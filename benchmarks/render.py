@@ -70,6 +70,13 @@ def render_table(doc, ops=None, contenders=None):
                 if cell.get("ratio") is not None:
                     text += f" {cell['ratio']:.2f}x"
                 text += _VERDICT_TEXT.get(cell.get("verdict"), "")
+                if "over_ns" in cell:
+                    ref = cell["target"]["of"]
+                    text += footnote(
+                        f"{doc['contenders'][c]['label']}: {cell['over_ns']:+.0f} ns per call "
+                        f"over its {doc['ops'].get(ref, {}).get('label', ref)} "
+                        f"({_fmt_ns(cell['target_ref_ns'])} ns); the target: at most "
+                        f"{cell['target']['plus_ns']:+g} ns")
                 if cell.get("note"):
                     text += footnote(f"{doc['contenders'][c]['label']}: {cell['note']}")
                 if cell.get("floor_reason"):
@@ -177,7 +184,7 @@ def render_chart(doc, path, ops=None, contenders=None):
                 label=doc["contenders"][c]["label"], color=colors[j % len(colors)])
         for y, op in zip(pos, rows):
             target = doc["ops"].get(op, {}).get("targets", {}).get(c)
-            if target:
+            if isinstance(target, (int, float)):     # not a target relative to another row
                 ax.plot([target, target], [y - height / 2, y + height / 2], color="black",
                         linewidth=2)
     ax.axvline(1.0, color="gray", linestyle="--", linewidth=1)

@@ -86,12 +86,23 @@ def _derive(cell, c_median, legacy):
         cell["ratio"] = cell["ratio_to_c"]
 
 
-def _verdict(contender, cell, target):
+def _verdict(contender, cell, target, results):
+    """pass/miss/suspect/not measured, or None.  A relative target (ops.over)
+    is met when the cell's median is at most ``plus_ns`` above the median of
+    the same contender on the ``of`` row of this run; the cell gets that
+    row's median as ``target_ref_ns`` and its own excess as ``over_ns``."""
     ratio = cell["ratio"]
     if contender in STREAMS_COLUMNS and ratio is not None and ratio < SUSPECT_BELOW:
         return "suspect"
     if target is None:
         return None
+    if isinstance(target, dict):
+        ref = results.get(target["of"], {}).get(contender, {})
+        if not (cell.get("stats") and ref.get("stats")):
+            return "not measured"
+        cell["target_ref_ns"] = ref["stats"]["median"]
+        cell["over_ns"] = cell["stats"]["median"] - cell["target_ref_ns"]
+        return "pass" if cell["over_ns"] <= target["plus_ns"] else "miss"
     if ratio is None:
         return "not measured"
     return "pass" if ratio <= target else "miss"
@@ -106,24 +117,32 @@ def finalize(doc):
     legacy = doc.get("schema") == SCHEMA_V1
     summary = {"pass": 0, "miss": 0, "suspect": 0, "not_measured": 0, "misses": [],
                "suspects": []}
-    for op, row in doc["results"].items():
-        targets = doc["ops"].get(op, {}).get("targets", {})
+    for row in doc["results"].values():
         base = row.get("c")
         c_median = None
         if base and base.get("status") == "ok" and base.get("ns"):
             c_median = summarize(base["ns"])["median"]
         for c, cell in row.items():
             _derive(cell, c_median if c != "c" else None, legacy)
+    # Verdicts once every cell has its numbers: a target may refer to another row.
+    for op, row in doc["results"].items():
+        targets = doc["ops"].get(op, {}).get("targets", {})
+        for c, cell in row.items():
+            for key in ("target_ref_ns", "over_ns"):
+                cell.pop(key, None)
             target = cell["target"] = targets.get(c)
-            verdict = cell["verdict"] = _verdict(c, cell, target)
+            verdict = cell["verdict"] = _verdict(c, cell, target, doc["results"])
             if verdict == "not measured":
                 summary["not_measured"] += 1
             elif verdict is not None:
                 summary[verdict] += 1
             if verdict in ("miss", "suspect"):
-                summary["misses" if verdict == "miss" else "suspects"].append(
-                    {"op": op, "contender": c, "ratio": round(cell["ratio"], 3),
-                     "target": target})
+                entry = {"op": op, "contender": c,
+                         "ratio": None if cell["ratio"] is None else round(cell["ratio"], 3),
+                         "target": target}
+                if "over_ns" in cell:
+                    entry["over_ns"] = round(cell["over_ns"], 1)
+                summary["misses" if verdict == "miss" else "suspects"].append(entry)
         for c in targets:
             if c not in row and c in doc.get("contenders", {}):
                 summary["not_measured"] += 1
@@ -141,6 +160,14 @@ class ResultError(ValueError):
 
 def _is_num(x):
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _is_target(t, ops):
+    """A ratio to the floor, or a relative target (ops.over) to a row of ``ops``."""
+    if isinstance(t, dict):
+        return (set(t) == {"of", "plus_ns"} and t["of"] in ops and _is_num(t["plus_ns"])
+                and t["plus_ns"] >= 0)
+    return _is_num(t) and t > 0
 
 
 def _positive_numbers(xs):
@@ -180,8 +207,9 @@ def validate_result(doc):
         if not isinstance(entry, dict) or not isinstance(entry.get("label"), str):
             p.append(f"ops.{op} needs a label")
         elif not isinstance(entry.get("targets"), dict) or not all(
-                _is_num(v) and v > 0 for v in entry["targets"].values()):
-            p.append(f"ops.{op}.targets must map contenders to ratios > 0")
+                _is_target(v, doc["ops"]) for v in entry["targets"].values()):
+            p.append(f"ops.{op}.targets must map contenders to ratios > 0 or to "
+                     '{"of": another operation, "plus_ns": ns >= 0}')
     for op, row in doc["results"].items():
         if op not in doc["ops"]:
             p.append(f"results.{op}: not in ops")

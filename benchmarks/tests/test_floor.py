@@ -20,7 +20,7 @@ NOTHING_LIVE = "fake-cudart live: streams=0 events=0 graphs=0 execs=0 memory=0 u
 
 
 # The operations that make CUDA calls, each with a floor loop, in ops.py's order.
-FLOORED = [op.name for op in ops.OPS if op.name not in ops.NO_FLOOR]
+FLOORED = [op.name for op in ops.OPS if op.name not in ops.NO_FLOOR and op.name not in ops.FLOOR_OF]
 
 def test_floor_knows_the_operations_of_ops_py_in_order():
     with open(FLOOR_H) as f:
@@ -145,3 +145,25 @@ def test_a_missing_kernel_is_named(tmp_path):
     assert not answer["ok"]
     assert answer["error"].startswith("cudaLibraryGetKernel(streams_args4): ")
     assert live == NOTHING_LIVE
+
+
+def test_an_aliased_floor_is_the_loop_of_its_operation(fake_bench, monkeypatch, tmp_path):
+    """event_record_torch_stream makes event_record's CUDA calls: its floor,
+    in a worker and in the C program, is that loop, not a copy of it."""
+    from benchmarks import adapters, harness
+    assert set(ops.FLOOR_OF.values()) <= set(FLOORED)
+    assert not set(ops.FLOOR_OF) & set(FLOORED) and not set(ops.FLOOR_OF) & set(ops.NO_FLOOR)
+    floor = adapters.Adapter().floor("event_record_torch_stream")
+    assert floor.args == ("event_record",)
+    # The C program (here on the stand-in cudart) is asked for event_record's loop.
+    monkeypatch.setattr(harness, "build_c_floor", lambda *a, **k: (fake_bench, None))
+    cfg = harness.Config(ops=["event_record_torch_stream"], contenders=["c", "noop"],
+                         quick=True, cache_dir=str(tmp_path), progress=False, timeout=60)
+    doc = harness.run_benchmark(cfg)
+    row = doc["results"]["event_record_torch_stream"]
+    assert row["c"]["status"] == "ok", row["c"]
+    assert len(row["c"]["ns"]) == cfg.rounds * cfg.batches
+    assert row["c"]["note"] == "the loop of event_record: the same CUDA calls"
+    assert row["noop"] == {"status": "n/a", "ratio": None, "ratio_to_c": None, "target": None,
+                           "verdict": None, "reason": row["noop"]["reason"]}
+    assert row["noop"]["reason"].startswith("only streams-py, streams-py-baseline: ")

@@ -179,3 +179,14 @@ def test_unbuilt_checkout_goes_behind_an_installed_streams(tmp_path, monkeypatch
     benchmarks._installed_streams_first()
     expected = ["/site-packages", str(checkout)] if moved else [str(checkout), "/site-packages"]
     assert sys.path == expected
+
+
+def test_the_torch_stream_row_is_na_without_torch(monkeypatch):
+    """event_record_torch_stream needs torch in the streams (Py) worker;
+    without it the cell says so (the set-up before it needs a GPU, this
+    part does not)."""
+    monkeypatch.setitem(sys.modules, "torch", None)
+    with pytest.raises(timing.NotAvailable, match="PyTorch is not importable in this worker"):
+        adapters.StreamsPy()._torch_stream({"_closers": []})
+    assert "event_record_torch_stream" in adapters.StreamsPy.stmts
+    assert "event_record_torch_stream" in ops.ENQUEUES

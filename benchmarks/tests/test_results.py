@@ -43,6 +43,12 @@ def test_example_is_a_valid_synthetic_result(example):
     (lambda d: d["results"]["stream_query"].update(jax={"status": "ok"}), "not in contenders"),
     (lambda d: d["ops"]["stream_query"].update(targets={"streams-py": "fast"}), "targets"),
     (lambda d: d["contenders"]["c"].update(status="sleepy"), "contenders.c.status"),
+    (lambda d: d["ops"]["event_record_torch_stream"]["targets"]["streams-py"].update(
+        of="event_recrod"), "targets"),
+    (lambda d: d["ops"]["event_record_torch_stream"]["targets"]["streams-py"].update(
+        plus_ns=-1), "targets"),
+    (lambda d: d["ops"]["event_record_torch_stream"]["targets"]["streams-py"].pop("plus_ns"),
+     "targets"),
 ])
 def test_validate_rejects(example, breakage, complaint):
     breakage(example)
@@ -113,6 +119,37 @@ def test_a_streams_cell_below_its_floor_is_suspect_never_a_pass(example, contend
     row.update(ns=[100.0 * ratio] * 4, floor_ns=[100.0] * 4)
     results.finalize(doc)
     assert row["verdict"] == ("suspect" if verdict == "suspect" else None)
+
+
+@pytest.mark.parametrize("extra, verdict", [(60.0, "pass"), (100.0, "pass"), (101.0, "miss")])
+def test_a_target_relative_to_another_row(example, extra, verdict):
+    """Issue 18's: at most 100 ns more than streams-py's own event record,
+    whatever the ratio to the floor; shown as ok/MISS with the difference
+    in a footnote."""
+    doc = copy.deepcopy(example)
+    ref = doc["results"]["event_record"]["streams-py"]
+    cell = doc["results"]["event_record_torch_stream"]["streams-py"]
+    ref.update(ns=[400.0, 410.0, 390.0], floor_ns=[300.0] * 3)
+    cell.update(ns=[400.0 + extra, 420.0 + extra, 380.0 + extra], floor_ns=[200.0] * 3)
+    results.finalize(doc)
+    assert cell["ratio"] == pytest.approx((400 + extra) / 200)     # the floor still counts
+    assert cell["target_ref_ns"] == 400.0 and cell["over_ns"] == pytest.approx(extra)
+    assert cell["verdict"] == verdict
+    misses = [m for m in doc["summary"]["misses"] if m["op"] == "event_record_torch_stream"]
+    assert misses == ([{"op": "event_record_torch_stream", "contender": "streams-py",
+                        "ratio": round(cell["ratio"], 3), "over_ns": extra,
+                        "target": {"of": "event_record", "plus_ns": 100}}]
+                      if verdict == "miss" else [])
+    text = render.render_table(doc, ops=["event_record", "event_record_torch_stream"])
+    row = next(ln for ln in text.splitlines() if ln.startswith("event record on a PyTorch"))
+    assert "Py<=event_record+100ns" in row
+    assert (" ok[" if verdict == "pass" else " MISS[") in row
+    assert (f"streams (Py): {extra:+.0f} ns per call over its event record (400 ns); "
+            "the target: at most +100 ns") in text
+    # Without the other row (not run, or no numbers) the target is not measured.
+    ref.update(status="error", reason="it broke")
+    results.finalize(doc)
+    assert cell["verdict"] == "not measured" and "over_ns" not in cell
 
 
 def test_schema_1_documents_load_with_ratios_to_the_c_program(example, tmp_path):

@@ -151,7 +151,7 @@ def test_noop_end_to_end(tmp_path):
     cfg = harness.Config(quick=True)
     for op in ops.OPS:
         cell = doc["results"][op.name]["noop"]
-        if op.name in ops.GRAPH_OPS:
+        if op.name in ops.GRAPH_OPS or op.only:
             assert cell["status"] == "n/a"
         else:
             assert cell["status"] == "ok", cell
@@ -185,9 +185,9 @@ def test_a_baseline_must_be_a_built_streams(tmp_path):
     (tmp_path / "streams" / "_cudart.cpython-312-x86_64-linux-gnu.so").write_text("")
     assert baseline_problem(str(tmp_path)) is None
     from benchmarks.harness import Config
-    assert Config(baseline=str(tmp_path)).contenders[:3] == ["c", "streams-py",
-                                                             "streams-py-baseline"]
-    assert "streams-py-baseline" not in Config().contenders
+    assert Config(baseline=str(tmp_path)).contenders[:5] == [
+        "c", "streams-py", "streams-py-baseline", "streams-cy", "streams-cy-baseline"]
+    assert not {"streams-py-baseline", "streams-cy-baseline"} & set(Config().contenders)
     assert Config(contenders=["streams-py"], baseline=str(tmp_path)).contenders == ["streams-py"]
 
 
@@ -205,3 +205,49 @@ def test_the_baseline_folder_gives_its_streams_and_our_benchmarks(tmp_path):
     path = child_pythonpath(folder).split(os.pathsep)
     assert path[:2] == [folder, CHECKOUT]
     assert _baseline_folder(config) == folder, "made again over the old link"
+
+
+def test_the_cython_baseline_is_built_against_the_baseline_and_run_with_it(tmp_path,
+                                                                            monkeypatch):
+    """streams-cy-baseline: cy_bench.pyx built from the baseline's .pxd files
+    into a folder of its own, its worker started where the baseline's streams
+    comes first (here the baseline is the streams under test: no GPU)."""
+    pytest.importorskip("Cython")
+    from benchmarks import builders
+    from benchmarks.under_test import streams_parent
+    if builders.compiler() is None:
+        pytest.skip("no C compiler")
+    started = {}
+
+    class Recorder(harness.Worker):
+        def start(self):
+            started[self.name] = self
+
+        def ask(self, line, timeout):
+            return {"ok": True}
+
+        def stop(self):
+            pass
+
+    monkeypatch.setattr(harness, "Worker", Recorder)
+    config = harness.Config(ops=["stream_query"], contenders=["streams-cy", "streams-cy-baseline"],
+                            baseline=streams_parent(), cache_dir=str(tmp_path), progress=False)
+    doc = results.new_doc(config)
+    harness._prepare(config, doc, harness.Progress(0, enabled=False))
+    assert set(started) == {"streams-cy", "streams-cy-baseline"}, doc["contenders"]
+    mine, base = started["streams-cy"], started["streams-cy-baseline"]
+    mod = base.argv[base.argv.index("--cy-module") + 1]
+    assert os.path.dirname(mod) == str(tmp_path / "cy-baseline")
+    assert os.path.dirname(mine.argv[mine.argv.index("--cy-module") + 1]) == str(tmp_path / "cy")
+    assert base.cwd == harness._baseline_folder(config)
+    assert base.env["PYTHONPATH"].split(os.pathsep)[0] == base.cwd
+    # Without a built baseline the column is unavailable, before anything is built.
+    config = harness.Config(ops=["stream_query"], contenders=["streams-cy-baseline"],
+                            baseline=str(tmp_path / "none"), cache_dir=str(tmp_path),
+                            progress=False)
+    started.clear()
+    doc = results.new_doc(config)
+    harness._prepare(config, doc, harness.Progress(0, enabled=False))
+    assert not started
+    assert doc["contenders"]["streams-cy-baseline"]["status"] == "unavailable"
+    assert "has no streams package" in doc["contenders"]["streams-cy-baseline"]["reason"]

@@ -1425,7 +1425,6 @@ def memcpy_batch_async(copies, stream=None):
 
 cdef dict _WAIT_OPS = {"geq": 0x0, "eq": 0x1, "and": 0x2, "nor": 0x3}
 cdef unsigned int _WAIT_FLUSH = 1 << 30
-cdef unsigned int _WRITE_NO_MEMORY_BARRIER = 0x1
 
 
 cdef uintptr_t _memop_address(void* p) except? 0:
@@ -1526,5 +1525,5 @@ def _stream_wait_value(Stream stream not None, address, value, op, flush, width)
               _WAIT_OPS[op.lower()] | (_WAIT_FLUSH if flush else 0), width, False)
 
 
-def _stream_write_value(Stream stream not None, address, value, barrier, width):
-    _value_op(stream, address, value, 0 if barrier else _WRITE_NO_MEMORY_BARRIER, width, True)
+def _stream_write_value(Stream stream not None, address, value, width):
+    _value_op(stream, address, value, 0, width, True)

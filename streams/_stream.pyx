@@ -1062,11 +1062,13 @@ cdef class Stream(Waitable):
         _later("_memory", "_stream_wait_value")(self, address, value, op, flush, width)
         return self
 
-    def write_value(self, address, value, *, width=32, barrier=True):
+    def write_value(self, address, value, *, width=32):
         """Write the ``width``-bit (32 or 64) ``value`` to ``address`` in stream
-        order (the driver's ``cuStreamWriteValue32/64``); ``barrier=False``
-        skips the memory barrier before the write."""
-        _later("_memory", "_stream_write_value")(self, address, value, barrier, width)
+        order (the driver's ``cuStreamWriteValue32/64``), after a memory fence
+        scoped to the stream: the stream's earlier writes are visible first.
+        (The driver's option to skip that fence exists only in its first
+        version of these calls, which CUDA 12 and later no longer use.)"""
+        _later("_memory", "_stream_write_value")(self, address, value, width)
         return self
 
     # ---- attributes -----------------------------------------------------------

@@ -155,7 +155,7 @@ def test_64_bit_values(stream, pinned_word):
     stream.wait_value(pinned_word.buf, big, "eq", width=64)
     assert stream.synchronize(timeout=10)
     assert pinned_word.value64 == big
-    stream.write_value(pinned_word.buf, 3, width=32, barrier=False)
+    stream.write_value(pinned_word.buf, 3, width=32)      # the low word only
     assert stream.synchronize(timeout=10)
     assert pinned_word.value64 == (big & ~0xFFFFFFFF) | 3
 

@@ -1058,10 +1058,11 @@ cdef int memcpy_batch_async(void** dsts, void** srcs, size_t* sizes, size_t coun
 
 
 # Resolved once, at first use; a racing second resolution writes the same.
-cdef void* _driver_fns[4]
-cdef const char* _DRIVER_NAMES[4]
+cdef void* _driver_fns[5]
+cdef const char* _DRIVER_NAMES[5]
 _DRIVER_NAMES[:] = [b"cuStreamWaitValue32", b"cuStreamWaitValue64", b"cuStreamWriteValue32",
-                    b"cuStreamWriteValue64"]
+                    b"cuStreamWriteValue64", b"cuGraphNodeGetType"]
+ctypedef int (*_node_type_fn)(cudaGraphNode_t node, int* out) noexcept nogil
 
 
 cdef void* _driver_fn(int which) except NULL nogil:
@@ -1143,8 +1144,19 @@ cdef int graph_get_edges(cudaGraph_t g, cudaGraphNode_t* src, cudaGraphNode_t* d
 
 
 cdef int graph_node_get_type(cudaGraphNode_t node, cudaGraphNodeType* out) except -1 nogil:
+    cdef cudaError_t err
+    cdef int t = 0
     guard()
-    return check(cudaGraphNodeGetType(node, out))
+    err = cudaGraphNodeGetType(node, out)
+    if err == cudaErrorUnknown:
+        # A static cudart 12 under a CUDA 13 driver fails to translate the
+        # type of a conditional node (seen: 12.9 on driver 580, an H100).
+        # The driver's own answer uses the numbering cudart's enum shares.
+        cudaGetLastError()
+        err = <cudaError_t>(<_node_type_fn>_driver_fn(4))(node, &t)
+        if err == cudaSuccess:
+            out[0] = <cudaGraphNodeType>t
+    return check(err)
 
 
 cdef int graph_node_get_dependencies(cudaGraphNode_t node, cudaGraphNode_t* deps,

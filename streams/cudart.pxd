@@ -37,6 +37,7 @@ cdef extern from "cuda_runtime_api.h" nogil:
         cudaErrorGraphExecUpdateFailure
         cudaErrorPeerAccessAlreadyEnabled
         cudaErrorPeerAccessNotEnabled
+        cudaErrorUnknown
 
     const char* cudaGetErrorName(cudaError_t error)
     const char* cudaGetErrorString(cudaError_t error)

@@ -113,6 +113,8 @@ def _stamps(stream, pdl, *, serialization, spin_ms=50):
     return [int(x) for x in host]
 
 
+# Two kernels of one stream overlapping: compute-sanitizer serializes them.
+@pytest.mark.concurrent
 def test_pdl_dependent_kernel_starts_before_the_primary_ends(stream, pdl):
     p_start, p_end, s_start, s_after_wait = _stamps(stream, pdl, serialization=True)
     assert p_end - p_start >= 50 * 1000 * 1000

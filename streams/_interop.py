@@ -51,22 +51,18 @@ def _wrapper(framework, device, obj, handle):
     return w
 
 
-def _torch_source(torch):
-    current = torch.cuda.current_stream
+# Each framework's current stream for a device, and where its handle is.
+_CURRENT = {"torch": (lambda mod: mod.cuda.current_stream, "cuda_stream"),
+            "cupy": (lambda mod: mod.cuda.get_current_stream, "ptr")}
+
+
+def _current_stream_source(framework, mod):
+    get_current, handle_attr = _CURRENT[framework]
+    current = get_current(mod)
 
     def source(device):
-        ts = current(device)
-        return _wrapper("torch", device, ts, ts.cuda_stream)
-
-    return source
-
-
-def _cupy_source(cupy):
-    current = cupy.cuda.get_current_stream
-
-    def source(device):
-        cs = current(device)
-        return _wrapper("cupy", device, cs, cs.ptr)
+        theirs = current(device)
+        return _wrapper(framework, device, theirs, getattr(theirs, handle_attr))
 
     return source
 
@@ -96,7 +92,7 @@ class follow_current_stream:  # noqa: N801  (a function to its users)
             source = None
         else:
             mod = _framework(framework)
-            source = _torch_source(mod) if framework == "torch" else _cupy_source(mod)
+            source = _current_stream_source(framework, mod)
         self.framework = framework
         with _lock:
             self.previous = (_following[0], _set_current_source(source))

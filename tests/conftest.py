@@ -48,9 +48,88 @@ def no_leaked_handles(request):
         # The debug build also counts each reference the C code takes and
         # drops, and each allocation and module: every one must be undone.
         keys += DEBUG_BALANCES
-    for key in keys:
-        assert after[key] == before[key], (
-            f"{key} went from {before[key]} to {after[key]} in {request.node.name}")
+    changed = [key for key in keys if after[key] != before[key]]
+    assert not changed, (
+        f"{', '.join(f'{k} went from {before[k]} to {after[k]}' for k in changed)} "
+        f"in {request.node.name}{_holders(changed)}")
+
+
+# The classes whose live objects a leak report explains by their referrers.
+_HELD = {"live_streams": "Stream", "live_events": "Event", "live_graphs": "Graph",
+         "live_graph_execs": "GraphExec", "live_buffers": "DeviceBuffer"}
+
+
+def _holders(changed):
+    """What keeps the open objects of each leaked kind alive: chains of
+    referrers up to a module's globals or a class (a frame by its function
+    and line), so that a leak seen only on the device machine (under a
+    sanitizer, say) says where to look."""
+    lines = []
+    for key in changed:
+        cls = getattr(streams, _HELD.get(key, ""), None)
+        if cls is None:
+            continue
+        live = [o for o in gc.get_objects() if isinstance(o, cls) and not o.closed]
+        last = live[-2:]
+        for obj in last:
+            lines.append(f"\n  open {type(obj).__name__}: "
+                         + "; ".join(_chains(obj, {id(live), id(last)})))
+    return "".join(lines)
+
+
+def _describe(r):
+    if hasattr(r, "f_code"):
+        return f"frame {r.f_code.co_name}:{r.f_lineno}"
+    if hasattr(r, "tb_frame"):
+        return f"traceback@{r.tb_frame.f_code.co_name}:{r.tb_lineno}"
+    if isinstance(r, BaseException):
+        return f"{type(r).__name__}({str(r)[:60]!r})"
+    if isinstance(r, dict):
+        if "__loader__" in r and "__name__" in r:
+            return f"globals of {r['__name__']}"
+        return f"dict{list(r)[:4]}"
+    if callable(r) and hasattr(r, "__qualname__"):
+        return f"{type(r).__name__} {r.__qualname__}"
+    if isinstance(r, tuple):
+        return f"tuple{tuple(type(x).__name__ for x in r[:4])}"
+    return type(r).__name__
+
+
+def _chains(obj, skip, depth=6, width=4):
+    """Referrer chains of ``obj``, each as 'a <- b <- c', breadth first;
+    the containers of this search (ids in ``skip``) and its own frames are
+    not referrers."""
+    here = __file__
+    nodes, paths = [obj], [""]
+    out = []
+    for _ in range(depth):
+        next_nodes, next_paths = [], []
+        mine = skip | {id(nodes), id(paths), id(next_nodes), id(next_paths)}
+        for i in range(len(nodes)):
+            found = gc.get_referrers(nodes[i])
+            mine.add(id(found))
+            kept = 0
+            for r in found:
+                if id(r) in mine or (hasattr(r, "f_code") and r.f_code.co_filename == here):
+                    continue
+                kept += 1
+                if kept > width:
+                    break
+                step = f"{paths[i]} <- {_describe(r)}"
+                if type(r).__name__ in ("module", "type") or (isinstance(r, dict)
+                                                               and "__loader__" in r):
+                    out.append(step.lstrip(" <-"))
+                else:
+                    next_nodes.append(r)
+                    next_paths.append(step)
+            if not kept:
+                out.append(paths[i].lstrip(" <-") or "nothing")
+            del found
+        nodes, paths = next_nodes, next_paths
+        if not nodes:
+            break
+    out.extend(p.lstrip(" <-") for p in paths)
+    return list(dict.fromkeys(out))[:16]
 
 
 # What a debug build (STREAMS_DEBUG_REFCOUNTS=1) adds to the leak check.

@@ -10,9 +10,13 @@
 #                                              tools/stage_cuda12.py; the
 #                                              device call must carry it)
 #
-# SUITE_TIMEOUT (default 300 s) bounds each suite.  Logs go to $OUT:
-# build-VARIANT.log and suite-VARIANT.log.  Exit status: 0 when every suite
-# passed.
+# SUITE_TIMEOUT (default 300 s) bounds each suite.  MATRIX_WORKERS (default
+# 4) pytest-xdist workers run each suite where xdist is installed: the three
+# serial suites no longer fit one device call, and a test that kills its
+# worker is reported as that test's failure while the rest go on
+# (--max-worker-restart); 1 runs each suite in one process.  Logs go to
+# $OUT: build-VARIANT.log and suite-VARIANT.log.  Exit status: 0 when every
+# suite passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$PWD"
@@ -45,9 +49,14 @@ for v in "${VARIANTS[@]}"; do
     (cd "${DIR[$v]}" && "$PY" -c "import streams; print('$v:', 'runtime', streams.runtime_version(), 'debug build', streams.debug_build())")
 done
 echo "== tests (the three suites at once)"
+SPREAD=()
+WORKERS="${MATRIX_WORKERS:-4}"
+if [ "$WORKERS" -gt 1 ] && "$PY" -c "import xdist" 2>/dev/null; then
+    SPREAD=(-n "$WORKERS" --max-worker-restart 40)
+fi
 for v in "${VARIANTS[@]}"; do
     (cd "${DIR[$v]}" && timeout "${SUITE_TIMEOUT:-300}" "$PY" -m pytest -q -rfEs \
-        -p no:cacheprovider --timeout=120 -o faulthandler_timeout=100 \
+        -p no:cacheprovider --timeout=120 -o faulthandler_timeout=100 "${SPREAD[@]}" \
         >"$OUT/suite-$v.log" 2>&1; echo $? >"/tmp/suite-rc-$v") &
 done
 wait

@@ -280,3 +280,107 @@ def test_device_buffer_freed_in_stream_order(stream):
         DeviceBuffer(-1)
     with pytest.raises(TypeError, match="nbytes must be an int"):
         DeviceBuffer("1")
+
+
+# One parameter of each type the packer writes; the kernel stores each,
+# widened to 64 bits (the floats as they are), in its own 8-byte slot.
+STORE_PTX = r"""
+.version 7.0
+.target sm_75
+.address_size 64
+.visible .entry store_params(.param .u64 out, .param .s8 a, .param .s16 b, .param .s32 c,
+    .param .s64 d, .param .u8 e, .param .u16 f, .param .u32 g, .param .u64 h,
+    .param .f32 x, .param .f64 y)
+{
+    .reg .b16 %rs<5>;
+    .reg .b32 %r<3>;
+    .reg .f32 %f<2>;
+    .reg .f64 %fd<2>;
+    .reg .b64 %rd<12>;
+    ld.param.u64 %rd1, [out];
+    cvta.to.global.u64 %rd2, %rd1;
+    ld.param.s8 %rs1, [a];
+    cvt.s64.s16 %rd3, %rs1;
+    st.global.u64 [%rd2], %rd3;
+    ld.param.s16 %rs2, [b];
+    cvt.s64.s16 %rd4, %rs2;
+    st.global.u64 [%rd2+8], %rd4;
+    ld.param.s32 %r1, [c];
+    cvt.s64.s32 %rd5, %r1;
+    st.global.u64 [%rd2+16], %rd5;
+    ld.param.s64 %rd6, [d];
+    st.global.u64 [%rd2+24], %rd6;
+    ld.param.u8 %rs3, [e];
+    cvt.u64.u16 %rd7, %rs3;
+    st.global.u64 [%rd2+32], %rd7;
+    ld.param.u16 %rs4, [f];
+    cvt.u64.u16 %rd8, %rs4;
+    st.global.u64 [%rd2+40], %rd8;
+    ld.param.u32 %r2, [g];
+    cvt.u64.u32 %rd9, %r2;
+    st.global.u64 [%rd2+48], %rd9;
+    ld.param.u64 %rd10, [h];
+    st.global.u64 [%rd2+56], %rd10;
+    ld.param.f32 %f1, [x];
+    st.global.f32 [%rd2+64], %f1;
+    ld.param.f64 %fd1, [y];
+    st.global.f64 [%rd2+72], %fd1;
+    ret;
+}
+"""
+STORE_KINDS = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+               "float32", "float64")
+LOWEST = (-(1 << 7), -(1 << 15), -(1 << 31), -(1 << 63), 0, 0, 0, 0)
+HIGHEST = ((1 << 7) - 1, (1 << 15) - 1, (1 << 31) - 1, (1 << 63) - 1,
+           (1 << 8) - 1, (1 << 16) - 1, (1 << 32) - 1, (1 << 64) - 1)
+
+
+@pytest.fixture
+def store_params():
+    mod = Module.from_ptx(STORE_PTX)
+    yield mod.get_kernel("store_params", signature=("pointer",) + STORE_KINDS)
+    streams.synchronize_device()
+    mod.close()
+
+
+@pytest.mark.parametrize("values", [
+    LOWEST + (-0.5, -1e300),
+    HIGHEST + (3.25, 1e300),
+    # numpy scalars, an int subclass and an int where a float goes
+    (np.int8(-5), np.int16(7), np.int32(-9), np.int64(11), np.uint8(13), np.uint16(15),
+     np.uint32(17), streams.CaptureMode.RELAXED, np.float32(1.5), 2),
+], ids=["lowest", "highest", "numpy-and-subclasses"])
+def test_every_argument_type_reaches_the_kernel_intact(stream, store_params, values):
+    out = DeviceBuffer(80, stream)
+    try:
+        streams.memset_async(out, 0, stream=stream)
+        stream.launch(store_params, 1, 1, out, *values)
+        host = np.zeros(10, dtype=np.uint64)
+        streams.memcpy_async(host, out, stream=stream)
+        stream.synchronize()
+    finally:
+        out.close()
+    assert [int(v) for v in host[:4].view(np.int64)] == [int(v) for v in values[:4]]
+    assert [int(v) for v in host[4:8]] == [int(v) for v in values[4:8]]
+    assert host[8:9].view(np.float32)[0] == np.float32(values[8])
+    assert host[9:10].view(np.float64)[0] == float(values[9])
+
+
+def test_integers_out_of_range_are_refused_by_name(stream, store_params):
+    out = DeviceBuffer(80, stream)      # a real target, should a launch slip through
+    args = [out] + list(LOWEST) + [0.0, 0.0]
+    try:
+        for i, kind in enumerate(STORE_KINDS[:8]):
+            for bad in (LOWEST[i] - 1, HIGHEST[i] + 1):
+                wrong = list(args)
+                wrong[i + 1] = bad
+                with pytest.raises(ValueError,
+                                   match=f"^argument {i + 1}: {bad} does not fit {kind}$"):
+                    stream.launch(store_params, 1, 1, *wrong)
+        with pytest.raises(TypeError, match="argument 1 must be an integer \\(int8\\), not bool"):
+            stream.launch(store_params, 1, 1, out, True, *args[2:])
+        with pytest.raises(TypeError, match="argument 9 must be a number \\(float32\\), not str"):
+            stream.launch(store_params, 1, 1, *args[:9], "1.0", 0.0)
+        stream.synchronize()
+    finally:
+        out.close()

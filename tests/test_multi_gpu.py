@@ -1,5 +1,7 @@
 """Several GPUs (issue 17): streams, events, launches, copies, pools, graphs,
-the compat layer and IPC events on device 1 while device 0 is current.
+the compat layer and IPC events on device 1 while device 0 is current, a
+pool of device 0 mapped into device 1, and a consumer process on device 1
+of a producer's IPC pool on device 0.
 
 Every test starts with device 0 current and ``Stream.legacy`` the current
 stream of both devices (the ``device_0_current`` fixture), and checks that
@@ -20,14 +22,21 @@ Behavior"; NVIDIA bug 3446335):
   ``with s1:`` all the same, so that only the tests of those paths rely on
   it.
 """
+import os
+import pickle
+import subprocess
+import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
-from _support import BLOCK, GRID, MS, N, closing, run_python, slow_fill, to_host
+from _support import (BLOCK, GRID, MS, N, closing, env_importing_this_streams, run_python,
+                      slow_fill, to_host)
 
 import streams
-from streams import DeviceBuffer, Event, EventPool, PinnedBuffer, Stream, StreamPool
+from streams import (DeviceBuffer, Event, EventPool, MemoryPool, PinnedBuffer, Stream,
+                     StreamPool)
 from streams.compat import cupy as cp
 from streams.compat import torch as tc
 from streams.testing import spin
@@ -298,6 +307,35 @@ def test_pools_of_device_1(kernels):
     assert streams.get_device() == 0
 
 
+def test_a_device_1_kernel_increments_a_device_0_pool_buffer_once_the_pool_grants_access(
+        kernels):
+    """Pool memory does not follow enable_peer_access: only
+    MemoryPool.set_access maps it into another device."""
+    if not streams.can_access_peer(1, 0):
+        pytest.skip("device 1 cannot map memory of device 0 (cudaDeviceCanAccessPeer)")
+    with closing(Stream(device=0), Stream(device=1)) as (s0, s1), \
+            closing(MemoryPool(device=0)) as pool:
+        assert pool.device_id == 0
+        assert pool.get_access(0) == "rw"
+        assert pool.get_access(1) == "none", "a new pool is mapped into its own device only"
+        pool.set_access(1, "rw")
+        assert pool.get_access(1) == "rw" and pool.get_access("cuda:1") == "rw"
+        with closing(pool.allocate(N * 4, s0)) as buf:
+            assert buf.device_id == 0 and buf.pool is pool
+            slow_fill(s0, kernels, buf, 0xBEEF)
+            with closing(s0.record()) as filled:
+                assert filled.device_id == 0
+                s1.wait_event(filled)
+                s1.launch(kernels.increment, GRID, BLOCK, buf, N)
+                assert streams.get_device() == 0
+                # Copied on its own device's stream: cudaMemcpyAsync takes
+                # stream-ordered memory only with its device current.
+                s0.wait_stream(s1)
+                assert (to_host(buf, s0) == 0xBEEF + 1).all()
+                assert filled.query() is True
+        assert streams.get_device() == 0
+
+
 # ---- graphs ---------------------------------------------------------------------------------------
 
 def test_graph_captured_on_a_device_1_stream(kernels):
@@ -406,3 +444,115 @@ def test_ipc_event_of_device_1_waited_on_in_a_child_on_device_0(open_on):
         assert ev.query() is True
         assert s1.synchronize() is True
         assert streams.get_device() == 0
+
+
+# The consumer of test_producer_on_device_0_and_consumer_process_on_device_1_share_pool_memory.
+# The imported pool and its buffer belong to device 0, where the memory is:
+# a DeviceBuffer is freed on a stream of its own device, hence s0 here.
+# All the reading and writing is on device 1's stream s1: peer copies
+# (cudaMemcpyPeerAsync, which needs no access to the pool), and with
+# through == "access" a device-1 kernel on the buffer itself, once this
+# process's import of the pool is mapped into device 1 (mappings are per
+# process, as in CUDA's streamOrderedAllocationIPC sample).
+CONSUMER_ON_DEVICE_1 = textwrap.dedent("""
+    import pickle, sys
+    import numpy as np
+    import streams
+    from streams import DeviceBuffer, Event, MemoryPool, Stream
+    from streams.testing import builtin_module
+
+    fd, descriptor, event_handle, n, value, through = pickle.loads(
+        bytes.fromhex(sys.stdin.readline()))
+    assert descriptor.device_id == 0, descriptor
+    pool = MemoryPool.import_handle(fd, device=0)
+    assert pool.device_id == 0 and pool.ipc
+    if through == "access":
+        pool.set_access(1, "rw")
+        assert pool.get_access(1) == "rw"
+    s0 = Stream(device=0, non_blocking=True)
+    s1 = Stream(device=1, non_blocking=True)
+    buf = pool.import_buffer(descriptor, stream=s0)
+    assert buf.nbytes == n * 4 and buf.device_id == 0
+    ready = Event.from_ipc_handle(event_handle, device=1)
+    assert ready.device_id == 1
+    s1.wait_event(ready)                 # the producer's fill, on device 0 of the producer
+    mine = DeviceBuffer(n * 4, stream=s1)
+    host = np.empty(n, dtype=np.uint32)
+
+    def seen_from_device_1():
+        streams.memcpy_async(mine, buf, stream=s1)       # a peer copy, device 0 to 1
+        streams.memcpy_async(host, mine, stream=s1)
+        s1.synchronize()
+        return host
+
+    assert (seen_from_device_1() == value).all(), host[:8]
+    mod = builtin_module()
+    inc = mod.get_kernel("streams_increment_u32", signature="pointer, uint64")
+    if through == "access":
+        s1.launch(inc, 4, 256, buf, n)
+    else:
+        s1.launch(inc, 4, 256, mine, n)
+        streams.memcpy_async(buf, mine, stream=s1)       # a peer copy, device 1 to 0
+    assert (seen_from_device_1() == value + 1).all(), host[:8]
+    buf.close()                          # s1 is done with it; before the exporter frees it
+    s0.synchronize()
+    mine.close()
+    s1.synchronize()
+    mod.close()
+    ready.close()
+    pool.close()
+    s0.close()
+    s1.close()
+    print("CONSUMED")
+""")
+
+
+@pytest.mark.parametrize("through", ["access", "copies"])
+def test_producer_on_device_0_and_consumer_process_on_device_1_share_pool_memory(kernels,
+                                                                                through):
+    """The child reads and increments on device 1 what this process filled
+    on device 0 behind a long spin, ordered by an interprocess event;
+    ``through``: a kernel on the pool's memory ("access", set_access in the
+    child) or peer copies to and from device-1 memory ("copies")."""
+    pytest.importorskip("numpy", reason="the child checks what it reads with numpy")
+    if through == "access" and not streams.can_access_peer(1, 0):
+        pytest.skip("device 1 cannot map memory of device 0 (cudaDeviceCanAccessPeer)")
+    value = 0x5EED
+    pool = MemoryPool(device=0, ipc=True)
+    s0 = Stream(device=0, non_blocking=True)
+    ready = Event(interprocess=True, device=0)
+    buf = None
+    fd = -1
+    try:
+        assert pool.ipc and pool.device_id == 0 and ready.device_id == 0
+        buf = pool.allocate(N * 4, s0)
+        streams.memset_async(buf, 0, stream=s0)
+        spin(s0, 500 * MS)              # the consumer must really wait for the event
+        s0.launch(kernels.fill, GRID, BLOCK, buf, value, N)
+        ready.record(s0)
+        # First: export() also shares a pool that was never exported itself.
+        descriptor = buf.export()
+        assert descriptor.device_id == 0
+        fd = pool.export_handle()
+        assert fd >= 0
+        message = pickle.dumps((fd, descriptor, ready.ipc_handle(), N, value,
+                                through)).hex() + "\n"
+        child = subprocess.run(
+            [sys.executable, "-c", CONSUMER_ON_DEVICE_1], input=message, pass_fds=(fd,),
+            cwd=str(Path(streams.__file__).resolve().parent.parent),
+            env=env_importing_this_streams(), capture_output=True, text=True, timeout=120)
+        assert child.returncode == 0, (child.returncode, child.stderr[-4000:])
+        assert "CONSUMED" in child.stdout
+        assert streams.get_device() == 0
+        assert (to_host(buf, s0) == value + 1).all()
+    finally:
+        if fd >= 0:
+            os.close(fd)
+        s0.synchronize()
+        if buf is not None:
+            buf.close()
+            s0.synchronize()
+        ready.close()
+        s0.close()
+        pool.close()
+    assert streams.get_device() == 0

@@ -182,7 +182,10 @@ cdef int guard() except -1 nogil:
     global streams_cuda_touched
     cdef int state = streams_guard_state()
     if state == 0:
-        streams_cuda_touched = 1
+        # Written once: a store on every call would keep the line of these
+        # flags bouncing between the cores of threads that call CUDA.
+        if not streams_cuda_touched:
+            streams_cuda_touched = 1
         return 0
     with gil:
         return _raise_guard(state)

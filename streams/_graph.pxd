@@ -39,7 +39,8 @@ cdef class GraphExec(HandleOwner):
     cdef streams_graph_exec_t _handle
     cdef ErrorSlot _errors
     cdef tuple _keep
-    cdef list _box               # what node updates need, held by CUDA for the executable
+    cdef list _box               # what node updates need: held by CUDA (boxed) or by this object
+    cdef bint _boxed             # a CUDA user object owns _box (see Graph.instantiate)
     cdef streams_graph_t _source # the graph it came from: its nodes name the executable's
 
     cdef int c_launch(self, Stream stream) except -1 nogil

@@ -275,6 +275,11 @@ cdef Graph _wrap_graph(cudaGraph_t handle, bint owns, ErrorSlot errors, list kee
     cdef Graph g = Graph.__new__(Graph)
     g._handle = <streams_graph_t>handle
     g._errors = errors if errors is not None else new_error_slot()
+    if errors is None and not owns:
+        # A graph streams did not build (a capture's graph in progress): what
+        # its nodes are is unknown, so its executables box as if it had host
+        # callables.
+        g._errors.host_calls = True
     g._keep = keep if keep is not None else []
     g._opened(owns)
     return g
@@ -884,10 +889,21 @@ cdef class Graph(HandleOwner):
             flags |= cudaGraphInstantiateFlagDeviceLaunch
         if use_node_priority:
             flags |= cudaGraphInstantiateFlagUseNodePriority
+        cdef bint boxed = self._errors.host_calls
         self._use()
         try:
             rt.drain_deferred()
-            with_box(<cudaGraph_t>self._handle, box, _instantiate, &ex, flags)
+            # Only a graph with host callables gets the box's user object: an
+            # executable that holds any user object costs CUDA a tracking of
+            # every replay (+3.6 us per launch of a 10-kernel graph on an
+            # H100, benchmarks/results), which the host callables' user
+            # objects already incur.  Without one, the GraphExec holds what
+            # node updates bring, as it holds what the graph's nodes need.
+            if boxed:
+                with_box(<cudaGraph_t>self._handle, box, _instantiate, &ex, flags)
+            else:
+                with nogil:
+                    _instantiate(<cudaGraph_t>self._handle, &ex, flags)
         finally:
             self._unuse()
         result = GraphExec.__new__(GraphExec)
@@ -895,6 +911,7 @@ cdef class Graph(HandleOwner):
         result._errors = self._errors
         result._keep = tuple(self._keep)
         result._box = box
+        result._boxed = boxed
         result._source = self._handle
         result._opened(True)
         if up is not None:
@@ -996,6 +1013,7 @@ cdef class Graph(HandleOwner):
         self._refuse_in_body("a host node")
         call = new_call(callback, arg, None, self._errors, KIND_HOST_FUNC)
         call.persistent = True
+        self._errors.host_calls = True
         self._use()
         try:
             rt.graph_attach_payload(<cudaGraph_t>self._handle, <PyObject*>call)
@@ -1244,6 +1262,8 @@ cdef class Graph(HandleOwner):
         finally:
             child._unuse()
         self._keep.extend(child._keep)
+        if child._errors.host_calls:
+            self._errors.host_calls = True
         return _wrap_node(self, node)
 
     def close(self):
@@ -1257,13 +1277,21 @@ cdef class Graph(HandleOwner):
         return f"<streams.Graph 0x{<uintptr_t>self._handle:x}>"
 
 
-cdef int _enqueue_exec(GraphExec exe, Stream stream, bint launch) except -1 nogil:
+cdef int _enqueue_exec(GraphExec exe, Stream stream, bint launch, bint held) except -1 nogil:
     # With the stream's device current, as for a kernel launch (-1, the
-    # special streams: the current device's).
+    # special streams: the current device's).  held: the caller keeps the
+    # GIL throughout, so each use is a check of the closed flag
+    # (HandleOwner._hold) instead of a counted one.
     cdef DeviceScope scope
-    exe._use()
+    if held:
+        exe._hold()
+    else:
+        exe._use()
     try:
-        stream._use()
+        if held:
+            stream._hold()
+        else:
+            stream._use()
         try:
             enter_device(&scope, stream._device)
             try:
@@ -1275,9 +1303,15 @@ cdef int _enqueue_exec(GraphExec exe, Stream stream, bint launch) except -1 nogi
             finally:
                 exit_device(&scope)
         finally:
-            stream._unuse()
+            if held:
+                stream._unhold()
+            else:
+                stream._unuse()
     finally:
-        exe._unuse()
+        if held:
+            exe._unhold()
+        else:
+            exe._unuse()
 
 
 @cython.final
@@ -1297,10 +1331,10 @@ cdef class GraphExec(HandleOwner):
         return self._handle
 
     cdef int c_launch(self, Stream stream) except -1 nogil:
-        return _enqueue_exec(self, stream, 1)
+        return _enqueue_exec(self, stream, 1, False)
 
     cdef int c_upload(self, Stream stream) except -1 nogil:
-        return _enqueue_exec(self, stream, 0)
+        return _enqueue_exec(self, stream, 0, False)
 
     def launch(self, stream=None):
         """Enqueue one replay on ``stream`` (default: the current stream).
@@ -1312,7 +1346,7 @@ cdef class GraphExec(HandleOwner):
         if self._errors is not None and self._errors.first is not None:
             self._errors.raise_pending("graph host callback")
         if rt.enqueue_may_keep_gil():
-            self.c_launch(s)
+            _enqueue_exec(self, s, 1, True)
         else:
             with nogil:
                 self.c_launch(s)
@@ -1339,7 +1373,13 @@ cdef class GraphExec(HandleOwner):
             try:
                 # CUDA gives the executable the user objects of `graph` in
                 # place of its own, keeping those until replays in flight end.
-                with_box(<cudaGraph_t>graph._handle, box, _update, &up, 0)
+                # (Same shape: `graph` has host callables if and only if the
+                # executable's graph had, so an unboxed one stays unboxed.)
+                if self._boxed:
+                    with_box(<cudaGraph_t>graph._handle, box, _update, &up, 0)
+                else:
+                    with nogil:
+                        _update(<cudaGraph_t>graph._handle, &up, 0)
             finally:
                 graph._unuse()
         finally:
@@ -1493,7 +1533,13 @@ cdef class GraphExec(HandleOwner):
         stays alive until they are done (it is released with the executable).
         """
         cdef GraphNode nd = self._node_of(node, "node")
-        cdef HostCall call = new_call(callback, arg, None, self._errors, KIND_HOST_FUNC)
+        cdef HostCall call
+        if not self._boxed:
+            # Unreachable through the API (a host node makes its graph box);
+            # a callable that could die under a replay in flight is refused.
+            raise RuntimeError("this executable does not box host callables: instantiate it "
+                               "again from its graph")
+        call = new_call(callback, arg, None, self._errors, KIND_HOST_FUNC)
         call.persistent = True
         self._box.append(call)
         self._enter(nd)

@@ -1,6 +1,7 @@
 # The life of every handle owner (streams, events, graphs, executables,
 # modules, buffers), in one base class.  Free of CUDA types like
 # _stream.pxd: a project that cimports streams compiles it too.
+from streams._platform cimport streams_held_use_begin, streams_held_use_end
 
 cdef class HandleOwner:
     cdef unsigned int _state      # streams/handle.h: closed flag and users
@@ -18,6 +19,23 @@ cdef class HandleOwner:
     cdef int _use(self) except -1 nogil
     cdef void _unuse(self) noexcept nogil
     cdef int _check_open(self) except -1 nogil
+    # A use that keeps the GIL from _hold to _unhold and runs no Python code
+    # in between (no decref, no callback, no `with nogil`).  close() needs
+    # the GIL, so it cannot come in between: the closed flag is all there
+    # is to check (streams/handle.h), and the locked read-modify-writes of
+    # _use/_unuse are spared.  Status calls and enqueues that keep the GIL
+    # use these.  Declared nogil only so that a nogil function can take
+    # either kind of use; the caller holds the GIL.
+    cdef inline int _hold(self) except -1 nogil:
+        if streams_held_use_begin(&self._state) == 0:
+            return 0
+        self._unhold()
+        with gil:
+            return self._raise_closed()
+    cdef inline void _unhold(self) noexcept nogil:
+        if streams_held_use_end(&self._state) and self._owns_handle:
+            self._release()
+    cdef int _raise_closed(self) except -1
     # What a subclass does with its handle.  _destroy: now, for close(),
     # raising on a CUDA error.  _release: never raising, deferred where CUDA
     # cannot be called (the last user leaving, __dealloc__); it may read C

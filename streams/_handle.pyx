@@ -44,6 +44,9 @@ cdef class HandleOwner:
         if streams_use_end(&self._state) and self._owns_handle:
             self._release()
 
+    cdef int _raise_closed(self) except -1:
+        return rt.raise_closed(self)
+
     cdef int _check_open(self) except -1 nogil:
         if streams_is_closed(&self._state):
             with gil:

@@ -168,6 +168,9 @@ cdef int _enqueue_captured(Stream stream, object callback, object arg, cudaGraph
         register_capture(capture_id, slot, None, stream)
     cdef HostCall call = new_call(callback, arg, None, slot, KIND_HOST_FUNC)
     call.persistent = True
+    # The graph this capture makes (or extends) now holds a host callable:
+    # its executables box what node updates bring (_graph.pyx, instantiate).
+    (<ErrorSlot>slot).host_calls = True
     rt.graph_attach_payload(graph, <PyObject*>call)
     with nogil:
         rt.launch_graph_host_func(<cudaStream_t>stream._handle, <PyObject*>call)

@@ -567,7 +567,7 @@ cdef bint _flag(object value, str argname) except -1:
 
 
 cdef int _launch_configured(Kernel k, Stream stream, LaunchConfig c,
-                            void** args) except -1 nogil:
+                            void** args, bint held) except -1 nogil:
     # The events are held in use for the call (a close() elsewhere waits),
     # and their handles read now: a config outlives any one launch.
     cdef cudaLaunchConfig_t cfg
@@ -621,7 +621,7 @@ cdef int _launch_configured(Kernel k, Stream stream, LaunchConfig c,
                 attrs[n].val.launchCompletionEvent.flags = 0
                 n += 1
             cfg.numAttrs = n
-            _launch_packed(k, stream, cfg.gridDim, cfg.blockDim, args, c._shared_mem, &cfg)
+            _launch_packed(k, stream, cfg.gridDim, cfg.blockDim, args, c._shared_mem, &cfg, held)
             if prog:
                 c._programmatic_event._recorded = True
             if done:
@@ -650,14 +650,23 @@ cdef cudaFuncAttributes _kernel_attributes(Kernel k) except *:
 
 
 cdef int _launch_packed(Kernel k, Stream stream, dim3 grid, dim3 block, void** args,
-                        size_t shared_mem, const cudaLaunchConfig_t* config) except -1 nogil:
-    # Module and stream are held in use for the call: another thread's
-    # close() of either waits for it to leave.
+                        size_t shared_mem, const cudaLaunchConfig_t* config,
+                        bint held) except -1 nogil:
+    # Module and stream are in use for the call, so that another thread's
+    # close() of either waits for it to leave: counted, or, when the caller
+    # keeps the GIL throughout (held), a check of each closed flag
+    # (HandleOwner._hold).
     cdef DeviceScope scope
     cdef int dev
-    k._module._use()
+    if held:
+        k._module._hold()
+    else:
+        k._module._use()
     try:
-        stream._use()
+        if held:
+            stream._hold()
+        else:
+            stream._use()
         try:
             dev = stream.c_device()
             enter_device(&scope, dev)
@@ -671,9 +680,15 @@ cdef int _launch_packed(Kernel k, Stream stream, dim3 grid, dim3 block, void** a
             finally:
                 exit_device(&scope)
         finally:
-            stream._unuse()
+            if held:
+                stream._unhold()
+            else:
+                stream._unuse()
     finally:
-        k._module._unuse()
+        if held:
+            k._module._unhold()
+        else:
+            k._module._unuse()
     return 0
 
 
@@ -701,7 +716,7 @@ cdef class Kernel(LaunchTarget):
                 self._check_usable()
         g.x, g.y, g.z = grid_x, grid_y, grid_z
         b.x, b.y, b.z = block_x, block_y, block_z
-        return _launch_packed(self, stream, g, b, args, shared_mem, NULL)
+        return _launch_packed(self, stream, g, b, args, shared_mem, NULL, False)
 
     cdef int _launch_on(self, Stream stream, object grid, object block, tuple args,
                         object shared_mem, object config) except -1:
@@ -726,15 +741,15 @@ cdef class Kernel(LaunchTarget):
         try:
             if rt.enqueue_may_keep_gil():
                 if lc is None:
-                    _launch_packed(self, stream, g, b, argv, smem, NULL)
+                    _launch_packed(self, stream, g, b, argv, smem, NULL, True)
                 else:
-                    _launch_configured(self, stream, lc, argv)
+                    _launch_configured(self, stream, lc, argv, True)
             else:
                 with nogil:
                     if lc is None:
-                        _launch_packed(self, stream, g, b, argv, smem, NULL)
+                        _launch_packed(self, stream, g, b, argv, smem, NULL, False)
                     else:
-                        _launch_configured(self, stream, lc, argv)
+                        _launch_configured(self, stream, lc, argv, False)
         finally:
             release_pack(&pack)
         return 0
@@ -907,6 +922,9 @@ cdef class PreparedLaunch:
         rt.refuse_construction(self, "use Kernel.prepare()")
 
     cdef int c_launch(self, Stream stream) except -1 nogil:
+        return self._launch(stream, False)
+
+    cdef int _launch(self, Stream stream, bint held) except -1 nogil:
         cdef dim3 g, b
         if self._kernel is None:
             with gil:
@@ -914,20 +932,20 @@ cdef class PreparedLaunch:
                                  "Kernel.prepare())")
         if self._config is not None:
             return _launch_configured(self._kernel, stream, self._config,
-                                      self._ptrs if self._nargs else NULL)
+                                      self._ptrs if self._nargs else NULL, held)
         g.x, g.y, g.z = self._grid[0], self._grid[1], self._grid[2]
         b.x, b.y, b.z = self._block[0], self._block[1], self._block[2]
         return _launch_packed(self._kernel, stream, g, b, self._ptrs if self._nargs else NULL,
-                              self._shared_mem, NULL)
+                              self._shared_mem, NULL, held)
 
     def launch(self, stream=None):
         """Enqueue the launch on ``stream`` (default: the current stream)."""
         cdef Stream s = as_stream(stream, "stream")
         if rt.enqueue_may_keep_gil():
-            self.c_launch(s)
+            self._launch(s, True)
         else:
             with nogil:
-                self.c_launch(s)
+                self._launch(s, False)
 
     @property
     def kernel(self):
@@ -1041,7 +1059,7 @@ def _spin(Stream stream not None, double microseconds):
     args[0] = &ns
     one.x, one.y, one.z = 1, 1, 1
     with nogil:
-        _launch_packed(_k_spin, stream, one, one, args, 0, NULL)
+        _launch_packed(_k_spin, stream, one, one, args, 0, NULL, False)
 
 
 def _launch_empty(Stream stream not None):
@@ -1049,7 +1067,7 @@ def _launch_empty(Stream stream not None):
     _load_builtins()
     one.x, one.y, one.z = 1, 1, 1
     with nogil:
-        _launch_packed(_k_empty, stream, one, one, NULL, 0, NULL)
+        _launch_packed(_k_empty, stream, one, one, NULL, 0, NULL, False)
 
 
 def _fill_u32(Stream stream not None, ptr, value, count):

@@ -14,6 +14,8 @@ cdef extern from "streams/handle.h" nogil:
     unsigned int STREAMS_H_INERT
     int streams_use_begin(unsigned int* state)
     int streams_use_end(unsigned int* state)
+    int streams_held_use_begin(unsigned int* state)
+    int streams_held_use_end(unsigned int* state)
     int streams_close_begin(unsigned int* state)
     int streams_is_closed(const unsigned int* state)
     void streams_open(unsigned int* state)

@@ -21,6 +21,10 @@ cdef class Event
 # stream's next synchronize, a graph's next launch) to raise the first one.
 cdef class ErrorSlot:
     cdef object first           # (callback, exception) or None
+    # A graph served by this slot holds host callables (CUDA user objects),
+    # or may (a graph of unknown make): its executables then box what node
+    # updates bring in a user object too (streams/_graph.pyx, instantiate).
+    cdef bint host_calls
     cdef void keep_first(self, object callback, object exc) noexcept
     cdef int raise_pending(self, str what) except -1
 

@@ -391,18 +391,34 @@ cdef int _check_same_device(int event_device, int stream_device) except -1:
     return 0
 
 
-cdef int _enqueue_raw(int what, void* stream, void* event, unsigned int flags) except -1:
-    # A record or wait of raw handles, GIL kept when that cannot deadlock.
-    if rt.enqueue_may_keep_gil():
+cdef int _enqueue_raw(int what, Waitable ours, void* foreign, unsigned int flags) except -1:
+    # A record (what 0) or wait (1) between one of ours, a stream or an
+    # event, and another library's raw handle (its object stays alive in
+    # the caller), the GIL kept when that cannot deadlock.
+    cdef void* stream
+    cdef void* event
+    if not rt.enqueue_may_keep_gil():
+        ours._use()
+        try:
+            stream = ours._handle if ours._kind == rt.HANDLE_STREAM else foreign
+            event = foreign if ours._kind == rt.HANDLE_STREAM else ours._handle
+            with nogil:
+                if what == 0:
+                    rt.event_record(<cudaEvent_t>event, <cudaStream_t>stream, flags)
+                else:
+                    rt.stream_wait_event(<cudaStream_t>stream, <cudaEvent_t>event, flags)
+        finally:
+            ours._unuse()
+        return 0
+    ours._hold()
+    try:
+        stream = ours._handle if ours._kind == rt.HANDLE_STREAM else foreign
+        event = foreign if ours._kind == rt.HANDLE_STREAM else ours._handle
         if what == 0:
             return rt.event_record(<cudaEvent_t>event, <cudaStream_t>stream, flags)
         return rt.stream_wait_event(<cudaStream_t>stream, <cudaEvent_t>event, flags)
-    with nogil:
-        if what == 0:
-            rt.event_record(<cudaEvent_t>event, <cudaStream_t>stream, flags)
-        else:
-            rt.stream_wait_event(<cudaStream_t>stream, <cudaEvent_t>event, flags)
-    return 0
+    finally:
+        ours._unhold()
 
 
 cdef int _event_create_on(cudaEvent_t* out, unsigned int flags, int device) except -1 nogil:
@@ -544,18 +560,24 @@ cdef class Waitable(HandleOwner):
         # released), so that the memory pool can give freed memory back.
         cdef bint is_stream = self._kind == rt.HANDLE_STREAM
         cdef unsigned long long frees
-        self._use()
+        cdef int done
+        self._hold()
         try:
-            if _raw_status(is_stream, self._handle, False) == 0:
-                return 0
-            frees = rt.async_frees()
-            if frees != self._frees_seen:
+            done = _raw_status(is_stream, self._handle, False)
+        finally:
+            self._unhold()
+        if done == 0:
+            return 0
+        frees = rt.async_frees()
+        if frees != self._frees_seen:
+            self._use()
+            try:
                 with nogil:
                     _raw_status(is_stream, self._handle, True)
-                self._frees_seen = frees
-            return 1
-        finally:
-            self._unuse()
+            finally:
+                self._unuse()
+            self._frees_seen = frees
+        return 1
 
     cdef int _destroy(self) except -1 nogil:
         if self._pool != NULL:
@@ -573,7 +595,13 @@ cdef class Waitable(HandleOwner):
         # a query takes), so a callback waiting for the GIL cannot block it;
         # releasing and retaking the GIL would cost about as much as the
         # query itself (~250 ns on an H200 host, benchmarks/results).
-        return self.c_query() == 1
+        cdef int done
+        self._hold()
+        try:
+            done = _raw_status(self._kind == rt.HANDLE_STREAM, self._handle, False)
+        finally:
+            self._unhold()
+        return done == 1
 
     @property
     def done(self):
@@ -622,19 +650,38 @@ cdef class Waitable(HandleOwner):
 # Enqueues from Python keep the GIL when that cannot deadlock
 # (rt.enqueue_may_keep_gil says when).
 cdef int _record(Stream stream, Event event) except -1:
-    if rt.enqueue_may_keep_gil():
-        return stream.c_record(event)
-    with nogil:
-        stream.c_record(event)
+    if not rt.enqueue_may_keep_gil():
+        with nogil:
+            stream.c_record(event)
+        return 0
+    stream._hold()
+    try:
+        event._hold()
+        try:
+            rt.event_record(<cudaEvent_t>event._handle, <cudaStream_t>stream._handle, 0)
+            event._recorded = True
+        finally:
+            event._unhold()
+    finally:
+        stream._unhold()
     return 0
 
 
 cdef int _wait_event(Stream stream, Event event) except -1:
-    if rt.enqueue_may_keep_gil():
-        return stream.c_wait_event(event)
-    with nogil:
-        stream.c_wait_event(event)
-    return 0
+    if not rt.enqueue_may_keep_gil():
+        with nogil:
+            stream.c_wait_event(event)
+        return 0
+    stream._hold()
+    try:
+        event._hold()
+        try:
+            return rt.stream_wait_event(<cudaStream_t>stream._handle,
+                                        <cudaEvent_t>event._handle, 0)
+        finally:
+            event._unhold()
+    finally:
+        stream._unhold()
 
 
 # ---- the current stream -------------------------------------------------------------------
@@ -963,11 +1010,7 @@ cdef class Stream(Waitable):
             if h == 0:
                 self._check_open()
                 return
-            self._use()
-            try:
-                _enqueue_raw(1, self._handle, <void*>h, flags)
-            finally:
-                self._unuse()
+            _enqueue_raw(1, self, <void*>h, flags)
             return
         ev = <Event>event
         if not external:
@@ -1464,12 +1507,8 @@ cdef class Event(Waitable):
             # Another library's stream: its handle, no wrapper (the caller
             # keeps the object alive for this call).
             _foreign_stream(stream, "stream", &h)
-            self._use()
-            try:
-                _enqueue_raw(0, <void*>h, self._handle, flags)
-                self._recorded = True
-            finally:
-                self._unuse()
+            _enqueue_raw(0, self, <void*>h, flags)
+            self._recorded = True
             return self
         s = as_stream(stream, "stream")
         _check_same_device(self._device, s._device)
@@ -1504,11 +1543,7 @@ cdef class Event(Waitable):
         cdef uintptr_t h
         if stream is not None and not isinstance(stream, Stream):
             _foreign_stream(stream, "stream", &h)
-            self._use()
-            try:
-                _enqueue_raw(1, <void*>h, self._handle, 0)
-            finally:
-                self._unuse()
+            _enqueue_raw(1, self, <void*>h, 0)
             return self
         _wait_event(as_stream(stream, "stream"), self)
         return self

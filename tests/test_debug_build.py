@@ -87,6 +87,38 @@ def test_graph_payload_is_held_once_for_all_replays(stream):
 
 @debug_only
 @pytest.mark.gpu
+def test_only_graphs_with_host_callables_box_their_executables(stream):
+    # The box is a CUDA user object owning one payload reference; an
+    # executable holding any user object costs CUDA a tracking of every
+    # replay, so only graphs whose host callables already incur it get one.
+    empty = builtin_module().get_kernel("streams_empty")
+    with stream.capture() as cap:
+        for _ in range(3):
+            stream.launch(empty, 1, 1)
+    plain = cap.graph
+    with_host = streams.Graph()
+    with_host.add_host_node(len, ())
+    parent = streams.Graph()
+    parent.add_child_graph_node(with_host)
+    try:
+        for graph, boxes in ((plain, 0), (with_host, 1), (parent, 1)):
+            before = streams.debug_counters()
+            with graph.instantiate() as ex:
+                assert _delta(before, "payload_increfs") == (boxes,), graph
+                ex.launch(stream)
+                stream.synchronize()
+    finally:
+        for graph in (plain, with_host, parent):
+            graph.close()
+    for _ in range(200):
+        streams._cudart._drain_deferred()
+        if streams.debug_counters()["live_payload_refs"] == 0:
+            break
+        time.sleep(0.01)
+
+
+@debug_only
+@pytest.mark.gpu
 def test_allocations_and_modules_are_given_back(stream):
     before = streams.debug_counters()
     buf = DeviceBuffer(4096, stream)

@@ -495,3 +495,35 @@ def test_graph_keeps_buffer_of_kernel_node_alive(stream):
     gc.collect()
     streams.synchronize_device()
     assert streams.debug_counters()["live_buffers"] == before - 1
+
+
+def test_executable_without_host_callables_holds_what_updates_bring(stream):
+    # No host callable in the graph: the executable owns no CUDA user object
+    # (each would cost every replay), and the GraphExec itself holds the
+    # buffer a node update brought, until it is gone.
+    a = streams.DeviceBuffer(N * 4, stream=stream)
+    b = streams.DeviceBuffer(N * 4, stream=stream)
+    g = Graph()
+    k = g.add_kernel_node("fill_u32", GRID, BLOCK, a, 1, N)
+    ex = g.instantiate()
+    try:
+        ex.set_kernel_node(k, "fill_u32", GRID, BLOCK, b, 7, N)
+        ex.launch(stream)
+        stream.synchronize()
+        assert (to_host(b, stream) == 7).all()
+        b.close()       # in use by the executable: freed once it is gone
+        ex.launch(stream)
+        stream.synchronize()
+    except BaseException:
+        ex.close()
+        g.close()
+        raise
+    before = streams.debug_counters()["live_buffers"]
+    ex.close()
+    assert streams.debug_counters()["live_buffers"] == before   # the object still holds it
+    del ex
+    gc.collect()
+    streams.synchronize_device()
+    assert streams.debug_counters()["live_buffers"] == before - 1
+    g.close()
+    a.close()

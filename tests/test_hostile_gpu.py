@@ -81,6 +81,64 @@ def test_close_races_with_users_in_eight_threads():
     assert out.split() == ["OK", "0"], out
 
 
+@pytest.mark.slow   # a stress test: minutes under compute-sanitizer
+def test_close_races_with_calls_that_keep_the_gil():
+    # Queries, records, waits, launches and graph launches that keep the GIL
+    # check only the closed flag (HandleOwner._hold): a close() in another
+    # thread must land before such a call (ValueError naming the closed
+    # object) or after it, never inside.  The switch interval makes Python
+    # hand the GIL over as often as it can; the foreign stream takes the
+    # raw-handle paths of Event.record and Event.wait.
+    out = _child("""
+        import random, sys, threading, streams
+        from streams.testing import builtin_module
+        sys.setswitchinterval(1e-6)
+        ROUNDS, THREADS = 150, 6
+        class Foreign:
+            def __init__(self, s): self.s = s
+            def __cuda_stream__(self): return (0, self.s.handle)
+        empty = builtin_module().get_kernel("streams_empty")
+        closed_errors = other_errors = 0
+        lock = threading.Lock()
+        for r in range(ROUNDS):
+            s, other = streams.Stream(non_blocking=True), streams.Stream(non_blocking=True)
+            ev, done = streams.Event(), streams.Event()
+            other.record(done)
+            foreign = Foreign(other)
+            prepared = empty.prepare(1, 1)
+            g = streams.Graph(); g.add_empty_node(); exe = g.instantiate()
+            ops = [s.query, done.query, lambda: s.record(ev), lambda: s.wait_event(done),
+                   lambda: ev.record(foreign), lambda: ev.wait(foreign), ev.query,
+                   lambda: s.launch(empty, 1, 1), lambda: prepared.launch(s),
+                   lambda: exe.launch(s), s.synchronize]
+            start = threading.Barrier(THREADS + 1)
+            def use(i):
+                global closed_errors, other_errors
+                start.wait()
+                for k in range(60):
+                    try:
+                        ops[(i + k) % len(ops)]()
+                    except ValueError as exc:
+                        assert "closed" in str(exc), exc
+                        with lock: closed_errors += 1
+                    except Exception as exc:
+                        with lock: other_errors += 1
+                        print("unexpected", type(exc).__name__, exc)
+            threads = [threading.Thread(target=use, args=(i,)) for i in range(THREADS)]
+            for t in threads: t.start()
+            start.wait()
+            for obj in random.sample([s, ev, done, exe], 4):
+                obj.close()
+            for t in threads: t.join()
+            other.synchronize(); other.close(); g.close()
+        streams.synchronize_device()
+        c = streams.debug_counters()
+        assert c["live_streams"] == 0 and c["live_events"] == 0 and c["live_graph_execs"] == 0, c
+        print("OK", other_errors, closed_errors > 0)
+    """, timeout=240)
+    assert out.split()[-3:] == ["OK", "0", "True"], out
+
+
 def test_close_waits_for_a_synchronize_in_flight(stream):
     s = Stream()
     spin(s, 300 * MS)

@@ -48,6 +48,32 @@ static inline int streams_close_begin(unsigned int *state) {
                                        __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST) ? 1 : 2;
 }
 
+/* A use that holds the GIL from its begin to its end and runs no Python
+ * code in between (nothing there can hand the GIL to another thread).
+ * close() and __dealloc__ mark an object closed only with the GIL held, so
+ * neither can run inside such a use: a look at the CLOSED bit is the whole
+ * check, and the two locked read-modify-writes of a counted use are spared
+ * (benchmarks/status_breakdown.py measures both).  A use that drops the GIL,
+ * and every call of a Cython project, counts.  Without a GIL (free-threaded
+ * CPython) nothing keeps close() out, so there these count too.  The caller
+ * calls streams_held_use_end exactly once either way. */
+static inline int streams_held_use_begin(unsigned int *state) {
+#ifdef Py_GIL_DISABLED
+    return streams_use_begin(state);
+#else
+    return (__atomic_load_n(state, __ATOMIC_RELAXED) & STREAMS_H_CLOSED) ? -1 : 0;
+#endif
+}
+
+static inline int streams_held_use_end(unsigned int *state) {
+#ifdef Py_GIL_DISABLED
+    return streams_use_end(state);
+#else
+    (void)state;
+    return 0;
+#endif
+}
+
 static inline int streams_is_closed(const unsigned int *state) {
     return (__atomic_load_n(state, __ATOMIC_ACQUIRE) & STREAMS_H_CLOSED) != 0;
 }
@@ -58,7 +84,10 @@ static inline void streams_open(unsigned int *state) {
 
 /* Remember that something (a device index) was used, from any thread. */
 static inline void streams_mark_bit(unsigned long long *mask, int bit) {
-    if (bit >= 0 && bit < 64)
+    /* Looked at first: the bit is almost always set already (every launch
+     * marks its device), and a load costs less than a locked OR. */
+    if (bit >= 0 && bit < 64
+            && !(__atomic_load_n(mask, __ATOMIC_RELAXED) & (1ull << bit)))
         __atomic_fetch_or(mask, 1ull << bit, __ATOMIC_RELAXED);
 }
 

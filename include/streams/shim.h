@@ -54,9 +54,22 @@ static inline unsigned long long streams_async_frees_so_far(void) {
     return atomic_load_explicit(&streams_async_frees, memory_order_relaxed);
 }
 
-/* 0: the caller may call CUDA; 1: inside a host callback; 2: forked child. */
+/* Trampolines that passed the shutdown check and may be waiting for, or
+ * holding, the GIL.  The atexit hook waits for this to drain so that no
+ * CUDA thread is left blocked on the GIL while the interpreter finalizes.
+ * The guard reads it too (below). */
+static atomic_int streams_trampolines_active = 0;
+
+/* 0: the caller may call CUDA; 1: inside a host callback; 2: forked child.
+ * A thread counts itself in streams_trampolines_active before it flags
+ * itself as in a callback, so while the count is 0 no thread is flagged:
+ * the guard of every CUDA call then skips the thread-local read, which in
+ * a shared object is a call of __tls_get_addr. */
 static inline int streams_guard_state(void) {
-    if (STREAMS_UNLIKELY(streams_tls_in_callback)) return 1;
+    if (STREAMS_UNLIKELY(atomic_load_explicit(&streams_trampolines_active,
+                                              memory_order_relaxed) != 0)
+        && streams_tls_in_callback)
+        return 1;
     if (STREAMS_UNLIKELY(streams_forked_child)) return 2;
     return 0;
 }
@@ -233,10 +246,6 @@ static int streams_drain_pending_call(void *unused) {
 typedef void (*streams_dispatch_fn)(PyObject *payload, int status);
 static streams_dispatch_fn streams_dispatch = NULL;
 
-/* Trampolines that passed the shutdown check and may be waiting for, or
- * holding, the GIL.  The atexit hook waits for this to drain so that no
- * CUDA thread is left blocked on the GIL while the interpreter finalizes. */
-static atomic_int streams_trampolines_active = 0;
 
 static int streams_wait_trampolines_idle(long long timeout_ns) {
     long long deadline = streams_now_ns() + timeout_ns;

@@ -191,6 +191,12 @@ cdef int graph_upload(cudaGraphExec_t ex, cudaStream_t s) except -1 nogil
 cdef int graph_exec_update(cudaGraphExec_t ex, cudaGraph_t g, cudaGraphExecUpdateResultInfo* info) except -1 nogil
 # ---- graphs (issue 15) ----
 cdef int graph_attach_owned(cudaGraph_t g, PyObject* obj, cudaUserObject_t* out) except -1
+# Marks (include/streams/shim.h): an event after each launch of an executable
+# that holds Python objects; when it goes, park() keeps `a` and `b` until
+# every marked launch has ended (drain_deferred lets them go).
+cdef void* marks_new() except NULL
+cdef int marks_record(void* marks, cudaStream_t s) except -1 nogil
+cdef void park(void* marks, object a, object b) noexcept
 cdef int graph_release_user_object(cudaGraph_t g, cudaUserObject_t uo) except -1 nogil
 cdef int graph_destroy_node(cudaGraphNode_t node) except -1 nogil
 cdef int graph_conditional_handle_create(cudaGraphConditionalHandle* out, cudaGraph_t g, unsigned int default_value, unsigned int flags) except -1 nogil

@@ -14,6 +14,7 @@ from libc.stdint cimport uintptr_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memset
 
+from streams._platform cimport streams_sleep_ns
 from streams.cudart cimport *
 
 cdef extern from "Python.h":
@@ -53,6 +54,15 @@ cdef extern from "streams/shim.h" nogil:
 
 cdef extern from "streams/shim.h":
     Py_ssize_t streams_drain_deferred()
+    ctypedef struct streams_marks_t:
+        pass
+    streams_marks_t* streams_marks_new() nogil
+    cudaError_t streams_marks_record(streams_marks_t* m, cudaStream_t stream) nogil
+    int streams_marks_done(streams_marks_t* m) nogil
+    void streams_marks_free(streams_marks_t* m) nogil
+    int streams_park(streams_marks_t* m, PyObject* a, PyObject* b)
+    size_t streams_parked_count()
+    Py_ssize_t streams_poll_parked()
     void streams_payload_incref(PyObject* payload)
     void streams_payload_decref(PyObject* payload)
     ctypedef void (*streams_dispatch_fn)(PyObject* payload, int status) noexcept
@@ -249,12 +259,55 @@ cdef int defer_release(release_fn fn, void* arg, object keep) except -1:
 
 
 cdef Py_ssize_t drain_deferred() noexcept:
-    return streams_drain_deferred()
+    return streams_drain_deferred() + streams_poll_parked()
 
 
 def _drain_deferred():
-    """Run the releases that CUDA's threads queued, now (tests use this)."""
-    return streams_drain_deferred()
+    """Run the releases that CUDA's threads queued, and let go of what gone
+    graph executables held for replays that have ended, now (tests use this)."""
+    return streams_drain_deferred() + streams_poll_parked()
+
+
+def _parked_count():
+    """How many gone graph executables still hold objects for replays in flight."""
+    return streams_parked_count()
+
+
+# ---- marks: where the replays of a graph executable end (include/streams/shim.h) -------
+
+cdef void* marks_new() except NULL:
+    cdef streams_marks_t* m = streams_marks_new()
+    if m == NULL:
+        raise MemoryError()
+    return <void*>m
+
+
+cdef int marks_record(void* marks, cudaStream_t s) except -1 nogil:
+    # A launch that cannot be marked (no memory for an event) is waited for
+    # instead: what it uses must not be let go before it ends.
+    cdef cudaError_t err
+    guard()
+    err = streams_marks_record(<streams_marks_t*>marks, s)
+    if err == cudaSuccess:
+        return 0
+    cudaGetLastError()
+    return check(cudaStreamSynchronize(s))
+
+
+cdef void park(void* marks, object a, object b) noexcept:
+    # With the GIL held.  Without memory to park, wait for the marks here
+    # (the replays they mark are already queued: this cannot wait for us).
+    cdef streams_marks_t* m = <streams_marks_t*>marks
+    if marks == NULL:
+        return
+    if streams_park(m, <PyObject*>a if a is not None else NULL,
+                    <PyObject*>b if b is not None else NULL) == 0:
+        return
+    if streams_guard_state() == 0:
+        with nogil:
+            while not streams_marks_done(m):
+                streams_sleep_ns(20000)
+            streams_marks_free(m)
 
 
 def debug_build():

@@ -257,6 +257,9 @@ cdef int device_synchronize(int dev, long long timeout_ns) except -1:
         with nogil:
             done = rt.device_synchronize_wait(dev, ticket, _SLICE_NS, &in_flight)
         if done:
+            # Whatever gone graph executables kept for their replays can
+            # go now (rt.park).
+            rt.drain_deferred()
             return 1
         PyErr_CheckSignals()
         if timeout_ns >= 0:

@@ -41,6 +41,7 @@ cdef class GraphExec(HandleOwner):
     cdef tuple _keep
     cdef list _box               # what node updates need: held by CUDA (boxed) or by this object
     cdef bint _boxed             # a CUDA user object owns _box (see Graph.instantiate)
+    cdef void* _marks            # where its launches end, while it holds objects (rt.marks_new)
     cdef streams_graph_t _source # the graph it came from: its nodes name the executable's
 
     cdef int c_launch(self, Stream stream) except -1 nogil
@@ -51,6 +52,9 @@ cdef class GraphExec(HandleOwner):
     cdef int _enter(self, GraphNode nd) except -1
     cdef void _leave(self, GraphNode nd) noexcept
     cdef int _set_event(self, object node, Event ev, bint record) except -1
+    cdef int _hold_for_replays(self, object obj) except -1
+    cdef int _start_marks(self) except -1
+    cdef void _park(self) noexcept
     cdef streams_graph_exec_t c_handle(self) noexcept nogil
     cdef int _destroy(self) except -1 nogil
     cdef void _release(self) noexcept nogil

@@ -39,7 +39,8 @@ from streams._launch cimport ArgPack, Kernel, keep_module, keep_pack_users, pack
     release_pack, set_condition_type
 from streams._memory cimport Span, hold_memory, release_span, resolve_span
 from streams._handle cimport HandleOwner
-from streams._platform cimport streams_close_begin, streams_is_closed
+from streams._platform cimport (streams_close_begin, streams_is_closed, streams_ptr_load,
+                                streams_ptr_store)
 from streams._stream cimport ErrorSlot, Event, Stream, as_event, as_stream
 from streams.cudart cimport *
 
@@ -912,6 +913,10 @@ cdef class Graph(HandleOwner):
         result._keep = tuple(self._keep)
         result._box = box
         result._boxed = boxed
+        if result._keep:
+            # Its replays use what the graph's nodes need: mark where each
+            # launch ends, so that it is let go only after them (close()).
+            result._marks = rt.marks_new()
         result._source = self._handle
         result._opened(True)
         if up is not None:
@@ -1283,6 +1288,7 @@ cdef int _enqueue_exec(GraphExec exe, Stream stream, bint launch, bint held) exc
     # GIL throughout, so each use is a check of the closed flag
     # (HandleOwner._hold) instead of a counted one.
     cdef DeviceScope scope
+    cdef void* marks
     if held:
         exe._hold()
     else:
@@ -1295,11 +1301,14 @@ cdef int _enqueue_exec(GraphExec exe, Stream stream, bint launch, bint held) exc
         try:
             enter_device(&scope, stream._device)
             try:
-                if launch:
-                    return rt.graph_launch(<cudaGraphExec_t>exe._handle,
+                if not launch:
+                    return rt.graph_upload(<cudaGraphExec_t>exe._handle,
                                            <cudaStream_t>stream._handle)
-                return rt.graph_upload(<cudaGraphExec_t>exe._handle,
-                                       <cudaStream_t>stream._handle)
+                rt.graph_launch(<cudaGraphExec_t>exe._handle, <cudaStream_t>stream._handle)
+                marks = streams_ptr_load(&exe._marks)
+                if marks != NULL:
+                    rt.marks_record(marks, <cudaStream_t>stream._handle)
+                return 0
             finally:
                 exit_device(&scope)
         finally:
@@ -1387,6 +1396,8 @@ cdef class GraphExec(HandleOwner):
         if not up.refused:
             # Replays already queued may still use what the old nodes needed.
             self._keep = self._keep + tuple(graph._keep)
+            if self._keep and self._marks == NULL:
+                self._start_marks()
             # Whether the old box goes now or with the executable, it holds
             # the new one: what node updates put there lives as long as needed.
             if self._box is not None:
@@ -1472,7 +1483,7 @@ cdef class GraphExec(HandleOwner):
         try:
             # Boxed before CUDA has the new parameters: a launch may use them
             # as soon as the call returns.
-            self._box.append((keep_module(k._module), keep_pack_users(&pack),
+            self._hold_for_replays((keep_module(k._module), keep_pack_users(&pack),
                               _kept_args(args)))
             self._enter(nd)
             try:
@@ -1492,7 +1503,7 @@ cdef class GraphExec(HandleOwner):
         span.has_view = False
         try:
             _memset_params(ptr, value, nbytes, &params, &span)
-            self._box.append(_hold(ptr))
+            self._hold_for_replays(_hold(ptr))
             self._enter(nd)
             try:
                 with nogil:
@@ -1513,7 +1524,7 @@ cdef class GraphExec(HandleOwner):
         s.has_view = False
         try:
             count = _memcpy_spans(dst, src, nbytes, &d, &s)
-            self._box.append((_hold(dst), _hold(src)))
+            self._hold_for_replays((_hold(dst), _hold(src)))
             self._enter(nd)
             try:
                 with nogil:
@@ -1541,7 +1552,7 @@ cdef class GraphExec(HandleOwner):
                                "again from its graph")
         call = new_call(callback, arg, None, self._errors, KIND_HOST_FUNC)
         call.persistent = True
-        self._box.append(call)
+        self._hold_for_replays(call)
         self._enter(nd)
         try:
             with nogil:
@@ -1555,7 +1566,7 @@ cdef class GraphExec(HandleOwner):
         """Make a child graph node run a copy of ``child`` (same topology as
         the one it has) from the next launch on."""
         cdef GraphNode nd = self._node_of(node, "node")
-        self._box.append(tuple(child._keep))
+        self._hold_for_replays(tuple(child._keep))
         self._enter(nd)
         try:
             child._use()
@@ -1577,7 +1588,7 @@ cdef class GraphExec(HandleOwner):
 
     cdef int _set_event(self, object node, Event ev, bint record) except -1:
         cdef GraphNode nd = self._node_of(node, "node")
-        self._box.append(_EventHold(ev))
+        self._hold_for_replays(_EventHold(ev))
         self._enter(nd)
         try:
             ev._use()
@@ -1599,10 +1610,46 @@ cdef class GraphExec(HandleOwner):
         self._check_open()
         return <uintptr_t>self._handle
 
+    cdef int _start_marks(self) except -1:
+        # Set before the update that needs it takes effect, so that every
+        # launch from then on is marked; a nogil launch in another thread
+        # reads it with streams_ptr_load.
+        streams_ptr_store(&self._marks, rt.marks_new())
+        return 0
+
+    cdef int _hold_for_replays(self, object obj) except -1:
+        # What a node update brings.  Boxed: the CUDA user object that owns
+        # _box keeps it past the replays in flight.  Unboxed: this object
+        # holds it, launches are marked from now on, and when it goes the
+        # objects wait for the marked launches (close, __dealloc__).
+        if not self._boxed and self._marks == NULL:
+            self._start_marks()
+        self._box.append(obj)
+        return 0
+
+    cdef void _park(self) noexcept:
+        # No user is left: hand what the replays use to the parking of
+        # _cudart, which lets it go once every marked launch has ended.
+        cdef void* marks = self._marks
+        if marks == NULL:
+            return
+        self._marks = NULL
+        rt.park(marks, self._keep, self._box)
+
     def close(self):
-        """Destroy the executable (launches already queued still run).  Idempotent."""
-        self._close_handle()
+        """Destroy the executable (launches already queued still run).  Idempotent.
+
+        What its replays use (the buffers, modules and events of its nodes)
+        stays alive until the launches made before are done.
+        """
+        if self._close_handle() == 1:
+            self._park()        # otherwise a user is inside: __dealloc__ parks
         rt.drain_deferred()
+
+    def __dealloc__(self):
+        # Before the fields are cleared (the base __dealloc__ then releases
+        # the handle, which CUDA destroys once the replays are done).
+        self._park()
 
     def __repr__(self):
         if self.closed:

@@ -20,6 +20,8 @@ cdef extern from "streams/handle.h" nogil:
     int streams_is_closed(const unsigned int* state)
     void streams_open(unsigned int* state)
     void streams_mark_bit(unsigned long long* mask, int bit)
+    void* streams_ptr_load(void* const* p)
+    void streams_ptr_store(void** p, void* value)
 
 cdef extern from "streams/pool.h" nogil:
     ctypedef struct streams_pool:

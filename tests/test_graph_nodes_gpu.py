@@ -11,6 +11,7 @@ import pytest
 
 import streams
 from streams import CudaError, Event, Graph
+from streams.testing import spin
 from streams._launch import builtin_kernel
 
 from _support import (BLOCK, GRID, MS, N, close_all, graphs_released,  # noqa: F401
@@ -497,10 +498,15 @@ def test_graph_keeps_buffer_of_kernel_node_alive(stream):
     assert streams.debug_counters()["live_buffers"] == before - 1
 
 
+def _live_buffers():
+    return streams.debug_counters()["live_buffers"]
+
+
 def test_executable_without_host_callables_holds_what_updates_bring(stream):
     # No host callable in the graph: the executable owns no CUDA user object
-    # (each would cost every replay), and the GraphExec itself holds the
-    # buffer a node update brought, until it is gone.
+    # (each would cost every replay).  The GraphExec holds the buffer a node
+    # update brought, and once it is closed, until the launches marked since
+    # have ended: a replay still queued behind a spin writes into live memory.
     a = streams.DeviceBuffer(N * 4, stream=stream)
     b = streams.DeviceBuffer(N * 4, stream=stream)
     g = Graph()
@@ -512,18 +518,50 @@ def test_executable_without_host_callables_holds_what_updates_bring(stream):
         stream.synchronize()
         assert (to_host(b, stream) == 7).all()
         b.close()       # in use by the executable: freed once it is gone
-        ex.launch(stream)
-        stream.synchronize()
+        before = _live_buffers()
+        spin(stream, 200 * MS)
+        ex.launch(stream)       # queued behind the spin
     except BaseException:
         ex.close()
         g.close()
         raise
-    before = streams.debug_counters()["live_buffers"]
     ex.close()
-    assert streams.debug_counters()["live_buffers"] == before   # the object still holds it
     del ex
     gc.collect()
-    streams.synchronize_device()
-    assert streams.debug_counters()["live_buffers"] == before - 1
+    streams._cudart._drain_deferred()
+    assert stream.query() is False                  # the replay has not run yet
+    assert _live_buffers() == before                # so b is still there
+    assert streams._cudart._parked_count() >= 1
+    stream.synchronize()
+    streams._cudart._drain_deferred()
+    assert _live_buffers() == before - 1
     g.close()
     a.close()
+
+
+def test_closed_executable_keeps_its_graphs_buffers_for_replays_in_flight(stream):
+    # What the graph's own nodes need (here a buffer its user closed) stays
+    # alive after the executable and the graph are gone, until the replays
+    # queued before have ended; streams.synchronize_device() lets it go.
+    buf = streams.DeviceBuffer(N * 4, stream=stream)
+    g = Graph()
+    g.add_kernel_node("fill_u32", GRID, BLOCK, buf, 3, N)
+    buf.close()
+    ex = g.instantiate()
+    try:
+        spin(stream, 200 * MS)
+        ex.launch(stream)
+    except BaseException:
+        ex.close()
+        g.close()
+        raise
+    before = _live_buffers()
+    ex.close()
+    g.close()
+    del ex, g
+    gc.collect()
+    streams._cudart._drain_deferred()
+    assert stream.query() is False
+    assert _live_buffers() == before
+    streams.synchronize_device()
+    assert _live_buffers() == before - 1

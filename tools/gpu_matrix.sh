@@ -33,6 +33,10 @@ declare -A ENV=([release]="" [debug]="STREAMS_DEBUG_REFCOUNTS=1"
 for v in debug cu12; do
     rm -rf "${DIR[$v]}"
     cp -a "$ROOT" "${DIR[$v]}"
+    # A copy of an in-place build would pass for its own: build_ext skips
+    # extensions whose .so is newer than their sources, whatever CUDA_HOME
+    # or STREAMS_DEBUG_REFCOUNTS say (the CUDA 12 suite then runs CUDA 13).
+    rm -rf "${DIR[$v]}/build" "${DIR[$v]}"/streams/*.so "${DIR[$v]}"/streams/*.c
 done
 echo "== build (in place, side by side)"
 for v in "${VARIANTS[@]}"; do

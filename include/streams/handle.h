@@ -82,6 +82,16 @@ static inline void streams_open(unsigned int *state) {
     __atomic_store_n(state, 0u, __ATOMIC_RELEASE);
 }
 
+/* A pointer that one thread publishes (with the GIL) while others may read
+ * it without (a graph executable's marks, read by nogil launches). */
+static inline void *streams_ptr_load(void *const *p) {
+    return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+}
+
+static inline void streams_ptr_store(void **p, void *value) {
+    __atomic_store_n(p, value, __ATOMIC_RELEASE);
+}
+
 /* Remember that something (a device index) was used, from any thread. */
 static inline void streams_mark_bit(unsigned long long *mask, int bit) {
     /* Looked at first: the bit is almost always set already (every launch

@@ -379,6 +379,158 @@ static cudaError_t streams_thread_marker(int dev, cudaEvent_t *out) {
     return cudaSuccess;
 }
 
+/* ---- Marks: where the replays of a graph executable end -----------------
+ * An executable that holds Python objects its replays use (the buffers,
+ * modules and events of its graph's nodes and of node updates) records an
+ * event after each of its launches, on that launch's stream.  When the
+ * executable goes, those objects are parked until every recorded event has
+ * completed: no replay still queued or running can then use them.  The
+ * events are reused in launch order (the oldest, once complete, is recorded
+ * again), so a set holds about as many events as launches are in flight.
+ * Recording again an event that has not completed would lose the launch it
+ * marks (a stream handle may be reused by a new stream): never done. */
+typedef struct {
+    pthread_mutex_t lock;
+    cudaEvent_t *ring;
+    size_t head, count, cap;
+} streams_marks_t;
+
+static streams_marks_t *streams_marks_new(void) {
+    streams_marks_t *m = (streams_marks_t *)calloc(1, sizeof(*m));
+    if (m)
+        pthread_mutex_init(&m->lock, NULL);
+    return m;
+}
+
+static int streams_marks_push(streams_marks_t *m, cudaEvent_t ev) {
+    cudaEvent_t *ring;
+    size_t cap, i;
+    if (m->count == m->cap) {
+        cap = m->cap ? 2 * m->cap : 8;
+        ring = (cudaEvent_t *)malloc(cap * sizeof(cudaEvent_t));
+        if (!ring)
+            return -1;
+        for (i = 0; i < m->count; i++)
+            ring[i] = m->ring[(m->head + i) % m->cap];
+        free(m->ring);
+        m->ring = ring;
+        m->cap = cap;
+        m->head = 0;
+    }
+    m->ring[(m->head + m->count) % m->cap] = ev;
+    m->count++;
+    return 0;
+}
+
+/* After a launch on `stream`: mark where it ends. */
+static cudaError_t streams_marks_record(streams_marks_t *m, cudaStream_t stream) {
+    cudaEvent_t ev = NULL;
+    cudaError_t err;
+    pthread_mutex_lock(&m->lock);
+    if (m->count > 0 && cudaEventQuery(m->ring[m->head]) == cudaSuccess) {
+        ev = m->ring[m->head];
+        m->head = (m->head + 1) % m->cap;
+        m->count--;
+    } else {
+        err = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+        if (err != cudaSuccess) {
+            pthread_mutex_unlock(&m->lock);
+            return err;
+        }
+    }
+    err = cudaEventRecord(ev, stream);
+    if (err == cudaSuccess && streams_marks_push(m, ev) != 0)
+        err = cudaErrorMemoryAllocation;
+    if (err != cudaSuccess)
+        cudaEventDestroy(ev);
+    pthread_mutex_unlock(&m->lock);
+    return err;
+}
+
+/* 1 when every marked launch has ended (an event that reports an error
+ * other than not-ready belongs to a context that runs nothing more). */
+static int streams_marks_done(streams_marks_t *m) {
+    size_t i;
+    int done = 1;
+    pthread_mutex_lock(&m->lock);
+    for (i = 0; i < m->count && done; i++)
+        if (cudaEventQuery(m->ring[(m->head + i) % m->cap]) == cudaErrorNotReady)
+            done = 0;
+    pthread_mutex_unlock(&m->lock);
+    return done;
+}
+
+static void streams_marks_free(streams_marks_t *m) {
+    size_t i;
+    if (!m)
+        return;
+    for (i = 0; i < m->count; i++)
+        cudaEventDestroy(m->ring[(m->head + i) % m->cap]);
+    free(m->ring);
+    pthread_mutex_destroy(&m->lock);
+    free(m);
+}
+
+/* What gone executables still hold, until their marks say the replays
+ * ended.  Parked and polled with the GIL held. */
+typedef struct {
+    streams_marks_t *marks;
+    PyObject *keep[2];
+} streams_parked_t;
+static streams_parked_t *streams_parked = NULL;
+static size_t streams_parked_len = 0, streams_parked_cap = 0;
+
+/* Takes the marks; keeps a reference to each object (NULL: none).  -1
+ * when out of memory: the caller then waits for the marks itself. */
+static int streams_park(streams_marks_t *m, PyObject *a, PyObject *b) {
+    streams_parked_t *grown;
+    size_t cap;
+    if (streams_parked_len == streams_parked_cap) {
+        cap = streams_parked_cap ? 2 * streams_parked_cap : 8;
+        grown = (streams_parked_t *)realloc(streams_parked, cap * sizeof(*grown));
+        if (!grown)
+            return -1;
+        streams_parked = grown;
+        streams_parked_cap = cap;
+    }
+    Py_XINCREF(a);
+    Py_XINCREF(b);
+    streams_parked[streams_parked_len].marks = m;
+    streams_parked[streams_parked_len].keep[0] = a;
+    streams_parked[streams_parked_len].keep[1] = b;
+    streams_parked_len++;
+    return 0;
+}
+
+static size_t streams_parked_count(void) { return streams_parked_len; }
+
+/* Let go of what the ended replays held; returns how many were let go.
+ * The drops run after the list is consistent again: a drop may run a
+ * finalizer that parks or polls. */
+static Py_ssize_t streams_poll_parked(void) {
+    streams_parked_t *done_items;
+    size_t i, kept = 0, n_done = 0, total = streams_parked_len;
+    if (total == 0 || streams_guard_state() != 0 || streams_is_shutting_down())
+        return 0;
+    done_items = (streams_parked_t *)malloc(total * sizeof(*done_items));
+    if (!done_items)
+        return 0;
+    for (i = 0; i < total; i++) {
+        if (streams_marks_done(streams_parked[i].marks))
+            done_items[n_done++] = streams_parked[i];
+        else
+            streams_parked[kept++] = streams_parked[i];
+    }
+    streams_parked_len = kept;
+    for (i = 0; i < n_done; i++) {
+        streams_marks_free(done_items[i].marks);
+        Py_XDECREF(done_items[i].keep[0]);
+        Py_XDECREF(done_items[i].keep[1]);
+    }
+    free(done_items);
+    return (Py_ssize_t)n_done;
+}
+
 /* ---- Device synchronization on a helper thread ---------------------------
  * cudaDeviceSynchronize cannot be interrupted, so one helper thread per
  * device makes the call and waiting threads poll its progress with the GIL

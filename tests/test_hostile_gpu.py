@@ -107,10 +107,12 @@ def test_close_races_with_calls_that_keep_the_gil():
             foreign = Foreign(other)
             prepared = empty.prepare(1, 1)
             g = streams.Graph(); g.add_empty_node(); exe = g.instantiate()
+            # An executable that holds its kernel's module marks each launch.
+            g2 = streams.Graph(); g2.add_kernel_node("empty", 1, 1); marked = g2.instantiate()
             ops = [s.query, done.query, lambda: s.record(ev), lambda: s.wait_event(done),
                    lambda: ev.record(foreign), lambda: ev.wait(foreign), ev.query,
                    lambda: s.launch(empty, 1, 1), lambda: prepared.launch(s),
-                   lambda: exe.launch(s), s.synchronize]
+                   lambda: exe.launch(s), lambda: marked.launch(s), s.synchronize]
             start = threading.Barrier(THREADS + 1)
             def use(i):
                 global closed_errors, other_errors
@@ -127,13 +129,15 @@ def test_close_races_with_calls_that_keep_the_gil():
             threads = [threading.Thread(target=use, args=(i,)) for i in range(THREADS)]
             for t in threads: t.start()
             start.wait()
-            for obj in random.sample([s, ev, done, exe], 4):
+            for obj in random.sample([s, ev, done, exe, marked], 5):
                 obj.close()
             for t in threads: t.join()
-            other.synchronize(); other.close(); g.close()
+            other.synchronize(); other.close(); g.close(); g2.close()
+            del marked
         streams.synchronize_device()
         c = streams.debug_counters()
         assert c["live_streams"] == 0 and c["live_events"] == 0 and c["live_graph_execs"] == 0, c
+        assert streams._cudart._parked_count() == 0, streams._cudart._parked_count()
         print("OK", other_errors, closed_errors > 0)
     """, timeout=240)
     assert out.split()[-3:] == ["OK", "0", "True"], out

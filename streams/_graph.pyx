@@ -1289,15 +1289,9 @@ cdef int _enqueue_exec(GraphExec exe, Stream stream, bint launch, bint held) exc
     # (HandleOwner._hold) instead of a counted one.
     cdef DeviceScope scope
     cdef void* marks
-    if held:
-        exe._hold()
-    else:
-        exe._use()
+    exe._use_as(held)
     try:
-        if held:
-            stream._hold()
-        else:
-            stream._use()
+        stream._use_as(held)
         try:
             enter_device(&scope, stream._device)
             try:
@@ -1312,15 +1306,9 @@ cdef int _enqueue_exec(GraphExec exe, Stream stream, bint launch, bint held) exc
             finally:
                 exit_device(&scope)
         finally:
-            if held:
-                stream._unhold()
-            else:
-                stream._unuse()
+            stream._unuse_as(held)
     finally:
-        if held:
-            exe._unhold()
-        else:
-            exe._unuse()
+        exe._unuse_as(held)
 
 
 @cython.final

@@ -36,6 +36,16 @@ cdef class HandleOwner:
         if streams_held_use_end(&self._state) and self._owns_handle:
             self._release()
     cdef int _raise_closed(self) except -1
+    # One or the other: held (the caller keeps the GIL throughout) or counted.
+    cdef inline int _use_as(self, bint held) except -1 nogil:
+        if held:
+            return self._hold()
+        return self._use()
+    cdef inline void _unuse_as(self, bint held) noexcept nogil:
+        if held:
+            self._unhold()
+        else:
+            self._unuse()
     # What a subclass does with its handle.  _destroy: now, for close(),
     # raising on a CUDA error.  _release: never raising, deferred where CUDA
     # cannot be called (the last user leaving, __dealloc__); it may read C

@@ -658,15 +658,9 @@ cdef int _launch_packed(Kernel k, Stream stream, dim3 grid, dim3 block, void** a
     # (HandleOwner._hold).
     cdef DeviceScope scope
     cdef int dev
-    if held:
-        k._module._hold()
-    else:
-        k._module._use()
+    k._module._use_as(held)
     try:
-        if held:
-            stream._hold()
-        else:
-            stream._use()
+        stream._use_as(held)
         try:
             dev = stream.c_device()
             enter_device(&scope, dev)
@@ -680,15 +674,9 @@ cdef int _launch_packed(Kernel k, Stream stream, dim3 grid, dim3 block, void** a
             finally:
                 exit_device(&scope)
         finally:
-            if held:
-                stream._unhold()
-            else:
-                stream._unuse()
+            stream._unuse_as(held)
     finally:
-        if held:
-            k._module._unhold()
-        else:
-            k._module._unuse()
+        k._module._unuse_as(held)
     return 0
 
 

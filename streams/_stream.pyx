@@ -649,39 +649,48 @@ cdef class Waitable(HandleOwner):
 
 # Enqueues from Python keep the GIL when that cannot deadlock
 # (rt.enqueue_may_keep_gil says when).
-cdef int _record(Stream stream, Event event) except -1:
-    if not rt.enqueue_may_keep_gil():
-        with nogil:
-            stream.c_record(event)
-        return 0
-    stream._hold()
+cdef int _record_on(Stream stream, Event event, bint held) except -1 nogil:
+    # held: the caller keeps the GIL throughout (HandleOwner._hold).
+    stream._use_as(held)
     try:
-        event._hold()
+        event._use_as(held)
         try:
             rt.event_record(<cudaEvent_t>event._handle, <cudaStream_t>stream._handle, 0)
             event._recorded = True
         finally:
-            event._unhold()
+            event._unuse_as(held)
     finally:
-        stream._unhold()
+        stream._unuse_as(held)
     return 0
 
 
-cdef int _wait_event(Stream stream, Event event) except -1:
-    if not rt.enqueue_may_keep_gil():
-        with nogil:
-            stream.c_wait_event(event)
-        return 0
-    stream._hold()
+cdef int _wait_event_on(Stream stream, Event event, bint held) except -1 nogil:
+    stream._use_as(held)
     try:
-        event._hold()
+        event._use_as(held)
         try:
             return rt.stream_wait_event(<cudaStream_t>stream._handle,
                                         <cudaEvent_t>event._handle, 0)
         finally:
-            event._unhold()
+            event._unuse_as(held)
     finally:
-        stream._unhold()
+        stream._unuse_as(held)
+
+
+cdef int _record(Stream stream, Event event) except -1:
+    if rt.enqueue_may_keep_gil():
+        return _record_on(stream, event, True)
+    with nogil:
+        _record_on(stream, event, False)
+    return 0
+
+
+cdef int _wait_event(Stream stream, Event event) except -1:
+    if rt.enqueue_may_keep_gil():
+        return _wait_event_on(stream, event, True)
+    with nogil:
+        _wait_event_on(stream, event, False)
+    return 0
 
 
 # ---- the current stream -------------------------------------------------------------------
@@ -924,29 +933,10 @@ cdef class Stream(Waitable):
         return rt.get_device()
 
     cdef int c_record(self, Event event) except -1 nogil:
-        self._use()
-        try:
-            event._use()
-            try:
-                rt.event_record(<cudaEvent_t>event._handle, <cudaStream_t>self._handle, 0)
-                event._recorded = True
-            finally:
-                event._unuse()
-        finally:
-            self._unuse()
-        return 0
+        return _record_on(self, event, False)
 
     cdef int c_wait_event(self, Event event) except -1 nogil:
-        self._use()
-        try:
-            event._use()
-            try:
-                return rt.stream_wait_event(<cudaStream_t>self._handle,
-                                            <cudaEvent_t>event._handle, 0)
-            finally:
-                event._unuse()
-        finally:
-            self._unuse()
+        return _wait_event_on(self, event, False)
 
     cdef int c_wait_stream(self, Stream other) except -1 nogil:
         self._use()

@@ -65,6 +65,20 @@ cdef enum:
 # True when no Python host callback of the package is alive: an enqueue that
 # blocks on a full queue then cannot be waiting for one that needs the GIL.
 cdef bint enqueue_may_keep_gil() noexcept nogil
+# What this process has queued behind streams not yet seen idle: the other
+# half of the keep-the-GIL rule (streams/_stream.pyx, keep_gil_for).  Read and
+# written with the GIL held only.
+ctypedef struct QueueCount:
+    Py_ssize_t total            # enqueues counted, not yet seen done
+    unsigned long long epoch    # moved by a device synchronize's request
+    Py_ssize_t foreign          # the part of total on other libraries' streams
+    void* foreign_stream        # the one such stream they went to...
+    bint foreign_mixed          # ...unless they went to several
+cdef QueueCount* queue_count() noexcept nogil
+# A device synchronize of the process's only device: at its request (returns
+# what was counted then) and once it has answered (forgets that much).
+cdef Py_ssize_t queue_drain_begin() noexcept
+cdef void queue_drain_end(Py_ssize_t counted) noexcept
 cdef int destroy_handle(int kind, void* h) except -1 nogil
 cdef void release_handle(int kind, void* h) noexcept nogil
 

@@ -538,6 +538,33 @@ cdef bint enqueue_may_keep_gil() noexcept nogil:
     return streams_counter(STREAMS_CNT_HOST_CALL_CREATED) == freed
 
 
+cdef QueueCount _queue_count
+_queue_count.total = 0
+_queue_count.epoch = 0
+_queue_count.foreign = 0
+_queue_count.foreign_stream = NULL
+_queue_count.foreign_mixed = False
+
+
+cdef QueueCount* queue_count() noexcept nogil:
+    return &_queue_count
+
+
+cdef Py_ssize_t queue_drain_begin() noexcept:
+    # Streams counted before this request find their count stale (another
+    # epoch) and start again from zero; what they had stays in the total
+    # until the synchronize answers, since it covers exactly that work.
+    _queue_count.epoch += 1
+    _queue_count.foreign = 0
+    _queue_count.foreign_stream = NULL
+    _queue_count.foreign_mixed = False
+    return _queue_count.total
+
+
+cdef void queue_drain_end(Py_ssize_t counted) noexcept:
+    _queue_count.total = max(_queue_count.total - counted, 0)
+
+
 # ---- destroying handles -----------------------------------------------------------
 # One path for every kind of handle the package destroys: checked, for
 # close(), or quiet and never raising, for the last user and __dealloc__.

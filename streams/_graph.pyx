@@ -41,7 +41,7 @@ from streams._memory cimport Span, hold_memory, release_span, resolve_span
 from streams._handle cimport HandleOwner
 from streams._platform cimport (streams_close_begin, streams_is_closed, streams_ptr_load,
                                 streams_ptr_store)
-from streams._stream cimport ErrorSlot, Event, Stream, as_event, as_stream
+from streams._stream cimport ErrorSlot, Event, Stream, as_event, as_stream, keep_gil_for
 from streams.cudart cimport *
 
 from streams._args import StreamsEnum
@@ -1342,7 +1342,7 @@ cdef class GraphExec(HandleOwner):
         cdef Stream s = as_stream(stream, "stream")
         if self._errors is not None and self._errors.first is not None:
             self._errors.raise_pending("graph host callback")
-        if rt.enqueue_may_keep_gil():
+        if keep_gil_for(s):
             _enqueue_exec(self, s, 1, True)
         else:
             with nogil:

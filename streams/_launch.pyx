@@ -23,7 +23,7 @@ from streams._device cimport DeviceScope, enter_device, exit_device, require_dev
 from streams._memory cimport SPAN_DEVICE, SPAN_NULL_OK, Span, release_span, resolve_span
 from streams._handle cimport HandleOwner
 from streams._platform cimport streams_mark_bit
-from streams._stream cimport Event, LaunchTarget, Stream, as_stream
+from streams._stream cimport Event, LaunchTarget, Stream, as_stream, keep_gil_for
 from streams.cudart cimport *
 
 from streams._cudart import CudaError
@@ -727,7 +727,7 @@ cdef class Kernel(LaunchTarget):
         cdef void** argv = pack.ptrs if len(args) else NULL
         pack_args(self, args, &pack, stream)
         try:
-            if rt.enqueue_may_keep_gil():
+            if keep_gil_for(stream):
                 if lc is None:
                     _launch_packed(self, stream, g, b, argv, smem, NULL, True)
                 else:
@@ -929,7 +929,7 @@ cdef class PreparedLaunch:
     def launch(self, stream=None):
         """Enqueue the launch on ``stream`` (default: the current stream)."""
         cdef Stream s = as_stream(stream, "stream")
-        if rt.enqueue_may_keep_gil():
+        if keep_gil_for(s):
             self._launch(s, True)
         else:
             with nogil:

@@ -397,7 +397,9 @@ cdef int _enqueue_raw(int what, Waitable ours, void* foreign, unsigned int flags
     # the caller), the GIL kept when that cannot deadlock.
     cdef void* stream
     cdef void* event
-    if not rt.enqueue_may_keep_gil():
+    cdef int keep = (keep_gil_for(<Stream>ours) if ours._kind == rt.HANDLE_STREAM
+                     else keep_gil_for_foreign(foreign))
+    if not keep:
         ours._use()
         try:
             stream = ours._handle if ours._kind == rt.HANDLE_STREAM else foreign
@@ -601,6 +603,9 @@ cdef class Waitable(HandleOwner):
             done = _raw_status(self._kind == rt.HANDLE_STREAM, self._handle, False)
         finally:
             self._unhold()
+        if done == 1 and self._kind == rt.HANDLE_STREAM and (<Stream>self)._queued:
+            # The GIL was kept throughout: everything counted is done.
+            _forget(<Stream>self, (<Stream>self)._queued, _queue.epoch)
         return done == 1
 
     @property
@@ -632,6 +637,9 @@ cdef class Waitable(HandleOwner):
         # cudaStreamDestroy and cudaEventDestroy return at once (CUDA frees
         # the handle when its work is done), so the GIL policy of enqueues
         # holds for them too.
+        if (self._kind == rt.HANDLE_STREAM and (<Stream>self)._queued
+                and not streams_is_closed(&self._state)):
+            _forget_if_idle(<Stream>self)
         if self._close_handle(rt.enqueue_may_keep_gil()) == 1:
             self._owner = None
 
@@ -647,8 +655,120 @@ cdef class Waitable(HandleOwner):
         return hash((self._kind, <uintptr_t>self._handle, self._device))
 
 
-# Enqueues from Python keep the GIL when that cannot deadlock
-# (rt.enqueue_may_keep_gil says when).
+# ---- when an enqueue made from Python may keep the GIL ---------------------------------
+# An enqueue (record, wait, launch, graph launch) blocks in the driver while
+# the queue it goes to is full, until the GPU drains it.  If the GPU is held
+# up by something on the host that needs the GIL (a Python host callback of
+# any library, a host thread about to write the word a wait_value waits for,
+# a kernel polling pinned memory, an external event), a thread blocked there
+# holding the GIL never lets it happen: a deadlock.  Releasing the GIL around
+# every enqueue costs ~150-250 ns a call; keeping it is safe exactly when the
+# enqueue cannot block.  The rule (both must hold):
+#   1. no Python host callback of the package is alive (rt.enqueue_may_keep_gil);
+#   2. the enqueues this process made from Python and has not yet seen done
+#      number at most QUEUE_BUDGET, far below the depth at which the driver
+#      blocks (tools/queue_depth.py: thousands of launches behind one busy
+#      stream on an H100; docs/safety.rst has the figures).  So no queue this
+#      process filled can be full, whatever the GPU waits for.
+# "Seen done": a stream's count is forgotten when query() answers True or
+# synchronize() returns for it, when an enqueue past the budget finds it
+# idle (a query with the GIL released, once every QUEUE_PROBE enqueues),
+# and all counts when a device synchronize answers (one device only).  An
+# enqueue past the budget releases the GIL: if the queue is full it waits
+# there without it, and the host can make the GPU move.
+# Counted before the call, so that a count can only run ahead of the work;
+# a stream closed or dropped with work counted leaves it in the total until
+# a device synchronize.  Not counted (docs/safety.rst): work that other
+# libraries or the C-level API (`c_*`, which never holds the GIL) enqueue;
+# a queue that such work fills to within QUEUE_BUDGET of the driver's depth
+# behind a host wait can still block an enqueue that keeps the GIL.
+cdef enum:
+    QUEUE_BUDGET = 256
+    QUEUE_PROBE = 64
+cdef rt.QueueCount* _queue = rt.queue_count()
+
+
+cdef inline void _forget(Stream stream, Py_ssize_t n, unsigned long long epoch) noexcept:
+    # The first n enqueues counted on stream (in epoch) are done.
+    if stream._queue_epoch == epoch and n > 0:
+        n = min(n, stream._queued)
+        stream._queued -= n
+        _queue.total = max(_queue.total - n, 0)
+        stream._probe_at = stream._queued + QUEUE_PROBE
+
+
+cdef int _probe(void* handle, bint is_ours, Waitable owner) except -1:
+    # Whether a stream is idle, asked with the GIL released.
+    cdef int done
+    if is_ours:
+        owner._use()
+        try:
+            with nogil:
+                done = rt.stream_query(<cudaStream_t>owner._handle)
+        finally:
+            owner._unuse()
+        return done
+    with nogil:
+        done = rt.stream_query(<cudaStream_t>handle)
+    return done
+
+
+cdef void _forget_if_idle(Stream stream) noexcept:
+    # Before a close: work counted on a stream that is closed unfinished
+    # stays counted until a device synchronize; idle, it is forgotten now.
+    cdef Py_ssize_t n = stream._queued
+    cdef unsigned long long epoch = _queue.epoch
+    try:
+        if _probe(NULL, True, stream):
+            _forget(stream, n, epoch)
+    except (CudaError, ValueError, RuntimeError):
+        pass    # closed meanwhile, in a callback, or CUDA cannot say: it stays counted
+
+
+cdef int keep_gil_for(Stream stream) except -1:
+    cdef Py_ssize_t n
+    cdef unsigned long long epoch = _queue.epoch
+    if stream._queue_epoch != epoch:
+        stream._queued = 0
+        stream._queue_epoch = epoch
+        stream._probe_at = QUEUE_PROBE
+    stream._queued += 1
+    _queue.total += 1
+    if _queue.total <= QUEUE_BUDGET:
+        return rt.enqueue_may_keep_gil()
+    if stream._queued >= stream._probe_at:
+        n = stream._queued - 1      # the ones already enqueued
+        stream._probe_at = stream._queued + QUEUE_PROBE
+        if _probe(NULL, True, stream):
+            _forget(stream, n, epoch)
+            return _queue.total <= QUEUE_BUDGET and rt.enqueue_may_keep_gil()
+    return 0
+
+
+cdef int keep_gil_for_foreign(void* stream) except -1:
+    # Another library's stream has no object of ours to keep its count on:
+    # one count for them all, forgotten when the one stream they went to is
+    # seen idle (several: only by a device synchronize).
+    cdef Py_ssize_t n
+    if _queue.foreign == 0:
+        _queue.foreign_stream = stream
+        _queue.foreign_mixed = False
+    elif _queue.foreign_stream != stream:
+        _queue.foreign_mixed = True
+    _queue.foreign += 1
+    _queue.total += 1
+    if _queue.total <= QUEUE_BUDGET:
+        return rt.enqueue_may_keep_gil()
+    if not _queue.foreign_mixed and _queue.foreign % QUEUE_PROBE == 0:
+        n = _queue.foreign - 1
+        if _probe(stream, False, None):
+            n = min(n, _queue.foreign)
+            _queue.foreign -= n
+            _queue.total = max(_queue.total - n, 0)
+            return _queue.total <= QUEUE_BUDGET and rt.enqueue_may_keep_gil()
+    return 0
+
+
 cdef int _record_on(Stream stream, Event event, bint held) except -1 nogil:
     # held: the caller keeps the GIL throughout (HandleOwner._hold).
     stream._use_as(held)
@@ -678,7 +798,7 @@ cdef int _wait_event_on(Stream stream, Event event, bint held) except -1 nogil:
 
 
 cdef int _record(Stream stream, Event event) except -1:
-    if rt.enqueue_may_keep_gil():
+    if keep_gil_for(stream):
         return _record_on(stream, event, True)
     with nogil:
         _record_on(stream, event, False)
@@ -686,7 +806,7 @@ cdef int _record(Stream stream, Event event) except -1:
 
 
 cdef int _wait_event(Stream stream, Event event) except -1:
-    if rt.enqueue_may_keep_gil():
+    if keep_gil_for(stream):
         return _wait_event_on(stream, event, True)
     with nogil:
         _wait_event_on(stream, event, False)
@@ -961,9 +1081,14 @@ cdef class Stream(Waitable):
         give those waits a ``timeout``.
         """
         cdef long long timeout_ns = as_timeout_ns(timeout)
+        # What is counted now is done once the synchronize returns True.
+        cdef Py_ssize_t queued = self._queued
+        cdef unsigned long long epoch = _queue.epoch
         cdef int done = self._done_now()
         if not done:
             done = wait_until_done(self, timeout_ns)
+        if done == 1 and queued:
+            _forget(self, queued, epoch)
         if self._errors is not None:
             self._errors.raise_pending("host callback")
         return done == 1
@@ -1033,7 +1158,7 @@ cdef class Stream(Waitable):
             try:
                 if dev < 0:
                     dev = current_device()
-                if rt.enqueue_may_keep_gil():
+                if keep_gil_for(self):
                     rt.stream_wait_stream(<cudaStream_t>self._handle, <cudaStream_t>h, dev)
                 else:
                     with nogil:
@@ -1042,7 +1167,7 @@ cdef class Stream(Waitable):
                 self._unuse()
             return
         o = <Stream>other
-        if rt.enqueue_may_keep_gil():
+        if keep_gil_for(self):
             self.c_wait_stream(o)
         else:
             with nogil:
@@ -1980,3 +2105,9 @@ def reset_persisting_l2_cache():
     require_device()
     with nogil:
         rt.ctx_reset_persisting_l2_cache()
+
+
+def _queue_state():
+    """(total, on other libraries' streams): the enqueues the keep-the-GIL
+    rule has counted and not yet seen done (keep_gil_for); for tests."""
+    return _queue.total, _queue.foreign

@@ -530,7 +530,9 @@ cdef int device_synchronize_wait(int dev, unsigned long long ticket, long long s
 # saves the release and retake (about 150-250 ns).  No callback can appear
 # meanwhile: making one takes the GIL the enqueueing thread holds.
 # Callbacks that other libraries enqueue with their own Python functions are
-# not seen (docs/safety.rst says so).
+# not seen, nor anything else on the host the GPU may wait for: the second
+# half of the rule, a bound on what this process has queued, covers those
+# (streams/_stream.pyx, keep_gil_for; docs/safety.rst).
 
 cdef bint enqueue_may_keep_gil() noexcept nogil:
     # Freed first: created - freed can then only overstate the calls alive.

@@ -81,6 +81,12 @@ cdef Py_ssize_t queue_drain_begin() noexcept
 cdef void queue_drain_end(Py_ssize_t counted) noexcept
 cdef int destroy_handle(int kind, void* h) except -1 nogil
 cdef void release_handle(int kind, void* h) noexcept nogil
+# A memory pool is destroyed only once the frees of its memory, each marked
+# in `frees` (marks_new, marks_record), have run on the GPU: now when they
+# have, else parked until they have (drain_deferred).  They take `frees`.
+# destroy_pool raises (close()); release_pool never does.
+cdef int destroy_pool(void* pool, void* frees) except -1 nogil
+cdef void release_pool(void* pool, void* frees) noexcept nogil
 
 cdef int raise_cuda_error(cudaError_t err) except -1
 cdef int check(cudaError_t err) except -1 nogil
@@ -209,6 +215,7 @@ cdef int graph_attach_owned(cudaGraph_t g, PyObject* obj, cudaUserObject_t* out)
 # that holds Python objects; when it goes, park() keeps `a` and `b` until
 # every marked launch has ended (drain_deferred lets them go).
 cdef void* marks_new() except NULL
+cdef void marks_free(void* marks) noexcept nogil
 cdef int marks_record(void* marks, cudaStream_t s) except -1 nogil
 cdef void park(void* marks, object a, object b) noexcept
 cdef int graph_release_user_object(cudaGraph_t g, cudaUserObject_t uo) except -1 nogil

@@ -61,6 +61,7 @@ cdef extern from "streams/shim.h":
     int streams_marks_done(streams_marks_t* m) nogil
     void streams_marks_free(streams_marks_t* m) nogil
     int streams_park(streams_marks_t* m, PyObject* a, PyObject* b)
+    int streams_park_release(streams_marks_t* m, streams_release_fn fn, void* arg, int kind)
     size_t streams_parked_count()
     Py_ssize_t streams_poll_parked()
     void streams_payload_incref(PyObject* payload)
@@ -280,6 +281,10 @@ cdef void* marks_new() except NULL:
     if m == NULL:
         raise MemoryError()
     return <void*>m
+
+
+cdef void marks_free(void* marks) noexcept nogil:
+    streams_marks_free(<streams_marks_t*>marks)
 
 
 cdef int marks_record(void* marks, cudaStream_t s) except -1 nogil:
@@ -622,6 +627,57 @@ cdef void release_handle(int kind, void* h) noexcept nogil:
         streams_defer(_destroy_quietly, h, kind, NULL)
     else:
         streams_release_without_gil(_destroy_quietly, h, kind)
+
+
+# ---- memory pools: destroyed once the frees of their memory have run ----------------
+# cudaMemPoolDestroy is documented to wait by itself for allocations still
+# out and frees still queued, but a pool destroyed with one of its
+# allocations out, that allocation freed later, then more stream-ordered
+# work on that stream killed the process (SIGSEGV inside CUDA, H100; issue
+# 25).  So the package never takes that path: each buffer holds its pool in
+# use until its free is enqueued, every free is marked on its stream, and
+# the pool is destroyed once those marks are done.
+
+cdef void _destroy_pool_counted(void* h, int kind) noexcept nogil:
+    _destroy_quietly(h, HANDLE_MEM_POOL)
+    streams_count(_DESTROYED[HANDLE_MEM_POOL])
+
+
+cdef bint _park_pool(void* pool, void* frees) noexcept nogil:
+    # The parked list is kept with the GIL held.
+    cdef int failed
+    with gil:
+        failed = streams_park_release(<streams_marks_t*>frees, _destroy_pool_counted,
+                                      pool, HANDLE_MEM_POOL)
+    return failed == 0
+
+
+cdef int destroy_pool(void* pool, void* frees) except -1 nogil:
+    guard()
+    if frees != NULL and not streams_marks_done(<streams_marks_t*>frees):
+        if _park_pool(pool, frees):
+            return 0
+        # No memory to park: CUDA's own deferral is all that is left.
+    streams_marks_free(<streams_marks_t*>frees)
+    return destroy_handle(HANDLE_MEM_POOL, pool)
+
+
+cdef void release_pool(void* pool, void* frees) noexcept nogil:
+    # Forked child or interpreter teardown: leave both to the process's end.
+    # Inside a host callback the marks cannot be queried: park, and the
+    # next safe drain looks.
+    cdef int state = streams_guard_state()
+    if state == 2 or not streams_interpreter_alive():
+        streams_count(_DESTROYED[HANDLE_MEM_POOL])
+        return
+    if frees != NULL and (state == 1 or not streams_marks_done(<streams_marks_t*>frees)):
+        if _park_pool(pool, frees):
+            return
+        if state == 1:
+            streams_count(_DESTROYED[HANDLE_MEM_POOL])
+            return      # no memory to park, no CUDA here: leak, safely
+    streams_marks_free(<streams_marks_t*>frees)
+    release_handle(HANDLE_MEM_POOL, pool)
 
 
 # ---- streams --------------------------------------------------------------------------

@@ -46,8 +46,12 @@ cdef class _Buffer(HandleOwner):
 
 cdef class DeviceBuffer(_Buffer):
     cdef Stream _stream           # the allocation's stream, where it is freed
-    cdef Stream _free_on          # close(stream=...): free there instead
-    cdef object _pool             # the MemoryPool it came from, kept alive; or None
+    # close(stream=...): free there instead; held in use (counted) from that
+    # close() until the free is enqueued, so its handle outlives a close().
+    cdef Stream _free_on
+    # The MemoryPool it came from, or None; held in use (counted) until the
+    # free is enqueued, so that the pool is never destroyed under it.
+    cdef object _pool
     cdef uintptr_t _order_handle(self) except? 0
     cdef void _adopt_device(self, void* p, size_t n, int dev, Stream s, object pool) noexcept
 
@@ -58,6 +62,9 @@ cdef class MemoryPool(HandleOwner):
     cdef int _device
     cdef bint _ipc                # exportable (POSIX file descriptor handles)
     cdef bint _shared             # exported (or imported) once: pointers can be exported
+    # An owned pool's marks (_cudart): one after each free of its memory, on
+    # the free's stream; the pool is destroyed once they are done.
+    cdef void* _frees
     cdef int _export_fd(self) except -1
     cdef int _destroy(self) except -1 nogil
     cdef void _release(self) noexcept nogil

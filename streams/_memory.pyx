@@ -23,7 +23,7 @@ from streams._args cimport as_int, as_nbytes, as_pointer_int
 from streams._device cimport (DeviceScope, current_device, enter_device, exit_device,
                               resolve_device)
 from streams._handle cimport HandleOwner
-from streams._platform cimport streams_close_begin, streams_is_closed
+from streams._platform cimport streams_close_begin, streams_is_closed, streams_use_begin
 from streams._stream cimport Event, Stream, as_stream
 from streams.cudart cimport *
 
@@ -455,44 +455,77 @@ cdef class _PendingFree:
     cdef int device
     cdef Stream stream
     cdef Stream free_on
+    cdef object pool
 
 
-cdef void _free_device_memory(void* ptr, int device, Stream stream, Stream free_on) noexcept:
-    # The free is ordered after the work of the stream it belongs to.  That
-    # stream may have been closed since: then after the event its close()
-    # recorded, on the legacy stream of the buffer's device.
+cdef bint _try_use(HandleOwner owner) noexcept nogil:
+    """A counted use of ``owner`` if it is open (end it with ``_unuse``);
+    False, and no use, if it is closed."""
+    if streams_use_begin(&owner._state) == 0:
+        return True
+    owner._unuse()      # backs out; the last user of a closed owner releases it
+    return False
+
+
+cdef void _free_device_memory(void* ptr, int device, Stream stream, Stream free_on,
+                              object pool) noexcept:
+    # Frees `ptr` (NULL: nothing to free, or nothing may be freed here) and
+    # ends what the buffer held: its count on its stream, the use of the
+    # stream close(stream=...) named, the use of its pool.
+    #
+    # The free is ordered after the work of the stream it belongs to:
+    # `free_on`, held in use since close(stream=free_on), so its handle is
+    # alive even if it was closed since; else the allocation's stream, used
+    # (counted) across the call if it is open, so that a close() in another
+    # thread cannot destroy it under the call.  A closed allocation stream:
+    # on the legacy stream of the buffer's device, after the event its
+    # close() recorded.
     cdef DeviceScope scope
-    cdef cudaStream_t on
-    cdef Stream order = free_on if free_on is not None else stream
+    cdef cudaStream_t on = cudaStreamLegacy
     cdef cudaEvent_t tail = NULL
+    cdef bint stream_used = False
+    cdef void* frees = NULL
     try:
-        if order.closed:
-            on = cudaStreamLegacy
-            if order._tail is not None:
-                tail = <cudaEvent_t>order._tail._handle
-        else:
-            on = <cudaStream_t>order._handle
-        with nogil:
-            enter_device(&scope, device)
-            try:
-                if tail != NULL:
-                    rt.stream_wait_event(on, tail, 0)
-                rt.free_async(ptr, on)
-            finally:
-                exit_device(&scope)
+        if ptr != NULL:
+            if free_on is not None:
+                on = <cudaStream_t>free_on._handle
+            elif stream is not None and _try_use(stream):
+                stream_used = True
+                on = <cudaStream_t>stream._handle
+            elif stream is not None and stream._tail is not None:
+                tail = <cudaEvent_t>stream._tail._handle
+            if pool is not None:
+                frees = (<MemoryPool>pool)._frees
+            with nogil:
+                enter_device(&scope, device)
+                try:
+                    if tail != NULL:
+                        rt.stream_wait_event(on, tail, 0)
+                    rt.free_async(ptr, on)
+                    if frees != NULL:
+                        # Before the pool use ends: the pool is destroyed
+                        # only once this free has run.
+                        rt.marks_record(frees, on)
+                finally:
+                    exit_device(&scope)
     except BaseException:
         PyErr_WriteUnraisable(stream)
-    for s in (stream, free_on):
-        if s is not None:
-            (<Stream>s)._dependents -= 1
-            if (<Stream>s)._dependents == 0 and s.closed:
-                (<Stream>s)._tail = None
+    if stream_used:
+        stream._unuse()
+    if free_on is not None:
+        free_on._unuse()
+    if stream is not None:
+        stream._dependents -= 1
+        if stream._dependents == 0 and stream.closed:
+            stream._tail = None
+    if pool is not None:
+        (<MemoryPool>pool)._unuse()   # the last user of a closed pool releases it
 
 
 cdef void _free_pending(void* arg, int kind) noexcept nogil:
     with gil:
         p = <_PendingFree>arg
-        _free_device_memory(p.ptr, p.device, p.stream, p.free_on)
+        _free_device_memory(p.ptr, p.device, p.stream, p.free_on, p.pool)
 
 
 
@@ -516,8 +549,11 @@ cdef int _allocate(DeviceBuffer buf, size_t n, Stream s, MemoryPool pool) except
             if dev != pool._device:
                 raise ValueError(f"stream is on device {dev}, but the pool allocates on device "
                                  f"{pool._device}: use a stream of device {pool._device}")
-            pool._use()
+            pool._use()            # the buffer's, until its free is enqueued
             h = <cudaMemPool_t>pool._handle
+        # Counted before the GIL goes: a close() of `s` in another thread
+        # meanwhile then records where its work ends (Stream.close).
+        s._dependents += 1
         try:
             if n:
                 with nogil:
@@ -529,9 +565,11 @@ cdef int _allocate(DeviceBuffer buf, size_t n, Stream s, MemoryPool pool) except
                             rt.malloc_from_pool_async(&p, n, h, <cudaStream_t>s._handle)
                     finally:
                         exit_device(&scope)
-        finally:
+        except BaseException:
+            s._dependents -= 1
             if pool is not None:
                 pool._unuse()
+            raise
     finally:
         s._unuse()
     buf._adopt_device(p, n, dev, s, pool)
@@ -563,10 +601,11 @@ cdef class DeviceBuffer(_Buffer):
             self._release_memory()
 
     cdef void _adopt_device(self, void* p, size_t n, int dev, Stream s, object pool) noexcept:
+        # Takes over what the caller took for it: one count of `s`'s
+        # _dependents and, from a pool, one use of the pool.
         self._device = dev
         self._stream = s
         self._pool = pool
-        s._dependents += 1
         self._adopt(p, n)
 
     @property
@@ -613,30 +652,49 @@ cdef class DeviceBuffer(_Buffer):
     def close(self, stream=None):
         """Free in order on ``stream`` (default: the allocation's stream).  Idempotent.
 
+        ``stream`` must be open: a closed one cannot order the free after
+        its work (``ValueError``; the buffer stays open).  It may be closed
+        after this call: its handle stays until the free is enqueued on it.
         DLPack consumers still holding the memory keep it until they let go.
         """
-        if stream is not None and not self.closed and self._free_on is None:
-            # Ordered after that stream's work, also if it is closed before
-            # the free runs (a consumer may still hold the memory).
-            self._free_on = as_stream(stream, "stream")
-            self._free_on._dependents += 1
-        _Buffer.close(self)
+        cdef Stream on
+        if stream is None or self.closed:
+            _Buffer.close(self)
+            return
+        on = as_stream(stream, "stream")
+        # Counted, and checked in the same atomic step: a close() of `on` in
+        # another thread either came first (refused here) or leaves its
+        # handle to this use, which ends once the free is enqueued on it.
+        if not _try_use(on):
+            raise ValueError(f"stream: {on!r} is closed, so the free cannot be ordered after "
+                             "its work; the buffer stays open (free it on an open stream "
+                             "that waits for that work)")
+        if self._free_on is not None or self.closed:    # another close() got in first
+            on._unuse()
+            _Buffer.close(self)
+            return
+        self._free_on = on
+        try:
+            _Buffer.close(self)
+        except BaseException:
+            if not self.closed:     # refused (inside a host callback): stays open
+                self._free_on = None
+                on._unuse()
+            raise
 
     cdef void _release_memory(self) noexcept:
         cdef _PendingFree pending
         rt.count(rt.STREAMS_CNT_BUFFER_FREED)
-        if self._ptr == NULL:
-            self._stream._dependents -= 1
-            if self._free_on is not None:
-                self._free_on._dependents -= 1
-            return
-        if rt.may_release():
-            _free_device_memory(self._ptr, self._device, self._stream, self._free_on)
-        elif rt.may_defer():
+        if self._ptr != NULL and rt.may_defer():
             pending = _PendingFree.__new__(_PendingFree)
             pending.ptr, pending.device = self._ptr, self._device
-            pending.stream, pending.free_on = self._stream, self._free_on
+            pending.stream, pending.free_on, pending.pool = self._stream, self._free_on, self._pool
             rt.defer_release(_free_pending, <void*>pending, pending)
+        else:
+            # Forked child or interpreter teardown: the memory is left to
+            # the process's end, but what the buffer holds is let go.
+            _free_device_memory(self._ptr if rt.may_release() else NULL, self._device,
+                                self._stream, self._free_on, self._pool)
         self._ptr = NULL
 
     cdef uintptr_t _order_handle(self) except? 0:
@@ -672,6 +730,8 @@ cdef class DeviceBuffer(_Buffer):
         cdef cudaStream_t consumer
         cdef uintptr_t ours
         cdef DeviceScope scope
+        cdef Stream s
+        cdef bint used
         self._check_open()
         if copy:
             raise BufferError("DeviceBuffer.__dlpack__ cannot copy")
@@ -679,14 +739,24 @@ cdef class DeviceBuffer(_Buffer):
             raise BufferError(f"cannot export to device {dl_device}")
         if stream != -1:
             consumer = _dlpack_consumer(stream, "stream")
-            ours = self._order_handle()
-            if <cudaStream_t>ours != consumer:
-                with nogil:
-                    enter_device(&scope, self._device)
-                    try:
-                        rt.stream_wait_stream(consumer, <cudaStream_t>ours, self._device)
-                    finally:
-                        exit_device(&scope)
+            s = self._stream
+            # Our stream used across the wait (a close() in another thread
+            # cannot destroy it under the call), or, closed, the legacy
+            # stream made to wait for where its work ended.
+            used = _try_use(s)
+            try:
+                ours = (1 if s._handle == NULL else <uintptr_t>s._handle) if used \
+                    else self._order_handle()
+                if <cudaStream_t>ours != consumer:
+                    with nogil:
+                        enter_device(&scope, self._device)
+                        try:
+                            rt.stream_wait_stream(consumer, <cudaStream_t>ours, self._device)
+                        finally:
+                            exit_device(&scope)
+            finally:
+                if used:
+                    s._unuse()
         return _export_dlpack(self, _kDLCUDA)
 
 
@@ -835,11 +905,13 @@ class IpcBufferDescriptor:
         return f"IpcBufferDescriptor(nbytes={self.nbytes}, device_id={self.device_id})"
 
 
-cdef MemoryPool _new_pool(void* handle, int dev, bint ipc, bint owned):
+cdef MemoryPool _new_pool(void* handle, int dev, bint ipc, bint owned, void* frees):
+    # An owned pool takes `frees` (rt.marks_new()); another has none.
     cdef MemoryPool pool = MemoryPool.__new__(MemoryPool)
     pool._handle = handle
     pool._device = dev
     pool._ipc = ipc
+    pool._frees = frees
     pool._opened(owned)
     return pool
 
@@ -861,13 +933,15 @@ cdef class MemoryPool(HandleOwner):
     ``import_buffer``); ``max_size`` caps what the pool may reserve.
     ``MemoryPool.default(device)`` is the device's own pool, which
     ``DeviceBuffer(...)`` uses and which is never destroyed.
-    ``close()`` destroys an owned pool; CUDA keeps its memory until the
-    buffers still out are freed.
+    ``close()`` stops new allocations at once; an owned pool is destroyed
+    once every buffer from it has been freed and those frees have run on
+    the GPU.
     """
 
     def __cinit__(self, *args, **kwargs):
         self._handle = NULL
         self._device = -1
+        self._frees = NULL
 
     def __init__(self, device=None, *, release_threshold=None, ipc=False, max_size=None):
         cdef size_t cap = 0 if max_size is None else as_nbytes(max_size, "max_size")
@@ -877,18 +951,25 @@ cdef class MemoryPool(HandleOwner):
         cdef cudaMemPool_t h = NULL
         cdef DeviceScope scope
         cdef int dev
+        cdef void* frees
         self._init_once()
         dev = resolve_device(device)
         rt.drain_deferred()
-        with nogil:
-            enter_device(&scope, dev)
-            try:
-                rt.mem_pool_create(&h, dev, share, cap)
-            finally:
-                exit_device(&scope)
+        frees = rt.marks_new()
+        try:
+            with nogil:
+                enter_device(&scope, dev)
+                try:
+                    rt.mem_pool_create(&h, dev, share, cap)
+                finally:
+                    exit_device(&scope)
+        except BaseException:
+            rt.marks_free(frees)
+            raise
         self._handle = <void*>h
         self._device = dev
         self._ipc = share
+        self._frees = frees
         self._opened(True)
         if release_threshold is not None:
             self.release_threshold = threshold
@@ -904,7 +985,7 @@ cdef class MemoryPool(HandleOwner):
             return pool
         with nogil:
             rt.device_get_default_mem_pool(&h, dev)
-        pool = _new_pool(<void*>h, dev, False, False)
+        pool = _new_pool(<void*>h, dev, False, False, NULL)
         _default_pools[dev] = pool
         return pool
 
@@ -922,24 +1003,38 @@ cdef class MemoryPool(HandleOwner):
         cdef int dev
         if c_fd < 0:
             raise ValueError(f"fd must be a file descriptor (>= 0), got {c_fd}")
+        cdef void* frees
         dev = resolve_device(device)
         rt.drain_deferred()
-        with nogil:
-            enter_device(&scope, dev)
-            try:
-                rt.mem_pool_import_fd(&h, c_fd)
-            finally:
-                exit_device(&scope)
-        pool = _new_pool(<void*>h, dev, True, True)
+        frees = rt.marks_new()
+        try:
+            with nogil:
+                enter_device(&scope, dev)
+                try:
+                    rt.mem_pool_import_fd(&h, c_fd)
+                finally:
+                    exit_device(&scope)
+        except BaseException:
+            rt.marks_free(frees)
+            raise
+        pool = _new_pool(<void*>h, dev, True, True, frees)
         (<MemoryPool>pool)._shared = True
         return pool
 
     # ---- the handle's life (HandleOwner) -----------------------------------
+    # Each buffer from the pool is one of its users until its free is
+    # enqueued (and marked in _frees): a close() with buffers out leaves the
+    # release to the last of them.  Either way the pool is destroyed once
+    # those frees have run, never with an allocation out (see _cudart).
     cdef int _destroy(self) except -1 nogil:
-        return rt.destroy_handle(rt.HANDLE_MEM_POOL, self._handle)
+        cdef void* frees = self._frees
+        self._frees = NULL
+        return rt.destroy_pool(self._handle, frees)
 
     cdef void _release(self) noexcept nogil:
-        rt.release_handle(rt.HANDLE_MEM_POOL, self._handle)
+        cdef void* frees = self._frees
+        self._frees = NULL
+        rt.release_pool(self._handle, frees)
 
     # ---- allocation ----------------------------------------------------------
     def allocate(self, nbytes, stream=None):
@@ -980,7 +1075,14 @@ cdef class MemoryPool(HandleOwner):
         raw = descriptor.data
         for i in range(64):
             data.reserved[i] = raw[i]
-        self._use()
+        buf = DeviceBuffer.__new__(DeviceBuffer)
+        self._use()                 # the buffer's, until its free is enqueued
+        # A closed stream would leave the free unordered (it recorded no
+        # tail for this buffer): refused before anything is imported.
+        if not _try_use(s):
+            self._unuse()
+            raise ValueError(f"stream: {s!r} is closed")
+        s._dependents += 1
         try:
             with nogil:
                 enter_device(&scope, self._device)
@@ -988,9 +1090,12 @@ cdef class MemoryPool(HandleOwner):
                     rt.mem_pool_import_pointer(&p, <cudaMemPool_t>self._handle, &data)
                 finally:
                     exit_device(&scope)
-        finally:
+        except BaseException:
+            s._dependents -= 1
             self._unuse()
-        buf = DeviceBuffer.__new__(DeviceBuffer)
+            raise
+        finally:
+            s._unuse()
         buf._adopt_device(p, descriptor.nbytes, self._device, s, self)
         return buf
 

@@ -472,17 +472,20 @@ static void streams_marks_free(streams_marks_t *m) {
 }
 
 /* What gone executables still hold, until their marks say the replays
- * ended.  Parked and polled with the GIL held. */
+ * ended; and memory pools whose destroy waits for the frees of their
+ * memory still queued (`release`, run once the marks are done).  Parked
+ * and polled with the GIL held. */
 typedef struct {
     streams_marks_t *marks;
     PyObject *keep[2];
+    streams_release_fn release;     /* NULL: nothing but the references */
+    void *arg;
+    int kind;
 } streams_parked_t;
 static streams_parked_t *streams_parked = NULL;
 static size_t streams_parked_len = 0, streams_parked_cap = 0;
 
-/* Takes the marks; keeps a reference to each object (NULL: none).  -1
- * when out of memory: the caller then waits for the marks itself. */
-static int streams_park(streams_marks_t *m, PyObject *a, PyObject *b) {
+static int streams_park_item(streams_parked_t item) {
     streams_parked_t *grown;
     size_t cap;
     if (streams_parked_len == streams_parked_cap) {
@@ -493,13 +496,28 @@ static int streams_park(streams_marks_t *m, PyObject *a, PyObject *b) {
         streams_parked = grown;
         streams_parked_cap = cap;
     }
+    streams_parked[streams_parked_len++] = item;
+    return 0;
+}
+
+/* Takes the marks; keeps a reference to each object (NULL: none).  -1
+ * when out of memory: the caller then waits for the marks itself. */
+static int streams_park(streams_marks_t *m, PyObject *a, PyObject *b) {
+    streams_parked_t item = {m, {a, b}, NULL, NULL, 0};
+    if (streams_park_item(item) != 0)
+        return -1;
     Py_XINCREF(a);
     Py_XINCREF(b);
-    streams_parked[streams_parked_len].marks = m;
-    streams_parked[streams_parked_len].keep[0] = a;
-    streams_parked[streams_parked_len].keep[1] = b;
-    streams_parked_len++;
     return 0;
+}
+
+/* Takes the marks; runs `fn(arg, kind)` (on a thread that may call CUDA,
+ * without the GIL) once they are done.  -1 when out of memory: nothing
+ * was parked. */
+static int streams_park_release(streams_marks_t *m, streams_release_fn fn, void *arg,
+                                int kind) {
+    streams_parked_t item = {m, {NULL, NULL}, fn, arg, kind};
+    return streams_park_item(item);
 }
 
 static size_t streams_parked_count(void) { return streams_parked_len; }
@@ -524,6 +542,9 @@ static Py_ssize_t streams_poll_parked(void) {
     streams_parked_len = kept;
     for (i = 0; i < n_done; i++) {
         streams_marks_free(done_items[i].marks);
+        if (done_items[i].release)
+            streams_release_without_gil(done_items[i].release, done_items[i].arg,
+                                        done_items[i].kind);
         Py_XDECREF(done_items[i].keep[0]);
         Py_XDECREF(done_items[i].keep[1]);
     }

@@ -488,7 +488,10 @@ class CaptureContext:
 
 # ---- classes ------------------------------------------------------------------------------------
 
+# no_gc_clear: its __dealloc__ gives the use back, so the GC must not set
+# `event` to None first ("Reference cycles" in docs/architecture.rst).
 @cython.final
+@cython.no_gc_clear
 cdef class _EventHold:
     """Holds an event in use while a graph node records or waits on it: its
     close() then destroys it only once the graph and its executables are gone."""
@@ -816,6 +819,9 @@ cdef int with_box(cudaGraph_t g, list box, _graph_op op, void* out,
 
 cdef class Graph(HandleOwner):
     """A CUDA graph (``cudaGraph_t``): ``Graph()`` is empty; captures return one."""
+    # The GC may clear it: its release reads C fields only (the handle, the
+    # parent of a body), and a graph runs only as an executable, which holds
+    # what the nodes need in a tuple of its own (instantiate).
 
     def __init__(self):
         cdef cudaGraph_t g = NULL
@@ -911,7 +917,7 @@ cdef class Graph(HandleOwner):
         result._handle = <streams_graph_exec_t>ex
         result._errors = self._errors
         result._keep = tuple(self._keep)
-        result._box = box
+        result._box = box if boxed else None
         result._boxed = boxed
         if result._keep:
             # Its replays use what the graph's nodes need: mark where each
@@ -1311,7 +1317,11 @@ cdef int _enqueue_exec(GraphExec exe, Stream stream, bint launch, bint held) exc
         exe._unuse_as(held)
 
 
+# no_gc_clear: __dealloc__ parks what the replays in flight use (_keep,
+# _box); a tp_clear first would let it go under them ("Reference cycles" in
+# docs/architecture.rst).
 @cython.final
+@cython.no_gc_clear
 cdef class GraphExec(HandleOwner):
     """An executable graph (``cudaGraphExec_t``), from ``Graph.instantiate()``."""
 
@@ -1382,15 +1392,19 @@ cdef class GraphExec(HandleOwner):
         finally:
             self._unuse()
         if not up.refused:
-            # Replays already queued may still use what the old nodes needed.
-            self._keep = self._keep + tuple(graph._keep)
-            if self._keep and self._marks == NULL:
-                self._start_marks()
-            # Whether the old box goes now or with the executable, it holds
-            # the new one: what node updates put there lives as long as needed.
-            if self._box is not None:
+            # Replays already queued may still use what the old nodes needed
+            # (linked, not copied: updates in a loop stay linear).
+            kept = tuple(graph._keep)
+            if kept:
+                self._keep = (self._keep, kept) if self._keep else kept
+                if self._marks == NULL:
+                    self._start_marks()
+            if self._boxed:
+                # Whether the old box goes now or with the executable, it
+                # holds the new one: what node updates put there lives as
+                # long as needed.
                 self._box.append(box)
-            self._box = box
+                self._box = box
             return UpdateResult(True, "success", None)
         node = _wrap_node(graph, up.info.errorNode) if up.info.errorNode != NULL else None
         return UpdateResult(False, _UPDATE_RESULT_NAMES.get(up.info.result,
@@ -1609,10 +1623,17 @@ cdef class GraphExec(HandleOwner):
         # What a node update brings.  Boxed: the CUDA user object that owns
         # _box keeps it past the replays in flight.  Unboxed: this object
         # holds it, launches are marked from now on, and when it goes the
-        # objects wait for the marked launches (close, __dealloc__).
-        if not self._boxed and self._marks == NULL:
+        # objects wait for the marked launches (close, __dealloc__).  Linked
+        # into _keep, a tuple, not put in a list of its own: the GC would
+        # clear such a list, which only this object refers to, even after
+        # __dealloc__ parked it; a tuple it cannot clear.  (_box is safe:
+        # the user object's reference keeps the GC from taking it.)
+        if self._boxed:
+            self._box.append(obj)
+            return 0
+        if self._marks == NULL:
             self._start_marks()
-        self._box.append(obj)
+        self._keep = (self._keep, obj)
         return 0
 
     cdef void _park(self) noexcept:

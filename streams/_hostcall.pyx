@@ -30,6 +30,8 @@ cdef extern from "Python.h":
 @cython.freelist(64)
 cdef class HostCall:
     """A Python callable with its argument, enqueued as a CUDA host function."""
+    # The GC may clear it: CUDA's reference (a work item's, or a graph's
+    # user object) keeps it from the GC for as long as it can still run.
 
     def __init__(self, *args, **kwargs):
         rt.refuse_construction(self, "Stream.launch_host_func and Graph.add_host_node make them")
@@ -212,6 +214,8 @@ cdef extern from "streams/notify.h" nogil:
 @cython.final
 cdef class _Doorbell:
     """One event loop's eventfd, and the futures of the waits it resolves."""
+    # The GC may clear `_waiting` (futures hold their loop, whose reader
+    # holds this object): __dealloc__ reads the C notifier only.
     cdef streams_notifier* _n
     cdef dict _waiting            # token -> future
     cdef unsigned long long _next

@@ -15,6 +15,7 @@ import threading as _threading
 cimport cython
 from cpython.float cimport PyFloat_AS_DOUBLE
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_AsUnsignedLongLong
+from cpython.ref cimport Py_DECREF
 from libc.stdint cimport uintptr_t
 
 cimport streams._cudart as rt
@@ -867,25 +868,37 @@ cdef class Kernel(LaunchTarget):
         return f"<streams.Kernel {self._name!r}>"
 
 
+# A tuple, not the pack's raw references, so that the GC sees what it holds:
+# a buffer held only through a raw reference counts as reachable, and a
+# cycle through it would never be collected.  no_gc_clear: __dealloc__ gives
+# the uses back ("Reference cycles" in docs/architecture.rst).
 @cython.final
+@cython.no_gc_clear
 cdef class _BufferUses:
     """Streams buffers a prepared launch or a graph keeps in use."""
-    cdef ArgPack pack
+    cdef tuple buffers
 
     def __dealloc__(self):
-        release_pack(&self.pack)
+        if self.buffers is not None:
+            for buf in self.buffers:
+                (<HandleOwner>buf)._unuse()
 
 
 cdef object keep_pack_users(ArgPack* pack):
     cdef _BufferUses uses = _BufferUses.__new__(_BufferUses)
-    uses.pack.nusers = pack.nusers
+    cdef int i
+    # Each use goes on with the tuple; the pack's reference is dropped for it.
+    uses.buffers = tuple([<object>pack.users[i] for i in range(pack.nusers)])
     for i in range(pack.nusers):
-        uses.pack.users[i] = pack.users[i]
+        Py_DECREF(<object>pack.users[i])
     pack.nusers = 0     # handed over
     return uses
 
 
+# no_gc_clear: its __dealloc__ gives the use back, so the GC must not set
+# `module` to None first ("Reference cycles" in docs/architecture.rst).
 @cython.final
+@cython.no_gc_clear
 cdef class _ModuleUse:
     """Holds a module loaded (in use) while a graph can run its kernels."""
     cdef Module module
@@ -905,6 +918,8 @@ cdef object keep_module(Module module):
 @cython.final
 cdef class PreparedLaunch:
     """A kernel launch with its configuration and arguments packed once."""
+    # The GC may clear it: it has no __dealloc__, and dropping `_users`
+    # early gives back the uses a prepared launch no one can launch holds.
 
     def __init__(self, *args, **kwargs):
         rt.refuse_construction(self, "use Kernel.prepare()")

@@ -350,7 +350,10 @@ cdef void release_span(Span* span) noexcept:
         Py_DECREF(buf)
 
 
+# no_gc_clear: its __dealloc__ gives the use back, so the GC must not set
+# `buffer` to None first ("Reference cycles" in docs/architecture.rst).
 @cython.final
+@cython.no_gc_clear
 cdef class _MemoryHold:
     cdef _Buffer buffer
 
@@ -449,8 +452,10 @@ cdef class _Buffer(HandleOwner):
 
 
 @cython.final
+@cython.no_gc_clear
 cdef class _PendingFree:
     """A device allocation whose free waits for a thread that may call CUDA."""
+    # no_gc_clear: the deferred free reads the streams.
     cdef void* ptr
     cdef int device
     cdef Stream stream
@@ -576,7 +581,10 @@ cdef int _allocate(DeviceBuffer buf, size_t n, Stream s, MemoryPool pool) except
     return 0
 
 
+# no_gc_clear: the free in __dealloc__ needs the stream(s) it is ordered on
+# and the pool it came from ("Reference cycles" in docs/architecture.rst).
 @cython.final
+@cython.no_gc_clear
 cdef class DeviceBuffer(_Buffer):
     """Device memory from ``cudaMallocAsync`` on ``stream`` (default: current).
 
@@ -832,6 +840,8 @@ cdef class ManagedBuffer(_HostBuffer):
     work there (default: the legacy stream, which orders after every
     blocking stream of the device).
     """
+    # The GC may clear `_stream`: only the array interface reads it, and the
+    # free (cudaFree, which waits for the device) reads C fields alone.
 
     def __init__(self, nbytes, *, attach="global", stream=None):
         cdef size_t n = as_nbytes(nbytes, "nbytes")

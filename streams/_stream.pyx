@@ -535,6 +535,12 @@ cdef inline int _raw_status(bint is_stream, void* handle, bint wait) except -1 n
 
 # ---- Waitable: what Stream and Event share ---------------------------------------------------
 
+# no_gc_clear (and Stream's too): `_owner` keeps a foreign handle alive, and a
+# buffer's free, an executable's parked replays or a graph's event node may
+# still use the handle after the GC found the wrapper in a cycle; Stream's
+# `_tail` orders the frees of buffers of a closed stream ("Reference
+# cycles" in docs/architecture.rst).
+@cython.no_gc_clear
 cdef class Waitable(HandleOwner):
     """Base of Stream and Event: work that can be queried and waited for."""
 
@@ -942,6 +948,7 @@ cdef int _give_back(void* pool, int kind, void* handle) noexcept nogil:
     return 0
 
 
+@cython.no_gc_clear
 cdef class Stream(Waitable):
     """A CUDA stream.  ``Stream(device=None, priority=0, non_blocking=False)``.
 
@@ -1513,6 +1520,8 @@ cdef class Stream(Waitable):
 
 cdef class ErrorSlot:
     """The first exception of the host callbacks of one stream or graph."""
+    # The GC may clear it (no teardown), and must be able to: `first` holds
+    # an exception, whose traceback may refer back to its stream or graph.
 
     def __init__(self, *args, **kwargs):
         rt.refuse_construction(self, "streams and graphs make their own")

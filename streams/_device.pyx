@@ -312,6 +312,9 @@ cdef class Device:
     def __init__(self, device=None):
         self._id = resolve_device(device)
 
+    def __reduce__(self):
+        return (Device, (self._id,))
+
     @property
     def device_id(self):
         return self._id

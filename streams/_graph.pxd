@@ -46,6 +46,7 @@ cdef class GraphExec(HandleOwner):
     cdef bint _boxed             # a CUDA user object owns _box (see Graph.instantiate)
     cdef void* _marks            # where its launches end, while it holds objects (rt.marks_new)
     cdef streams_graph_t _source # the graph it came from: its nodes name the executable's
+    cdef object _source_ref      # a weak reference to that Graph: open, its handle is _source
 
     cdef int c_launch(self, Stream stream) except -1 nogil
     cdef int c_upload(self, Stream stream) except -1 nogil

@@ -30,7 +30,7 @@ from libc.stdint cimport uintptr_t
 from libc.string cimport memset
 
 cimport streams._cudart as rt
-from streams._args cimport as_dim3, as_enum, as_int, as_nbytes
+from streams._args cimport as_dim3, as_enum, as_int, as_nbytes, as_uint, as_unsigned
 from streams._device cimport (DeviceScope, enter_device, exit_device, require_device,
                               resolve_device)
 from streams._hostcall cimport (HostCall, KIND_HOST_FUNC, new_call, new_error_slot,
@@ -167,7 +167,12 @@ cdef size_t _node_array(Graph graph, object nodes, cudaGraphNode_t** out,
         if not isinstance(nodes[i], GraphNode):
             raise TypeError(f"{argname}[{i}] must be a GraphNode, not {type(nodes[i]).__name__}")
         node = <GraphNode>nodes[i]
-        if node._graph is None or node._graph._handle != graph._handle:
+        node._check()
+        # A closed graph's handle may already be another graph's (CUDA reuses
+        # addresses): its nodes are refused before their handles are compared.
+        if node._graph.closed:
+            raise ValueError(f"{argname}[{i}] is a node of a closed graph")
+        if node._graph._handle != graph._handle:
             raise ValueError(f"{argname}[{i}] is a node of another graph")
     arr = <cudaGraphNode_t*>PyMem_Malloc(n * sizeof(cudaGraphNode_t))
     if arr == NULL:
@@ -660,7 +665,7 @@ cdef Kernel _kernel_node_params(object kernel, object grid, object block, tuple 
     k._check_usable()
     as_dim3(grid, &g, "grid")
     as_dim3(block, &b, "block")
-    params.sharedMemBytes = <unsigned int>as_nbytes(shared_mem, "shared_mem")
+    params.sharedMemBytes = as_uint(shared_mem, "shared_mem")
     params.func = k._func
     params.gridDim = g
     params.blockDim = b
@@ -763,9 +768,18 @@ cdef class GraphNode:
             self._graph._unuse()
 
     def __eq__(self, other):
+        cdef GraphNode o
         if not isinstance(other, GraphNode):
             return NotImplemented
-        return self._handle == (<GraphNode>other)._handle
+        o = <GraphNode>other
+        if self._handle != o._handle:
+            return False
+        if self._graph is o._graph:
+            return True
+        # Two wrappers of one handle (graph.nodes, capture_info): equal while
+        # their graphs are open; after a close the address may be reused.
+        return (self._graph is not None and o._graph is not None
+                and not self._graph.closed and not o._graph.closed)
 
     def __hash__(self):
         return hash(("streams.GraphNode", <uintptr_t>self._handle))
@@ -822,6 +836,8 @@ cdef class Graph(HandleOwner):
     # The GC may clear it: its release reads C fields only (the handle, the
     # parent of a body), and a graph runs only as an executable, which holds
     # what the nodes need in a tuple of its own (instantiate).
+    # Every public method checks that the graph is open before it reads a
+    # field: one made with Graph.__new__ has none (its _errors is None).
 
     def __init__(self):
         cdef cudaGraph_t g = NULL
@@ -883,6 +899,7 @@ cdef class Graph(HandleOwner):
         With ``upload_stream`` the executable is also uploaded there, so the
         first launch does not pay for it.
         """
+        self._check_open()
         cdef unsigned long long flags = 0
         cdef cudaGraphExec_t ex = NULL
         cdef Stream up = None
@@ -924,6 +941,7 @@ cdef class Graph(HandleOwner):
             # launch ends, so that it is let go only after them (close()).
             result._marks = rt.marks_new()
         result._source = self._handle
+        result._source_ref = _weakref.ref(self)
         result._opened(True)
         if up is not None:
             result.upload(up)
@@ -931,6 +949,7 @@ cdef class Graph(HandleOwner):
 
     def clone(self):
         """A copy of the graph (what its nodes need stays alive for the clone too)."""
+        self._check_open()
         cdef cudaGraph_t g = NULL
         self._use()
         try:
@@ -990,6 +1009,7 @@ cdef class Graph(HandleOwner):
 
     def debug_dot(self, path=None, *, verbose=False):
         """Graphviz text of the graph; also written to ``path`` if given."""
+        self._check_open()
         cdef unsigned int flags = cudaGraphDebugDotFlagsVerbose if verbose else 0
         cdef bytes target
         cdef const char* c_target
@@ -1016,10 +1036,12 @@ cdef class Graph(HandleOwner):
 
     # ---- explicit construction -----------------------------------------------
     def add_empty_node(self, dependencies=()):
+        self._check_open()
         return _wrap_node(self, _add_node(self, dependencies, _add_empty, NULL))
 
     def add_host_node(self, callback, arg=None, dependencies=()):
         """A node that calls ``callback(arg)`` on the host, on every replay."""
+        self._check_open()
         cdef HostCall call
         self._refuse_in_body("a host node")
         call = new_call(callback, arg, None, self._errors, KIND_HOST_FUNC)
@@ -1043,6 +1065,7 @@ cdef class Graph(HandleOwner):
         graph keeps the kernel's module loaded and the streams buffers among
         the arguments alive; a ConditionHandle argument must be this graph's
         or, in a conditional body, that of a graph holding the body."""
+        self._check_open()
         cdef cudaGraphNode_t node = NULL
         cdef cudaKernelNodeParams params
         cdef cudaLaunchAttributeValue cluster_dim, coop
@@ -1089,6 +1112,7 @@ cdef class Graph(HandleOwner):
 
     def add_memset_node(self, ptr, value, nbytes, dependencies=()):
         """Set ``nbytes`` bytes at ``ptr`` (device memory) to ``value`` (0-255)."""
+        self._check_open()
         cdef cudaGraphNode_t node
         cdef cudaMemsetParams params
         cdef Span span
@@ -1105,6 +1129,7 @@ cdef class Graph(HandleOwner):
     def add_memcpy_node(self, dst, src, nbytes, dependencies=()):
         """Copy ``nbytes`` from ``src`` to ``dst`` (memory CUDA knows: device,
         managed or pinned)."""
+        self._check_open()
         cdef cudaGraphNode_t node
         cdef _Copy copy
         cdef Span d, s
@@ -1134,10 +1159,8 @@ cdef class Graph(HandleOwner):
         cdef ConditionHandle c
         cdef unsigned int d
         cdef unsigned int flags = cudaGraphCondAssignDefault if reset else 0
-        v = as_int(default, "default")
-        if v < 0 or v > 0xFFFFFFFF:
-            raise ValueError(f"default must fit an unsigned 32-bit value, got {v}")
-        d = <unsigned int>v
+        self._check_open()
+        d = as_uint(default, "default")
         self._use()
         try:
             with nogil:
@@ -1171,11 +1194,13 @@ cdef class Graph(HandleOwner):
     def add_if(self, cond, dependencies=()):
         """An "if" node: its body runs when ``cond`` is nonzero.  Returns
         ``(node, body)``; fill ``body`` (a Graph) with nodes or by capture."""
+        self._check_open()
         node, bodies = self._add_conditional(cond, cudaGraphCondTypeIf, 1, dependencies)
         return node, bodies[0]
 
     def add_if_else(self, cond, dependencies=()):
         """An "if/else" node (CUDA 12.8+): returns ``(node, then_body, else_body)``."""
+        self._check_open()
         node, bodies = self._add_conditional(cond, cudaGraphCondTypeIf, 2, dependencies)
         return node, bodies[0], bodies[1]
 
@@ -1183,6 +1208,7 @@ cdef class Graph(HandleOwner):
         """A "while" node: its body runs again and again while ``cond`` is
         nonzero (tested before each run; a kernel of the body sets it).
         Returns ``(node, body)``."""
+        self._check_open()
         node, bodies = self._add_conditional(cond, cudaGraphCondTypeWhile, 1, dependencies)
         return node, bodies[0]
 
@@ -1190,11 +1216,11 @@ cdef class Graph(HandleOwner):
         """A "switch" node (CUDA 12.8+) with ``n`` bodies: body ``i`` runs when
         ``cond`` is ``i``, none when it is ``n`` or more.  Returns
         ``(node, [body_0, ..., body_n-1])``."""
-        count = as_int(n, "n")
-        if count < 1 or count > 0xFFFFFFFF:
+        self._check_open()
+        cdef unsigned int count = as_uint(n, "n")
+        if count < 1:
             raise ValueError(f"n must be >= 1 (the number of bodies), got {count}")
-        return self._add_conditional(cond, streams_cudaGraphCondTypeSwitch, <unsigned int>count,
-                                     dependencies)
+        return self._add_conditional(cond, streams_cudaGraphCondTypeSwitch, count, dependencies)
 
     # ---- memory nodes --------------------------------------------------------
     def add_mem_alloc(self, nbytes, dependencies=()):
@@ -1202,6 +1228,7 @@ cdef class Graph(HandleOwner):
         device) each launch.  Returns a GraphAllocation (``.node``, ``.ptr``;
         ``node, ptr = ...`` unpacks it); free it with ``add_mem_free``, or
         instantiate with ``auto_free_on_launch=True``."""
+        self._check_open()
         cdef cudaGraphNode_t node
         cdef cudaMemAllocNodeParams params
         cdef GraphAllocation result
@@ -1225,10 +1252,14 @@ cdef class Graph(HandleOwner):
         """A node that frees graph memory: a GraphAllocation, or the address
         of one (of this graph or of another graph whose launches left it
         allocated)."""
+        self._check_open()
         cdef cudaGraphNode_t node
         cdef uintptr_t address
         if isinstance(ptr, GraphAllocation):
             address = (<GraphAllocation>ptr)._ptr
+            if address == 0:
+                raise ValueError("ptr: this GraphAllocation was never initialised (use "
+                                 "Graph.add_mem_alloc())")
         elif isinstance(ptr, int) and not isinstance(ptr, bool):
             if ptr <= 0 or ptr > <uintptr_t>-1:
                 raise ValueError(f"ptr must be a device address, got {ptr}")
@@ -1246,9 +1277,11 @@ cdef class Graph(HandleOwner):
         return _wrap_node(self, node)
 
     def add_event_record_node(self, event, dependencies=()):
+        self._check_open()
         return self._add_event_node(as_event(event, "event"), dependencies, True)
 
     def add_event_wait_node(self, event, dependencies=()):
+        self._check_open()
         return self._add_event_node(as_event(event, "event"), dependencies, False)
 
     cdef GraphNode _add_event_node(self, Event ev, object dependencies, bint record):
@@ -1266,6 +1299,7 @@ cdef class Graph(HandleOwner):
 
     def add_child_graph_node(self, Graph child not None, dependencies=()):
         """Embed a copy of ``child`` (what its nodes need stays alive with this graph)."""
+        self._check_open()
         cdef cudaGraphNode_t node
         child._use()
         try:
@@ -1417,8 +1451,17 @@ cdef class GraphExec(HandleOwner):
         cdef GraphNode nd
         if not isinstance(node, GraphNode):
             raise TypeError(f"{argname} must be a GraphNode, not {type(node).__name__}")
+        self._check_open()
         nd = <GraphNode>node
         nd._check()
+        # Handles are compared only while both graphs are open: the handle of
+        # a closed graph may already be another graph's.
+        source = self._source_ref() if self._source_ref is not None else None
+        if source is None or (<Graph>source).closed:
+            raise ValueError(f"{argname}: the graph this GraphExec was instantiated from is "
+                             "closed or gone, so no node of it can be named any more")
+        if nd._graph.closed or _top(nd._graph).closed:
+            raise ValueError(f"{argname} is a node of a closed graph")
         if _top(nd._graph)._handle != self._source:
             raise ValueError(f"{argname} is not a node of the graph this GraphExec was "
                              "instantiated from")

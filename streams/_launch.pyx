@@ -19,7 +19,7 @@ from cpython.ref cimport Py_DECREF
 from libc.stdint cimport uintptr_t
 
 cimport streams._cudart as rt
-from streams._args cimport as_dim3, as_int, as_nbytes
+from streams._args cimport as_dim3, as_int, as_nbytes, as_uint
 from streams._device cimport DeviceScope, enter_device, exit_device, require_device
 from streams._memory cimport SPAN_DEVICE, SPAN_NULL_OK, Span, release_span, resolve_span
 from streams._handle cimport HandleOwner
@@ -470,12 +470,14 @@ cdef class LaunchConfig:
                  programmatic_stream_serialization=False, programmatic_event=None,
                  trigger_at_block_start=False, completion_event=None, priority=None,
                  mem_sync_domain=None):
-        cdef dim3 d
-        as_dim3(grid, &d, "grid")
-        self._grid_dims[0], self._grid_dims[1], self._grid_dims[2] = d.x, d.y, d.z
-        as_dim3(block, &d, "block")
-        self._block_dims[0], self._block_dims[1], self._block_dims[2] = d.x, d.y, d.z
-        self._shared_mem = as_nbytes(shared_mem, "shared_mem")
+        cdef dim3 g, b, d
+        if self._grid_dims[0] != 0:
+            # Immutable: a launch in another thread may be reading its events.
+            raise RuntimeError("LaunchConfig.__init__ was called on a config that was already "
+                               "initialised: make a new one instead")
+        as_dim3(grid, &g, "grid")
+        as_dim3(block, &b, "block")
+        self._shared_mem = as_uint(shared_mem, "shared_mem")
         self._has_cluster = cluster is not None
         if self._has_cluster:
             as_dim3(cluster, &d, "cluster")
@@ -499,6 +501,9 @@ cdef class LaunchConfig:
         else:
             raise ValueError(f"mem_sync_domain must be 'default', 'remote' or None, got "
                              f"{mem_sync_domain!r}")
+        # Last: a grid of 0 marks a config never (or not fully) initialised.
+        self._block_dims[0], self._block_dims[1], self._block_dims[2] = b.x, b.y, b.z
+        self._grid_dims[0], self._grid_dims[1], self._grid_dims[2] = g.x, g.y, g.z
 
     @property
     def grid(self):
@@ -559,6 +564,16 @@ cdef class LaunchConfig:
             if value is not None and value is not False:
                 parts.append(f"{name}={value!r}")
         return f"LaunchConfig({', '.join(parts)})"
+
+
+cdef LaunchConfig _usable_config(object config):
+    """``config`` as a LaunchConfig that __init__ completed, or TypeError/ValueError."""
+    if not isinstance(config, LaunchConfig):
+        raise TypeError(f"config must be a streams.LaunchConfig, not {type(config).__name__}")
+    if (<LaunchConfig>config)._grid_dims[0] == 0:
+        raise ValueError("this LaunchConfig was never initialised (make one with "
+                         "LaunchConfig(grid, block, ...))")
+    return <LaunchConfig>config
 
 
 cdef bint _flag(object value, str argname) except -1:
@@ -703,6 +718,12 @@ cdef class Kernel(LaunchTarget):
         if self._module is None:
             with gil:
                 self._check_usable()
+        if shared_mem >> 32:
+            # CUDA's driver takes an unsigned int: a larger size_t would be
+            # truncated to a smaller amount, silently.
+            with gil:
+                raise ValueError(f"shared_mem={shared_mem} does not fit a C unsigned int "
+                                 "(at most 4294967295)")
         g.x, g.y, g.z = grid_x, grid_y, grid_z
         b.x, b.y, b.z = block_x, block_y, block_z
         return _launch_packed(self, stream, g, b, args, shared_mem, NULL, False)
@@ -715,16 +736,13 @@ cdef class Kernel(LaunchTarget):
         cdef dim3 g, b
         cdef size_t smem = 0
         cdef LaunchConfig lc = None
-        self._check_usable()
         if config is None:
             as_dim3(grid, &g, "grid")
             as_dim3(block, &b, "block")
-            smem = shared_mem if type(shared_mem) is int and shared_mem >= 0 \
-                else as_nbytes(shared_mem, "shared_mem")
-        elif isinstance(config, LaunchConfig):
-            lc = <LaunchConfig>config
+            smem = as_uint(shared_mem, "shared_mem")
         else:
-            raise TypeError(f"config must be a streams.LaunchConfig, not {type(config).__name__}")
+            lc = _usable_config(config)
+        self._check_usable()
         cdef void** argv = pack.ptrs if len(args) else NULL
         pack_args(self, args, &pack, stream)
         try:
@@ -830,16 +848,12 @@ cdef class Kernel(LaunchTarget):
         cdef dim3 g, b
         cdef Py_ssize_t i, n
         cdef LaunchConfig lc
-        self._check_usable()
         if config is None and args and isinstance(args[0], LaunchConfig):
             config, args = args[0], args[1:]
         if config is not None:
-            if not isinstance(config, LaunchConfig):
-                raise TypeError(f"config must be a streams.LaunchConfig, not "
-                                f"{type(config).__name__}")
+            lc = _usable_config(config)
             if shared_mem != 0:
                 raise TypeError("with a LaunchConfig, shared_mem belongs in the config")
-            lc = <LaunchConfig>config
             g.x, g.y, g.z = lc._grid_dims[0], lc._grid_dims[1], lc._grid_dims[2]
             b.x, b.y, b.z = lc._block_dims[0], lc._block_dims[1], lc._block_dims[2]
             p._shared_mem = (<LaunchConfig>config)._shared_mem
@@ -850,7 +864,8 @@ cdef class Kernel(LaunchTarget):
             as_dim3(args[0], &g, "grid")
             as_dim3(args[1], &b, "block")
             args = args[2:]
-            p._shared_mem = as_nbytes(shared_mem, "shared_mem")
+            p._shared_mem = as_uint(shared_mem, "shared_mem")
+        self._check_usable()
         pack_args(self, args, &pack, None)
         p._grid[0], p._grid[1], p._grid[2] = g.x, g.y, g.z
         p._block[0], p._block[1], p._block[2] = b.x, b.y, b.z

@@ -2091,11 +2091,19 @@ cdef int _stream_set_attribute(Stream stream, object name, object value) except 
         if not isinstance(value, AccessPolicyWindow):
             raise TypeError("value for access_policy_window must be an AccessPolicyWindow, "
                             f"not {type(value).__name__}")
-        v.accessPolicyWindow.base_ptr = <void*><uintptr_t>value.base_ptr
-        v.accessPolicyWindow.num_bytes = value.num_bytes
-        v.accessPolicyWindow.hitRatio = value.hit_ratio
-        v.accessPolicyWindow.hitProp = <cudaAccessProperty><int>value.hit_prop
-        v.accessPolicyWindow.missProp = <cudaAccessProperty><int>value.miss_prop
+        # Checked again here: its fields are plain attributes, set after
+        # __init__ to anything (a size past size_t would wrap).
+        v.accessPolicyWindow.base_ptr = <void*>as_pointer_int(value.base_ptr, "value.base_ptr")
+        v.accessPolicyWindow.num_bytes = as_nbytes(value.num_bytes, "value.num_bytes")
+        ratio = value.hit_ratio
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) \
+                or not 0.0 <= ratio <= 1.0:
+            raise ValueError(f"value.hit_ratio must be a number in [0, 1], got {ratio!r}")
+        v.accessPolicyWindow.hitRatio = ratio
+        v.accessPolicyWindow.hitProp = <cudaAccessProperty><int>as_enum(
+            AccessProperty, value.hit_prop, "value.hit_prop")
+        v.accessPolicyWindow.missProp = <cudaAccessProperty><int>as_enum(
+            AccessProperty, value.miss_prop, "value.miss_prop")
     elif attr == cudaStreamAttributeSynchronizationPolicy:
         v.syncPolicy = <cudaSynchronizationPolicy><int>as_enum(SyncPolicy, value, "value")
     else:

@@ -144,7 +144,7 @@ def test_condition_handle_properties_and_bad_input(device_buffer, closer):
         other.add_kernel_node("set_condition", 1, 1, cond, flag)
     with pytest.raises(ValueError, match="n must be >= 1"):
         g.add_switch(cond, 0)
-    with pytest.raises(ValueError, match="default must fit"):
+    with pytest.raises(ValueError, match="default must be >= 0"):
         g.create_condition(-1)
     _, body = g.add_if(cond)
     closer(body)

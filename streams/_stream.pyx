@@ -905,26 +905,30 @@ cdef class Stream(Waitable):
         return Device(dev)
 
     # ---- kernels --------------------------------------------------------------
-    def launch(self, kernel, grid, block, *args, shared_mem=0):
+    def launch(self, kernel, grid, block, *args, shared_mem=0, wait_producers=True):
         """Launch ``kernel`` with ``grid`` x ``block`` threads (ints or up to 3-tuples).
 
         Arguments follow the kernel's parameters (see ``Module.get_kernel``);
         buffers and objects with ``__cuda_array_interface__``/``__dlpack__``
-        pass their address.  Runs on the stream's device.
+        pass their address, and this stream waits for their producers as
+        :func:`memcpy_async` does (``wait_producers=False``: you order them
+        yourself).  Runs on the stream's device.
         """
         if not isinstance(kernel, LaunchTarget):
             raise TypeError(f"kernel must be a streams.Kernel, not {type(kernel).__name__}")
-        (<LaunchTarget>kernel)._launch_on(self, grid, block, args, shared_mem, None)
+        (<LaunchTarget>kernel)._launch_on(self, grid, block, args, shared_mem, None,
+                                          _as_wait_flag(wait_producers))
 
     def launch_ex(self, kernel, config, *args, shared_mem=None, cluster=None,
-                  cooperative=None):
+                  cooperative=None, wait_producers=True):
         """``cudaLaunchKernelExC``: launch ``kernel`` as ``config`` (a
         ``LaunchConfig``: grid, block, shared memory, clusters, cooperative
         launch, programmatic dependent launch, launch events, priority, memory
         sync domain) with ``args``.
 
         The short form ``launch_ex(kernel, grid, block, *args, shared_mem=0,
-        cluster=None, cooperative=False)`` makes that config.
+        cluster=None, cooperative=False)`` makes that config.  ``wait_producers``
+        as for ``launch``.
         """
         cdef type config_type = _later("_launch", "LaunchConfig")
         if not isinstance(kernel, LaunchTarget):
@@ -938,7 +942,8 @@ cdef class Stream(Waitable):
         elif shared_mem is not None or cluster is not None or cooperative is not None:
             raise TypeError("with a LaunchConfig, shared_mem, cluster and cooperative belong "
                             "in the config")
-        (<LaunchTarget>kernel)._launch_on(self, None, None, args, None, config)
+        (<LaunchTarget>kernel)._launch_on(self, None, None, args, None, config,
+                                          _as_wait_flag(wait_producers))
 
     # ---- capture (streams._graph builds the graphs) --------------------------------
     def begin_capture(self, mode="global"):
@@ -1620,11 +1625,17 @@ cdef object _later(str module, str name):
     return fn
 
 
+cdef bint _as_wait_flag(object wait_producers) except -1:
+    if not isinstance(wait_producers, (bool, int)):
+        raise TypeError(f"wait_producers must be a bool, not {type(wait_producers).__name__}")
+    return bool(wait_producers)
+
+
 cdef class LaunchTarget:
     """Base of ``streams.Kernel``: something ``Stream.launch`` can launch."""
 
     cdef int _launch_on(self, Stream stream, object grid, object block, tuple args,
-                        object shared_mem, object config) except -1:
+                        object shared_mem, object config, bint wait_producers) except -1:
         raise TypeError(f"{type(self).__name__} cannot be launched")
 
 

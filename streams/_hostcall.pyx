@@ -314,8 +314,11 @@ cdef int _enqueue_doorbell(Waitable obj, _Doorbell bell, unsigned long long toke
         else:
             # The host function needs a stream: a private one that waits for
             # the event, so that waits on different events finish
-            # independently, in the order the GPU reaches them.
-            s = Stream((<Event>obj)._device, 0, True)
+            # independently, in the order the GPU reaches them.  An event of
+            # unknown device (Event.from_handle without device=): a stream
+            # of the current device, which may wait for an event of any.
+            dev = (<Event>obj)._device
+            s = Stream(dev if dev >= 0 else None, 0, True)
             try:
                 s.wait_event(obj)
                 with nogil:

@@ -21,7 +21,8 @@ from libc.stdint cimport uintptr_t
 cimport streams._cudart as rt
 from streams._args cimport as_dim3, as_int, as_nbytes, as_uint
 from streams._device cimport DeviceScope, enter_device, exit_device, require_device
-from streams._memory cimport SPAN_DEVICE, SPAN_NULL_OK, Span, release_span, resolve_span
+from streams._memory cimport (SPAN_DEVICE, SPAN_NO_WAIT, SPAN_NULL_OK, Span, release_span,
+                              resolve_span)
 from streams._handle cimport HandleOwner
 from streams._platform cimport streams_mark_bit
 from streams._stream cimport Event, LaunchTarget, Stream, as_stream, keep_gil_for
@@ -73,14 +74,15 @@ cdef int set_condition_type(object cls) except -1:
 # ---- argument packing ---------------------------------------------------------------------
 
 cdef int _store_arg(ArgPack* pack, Py_ssize_t i, int kind, object value,
-                    Stream consumer) except -1:
+                    Stream consumer, int span_flags) except -1:
     cdef void* slot = &pack.slots[i]
     cdef Span span
     cdef double d
     pack.ptrs[i] = slot
     pack.slots[i] = 0
     if kind == _T_PTR:
-        resolve_span(value, &span, SPAN_DEVICE | SPAN_NULL_OK, consumer, <str>_ARG_NAMES[i])
+        resolve_span(value, &span, SPAN_DEVICE | SPAN_NULL_OK | span_flags, consumer,
+                     <str>_ARG_NAMES[i])
         (<uintptr_t*>slot)[0] = <uintptr_t>span.ptr
         if span.user != NULL:
             # Held in use until the launch is enqueued (or the prepared
@@ -174,7 +176,8 @@ cdef int _infer_kind(object value, Py_ssize_t pos) except -1:
     return _T_PTR
 
 
-cdef int pack_args(Kernel kernel, tuple args, ArgPack* pack, Stream consumer) except -1:
+cdef int pack_args(Kernel kernel, tuple args, ArgPack* pack, Stream consumer,
+                   int span_flags=0) except -1:
     cdef Py_ssize_t n = len(args), i
     cdef int kind
     pack.nusers = 0
@@ -201,7 +204,7 @@ cdef int pack_args(Kernel kernel, tuple args, ArgPack* pack, Stream consumer) ex
                         f"argument {i} of kernel {kernel._name!r}: a {_ARG_TYPE_LABEL[kind]} "
                         f"({_SIZE_OF[kind]} bytes) for a {kernel._param_size[i]}-byte "
                         "parameter")
-            _store_arg(pack, i, kind, args[i], consumer)
+            _store_arg(pack, i, kind, args[i], consumer, span_flags)
     except BaseException:
         release_pack(pack)
         raise
@@ -729,7 +732,7 @@ cdef class Kernel(LaunchTarget):
         return _launch_packed(self, stream, g, b, args, shared_mem, NULL, False)
 
     cdef int _launch_on(self, Stream stream, object grid, object block, tuple args,
-                        object shared_mem, object config) except -1:
+                        object shared_mem, object config, bint wait_producers) except -1:
         # config: None for a plain launch, else a LaunchConfig (which then
         # carries the grid, block and shared memory).
         cdef ArgPack pack
@@ -744,7 +747,7 @@ cdef class Kernel(LaunchTarget):
             lc = _usable_config(config)
         self._check_usable()
         cdef void** argv = pack.ptrs if len(args) else NULL
-        pack_args(self, args, &pack, stream)
+        pack_args(self, args, &pack, stream, 0 if wait_producers else SPAN_NO_WAIT)
         try:
             if keep_gil_for(stream):
                 if lc is None:
@@ -1090,9 +1093,9 @@ def _launch_empty(Stream stream not None):
 
 def _fill_u32(Stream stream not None, ptr, value, count):
     _load_builtins()
-    _k_fill_u32._launch_on(stream, 256, 256, (ptr, value, count), 0, None)
+    _k_fill_u32._launch_on(stream, 256, 256, (ptr, value, count), 0, None, True)
 
 
 def _increment_u32(Stream stream not None, ptr, count):
     _load_builtins()
-    _k_increment_u32._launch_on(stream, 256, 256, (ptr, count), 0, None)
+    _k_increment_u32._launch_on(stream, 256, 256, (ptr, count), 0, None, True)

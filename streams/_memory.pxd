@@ -12,6 +12,7 @@ cdef enum:
     SPAN_HOST_OK = 2      # pageable host memory (numpy, bytearray) is fine
     SPAN_DEVICE = 4       # a kernel reads it: device, managed or mapped pinned memory
     SPAN_NULL_OK = 8      # None or 0 stand for NULL
+    SPAN_NO_WAIT = 16     # the caller orders foreign arrays itself (wait_producers=False)
 
 
 cdef struct Span:
@@ -23,8 +24,11 @@ cdef struct Span:
 
 
 # Resolve `obj` for use on `consumer` (None: no ordering).  A foreign array
-# whose __cuda_array_interface__ names a stream, or a DLPack producer, gets
-# `consumer` ordered after its work.  Call release_span afterwards.
+# whose producer's stream is known (its __cuda_array_interface__ names it;
+# a PyTorch tensor: torch's current stream) gets `consumer` ordered after
+# that stream's work, a DLPack producer is handed `consumer`; neither inside
+# a capture that would break (docs/interop.rst), nor with SPAN_NO_WAIT.
+# Call release_span afterwards.
 cdef int resolve_span(object obj, Span* span, int flags, Stream consumer,
                       str argname) except -1
 cdef void release_span(Span* span) noexcept

@@ -22,6 +22,8 @@ cimport streams._cudart as rt
 from streams._args cimport as_int, as_nbytes, as_pointer_int
 from streams._device cimport (DeviceScope, current_device, enter_device, exit_device,
                               resolve_device)
+from streams._foreign cimport (STREAM_LEGACY, STREAM_NULL, STREAM_PER_THREAD, cai_stream,
+                               dlpack_stream_arg, framework_array_stream)
 from streams._handle cimport HandleOwner
 from streams._platform cimport streams_close_begin, streams_is_closed, streams_use_begin
 from streams._stream cimport Event, Stream, as_stream
@@ -140,21 +142,6 @@ cdef object _export_dlpack(_Buffer buf, int device_type):
     return PyCapsule_New(<void*>block, b"dltensor", _dlpack_capsule_destructor)
 
 
-cdef cudaStream_t _dlpack_consumer(object stream, str argname) except? <cudaStream_t>-1:
-    """The stream a DLPack/CAI ``stream`` argument names (1 legacy, 2 per-thread)."""
-    if isinstance(stream, Stream):
-        return <cudaStream_t>(<Stream>stream)._handle
-    if stream is None:
-        return cudaStreamLegacy
-    if isinstance(stream, bool) or not isinstance(stream, int):
-        raise TypeError(f"{argname} must be None, an int stream handle or a Stream, not "
-                        f"{type(stream).__name__}")
-    if stream == 0:
-        raise ValueError(f"{argname}=0 is ambiguous (use 1 for the legacy default stream "
-                         "or 2 for the per-thread one)")
-    return <cudaStream_t>as_pointer_int(stream, argname)
-
-
 # ---- resolving memory arguments ---------------------------------------------------------
 
 cdef void* _known_address(uintptr_t value, int flags, str argname) except? NULL:
@@ -182,24 +169,90 @@ cdef void* _known_address(uintptr_t value, int flags, str argname) except? NULL:
     return p
 
 
-cdef int _order_after(Stream consumer, uintptr_t producer) except -1:
-    """Make ``consumer`` wait for the work now on stream handle ``producer``."""
-    cdef cudaStream_t theirs
-    if consumer is None or producer == 0:
+cdef str _capture_advice = (
+    "make the array's producer part of the capture (its stream captured too, or waited for "
+    "inside it), make the array before the capture begins and synchronize, or pass "
+    "wait_producers=False if you order it yourself")
+
+
+cdef int _capture_of(Stream consumer, unsigned long long* cid) except -1:
+    """The capture status of ``consumer`` (held in use by the caller), and
+    its capture id; the legacy stream is never captured (and asking about
+    it during another stream's capture is itself an error)."""
+    cdef cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone
+    cdef cudaGraph_t g = NULL
+    cdef const cudaGraphNode_t* deps = NULL
+    cdef const cudaGraphEdgeData* edges = NULL
+    cdef size_t n = 0
+    cid[0] = 0
+    if (<uintptr_t>consumer._handle == STREAM_NULL
+            or <uintptr_t>consumer._handle == STREAM_LEGACY):
+        return cudaStreamCaptureStatusNone
+    with nogil:
+        rt.stream_get_capture_info(<cudaStream_t>consumer._handle, &status, cid, &g, &deps,
+                                   &edges, &n)
+    return status
+
+
+cdef int _producer_in_capture(uintptr_t producer, unsigned long long cid) except -1:
+    """1 when stream handle ``producer`` is being captured into capture ``cid``."""
+    cdef cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone
+    cdef unsigned long long theirs = 0
+    cdef cudaGraph_t g = NULL
+    cdef const cudaGraphNode_t* deps = NULL
+    cdef const cudaGraphEdgeData* edges = NULL
+    cdef size_t n = 0
+    if producer == STREAM_NULL or producer == STREAM_LEGACY:
         return 0
-    theirs = <cudaStream_t>producer
-    if theirs == <cudaStream_t>consumer._handle:
+    with nogil:
+        rt.stream_get_capture_info(<cudaStream_t>producer, &status, &theirs, &g, &deps, &edges,
+                                   &n)
+    return status == cudaStreamCaptureStatusActive and theirs == cid
+
+
+cdef int _order_after(Stream consumer, uintptr_t producer, str argname, str source) except -1:
+    """Make ``consumer`` wait for the work now on stream handle ``producer``
+    (0 and 1: the legacy stream), which ``source`` named for ``argname``.
+
+    Inside a capture, a wait for a stream outside it would touch uncaptured
+    work, which CUDA refuses by invalidating the capture: that is refused
+    here first, before anything is enqueued; a producer in the same capture
+    is waited for (a captured dependency)."""
+    cdef uintptr_t mine
+    cdef unsigned long long cid = 0
+    cdef int status
+    if consumer is None:
+        return 0
+    mine = <uintptr_t>consumer._handle
+    if producer == STREAM_NULL:
+        producer = STREAM_LEGACY
+    if mine == STREAM_NULL:
+        mine = STREAM_LEGACY
+    if producer == mine:
         return 0
     consumer._use()
     try:
+        status = _capture_of(consumer, &cid)
+        if status == cudaStreamCaptureStatusInvalidated:
+            return 0        # the enqueue that follows reports it
+        if status == cudaStreamCaptureStatusActive and not _producer_in_capture(producer, cid):
+            what = (" (the legacy default stream)" if producer == STREAM_LEGACY else
+                    " (the per-thread default stream)" if producer == STREAM_PER_THREAD else "")
+            raise RuntimeError(
+                f"{argname}: {source} is stream 0x{producer:x}{what}, which is not part of "
+                f"the capture on stream 0x{mine:x}; waiting for it there would invalidate "
+                f"the capture (nothing was enqueued): {_capture_advice}")
         with nogil:
-            rt.stream_wait_stream(<cudaStream_t>consumer._handle, theirs, consumer.c_device())
+            rt.stream_wait_stream(<cudaStream_t>consumer._handle, <cudaStream_t>producer,
+                                  consumer.c_device())
     finally:
         consumer._unuse()
     return 0
 
 
-cdef int _cai_span(object cai, Span* span, int flags, Stream consumer, str argname) except -1:
+cdef int _cai_span(object obj, object cai, Span* span, int flags, Stream consumer,
+                   str argname) except -1:
+    cdef uintptr_t producer = 0
     if not isinstance(cai, dict):
         raise TypeError(f"{argname}.__cuda_array_interface__ must be a dict, not "
                         f"{type(cai).__name__}")
@@ -236,12 +289,26 @@ cdef int _cai_span(object cai, Span* span, int flags, Stream consumer, str argna
             raise ValueError(f"{argname} must be C-contiguous (its strides are {strides!r})")
     span.ptr = <void*>as_pointer_int(data[0], argname)
     span.nbytes = <size_t>(count * itemsize)
-    stream = cai.get("stream") if cai.get("version", 0) >= 3 else None
-    if stream is not None and consumer is not None:
-        if isinstance(stream, bool) or not isinstance(stream, int) or stream == 0:
-            raise ValueError(f"{argname}.__cuda_array_interface__['stream'] must be None or a "
-                             f"nonzero stream handle, got {stream!r}")
-        _order_after(consumer, as_pointer_int(stream, argname))
+    if consumer is None or flags & SPAN_NO_WAIT:
+        return 0
+    # The producer's stream: the one the interface names (version 3), else
+    # the framework's current stream where streams knows it (PyTorch, whose
+    # interface is version 2), else the one DLPack orders, where offered.
+    version = cai.get("version", 0)
+    if isinstance(version, int) and version >= 3 and "stream" in cai:
+        if cai_stream(cai["stream"], f"{argname}.__cuda_array_interface__['stream']",
+                      &producer):
+            _order_after(consumer, producer, argname,
+                         "the stream its __cuda_array_interface__ names")
+        return 0
+    if framework_array_stream(obj, &producer):
+        _order_after(consumer, producer, argname, "PyTorch's current stream (its producer's)")
+        return 0
+    dev_fn = getattr(obj, "__dlpack_device__", None)
+    if dev_fn is not None and hasattr(obj, "__dlpack__"):
+        dev = tuple(dev_fn())
+        if dev[0] == _kDLCUDA or dev[0] == _kDLCUDAManaged:
+            return _dlpack_span(obj, dev, span, flags, consumer, argname)
     return 0
 
 
@@ -251,10 +318,31 @@ cdef int _dlpack_span(object obj, tuple dev, Span* span, int flags, Stream consu
     cdef DLManagedTensorVersioned* v
     cdef int64_t count = 1
     cdef int i
+    cdef unsigned long long cid = 0
+    cdef int status
     kind = dev[0]
     if kind == _kDLCUDA or kind == _kDLCUDAManaged:
-        capsule = obj.__dlpack__(stream=(1 if consumer is None or consumer._handle == NULL
-                                         else <uintptr_t>consumer._handle))
+        if flags & SPAN_NO_WAIT:
+            capsule = obj.__dlpack__(stream=-1)     # DLPack's "no synchronization"
+        elif consumer is None or consumer._handle == NULL:
+            capsule = obj.__dlpack__(stream=1)
+        else:
+            consumer._use()
+            try:
+                status = _capture_of(consumer, &cid)
+            finally:
+                consumer._unuse()
+            if status == cudaStreamCaptureStatusActive:
+                # The producer would make the capturing stream wait for its
+                # own stream, which streams cannot see: if that one is not
+                # captured, the capture would be invalidated.
+                raise RuntimeError(
+                    f"{argname}: its DLPack producer would order it after a stream streams "
+                    f"cannot see, from inside the capture on stream "
+                    f"0x{<uintptr_t>consumer._handle:x}, which invalidates the capture if "
+                    f"that stream is not captured too (nothing was enqueued): "
+                    f"{_capture_advice}")
+            capsule = obj.__dlpack__(stream=<uintptr_t>consumer._handle)
     elif kind == _kDLCUDAHost:
         capsule = obj.__dlpack__()
     else:
@@ -312,7 +400,7 @@ cdef int resolve_span(object obj, Span* span, int flags, Stream consumer,
         return 0
     cai = getattr(obj, "__cuda_array_interface__", None)
     if cai is not None:
-        return _cai_span(cai, span, flags, consumer, argname)
+        return _cai_span(obj, cai, span, flags, consumer, argname)
     dev_fn = getattr(obj, "__dlpack_device__", None)
     if dev_fn is not None and hasattr(obj, "__dlpack__"):
         dev = tuple(dev_fn())
@@ -736,7 +824,7 @@ cdef class DeviceBuffer(_Buffer):
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
         """Export as a DLPack capsule; the consumer's ``stream`` waits for ours."""
         cdef cudaStream_t consumer
-        cdef uintptr_t ours
+        cdef uintptr_t ours, wanted = 0
         cdef DeviceScope scope
         cdef Stream s
         cdef bint used
@@ -745,8 +833,8 @@ cdef class DeviceBuffer(_Buffer):
             raise BufferError("DeviceBuffer.__dlpack__ cannot copy")
         if dl_device is not None and tuple(dl_device) != (_kDLCUDA, self._device):
             raise BufferError(f"cannot export to device {dl_device}")
-        if stream != -1:
-            consumer = _dlpack_consumer(stream, "stream")
+        if dlpack_stream_arg(stream, "stream", &wanted):
+            consumer = <cudaStream_t>wanted
             s = self._stream
             # Our stream used across the wait (a close() in another thread
             # cannot destroy it under the call), or, closed, the legacy
@@ -1356,15 +1444,21 @@ cdef int _peer_device(object device, Span* span, str argname) except -1:
     return dev
 
 
+cdef int _producer_flags(object wait_producers) except -1:
+    if not isinstance(wait_producers, (bool, int)):
+        raise TypeError(f"wait_producers must be a bool, not {type(wait_producers).__name__}")
+    return 0 if wait_producers else SPAN_NO_WAIT
+
+
 cdef int _memcpy(object dst, object src, object nbytes, object stream, bint peer,
-                 object dst_device, object src_device) except -1:
+                 object dst_device, object src_device, object wait_producers) except -1:
     """memcpy_async, or with ``peer`` memcpy_peer_async.  The copy is
     enqueued with the stream's device current (CUDA copies stream-ordered
     memory only with its device current)."""
     cdef Span d, s
     cdef size_t n
     cdef int dd, sd
-    cdef int kinds = SPAN_DEVICE if peer else SPAN_HOST_OK
+    cdef int kinds = (SPAN_DEVICE if peer else SPAN_HOST_OK) | _producer_flags(wait_producers)
     cdef Stream st = as_stream(stream, "stream")
     cdef DeviceScope scope
     d.user = NULL
@@ -1403,12 +1497,15 @@ cdef int _memcpy(object dst, object src, object nbytes, object stream, bint peer
     return 0
 
 
-def memcpy_async(dst, src, nbytes=None, stream=None):
+def memcpy_async(dst, src, nbytes=None, stream=None, *, wait_producers=True):
     """Copy ``nbytes`` (default: all of ``src``) from ``src`` to ``dst`` in stream order.
 
     Either side may be device, pinned, managed or ordinary (pageable) host
-    memory; foreign arrays are ordered after the stream their
-    ``__cuda_array_interface__`` names.  Copies from or to pageable memory
+    memory; the stream waits for the producers of foreign arrays (the
+    stream their ``__cuda_array_interface__`` names, PyTorch's current
+    stream, or DLPack's ordering: docs/interop.rst), unless
+    ``wait_producers=False`` (you order them yourself; also the way to use
+    an array made outside a capture inside it).  Copies from or to pageable memory
     return only once CUDA has staged them, so they are not truly
     asynchronous; use PinnedBuffer for overlap.  The caller keeps both sides
     alive until the stream passes the copy.
@@ -1419,10 +1516,11 @@ def memcpy_async(dst, src, nbytes=None, stream=None):
     devices otherwise); for other memory of two devices, see
     :func:`memcpy_peer_async`.
     """
-    _memcpy(dst, src, nbytes, stream, False, None, None)
+    _memcpy(dst, src, nbytes, stream, False, None, None, wait_producers)
 
 
-def memcpy_peer_async(dst, dst_device, src, src_device, nbytes=None, stream=None):
+def memcpy_peer_async(dst, dst_device, src, src_device, nbytes=None, stream=None, *,
+                      wait_producers=True):
     """Copy ``nbytes`` (default: all of ``src``) from ``src`` on device
     ``src_device`` to ``dst`` on device ``dst_device``, in stream order
     (``cudaMemcpyPeerAsync``, with the stream's device current).
@@ -1433,16 +1531,19 @@ def memcpy_peer_async(dst, dst_device, src, src_device, nbytes=None, stream=None
     and for stream-ordered memory, which peer access does not reach.  The
     copy is ordered on ``stream`` only: work on other devices that uses
     either side is ordered by the caller (``wait_stream``, events).
+    ``wait_producers`` as for :func:`memcpy_async`.
     """
-    _memcpy(dst, src, nbytes, stream, True, dst_device, src_device)
+    _memcpy(dst, src, nbytes, stream, True, dst_device, src_device, wait_producers)
 
 
-def memset_async(dst, value, nbytes=None, stream=None):
+def memset_async(dst, value, nbytes=None, stream=None, *, wait_producers=True):
     """Set ``nbytes`` bytes (default: all of ``dst``) to ``value`` (0-255) in
-    stream order, with the stream's device current."""
+    stream order, with the stream's device current.  ``wait_producers`` as
+    for :func:`memcpy_async`."""
     cdef Span d
     cdef size_t n
     cdef int v = as_int(value, "value")
+    cdef int nowait = _producer_flags(wait_producers)
     cdef Stream st = as_stream(stream, "stream")
     cdef DeviceScope scope
     if v < 0 or v > 255:
@@ -1450,7 +1551,7 @@ def memset_async(dst, value, nbytes=None, stream=None):
     d.user = NULL
     d.has_view = False
     try:
-        resolve_span(dst, &d, SPAN_WRITABLE | SPAN_HOST_OK, st, "dst")
+        resolve_span(dst, &d, SPAN_WRITABLE | SPAN_HOST_OK | nowait, st, "dst")
         n = _span_length(nbytes, &d, "dst")
         st._use()
         try:
@@ -1466,14 +1567,39 @@ def memset_async(dst, value, nbytes=None, stream=None):
         release_span(&d)
 
 
-def memcpy_batch_async(copies, stream=None):
+cdef int _batch_on(void** dsts, void** srcs, size_t* sizes, size_t n,
+                   cudaStream_t s) except -1 nogil:
+    # cudaMemcpyBatchAsync refuses the legacy stream (cudaErrorInvalidValue).
+    # On it (handle 0 or 1), the batch runs on the calling thread's
+    # per-thread default stream, which the driver takes, between two waits
+    # that keep the legacy stream's order: the per-thread stream waits for
+    # the legacy stream's work so far (an event recorded on the legacy
+    # stream follows the work of every blocking stream), and the legacy
+    # stream's later work waits for the batch.
+    cdef int dev
+    cdef int r
+    if s != NULL and s != cudaStreamLegacy:
+        return rt.memcpy_batch_async(dsts, srcs, sizes, n, s)
+    dev = rt.get_device()
+    rt.stream_wait_stream(cudaStreamPerThread, cudaStreamLegacy, dev)
+    r = rt.memcpy_batch_async(dsts, srcs, sizes, n, cudaStreamPerThread)
+    if r == 0:
+        rt.stream_wait_stream(cudaStreamLegacy, cudaStreamPerThread, dev)
+    return r
+
+
+def memcpy_batch_async(copies, stream=None, *, wait_producers=True):
     """Copy each ``(dst, src, nbytes)`` of ``copies`` in one call, in stream
     order (``cudaMemcpyBatchAsync``).
 
     Each side is memory as ``memcpy_async`` takes it; ``nbytes`` None copies
     all of ``src``.  The copies of one batch may run in any order among
-    themselves: they must not overlap.  Needs CUDA 12.8 or newer (the
-    runtime this package was built with, and the driver).
+    themselves: they must not overlap.  On the legacy default stream (the
+    default, unless another stream is current), which CUDA refuses here,
+    the batch runs on the per-thread default stream, ordered after the
+    legacy stream's work and before its later work.  ``wait_producers`` as
+    for :func:`memcpy_async`.  Needs CUDA 12.8 or newer (the runtime this
+    package was built with, and the driver).
     """
     cdef Stream st
     cdef Py_ssize_t n, i, done = 0
@@ -1482,6 +1608,7 @@ def memcpy_batch_async(copies, stream=None):
     cdef void** srcs = NULL
     cdef size_t* sizes = NULL
     cdef int r = 0
+    cdef int nowait = _producer_flags(wait_producers)
     if isinstance(copies, (str, bytes)) or not hasattr(copies, "__iter__"):
         raise TypeError(f"copies must be a sequence of (dst, src, nbytes), not "
                         f"{type(copies).__name__}")
@@ -1502,10 +1629,11 @@ def memcpy_batch_async(copies, stream=None):
             raise MemoryError()
         for i in range(n):
             item = items[i]
-            resolve_span(item[0], &spans[2 * i], SPAN_WRITABLE | SPAN_HOST_OK, st,
+            resolve_span(item[0], &spans[2 * i], SPAN_WRITABLE | SPAN_HOST_OK | nowait, st,
                          f"copies[{i}] dst")
             done += 1
-            resolve_span(item[1], &spans[2 * i + 1], SPAN_HOST_OK, st, f"copies[{i}] src")
+            resolve_span(item[1], &spans[2 * i + 1], SPAN_HOST_OK | nowait, st,
+                         f"copies[{i}] src")
             done += 1
             sizes[i] = _span_length(item[2] if len(item) == 3 else None, &spans[2 * i + 1],
                                     f"copies[{i}] src")
@@ -1515,8 +1643,7 @@ def memcpy_batch_async(copies, stream=None):
         st._use()
         try:
             with nogil:
-                r = rt.memcpy_batch_async(dsts, srcs, sizes, <size_t>n,
-                                          <cudaStream_t>st._handle)
+                r = _batch_on(dsts, srcs, sizes, <size_t>n, <cudaStream_t>st._handle)
         finally:
             st._unuse()
         if r == -2:

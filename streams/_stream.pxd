@@ -87,8 +87,10 @@ cdef class Event(Waitable):
 # Kernels (streams._launch) derive from this, so that Stream.launch reaches
 # them without _stream importing the later module.
 cdef class LaunchTarget:
+    # wait_producers: order `stream` after the producers of foreign arrays
+    # among `args` (streams._memory.resolve_span).
     cdef int _launch_on(self, Stream stream, object grid, object block, tuple args,
-                        object shared_mem, object config) except -1
+                        object shared_mem, object config, bint wait_producers) except -1
 
 
 # The later module that runs Python host callbacks registers its enqueue

@@ -9,7 +9,6 @@ through a late import on a cold path, a registered function, or a base
 class declared here (``LaunchTarget``).
 """
 import threading as _threading
-import weakref as _weakref
 
 cimport cython
 from libc.stdint cimport uintptr_t
@@ -19,6 +18,9 @@ cimport streams._cudart as rt
 from streams._args cimport as_enum, as_int, as_nbytes, as_pointer_int, as_timeout_ns
 from streams._device cimport (DeviceScope, current_device, enter_device, exit_device,
                               priority_range, require_device, resolve_device)
+from streams._foreign cimport (STREAM_LEGACY, STREAM_NULL, STREAM_PER_THREAD,
+                               check_event_handle, check_stream_handle, foreign_event,
+                               foreign_stream, foreign_stream_device)
 from streams._handle cimport HandleOwner
 from streams._platform cimport (streams_cpu_relax, streams_cpu_yield, streams_is_closed,
                                 streams_now_ns, streams_pool, streams_pool_close,
@@ -37,18 +39,6 @@ cdef extern from "Python.h":
         PyObject* tp_dict
     ctypedef struct PyObject
     void PyType_Modified(PyTypeObject* t)
-
-# Handles of CUDA's special streams (macros in driver_types.h).
-cdef enum:
-    _HANDLE_NULL = 0
-    _HANDLE_LEGACY = 1
-    _HANDLE_PER_THREAD = 2
-
-# No valid object lives below the lowest address Linux maps (vm.mmap_min_addr
-# is 64 KiB by default), nor at an address that is not pointer-aligned, nor
-# above the user half of a 57-bit address space.
-cdef uintptr_t _LOWEST_HANDLE = 65536
-cdef uintptr_t _HIGHEST_HANDLE = (<uintptr_t>1) << 56
 
 cdef object _tls = _threading.local()   # .current: {device: Stream}, .stack: [...]
 
@@ -131,10 +121,10 @@ cpdef Stream as_stream(object stream, str argname="stream"):
         return current_stream()
     if isinstance(stream, Stream):
         return <Stream>stream
-    _foreign_stream(stream, argname, &h)
-    if h <= _HANDLE_PER_THREAD:
+    foreign_stream(stream, argname, &h, False)
+    if h <= STREAM_PER_THREAD:
         return _make_special(h, stream)
-    return _wrap_foreign(h, _foreign_stream_device(stream, h), stream)
+    return _wrap_foreign(h, foreign_stream_device(stream, h), stream)
 
 
 cdef Event as_event(object event, str argname):
@@ -152,233 +142,11 @@ cdef Stream _wrap_foreign(uintptr_t h, int device, object owner):
     return s
 
 
-# ---- other libraries' streams and events --------------------------------------------------
+# ---- other libraries' streams and events ---------------------------------------------------
 #
-# A foreign object is read where it is passed, without a wrapper when the
-# call only uses its handle for the call's duration (the caller's reference
-# keeps it alive meanwhile): Event.record, Event.wait, Stream.wait_event,
-# Stream.wait_stream.  How a type gives its handle is decided once per type.
-
-cdef enum:
-    _READ_NONE = 0
-    _READ_PROTOCOL = 1      # __cuda_stream__, a method or an attribute
-    _READ_CUDA_STREAM = 2   # PyTorch streams: .cuda_stream
-    _READ_PTR = 3           # CuPy streams and events: .ptr
-    _READ_CUDA_EVENT = 4    # PyTorch events: .cuda_event, 0 until the first record
-    _READ_HANDLE = 5        # cuda.core and numba-cuda events: .handle (int() or ctypes)
-
-cdef dict _stream_readers = {}
-cdef dict _event_readers = {}
-# id(foreign stream) -> (weak reference, handle, device): cudaStreamGetDevice
-# once per object, the entry gone with the object.
-cdef dict _foreign_devices = {}
-
-
-cdef bint _from_library(type t, str prefix):
-    return (getattr(t, "__module__", None) or "").startswith(prefix)
-
-
-cdef bint _named_in_mro(type t, tuple names):
-    for cls in t.__mro__:
-        if cls.__name__ in names:
-            return True
-    return False
-
-
-cdef int _stream_reader(type t) except -1:
-    cdef object r = _stream_readers.get(t)
-    if r is not None:
-        return r
-    # The library's own field first where it has one: one attribute read
-    # instead of a call and a tuple, for the same handle.
-    if _from_library(t, "torch") and hasattr(t, "cuda_stream"):
-        code = _READ_CUDA_STREAM
-    elif (_from_library(t, "cupy")
-          and _named_in_mro(t, ("_BaseStream", "BaseStream", "Stream", "ExternalStream"))):
-        # (CuPy and numba-cuda set these fields on the instance: the type
-        # cannot be asked for them.)
-        code = _READ_PTR
-    elif hasattr(t, "__cuda_stream__"):
-        code = _READ_PROTOCOL
-    elif hasattr(t, "cuda_stream"):
-        code = _READ_CUDA_STREAM
-    elif _from_library(t, "numba") and _named_in_mro(t, ("Stream",)):
-        code = _READ_HANDLE     # numba-cuda before it implemented the protocol
-    else:
-        # A .ptr of anything else (a CuPy MemoryPointer, a buffer) read as
-        # a stream would hand CUDA a pointer that is none.
-        code = _READ_NONE
-    _stream_readers[t] = code
-    return code
-
-
-cdef uintptr_t _handle_int(object value, object obj, str field, str argname) except? 0:
-    # An int handle out of a library's field: an int, a ctypes pointer
-    # (.value, None for NULL) or an object with __int__ (cuda.bindings).
-    if type(value) is int:
-        # The usual case, on the hot path: no further checks.
-        try:
-            return <uintptr_t>value
-        except OverflowError:
-            return as_pointer_int(value, argname)   # the error, naming the argument
-    if isinstance(value, bool):
-        raise TypeError(f"{argname}: {type(obj).__name__}.{field} must be an int handle, "
-                        "got bool")
-    if not isinstance(value, int):
-        if hasattr(value, "value") and (value.value is None or isinstance(value.value, int)):
-            value = value.value or 0
-        elif hasattr(value, "__int__") and not isinstance(value, float):
-            value = int(value)
-        else:
-            raise TypeError(f"{argname}: {type(obj).__name__}.{field} must be an int handle, "
-                            f"got {type(value).__name__}")
-    return as_pointer_int(value, argname)
-
-
-cdef uintptr_t _protocol_handle(object obj, object proto, str argname) except? 0:
-    try:
-        info = proto() if callable(proto) else proto
-    except Exception as exc:
-        # cuda.core raises for a closed stream: say so, naming the argument.
-        if _from_library(type(obj), "cuda.core"):
-            raise ValueError(f"{argname} is a closed cuda.core Stream ({exc})") from exc
-        raise ValueError(f"{argname}: {type(obj).__name__}.__cuda_stream__() raised "
-                         f"{type(exc).__name__}: {exc}") from exc
-    if not isinstance(info, tuple) or len(<tuple>info) != 2:
-        raise ValueError(f"{argname}: {type(obj).__name__}.__cuda_stream__() must return a "
-                         f"(version, handle) tuple, got {info!r}")
-    version, handle = info
-    if isinstance(version, bool) or not isinstance(version, int):
-        raise TypeError(f"{argname}: __cuda_stream__ version must be an int, got "
-                        f"{type(version).__name__}")
-    if version != 0:
-        raise ValueError(f"{argname}: unsupported __cuda_stream__ protocol version {version} "
-                         f"from {type(obj).__name__} (streams understands version 0)")
-    if isinstance(handle, bool) or not isinstance(handle, int):
-        raise TypeError(f"{argname}: __cuda_stream__ handle must be an int, got "
-                        f"{type(handle).__name__}")
-    return as_pointer_int(handle, argname)
-
-
-cdef int _foreign_stream(object obj, str argname, uintptr_t* out) except -1:
-    """The handle of another library's stream ``obj``, checked; no CUDA call."""
-    cdef int code = _stream_reader(type(obj))
-    cdef uintptr_t h
-    if code == _READ_CUDA_STREAM:
-        h = _handle_int(obj.cuda_stream, obj, "cuda_stream", argname)
-    elif code == _READ_PTR:
-        h = _handle_int(obj.ptr, obj, "ptr", argname)
-    elif code == _READ_HANDLE:
-        h = _handle_int(obj.handle, obj, "handle", argname)
-    else:
-        proto = getattr(obj, "__cuda_stream__", None)   # also set on the instance only
-        if proto is None:
-            raise TypeError(f"{argname} must be a streams.Stream, a PyTorch or CuPy stream, or "
-                            f"an object with __cuda_stream__, not {type(obj).__name__}")
-        h = _protocol_handle(obj, proto, argname)
-        # cuda.core reports handle 0 once its stream is closed (its own
-        # default streams are 1 and 2).
-        if h == 0 and _from_library(type(obj), "cuda.core"):
-            raise ValueError(f"{argname} is a closed cuda.core Stream")
-    if h > _HANDLE_PER_THREAD:
-        _check_handle_value(h, argname)
-    out[0] = h
-    return 0
-
-
-cdef class _Forget:
-    # The weak reference callback of a _foreign_devices entry.
-    cdef object key
-
-    def __call__(self, ref):
-        entry = _foreign_devices.get(self.key)
-        if entry is not None and (<tuple>entry)[0] is ref:
-            del _foreign_devices[self.key]
-
-
-cdef int _foreign_stream_device(object obj, uintptr_t h) except -2:
-    """The device of foreign stream ``obj`` of handle ``h``; -1 for 0, 1, 2."""
-    cdef int dev = -1
-    cdef _Forget forget
-    if h <= _HANDLE_PER_THREAD:
-        return -1
-    key = id(obj)
-    entry = _foreign_devices.get(key)
-    if entry is not None and (<tuple>entry)[0]() is obj and (<tuple>entry)[1] == h:
-        return (<tuple>entry)[2]
-    require_device()
-    with nogil:
-        rt.stream_get_device(<cudaStream_t>h, &dev)
-    forget = _Forget.__new__(_Forget)
-    forget.key = key
-    try:
-        ref = _weakref.ref(obj, forget)
-    except TypeError:
-        return dev      # no weak references to it: looked up each time
-    _foreign_devices[key] = (ref, h, dev)
-    return dev
-
-
-cdef int _event_reader(type t) except -1:
-    cdef object r = _event_readers.get(t)
-    if r is not None:
-        return r
-    if hasattr(t, "cuda_event"):
-        code = _READ_CUDA_EVENT
-    elif _from_library(t, "cupy") and _named_in_mro(t, ("Event",)):
-        code = _READ_PTR
-    elif ((_from_library(t, "cuda.core") or _from_library(t, "numba"))
-          and _named_in_mro(t, ("Event",))):
-        code = _READ_HANDLE
-    else:
-        code = _READ_NONE
-    _event_readers[t] = code
-    return code
-
-
-cdef uintptr_t _foreign_event(object obj, str argname) except? 1:
-    """The handle of another library's event ``obj``, 0 for a PyTorch event
-    never recorded (PyTorch creates its CUDA event at the first record, and
-    waiting for it is a no-op there, as here); no CUDA call."""
-    cdef int code = _event_reader(type(obj))
-    cdef uintptr_t h
-    if code == _READ_CUDA_EVENT:
-        h = _handle_int(obj.cuda_event, obj, "cuda_event", argname)
-        if h == 0:
-            return 0
-    elif code == _READ_PTR:
-        h = _handle_int(obj.ptr, obj, "ptr", argname)
-    elif code == _READ_HANDLE:
-        h = _handle_int(obj.handle, obj, "handle", argname)
-        if h == 0:
-            # cuda.core sets a closed event's handle to NULL.
-            raise ValueError(f"{argname} is a closed {type(obj).__module__}."
-                             f"{type(obj).__name__}")
-    else:
-        raise TypeError(f"{argname} must be a streams.Event or a PyTorch, CuPy, cuda.core or "
-                        f"numba-cuda event, not {type(obj).__name__}")
-    _check_event_handle(h, argname)
-    return h
-
-
-def _is_foreign_stream(obj):
-    """True when ``obj`` is another library's stream as ``as_stream`` reads
-    them (not a Stream); no CUDA call, nothing read but its type."""
-    return not isinstance(obj, Stream) and (_stream_reader(type(obj)) != _READ_NONE
-                                            or hasattr(obj, "__cuda_stream__"))
-
-
-def _is_foreign_event(obj):
-    """True when ``obj`` is another library's event that waits accept."""
-    return not isinstance(obj, Event) and _event_reader(type(obj)) != _READ_NONE
-
-
-cdef int _check_event_handle(uintptr_t h, str argname) except -1:
-    if h < _LOWEST_HANDLE or h >= _HIGHEST_HANDLE or h % sizeof(void*) != 0:
-        raise ValueError(f"{argname}=0x{h:x} cannot be a CUDA event handle (handles are "
-                         "aligned addresses of the process)")
-    return 0
-
+# streams._foreign reads them (and checks raw handles); here they are used:
+# without a wrapper where a call uses the handle only while it runs
+# (Event.record, Event.wait, Stream.wait_event, Stream.wait_stream).
 
 cdef int _check_same_device(int event_device, int stream_device) except -1:
     # An event records only on a stream of its own device; CUDA's own
@@ -889,14 +657,6 @@ cdef Stream _make_special(uintptr_t handle, object owner=None, type cls=None):
     return s
 
 
-cdef int _check_handle_value(uintptr_t h, str argname) except -1:
-    if h < _LOWEST_HANDLE or h >= _HIGHEST_HANDLE or h % sizeof(void*) != 0:
-        raise ValueError(f"{argname}=0x{h:x} cannot be a CUDA stream handle (handles are "
-                         "aligned addresses of the process; the special streams are 0, 1 "
-                         "and 2)")
-    return 0
-
-
 # ---- Stream -------------------------------------------------------------------------------
 
 cdef struct _StreamParams:
@@ -992,9 +752,9 @@ cdef class Stream(Waitable):
         cdef uintptr_t h = as_pointer_int(ptr, "ptr")
         cdef Stream s
         cdef int dev = -1
-        if h <= _HANDLE_PER_THREAD:
+        if h <= STREAM_PER_THREAD:
             return _make_special(h, owner, cls)
-        _check_handle_value(h, "ptr")
+        check_stream_handle(h, "ptr")
         if device is not None:
             dev = resolve_device(device)
         else:
@@ -1012,38 +772,19 @@ cdef class Stream(Waitable):
     def from_external(obj):
         """Wrap another library's stream.
 
-        Accepts the ``__cuda_stream__`` protocol (a method, or attribute,
-        returning ``(0, handle)``), PyTorch's ``.cuda_stream`` and CuPy's
-        ``.ptr``.  The returned Stream keeps ``obj`` alive.
+        Reads what :func:`as_stream` reads (the ``__cuda_stream__``
+        protocol, PyTorch's ``.cuda_stream``, CuPy's ``.ptr``, numba-cuda's
+        ``.handle``), with the same checks and messages, and also a
+        ``.cuda_stream`` or ``.ptr`` of any other object: calling this says
+        that ``obj`` is a stream.  The returned Stream keeps ``obj`` alive.
         """
+        cdef uintptr_t h
         if isinstance(obj, Stream):
             return obj
-        proto = getattr(obj, "__cuda_stream__", None)
-        if proto is not None:
-            info = proto() if callable(proto) else proto
-            if not isinstance(info, tuple) or len(info) != 2:
-                raise ValueError(f"{type(obj).__name__}.__cuda_stream__() must return a "
-                                 f"(version, handle) tuple, got {info!r}")
-            version, handle = info
-            if isinstance(version, bool) or not isinstance(version, int):
-                raise TypeError("__cuda_stream__ version must be an int, got "
-                                f"{type(version).__name__}")
-            if version != 0:
-                raise ValueError(f"unsupported __cuda_stream__ protocol version {version} "
-                                 "(streams understands version 0)")
-            if isinstance(handle, bool) or not isinstance(handle, int):
-                raise TypeError("__cuda_stream__ handle must be an int, got "
-                                f"{type(handle).__name__}")
-            return Stream.from_handle(handle, owner=obj)
-        for attr in ("cuda_stream", "ptr"):
-            handle = getattr(obj, attr, None)
-            if handle is not None:
-                if isinstance(handle, bool) or not isinstance(handle, int):
-                    raise TypeError(f"{type(obj).__name__}.{attr} must be an int handle, got "
-                                    f"{type(handle).__name__}")
-                return Stream.from_handle(handle, owner=obj)
-        raise TypeError(f"cannot get a CUDA stream from {type(obj).__name__}: it has no "
-                        "__cuda_stream__, .cuda_stream or .ptr")
+        foreign_stream(obj, "obj", &h, True)
+        if h <= STREAM_PER_THREAD:
+            return _make_special(h, obj)
+        return _wrap_foreign(h, foreign_stream_device(obj, h), obj)
 
     def __cuda_stream__(self):
         """``(0, handle)``: the CUDA stream protocol (cuda.core, CuPy, ...)."""
@@ -1128,7 +869,7 @@ cdef class Stream(Waitable):
         cdef uintptr_t h
         cdef unsigned int flags = cudaEventWaitExternal if external else 0
         if not isinstance(event, Event):
-            h = _foreign_event(event, "event")
+            h = foreign_event(event, "event")
             if h == 0:
                 self._check_open()
                 return
@@ -1159,8 +900,8 @@ cdef class Stream(Waitable):
             raise TypeError("other must be a streams.Stream, a PyTorch or CuPy stream, or an "
                             "object with __cuda_stream__, not NoneType")
         if not isinstance(other, Stream):
-            _foreign_stream(other, "other", &h)
-            dev = _foreign_stream_device(other, h)
+            foreign_stream(other, "other", &h, False)
+            dev = foreign_stream_device(other, h)
             self._use()
             try:
                 if dev < 0:
@@ -1296,26 +1037,30 @@ cdef class Stream(Waitable):
         return Device(dev)
 
     # ---- kernels --------------------------------------------------------------
-    def launch(self, kernel, grid, block, *args, shared_mem=0):
+    def launch(self, kernel, grid, block, *args, shared_mem=0, wait_producers=True):
         """Launch ``kernel`` with ``grid`` x ``block`` threads (ints or up to 3-tuples).
 
         Arguments follow the kernel's parameters (see ``Module.get_kernel``);
         buffers and objects with ``__cuda_array_interface__``/``__dlpack__``
-        pass their address.  Runs on the stream's device.
+        pass their address, and this stream waits for their producers as
+        :func:`memcpy_async` does (``wait_producers=False``: you order them
+        yourself).  Runs on the stream's device.
         """
         if not isinstance(kernel, LaunchTarget):
             raise TypeError(f"kernel must be a streams.Kernel, not {type(kernel).__name__}")
-        (<LaunchTarget>kernel)._launch_on(self, grid, block, args, shared_mem, None)
+        (<LaunchTarget>kernel)._launch_on(self, grid, block, args, shared_mem, None,
+                                          _as_wait_flag(wait_producers))
 
     def launch_ex(self, kernel, config, *args, shared_mem=None, cluster=None,
-                  cooperative=None):
+                  cooperative=None, wait_producers=True):
         """``cudaLaunchKernelExC``: launch ``kernel`` as ``config`` (a
         ``LaunchConfig``: grid, block, shared memory, clusters, cooperative
         launch, programmatic dependent launch, launch events, priority, memory
         sync domain) with ``args``.
 
         The short form ``launch_ex(kernel, grid, block, *args, shared_mem=0,
-        cluster=None, cooperative=False)`` makes that config.
+        cluster=None, cooperative=False)`` makes that config.  ``wait_producers``
+        as for ``launch``.
         """
         cdef type config_type = _later("_launch", "LaunchConfig")
         if not isinstance(kernel, LaunchTarget):
@@ -1329,7 +1074,8 @@ cdef class Stream(Waitable):
         elif shared_mem is not None or cluster is not None or cooperative is not None:
             raise TypeError("with a LaunchConfig, shared_mem, cluster and cooperative belong "
                             "in the config")
-        (<LaunchTarget>kernel)._launch_on(self, None, None, args, None, config)
+        (<LaunchTarget>kernel)._launch_on(self, None, None, args, None, config,
+                                          _as_wait_flag(wait_producers))
 
     # ---- capture (streams._graph builds the graphs) --------------------------------
     def begin_capture(self, mode="global"):
@@ -1542,9 +1288,9 @@ cdef _install_special_streams():
     # Cython classes have no settable class attributes: put the singletons
     # in the type's dict directly (as if written in the class body).
     cdef dict d = <dict>(<PyTypeObject*>Stream).tp_dict
-    d["null"] = _make_special(_HANDLE_NULL)
-    d["legacy"] = _make_special(_HANDLE_LEGACY)
-    d["per_thread"] = _make_special(_HANDLE_PER_THREAD)
+    d["null"] = _make_special(STREAM_NULL)
+    d["legacy"] = _make_special(STREAM_LEGACY)
+    d["per_thread"] = _make_special(STREAM_PER_THREAD)
     PyType_Modified(<PyTypeObject*>Stream)
 
 _install_special_streams()
@@ -1630,7 +1376,7 @@ cdef class Event(Waitable):
         if stream is not None and not isinstance(stream, Stream):
             # Another library's stream: its handle, no wrapper (the caller
             # keeps the object alive for this call).
-            _foreign_stream(stream, "stream", &h)
+            foreign_stream(stream, "stream", &h, False)
             _enqueue_raw(0, self, <void*>h, flags)
             self._recorded = True
             return self
@@ -1666,7 +1412,7 @@ cdef class Event(Waitable):
         :func:`as_stream` takes) wait for this event."""
         cdef uintptr_t h
         if stream is not None and not isinstance(stream, Stream):
-            _foreign_stream(stream, "stream", &h)
+            foreign_stream(stream, "stream", &h, False)
             _enqueue_raw(1, self, <void*>h, 0)
             return self
         _wait_event(as_stream(stream, "stream"), self)
@@ -1731,7 +1477,7 @@ cdef class Event(Waitable):
         """
         cdef uintptr_t h = as_pointer_int(ptr, "ptr")
         cdef Event ev
-        _check_event_handle(h, "ptr")
+        check_event_handle(h, "ptr")
         ev = Event.__new__(cls)
         ev._handle = <streams_event_t>h
         ev._device = -1 if device is None else resolve_device(device)
@@ -2013,11 +1759,17 @@ cdef object _later(str module, str name):
     return fn
 
 
+cdef bint _as_wait_flag(object wait_producers) except -1:
+    if not isinstance(wait_producers, (bool, int)):
+        raise TypeError(f"wait_producers must be a bool, not {type(wait_producers).__name__}")
+    return bool(wait_producers)
+
+
 cdef class LaunchTarget:
     """Base of ``streams.Kernel``: something ``Stream.launch`` can launch."""
 
     cdef int _launch_on(self, Stream stream, object grid, object block, tuple args,
-                        object shared_mem, object config) except -1:
+                        object shared_mem, object config, bint wait_producers) except -1:
         raise TypeError(f"{type(self).__name__} cannot be launched")
 
 

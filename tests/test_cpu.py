@@ -167,7 +167,8 @@ def test_from_external_protocol_and_fallbacks():
     assert Stream.from_external(TorchLike()) == Stream.legacy
     assert Stream.from_external(CupyLike()) == Stream.null
     assert Stream.from_external(Stream.legacy) is Stream.legacy
-    with pytest.raises(TypeError, match="cannot get a CUDA stream from object"):
+    with pytest.raises(TypeError, match="^obj must be a streams.Stream or an object with "
+                                        r"__cuda_stream__, .cuda_stream or .ptr, not object$"):
         Stream.from_external(object())
 
     class BadPtr:

@@ -62,6 +62,21 @@ def get_include():
     return _os.path.join(_os.path.dirname(here), "include")
 
 
+def get_cython_include():
+    """Folder to add to Cython's ``include_path``, so that ``cimport streams``
+    finds the ``.pxd`` files: the folder that holds the ``streams`` package.
+
+    Cython looks for ``.pxd`` files on ``include_path`` and ``sys.path``.
+    A regular install puts the package on ``sys.path``; an editable install
+    (``pip install -e``) does not: setuptools' import hook finds the package
+    for Python, but Cython does not ask it.  Passing this folder works for
+    both::
+
+        cythonize(extensions, include_path=[streams.get_cython_include()])
+    """
+    return _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
+
+
 # The public API: every public name above (what the layers export, then
 # show_config and get_include).  streams/__init__.pyi spells the list out for
 # type checkers; tests/test_stubs.py checks that the two agree.

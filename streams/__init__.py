@@ -23,7 +23,8 @@ from streams import _hostcall  # noqa: F401  (registers the host-callback paths)
 from streams._memory import (DeviceBuffer, IpcBufferDescriptor, ManagedBuffer, MemoryPool,
                              PinnedBuffer, memcpy_async, memcpy_batch_async, memcpy_peer_async,
                              memset_async)
-from streams._launch import Kernel, LaunchConfig, Module, PreparedLaunch
+from streams._launch import (Kernel, LaunchConfig, Module, PreparedLaunch, builtin_kernel,
+                             builtin_ptx)
 from streams._graph import (CaptureInfo, ConditionHandle, Graph, GraphAllocation, GraphExec,
                             GraphMemoryInfo, GraphNode, NodeType, UpdateResult, capture_mode,
                             exchange_capture_mode, graph_memory_info, reset_graph_memory_high,

@@ -63,6 +63,8 @@ from streams._launch import (
     LaunchConfig as LaunchConfig,
     Module as Module,
     PreparedLaunch as PreparedLaunch,
+    builtin_kernel as builtin_kernel,
+    builtin_ptx as builtin_ptx,
 )
 from streams._interop import (
     current_in as current_in,
@@ -122,6 +124,8 @@ __all__ = [
     "SyncPolicy",
     "UpdateResult",
     "as_stream",
+    "builtin_kernel",
+    "builtin_ptx",
     "can_access_peer",
     "capture_mode",
     "current_in",

@@ -552,7 +552,9 @@ cdef class ConditionHandle:
 
     @property
     def reset(self):
-        """Whether every launch starts with the value set to ``default``."""
+        """Whether every launch starts with the value set to ``default``;
+        if not, a launch reads the value the previous launch of the same
+        executable left."""
         return self._reset
 
     def __repr__(self):
@@ -1152,8 +1154,13 @@ cdef class Graph(HandleOwner):
     def create_condition(self, default=0, *, reset=True):
         """A ConditionHandle for a conditional node of this graph.
 
-        With ``reset`` (the default) every launch starts with the value
-        ``default``; without, the value a launch leaves is the next one's.
+        ``reset=True`` (the default): every launch starts with the value
+        ``default`` (``cudaGraphCondAssignDefault``).  ``reset=False``: CUDA
+        assigns nothing at launch; each executable keeps the value its last
+        launch left, and the value its first launch reads is not documented
+        by CUDA (0 in practice): set the condition in the graph before a
+        conditional node reads it.  ``default`` must then be 0, since no
+        launch would ever see another value.
         """
         cdef cudaGraphConditionalHandle h = 0
         cdef ConditionHandle c
@@ -1161,6 +1168,12 @@ cdef class Graph(HandleOwner):
         cdef unsigned int flags = cudaGraphCondAssignDefault if reset else 0
         self._check_open()
         d = as_uint(default, "default")
+        if d != 0 and not reset:
+            # CUDA applies a default at the start of every launch or never;
+            # a default only the first launch sees cannot be expressed.
+            raise ValueError(f"default={d} needs reset=True: without it CUDA never assigns "
+                             "the default (set the condition from a kernel in the graph "
+                             "instead)")
         self._use()
         try:
             with nogil:

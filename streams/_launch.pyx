@@ -441,7 +441,9 @@ cdef Event _launch_event(object event, str argname):
 
 @cython.final
 cdef class LaunchConfig:
-    """How a kernel is launched by ``Stream.launch_ex`` and ``Kernel.prepare``
+    """LaunchConfig(grid, block, shared_mem=0, *, cluster=None, cooperative=False, programmatic_stream_serialization=False, programmatic_event=None, trigger_at_block_start=False, completion_event=None, priority=None, mem_sync_domain=None)
+
+    How a kernel is launched by ``Stream.launch_ex`` and ``Kernel.prepare``
     (``cudaLaunchKernelExC`` with ``cudaLaunchAttribute`` entries).
 
     ``grid`` and ``block`` (ints or up to 3-tuples) and ``shared_mem``
@@ -469,6 +471,9 @@ cdef class LaunchConfig:
 
     Immutable; a prepared launch keeps its config and its events.
     """
+    # The signature is written in the class docstring: Cython's embedded one
+    # puts the keyword-only marker one parameter late.
+    @cython.embedsignature(False)
     def __init__(self, grid, block, shared_mem=0, *, cluster=None, cooperative=False,
                  programmatic_stream_serialization=False, programmatic_event=None,
                  trigger_at_block_start=False, completion_event=None, priority=None,

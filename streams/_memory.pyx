@@ -921,7 +921,9 @@ cdef class PinnedBuffer(_HostBuffer):
 
 @cython.final
 cdef class ManagedBuffer(_HostBuffer):
-    """Managed (unified) memory from ``cudaMallocManaged``: host and device see it.
+    """ManagedBuffer(nbytes, *, attach="global", stream=None)
+
+    Managed (unified) memory from ``cudaMallocManaged``: host and device see it.
 
     ``stream`` is the stream the memory is used on: its
     ``__cuda_array_interface__`` names it, so that consumers wait for the
@@ -931,6 +933,9 @@ cdef class ManagedBuffer(_HostBuffer):
     # The GC may clear `_stream`: only the array interface reads it, and the
     # free (cudaFree, which waits for the device) reads C fields alone.
 
+    # The signature is written in the class docstring: Cython's embedded one
+    # puts the keyword-only marker one parameter late.
+    @cython.embedsignature(False)
     def __init__(self, nbytes, *, attach="global", stream=None):
         cdef size_t n = as_nbytes(nbytes, "nbytes")
         cdef void* p = NULL
@@ -1019,7 +1024,9 @@ cdef object _default_pools = {}     # device -> the MemoryPool of its default po
 
 @cython.final
 cdef class MemoryPool(HandleOwner):
-    """A stream-ordered memory pool of one device (``cudaMemPoolCreate``).
+    """MemoryPool(device=None, *, release_threshold=None, ipc=False, max_size=None)
+
+    A stream-ordered memory pool of one device (``cudaMemPoolCreate``).
 
     ``allocate(nbytes, stream)`` returns a ``DeviceBuffer`` allocated on
     ``stream`` (``cudaMallocFromPoolAsync``) and freed in stream order, as
@@ -1041,6 +1048,9 @@ cdef class MemoryPool(HandleOwner):
         self._device = -1
         self._frees = NULL
 
+    # The signature is written in the class docstring: Cython's embedded one
+    # puts the keyword-only marker one parameter late.
+    @cython.embedsignature(False)
     def __init__(self, device=None, *, release_threshold=None, ipc=False, max_size=None):
         cdef size_t cap = 0 if max_size is None else as_nbytes(max_size, "max_size")
         cdef bint share = _as_flag(ipc, "ipc")

@@ -1671,7 +1671,9 @@ cdef class _HandlePool:
 
 @cython.final
 cdef class StreamPool(_HandlePool):
-    """Streams that reuse the handles of closed ones.
+    """StreamPool(device=None, priority=0, non_blocking=False, *, maxsize=16)
+
+    Streams that reuse the handles of closed ones.
 
     ``StreamPool(device=None, priority=0, non_blocking=False, maxsize=16)``:
     ``acquire()`` returns an open ``Stream`` with those parameters, whose
@@ -1683,6 +1685,9 @@ cdef class StreamPool(_HandlePool):
     """
     cdef _StreamParams _params
 
+    # The signature is written in the class docstring: Cython's embedded one
+    # puts the keyword-only marker one parameter late.
+    @cython.embedsignature(False)
     def __init__(self, device=None, priority=0, non_blocking=False, *, maxsize=16):
         _stream_params(device, priority, non_blocking, &self._params)
         self._setup(rt.HANDLE_STREAM, self._params.device, maxsize)
@@ -1711,7 +1716,9 @@ cdef class StreamPool(_HandlePool):
 
 @cython.final
 cdef class EventPool(_HandlePool):
-    """Events that reuse the handles of closed ones.
+    """EventPool(enable_timing=False, blocking=False, device=None, *, maxsize=64)
+
+    Events that reuse the handles of closed ones.
 
     ``EventPool(enable_timing=False, blocking=False, device=None, maxsize=64)``:
     ``acquire()`` returns an unrecorded-or-reused ``Event`` with those flags,
@@ -1722,6 +1729,9 @@ cdef class EventPool(_HandlePool):
     """
     cdef unsigned int _flags
 
+    # The signature is written in the class docstring: Cython's embedded one
+    # puts the keyword-only marker one parameter late.
+    @cython.embedsignature(False)
     def __init__(self, enable_timing=False, blocking=False, device=None, *, maxsize=64):
         self._flags = _event_flags(enable_timing, blocking, False)
         self._setup(rt.HANDLE_EVENT, resolve_device(device), maxsize)

@@ -136,12 +136,16 @@ cdef int _enqueue(Stream stream, object callback, object arg, int kind) except -
         raise TypeError(f"callback must be callable, not {type(callback).__name__}")
     stream._use()
     try:
+        # The first attempt assumes the common case, no capture, which the
+        # one-shot path checks inside the fence anyway; a stream found
+        # capturing there is looked at again.
+        status = cudaStreamCaptureStatusNone
+        capture_id = 0
         for attempt in range(_ATTEMPTS):
-            status = cudaStreamCaptureStatusNone
-            capture_id = 0
-            with nogil:
-                rt.stream_get_capture_info(<cudaStream_t>stream._handle, &status, &capture_id,
-                                           NULL, NULL, NULL, NULL)
+            if attempt:
+                with nogil:
+                    rt.stream_get_capture_info(<cudaStream_t>stream._handle, &status,
+                                               &capture_id, NULL, NULL, NULL, NULL)
             if status == cudaStreamCaptureStatusActive:
                 if kind != KIND_HOST_FUNC:
                     raise RuntimeError(

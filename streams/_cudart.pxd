@@ -34,6 +34,7 @@ cdef extern from "streams/counters.h":
         STREAMS_CNT_MEMPOOL_CREATED
         STREAMS_CNT_MEMPOOL_DESTROYED
         STREAMS_CNT_MARKER_CREATED
+        STREAMS_CNT_GRAPH_ABANDONED
         STREAMS_CNT_PAYLOAD_INCREF
         STREAMS_CNT_PAYLOAD_DECREF
         STREAMS_CNT_DLPACK_INCREF
@@ -133,6 +134,11 @@ cdef int stream_attach_mem_async(cudaStream_t h, void* p, size_t length, unsigne
 cdef int stream_begin_capture(cudaStream_t h, cudaStreamCaptureMode mode) except -1 nogil
 cdef int stream_begin_capture_to_graph(cudaStream_t h, cudaGraph_t g, const cudaGraphNode_t* deps, size_t n, cudaStreamCaptureMode mode) except -1 nogil
 cdef int stream_end_capture(cudaStream_t h, cudaGraph_t* out) except -1 nogil
+# The capture fence (include/streams/shim.h): an enqueue's read hold, from
+# its "is this stream capturing?" to its launch; captures begin and end
+# (above) in a write hold.  Taken without the GIL, never held while taking it.
+cdef int fence_enter() except -1 nogil
+cdef void fence_leave() noexcept nogil
 cdef int stream_is_capturing(cudaStream_t h, cudaStreamCaptureStatus* out) except -1 nogil
 cdef int stream_get_capture_info(cudaStream_t h, cudaStreamCaptureStatus* status, unsigned long long* cid, cudaGraph_t* graph, const cudaGraphNode_t** deps, const cudaGraphEdgeData** edges, size_t* n) except -1 nogil
 cdef int stream_update_capture_dependencies(cudaStream_t h, cudaGraphNode_t* deps, size_t n, unsigned int flags) except -1 nogil
@@ -149,6 +155,7 @@ cdef int launch_host_func(cudaStream_t h, PyObject* payload) except -1 nogil
 cdef int launch_graph_host_func(cudaStream_t h, PyObject* payload) except -1 nogil
 cdef int stream_add_callback(cudaStream_t h, PyObject* payload) except -1 nogil
 cdef int graph_attach_payload(cudaGraph_t g, PyObject* payload) except -1
+cdef int graph_attach_reference(cudaGraph_t g, PyObject* obj, bint* moved) except -1 nogil
 cdef int graph_add_host_node(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps, size_t n, PyObject* payload) except -1 nogil
 cdef int library_load_data(cudaLibrary_t* out, const void* image, bint resident) except -1 nogil
 cdef int library_load_from_file(cudaLibrary_t* out, const char* path) except -1 nogil

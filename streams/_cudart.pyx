@@ -46,6 +46,15 @@ cdef extern from "streams/shim.h" nogil:
                                             void* payload)
     void streams_graph_host_fn_trampoline(void* payload)
     void streams_user_object_release(void* payload)
+    void streams_notify_ticket_fn(void* ticket)
+    void streams_fence_enter()
+    void streams_fence_leave()
+    void streams_fence_close()
+    void streams_fence_open()
+    unsigned long long streams_ticket_new(void* payload)
+    void* streams_ticket_take(unsigned long long token)
+    long long streams_tickets_pending_now()
+    unsigned long long streams_tickets_stale_calls()
 
     cudaError_t streams_thread_marker(int dev, cudaEvent_t* out)
     unsigned long long streams_devsync_request(int dev, cudaError_t* err)
@@ -331,9 +340,16 @@ def debug_counters():
 
     ``live_*`` are the differences of what was made and given back:
     ``live_streams``/``live_events``/``live_graphs``/``live_graph_execs``/
-    ``live_modules``/``live_buffers``/``live_mem_pools`` the owned handles, ``live_callbacks``
+    ``live_modules``/``live_buffers``/``live_mem_pools`` the owned handles (less, for
+    graphs, ``graphs_abandoned``: never destroyed, because the CUDA driver
+    corrupted them; see Graph in docs/graphs.rst), ``live_callbacks``
     the one-shot callbacks enqueued that have not run, ``live_host_calls``
-    every callback payload still alive (graph-owned ones included).
+    every callback payload still alive (graph-owned ones included),
+    ``pending_one_shots`` the one-shot host functions (callbacks and asyncio
+    waits) enqueued that have not been called, and ``stale_one_shot_calls``
+    the calls CUDA made of a one-shot already called: replays of one that a
+    capture the capture fence did not see took into a graph
+    (docs/host-callbacks.rst).
 
     In a debug build (:func:`debug_build`) there are more: every reference
     the C code took (``*_increfs``) and dropped (``*_decrefs``) on callback
@@ -354,6 +370,10 @@ def debug_counters():
         counters[f"{name}_created"] = a
         counters[f"{name}_destroyed"] = b
         counters[f"live_{name}"] = live
+    # Graphs given up on, never to be destroyed (a conditional body's
+    # invalidated capture corrupted them: _graph.pyx, end_capture).
+    counters["graphs_abandoned"] = streams_counter(STREAMS_CNT_GRAPH_ABANDONED)
+    counters["live_graphs"] -= counters["graphs_abandoned"]
     enq = streams_counter(STREAMS_CNT_CALLBACK_ENQUEUED)
     done = streams_counter(STREAMS_CNT_CALLBACK_COMPLETED)
     dropped = streams_counter(STREAMS_CNT_CALLBACK_DROPPED)
@@ -364,6 +384,8 @@ def debug_counters():
         "live_callbacks": <long long>(enq - done - dropped),
         "live_host_calls": _pair(STREAMS_CNT_HOST_CALL_CREATED, STREAMS_CNT_HOST_CALL_FREED)[2],
         "graph_callback_runs": streams_counter(STREAMS_CNT_GRAPH_CALLBACK_RUNS),
+        "pending_one_shots": streams_tickets_pending_now(),
+        "stale_one_shot_calls": streams_tickets_stale_calls(),
         "deferred_releases": streams_counter(STREAMS_CNT_DEFERRED_RELEASES),
         "marker_events": streams_counter(STREAMS_CNT_MARKER_CREATED),
         "debug_build": bool(streams_debug_build()),
@@ -776,21 +798,47 @@ cdef int stream_attach_mem_async(cudaStream_t h, void* p, size_t length,
 
 # ---- capture ----------------------------------------------------------------------------
 
+# Captures begin and end inside a write hold of the capture fence (shim.h):
+# never in the middle of an enqueue that checked whether its stream captures.
+# Called without the GIL (an enqueue holding the fence may need it).
+
 cdef int stream_begin_capture(cudaStream_t h, cudaStreamCaptureMode mode) except -1 nogil:
+    cdef cudaError_t err
     guard()
-    return check(cudaStreamBeginCapture(h, mode))
+    streams_fence_close()
+    err = cudaStreamBeginCapture(h, mode)
+    streams_fence_open()
+    return check(err)
 
 
 cdef int stream_begin_capture_to_graph(cudaStream_t h, cudaGraph_t g,
                                        const cudaGraphNode_t* deps, size_t n,
                                        cudaStreamCaptureMode mode) except -1 nogil:
+    cdef cudaError_t err
     guard()
-    return check(cudaStreamBeginCaptureToGraph(h, g, deps, NULL, n, mode))
+    streams_fence_close()
+    err = cudaStreamBeginCaptureToGraph(h, g, deps, NULL, n, mode)
+    streams_fence_open()
+    return check(err)
 
 
 cdef int stream_end_capture(cudaStream_t h, cudaGraph_t* out) except -1 nogil:
+    cdef cudaError_t err
     guard()
-    return check(cudaStreamEndCapture(h, out))
+    streams_fence_close()
+    err = cudaStreamEndCapture(h, out)
+    streams_fence_open()
+    return check(err)
+
+
+cdef int fence_enter() except -1 nogil:
+    guard()
+    streams_fence_enter()
+    return 0
+
+
+cdef void fence_leave() noexcept nogil:
+    streams_fence_leave()
 
 
 cdef int stream_is_capturing(cudaStream_t h, cudaStreamCaptureStatus* out) except -1 nogil:
@@ -873,9 +921,29 @@ cdef void set_dispatcher(dispatch_fn fn) noexcept:
     streams_dispatch = <streams_dispatch_fn>fn
 
 
+cdef int _ticket_failed(unsigned long long ticket, cudaError_t err) except -1 nogil:
+    # Not enqueued: the slot is free again, the payload still the caller's.
+    streams_ticket_take(ticket)
+    return check(err)
+
+
+cdef unsigned long long _ticket(void* payload) except 0 nogil:
+    cdef unsigned long long ticket = streams_ticket_new(payload)
+    if ticket == 0:
+        with gil:
+            raise MemoryError("no slot left for a one-shot host function")
+    return ticket
+
+
 cdef int launch_host_func(cudaStream_t h, PyObject* payload) except -1 nogil:
+    cdef unsigned long long ticket
+    cdef cudaError_t err
     guard()
-    return check(cudaLaunchHostFunc(h, streams_host_fn_trampoline, <void*>payload))
+    ticket = _ticket(<void*>payload)
+    err = cudaLaunchHostFunc(h, streams_host_fn_trampoline, <void*><uintptr_t>ticket)
+    if err != cudaSuccess:
+        return _ticket_failed(ticket, err)
+    return 0
 
 
 cdef int launch_graph_host_func(cudaStream_t h, PyObject* payload) except -1 nogil:
@@ -884,9 +952,36 @@ cdef int launch_graph_host_func(cudaStream_t h, PyObject* payload) except -1 nog
 
 
 cdef int stream_add_callback(cudaStream_t h, PyObject* payload) except -1 nogil:
+    cdef unsigned long long ticket
+    cdef cudaError_t err
     guard()
-    return check(cudaStreamAddCallback(h, streams_stream_callback_trampoline,
-                                       <void*>payload, 0))
+    ticket = _ticket(<void*>payload)
+    err = cudaStreamAddCallback(h, streams_stream_callback_trampoline,
+                                <void*><uintptr_t>ticket, 0)
+    if err != cudaSuccess:
+        return _ticket_failed(ticket, err)
+    return 0
+
+
+cdef int graph_attach_reference(cudaGraph_t g, PyObject* obj, bint* moved) except -1 nogil:
+    """Give graph ``g`` a CUDA user object owning a reference to ``obj`` that
+    the caller took.  ``moved`` tells whether the reference went to a user
+    object (which then drops it, even when this raises); if not, it is still
+    the caller's to drop."""
+    cdef cudaUserObject_t uo = NULL
+    cdef cudaError_t err
+    moved[0] = False
+    guard()
+    err = cudaUserObjectCreate(&uo, <void*>obj, streams_user_object_release, 1,
+                               cudaUserObjectNoDestructorSync)
+    if err != cudaSuccess:
+        return check(err)
+    moved[0] = True
+    err = cudaGraphRetainUserObject(g, uo, 1, cudaGraphUserObjectMove)
+    if err != cudaSuccess:
+        cudaUserObjectRelease(uo, 1)
+        return check(err)
+    return 0
 
 
 cdef int graph_attach_payload(cudaGraph_t g, PyObject* payload) except -1:
@@ -901,6 +996,23 @@ cdef int graph_add_host_node(cudaGraphNode_t* out, cudaGraph_t g, const cudaGrap
     params.fn = streams_graph_host_fn_trampoline
     params.userData = <void*>payload
     return check(cudaGraphAddHostNode(out, g, deps, n, &params))
+
+
+def _ticket_issue():
+    """Private, for tests: a one-shot ticket (shim.h) for a dummy payload."""
+    cdef unsigned long long ticket = streams_ticket_new(<void*>1)
+    if ticket == 0:
+        raise MemoryError()
+    return ticket
+
+
+def _ticket_claim(unsigned long long ticket):
+    """Private, for tests: call ``ticket`` as CUDA would; True when this call
+    claimed it (the first), False for a stale one (a replay)."""
+    cdef void* payload
+    with nogil:
+        payload = streams_ticket_take(ticket)
+    return payload != NULL
 
 
 def _shutdown():
@@ -1242,8 +1354,14 @@ cdef int stream_write_value(cudaStream_t s, unsigned long long addr, unsigned lo
 
 
 cdef int launch_notify(cudaStream_t s, void* node) except -1 nogil:
+    cdef unsigned long long ticket
+    cdef cudaError_t err
     guard()
-    return check(cudaLaunchHostFunc(s, streams_notify_host_fn, node))
+    ticket = _ticket(node)
+    err = cudaLaunchHostFunc(s, streams_notify_ticket_fn, <void*><uintptr_t>ticket)
+    if err != cudaSuccess:
+        return _ticket_failed(ticket, err)
+    return 0
 
 
 cdef int memcpy_peer_async(void* dst, int dst_device, const void* src, int src_device, size_t n,

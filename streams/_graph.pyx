@@ -350,6 +350,15 @@ def begin_capture_to_graph(Stream stream not None, graph, dependencies, mode):
     if not isinstance(graph, Graph):
         raise TypeError(f"graph must be a streams.Graph, not {type(graph).__name__}")
     g = <Graph>graph
+    if g._parent != NULL and not _top(g)._owns_handle:
+        # An invalidated capture into a body would leave the graph holding
+        # its node corrupt, and streams cannot keep a graph it does not own
+        # from being destroyed (or a capture from ending) through that fault.
+        raise ValueError(
+            "cannot capture into the body of a conditional node of a graph streams does not "
+            "own (a capture in progress, a child graph): if the capture were invalidated, "
+            "the CUDA driver would crash when that graph is destroyed "
+            "(NVIDIA/cuda-python#2918); fill the body with its add_*_node methods")
     # The graph stays in use (it cannot be destroyed) until the capture ends.
     g._use()
     try:
@@ -369,6 +378,16 @@ def begin_capture_to_graph(Stream stream not None, graph, dependencies, mode):
         g._unuse()
         raise
     register_capture(cid, g._errors, g, stream)
+
+
+cdef int _abandon(Graph top) except -1:
+    """Close ``top`` for good without destroying its handle: the driver left
+    it corrupt.  Its bodies (held by its nodes) stay CUDA's."""
+    if top._owns_handle:
+        top._owns_handle = False
+        rt.count(rt.STREAMS_CNT_GRAPH_ABANDONED)
+    streams_close_begin(&top._state)
+    return 0
 
 
 def end_capture(Stream stream not None):
@@ -398,6 +417,13 @@ def end_capture(Stream stream not None):
                 if target._owns_handle:
                     target._owns_handle = False
                     if target._parent != NULL:
+                        # A conditional node's body: the driver frees it
+                        # although the node still holds it, and destroying
+                        # the graph that holds the node then crashes in the
+                        # driver (NVIDIA/cuda-python#2918).  That graph is
+                        # closed and never destroyed (a leak, counted),
+                        # before the body gives back its use of it.
+                        _abandon(_top(target))
                         target._leave_parent()  # a body: CUDA's, never counted
                     else:
                         rt.count(rt.STREAMS_CNT_GRAPH_DESTROYED)

@@ -1192,7 +1192,7 @@ cdef class Graph(HandleOwner):
         cdef ConditionHandle c
         cdef unsigned int d
         cdef unsigned int flags = cudaGraphCondAssignDefault if reset else 0
-        self._check_open()
+        # The arguments first (they read no field), then whether it is open.
         d = as_uint(default, "default")
         if d != 0 and not reset:
             # CUDA applies a default at the start of every launch or never;
@@ -1200,6 +1200,7 @@ cdef class Graph(HandleOwner):
             raise ValueError(f"default={d} needs reset=True: without it CUDA never assigns "
                              "the default (set the condition from a kernel in the graph "
                              "instead)")
+        self._check_open()
         self._use()
         try:
             with nogil:

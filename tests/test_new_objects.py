@@ -92,7 +92,8 @@ def test_no_generated_pickling_sets_private_fields():
     pickles by its index."""
     from streams._launch import _ModuleUse
     from streams._memory import _MemoryHold
-    from streams._stream import _Forget, ErrorSlot
+    from streams._foreign import _Forget
+    from streams._stream import ErrorSlot
     for cls in (_ModuleUse, _MemoryHold, _Forget, ErrorSlot, LaunchConfig,
                 streams.GraphAllocation, streams.Device):
         assert not hasattr(cls, "__setstate_cython__"), cls

@@ -191,6 +191,7 @@ def test_array_of_an_uncaptured_stream_is_refused_before_the_capture_breaks(kern
             exe.launch(s)
             s.synchronize()
             assert (view == 43).all(), view[:8]
+    del view
     pinned.close()
 
 
@@ -214,6 +215,7 @@ def test_array_of_the_capture_is_ordered_inside_it(kernels, device_buffer):
                 exe.launch(s)
                 s.synchronize()
                 assert (view == 6).all(), view[:8]
+    del view
     pinned.close()
 
 
@@ -240,6 +242,7 @@ def test_cupy_array_inside_a_capture(kernels):
             exe.launch(s)
             s.synchronize()
     assert view[0] == 7
+    del view
     pinned.close()
 
 
@@ -277,6 +280,7 @@ def test_torch_tensor_is_read_after_torch_wrote_it(wait, kernels):
         copied = view.copy()
         torch.cuda.synchronize()
         after = t.cpu().numpy()
+    del view
     pinned.close()
     if wait:
         assert (copied == 5).all(), copied[:8]
@@ -309,6 +313,7 @@ def test_torch_tensor_inside_a_capture():
             exe.launch(s)
             s.synchronize()
     assert (view == 3).all()
+    del view
     pinned.close()
 
 
@@ -372,4 +377,5 @@ def test_memcpy_batch_async_on_the_default_stream(kernels, device_buffer):
     streams.memcpy_batch_async([(pinned, dst)], Stream.null)        # handle 0: the same
     Stream.legacy.synchronize()
     assert (view == 10).all()
+    del view
     pinned.close()

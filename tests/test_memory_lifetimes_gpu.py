@@ -284,7 +284,7 @@ POOL_STEPS = textwrap.dedent("""
     import threading
     import numpy as np
     import streams
-    from streams import DeviceBuffer, Stream
+    from streams import DeviceBuffer, MemoryPool, Stream
     from streams.testing import builtin_module, spin
 
     MS = 1000

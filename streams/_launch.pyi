@@ -10,6 +10,7 @@ from typing_extensions import Self, TypeAlias
 from streams._args import _Dim
 from streams._memory import _DevicePointer
 from streams._stream import Event, LaunchTarget, Stream, _StreamArg
+from streams._handle import HandleOwner
 
 _StrOrBytesPath: TypeAlias = str | bytes | os.PathLike[str] | os.PathLike[bytes]
 # Kernel arguments: numbers (numpy scalars included) or pointers.
@@ -20,7 +21,7 @@ _BuiltinKernel: TypeAlias = Literal[
 ]
 
 @final
-class Module:
+class Module(HandleOwner):
     @staticmethod
     def from_ptx(text: str | bytes) -> Module: ...
     @staticmethod
@@ -33,12 +34,7 @@ class Module:
     # one comma-separated string).
     def get_kernel(self, name: str, signature: str | Iterable[str] | None = None) -> Kernel: ...
     @property
-    def closed(self) -> bool: ...
-    @property
     def handle(self) -> int: ...
-    def close(self) -> None: ...
-    def __enter__(self) -> Self: ...
-    def __exit__(self, *exc: object) -> Literal[False]: ...
 
 @final
 class Kernel(LaunchTarget):

@@ -139,6 +139,9 @@ cdef int stream_end_capture(cudaStream_t h, cudaGraph_t* out) except -1 nogil
 # (above) in a write hold.  Taken without the GIL, never held while taking it.
 cdef int fence_enter() except -1 nogil
 cdef void fence_leave() noexcept nogil
+# An exclusive hold, for an enqueue into a capture (it touches the capture's
+# graph, which CUDA does not synchronize): released with fence_leave.
+cdef int fence_enter_exclusive() except -1 nogil
 cdef int stream_is_capturing(cudaStream_t h, cudaStreamCaptureStatus* out) except -1 nogil
 cdef int stream_get_capture_info(cudaStream_t h, cudaStreamCaptureStatus* status, unsigned long long* cid, cudaGraph_t* graph, const cudaGraphNode_t** deps, const cudaGraphEdgeData** edges, size_t* n) except -1 nogil
 cdef int stream_update_capture_dependencies(cudaStream_t h, cudaGraphNode_t* deps, size_t n, unsigned int flags) except -1 nogil

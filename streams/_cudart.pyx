@@ -837,7 +837,14 @@ cdef int fence_enter() except -1 nogil:
     return 0
 
 
+cdef int fence_enter_exclusive() except -1 nogil:
+    guard()
+    streams_fence_close()
+    return 0
+
+
 cdef void fence_leave() noexcept nogil:
+    # One unlock call releases a read or a write hold (pthread rwlocks).
     streams_fence_leave()
 
 

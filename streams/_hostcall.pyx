@@ -213,7 +213,17 @@ cdef int _launch_captured(cudaStream_t h, PyObject* payload, unsigned long long 
     cdef cudaStreamCaptureStatus now = cudaStreamCaptureStatusNone
     cdef unsigned long long id_now = 0
     cdef cudaGraph_t graph = NULL
-    rt.fence_enter()
+    # Exclusively: cudaGraphRetainUserObject works on the capture's graph,
+    # and CUDA graph objects are not internally synchronized ("API calls
+    # accessing the same graph object must be serialized externally", CUDA's
+    # graph thread-safety notes).  Under a shared hold, several threads
+    # enqueuing into one capture attached user objects to the same graph at
+    # once, beside each other's host nodes being captured into it: the GPU
+    # race tests died of SIGSEGV (test_capture_races_gpu.py, every variant,
+    # old build and new).  Captured enqueues are rare and short (nothing here
+    # waits for the GPU: a captured launch queues nothing), so serializing
+    # them costs little; one-shot enqueues still share the fence.
+    rt.fence_enter_exclusive()
     try:
         rt.stream_get_capture_info(h, &now, &id_now, &graph, NULL, NULL, NULL)
         if now != cudaStreamCaptureStatusActive or id_now != capture_id:

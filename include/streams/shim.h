@@ -308,7 +308,11 @@ static void streams_run_payload(void *payload, int status, int consume) {
  *    streams starts or ends, on any stream (an end also takes the streams
  *    that joined its capture out of it), can change a stream's state in
  *    the middle of an enqueue: what the check saw is what the launch gets.
- *    Enqueues do not exclude one another.  Nobody waits for the lock with
+ *    One-shot enqueues do not exclude one another; an enqueue into a
+ *    capture takes the lock exclusively, because it attaches a user object
+ *    to the capture's graph and CUDA graph objects are not internally
+ *    synchronized (two threads attaching to one capture's graph at once
+ *    crashed in the driver).  Nobody waits for the lock with
  *    the GIL held: a launch in a read hold may wait for its stream's queue
  *    to drain, which may need a Python callback, hence the GIL.  (A read
  *    hold takes the GIL only to raise an error; its holder then waits for

@@ -50,6 +50,8 @@ class _DebugCounters(TypedDict):
     callbacks_completed: int
     callbacks_dropped: int
     live_callbacks: int
+    native_calls_enqueued: int
+    live_native_calls: int
     live_host_calls: int
     graph_callback_runs: int
     deferred_releases: int
@@ -70,6 +72,7 @@ class _DebugCounters(TypedDict):
     payloads_leaked: NotRequired[int]
 
 def _drain_deferred() -> int: ...
+def _testing_native_increment_address() -> int: ...
 def debug_build() -> bool: ...
 def debug_counters() -> _DebugCounters: ...
 def runtime_version() -> int: ...

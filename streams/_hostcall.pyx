@@ -15,6 +15,7 @@ from cpython.ref cimport PyObject
 from libc.stdint cimport uintptr_t
 
 cimport streams._cudart as rt
+from streams._args cimport as_pointer_int
 from streams._stream cimport ErrorSlot, Event, Stream, Waitable, set_host_call_enqueue
 from streams.cudart cimport *
 
@@ -116,15 +117,24 @@ cdef tuple take_capture(unsigned long long capture_id, Stream stream):
 
 # ---- enqueueing ---------------------------------------------------------------------------
 
-cdef int _enqueue(Stream stream, object callback, object arg, int kind) except -1:
+cdef int _enqueue(Stream stream, object callback, object arg, int kind, object owner,
+                  int sync_mode) except -1:
     cdef cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone
     cdef unsigned long long capture_id = 0
     cdef cudaGraph_t graph = NULL
     cdef HostCall call
     cdef PyObject* payload
     cdef int r
+    if kind == KIND_HOST_FUNC:
+        native = native_host_func(callback, arg, owner, "callback", "arg")
+        if native is not None:
+            return _enqueue_native(stream, native, sync_mode)
     if not callable(callback):
         raise TypeError(f"callback must be callable, not {type(callback).__name__}")
+    if owner is not None:
+        raise TypeError("owner is for native host functions; a Python callback keeps "
+                        "what it references alive itself")
+    rt.check_host_func_sync_mode(sync_mode)
     stream._use()
     try:
         # A one-shot payload captured into a graph would be freed by the
@@ -138,7 +148,7 @@ cdef int _enqueue(Stream stream, object callback, object arg, int kind) except -
                 raise RuntimeError(
                     "add_callback cannot be captured into a graph (CUDA would invalidate "
                     "the capture); use launch_host_func, which is captured as a host node")
-            return _enqueue_captured(stream, callback, arg, graph, capture_id)
+            return _enqueue_captured(stream, callback, arg, graph, capture_id, sync_mode)
         if stream._errors is None:
             stream._errors = new_error_slot()
         call = new_call(callback, arg, stream, stream._errors, kind)
@@ -148,7 +158,7 @@ cdef int _enqueue(Stream stream, object callback, object arg, int kind) except -
         try:
             with nogil:
                 if kind == KIND_HOST_FUNC:
-                    rt.launch_host_func(<cudaStream_t>stream._handle, payload)
+                    rt.launch_host_func(<cudaStream_t>stream._handle, payload, sync_mode)
                 else:
                     rt.stream_add_callback(<cudaStream_t>stream._handle, payload)
         except BaseException:
@@ -161,7 +171,7 @@ cdef int _enqueue(Stream stream, object callback, object arg, int kind) except -
 
 
 cdef int _enqueue_captured(Stream stream, object callback, object arg, cudaGraph_t graph,
-                           unsigned long long capture_id) except -1:
+                           unsigned long long capture_id, int sync_mode) except -1:
     slot, target = _captures.get(capture_id, (None, None))
     if slot is None:
         slot = new_error_slot()
@@ -173,7 +183,181 @@ cdef int _enqueue_captured(Stream stream, object callback, object arg, cudaGraph
     (<ErrorSlot>slot).host_calls = True
     rt.graph_attach_payload(graph, <PyObject*>call)
     with nogil:
-        rt.launch_graph_host_func(<cudaStream_t>stream._handle, <PyObject*>call)
+        rt.launch_graph_host_func(<cudaStream_t>stream._handle, <PyObject*>call, sync_mode)
+    return 0
+
+
+# ---- native host functions ------------------------------------------------------------
+# A C function `void fn(void* data)` runs on CUDA's thread with no Python and
+# no GIL: nothing of the Python-callback machinery (payload, dispatcher,
+# error slot) is involved.  What must stay alive (the ctypes or cffi object
+# that holds the code, a ctypes/cffi data object, the caller's `owner`)
+# travels as one reference: with the one-shot record of a stream enqueue
+# (given back through the deferred queue once the function ran), or in a
+# CUDA user object of the graph, which lets go once no graph, executable or
+# replay in flight needs it.
+
+
+cdef bint _is_ctypes_function(object obj):
+    for cls in type(obj).__mro__:
+        if cls.__name__ == "CFuncPtr" and cls.__module__ == "_ctypes":
+            return True
+    return False
+
+
+cdef bint _is_ctypes_instance(object obj):
+    for cls in type(obj).__mro__:
+        if cls.__name__ == "_CData" and cls.__module__ == "_ctypes":
+            return True
+    return False
+
+
+cdef bint _is_cffi(object obj):
+    return type(obj).__module__ == "_cffi_backend"
+
+
+cdef object _ffi = None
+
+
+cdef object _cffi():
+    global _ffi
+    if _ffi is None:
+        import _cffi_backend
+        _ffi = _cffi_backend.FFI()
+    return _ffi
+
+
+cdef object _ctypes_function(object fn, str argname):
+    """(address, python): a ctypes function pointer of type void(void*)."""
+    import ctypes
+    restype = getattr(fn, "restype", getattr(type(fn), "_restype_", None))
+    argtypes = getattr(fn, "argtypes", getattr(type(fn), "_argtypes_", None))
+    if restype is not None or argtypes is None or len(argtypes) != 1 \
+            or not (argtypes[0] is ctypes.c_void_p or argtypes[0] is ctypes.c_char_p
+                    or issubclass(argtypes[0], ctypes._Pointer)):
+        raise TypeError(f"{argname}: a ctypes function must be void(void*), e.g. "
+                        "ctypes.CFUNCTYPE(None, ctypes.c_void_p); this one returns "
+                        f"{getattr(restype, '__name__', restype)} and takes "
+                        f"{[getattr(t, '__name__', t) for t in argtypes or ()]}")
+    objects = fn._objects
+    python = isinstance(objects, dict) and any(
+        type(v).__name__ == "CThunkObject" for v in objects.values())
+    address = ctypes.cast(fn, ctypes.c_void_p).value or 0
+    if address == 0:
+        raise ValueError(f"{argname} is a NULL ctypes function pointer")
+    return address, python
+
+
+cdef object _cffi_function(object fn, str argname):
+    ffi = _cffi()
+    t = ffi.typeof(fn)
+    if t.kind != "function" or t.result.kind != "void" or len(t.args) != 1 \
+            or t.args[0].kind != "pointer":
+        raise TypeError(f"{argname}: a cffi function must be void(void*), not "
+                        f"{t.cname!r}")
+    address = int(ffi.cast("uintptr_t", fn))
+    if address == 0:
+        raise ValueError(f"{argname} is a NULL cffi function pointer")
+    # ffi.callback(python_function) is Python code behind a C pointer.
+    return address, " calling <" in repr(fn)
+
+
+cdef object _native_data(object data, str argname):
+    """(address, object to keep or None) of a native function's data pointer."""
+    if data is None:
+        return 0, None
+    if _is_ctypes_instance(data):
+        import ctypes
+        try:
+            return ctypes.cast(data, ctypes.c_void_p).value or 0, data
+        except ctypes.ArgumentError:
+            raise TypeError(f"{argname}: a ctypes {type(data).__name__} is not a pointer "
+                            "(pass ctypes.byref(x) or ctypes.pointer(x))") from None
+    if _is_cffi(data):
+        ffi = _cffi()
+        if ffi.typeof(data).kind not in ("pointer", "array"):
+            raise TypeError(f"{argname}: a cffi {ffi.typeof(data).cname!r} is not a pointer")
+        return int(ffi.cast("uintptr_t", data)), data
+    if isinstance(data, bool) or not hasattr(data, "__index__"):
+        raise TypeError(f"{argname} of a native host function must be None, an int address "
+                        f"or a ctypes/cffi pointer, not {type(data).__name__}")
+    return as_pointer_int(data, argname), None
+
+
+cdef tuple native_host_func(object callback, object data, object owner, str fn_name,
+                            str data_name):
+    """(fn address, data address, what to keep alive or None) when
+    ``callback`` is a native function; None when it is Python code (a
+    callable, or a ctypes/cffi callback of a Python function)."""
+    cdef uintptr_t fn
+    if isinstance(callback, bool):
+        raise TypeError(f"{fn_name} must be callable or a native function, not bool")
+    if _is_ctypes_function(callback):
+        address, python = _ctypes_function(callback, fn_name)
+        if python:
+            return None
+        fn = address
+        keep_code = callback
+    elif _is_cffi(callback):
+        address, python = _cffi_function(callback, fn_name)
+        if python:
+            return None
+        fn = address
+        keep_code = callback
+    elif isinstance(callback, int):
+        fn = as_pointer_int(callback, fn_name)
+        # An address is trusted as in C; the first pages are never code
+        # (and catch a count or a flag passed by mistake).
+        if fn < 0x10000:
+            raise ValueError(f"{fn_name}={fn:#x} is not a function address (a native host "
+                             "function is given by its address, or as a ctypes or cffi "
+                             "function pointer)")
+        keep_code = None
+    else:
+        return None
+    address, keep_data = _native_data(data, data_name)
+    kept = tuple(x for x in (keep_code, keep_data, owner) if x is not None)
+    return (fn, address, None if not kept else kept[0] if len(kept) == 1 else kept)
+
+
+cdef int _enqueue_native(Stream stream, tuple native, int sync_mode) except -1:
+    cdef cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone
+    cdef unsigned long long capture_id = 0
+    cdef cudaGraph_t graph = NULL
+    cdef uintptr_t fn = native[0]
+    cdef uintptr_t data = native[1]
+    keep = native[2]
+    rt.check_host_func_sync_mode(sync_mode)
+    stream._use()
+    try:
+        if keep is None:
+            # Nothing to let go afterwards: the function as it is, captured
+            # or not (a captured node calls it on every replay).
+            with nogil:
+                rt.launch_native_host_func(<cudaStream_t>stream._handle, <rt.host_fn>fn,
+                                           <void*>data, NULL, sync_mode)
+            return 0
+        with nogil:
+            rt.stream_get_capture_info(<cudaStream_t>stream._handle, &status, &capture_id,
+                                       &graph, NULL, NULL, NULL)
+        if status == cudaStreamCaptureStatusActive:
+            # A one-shot record would be freed by the first replay: the
+            # graph the capture makes keeps `keep` (a CUDA user object).
+            rt.graph_attach_payload(graph, <PyObject*>keep)
+            with nogil:
+                rt.launch_native_host_func(<cudaStream_t>stream._handle, <rt.host_fn>fn,
+                                           <void*>data, NULL, sync_mode)
+            return 0
+        rt.payload_incref(<PyObject*>keep)    # the reference that travels with the record
+        try:
+            with nogil:
+                rt.launch_native_host_func(<cudaStream_t>stream._handle, <rt.host_fn>fn,
+                                           <void*>data, <PyObject*>keep, sync_mode)
+        except BaseException:
+            rt.payload_decref(<PyObject*>keep)
+            raise
+    finally:
+        stream._unuse()
     return 0
 
 
@@ -426,3 +610,10 @@ def _async_waits():
             waiting += len((<_Doorbell>bell)._waiting)
             in_flight += streams_notifier_live_nodes((<_Doorbell>bell)._n)
     return {"waiting": waiting, "in_flight": in_flight}
+
+
+def _native_host_func(callback, arg=None, owner=None):
+    """What ``launch_host_func`` makes of ``callback``: (fn address, data
+    address, kept object or None) for a native function, None for Python
+    code.  Private: tests check the classification without a GPU."""
+    return native_host_func(callback, arg, owner, "callback", "arg")

@@ -134,6 +134,11 @@ class build_ext_with_cuda(build_ext):
                 "boundscheck": False,
                 "wraparound": False,
                 "cdivision": True,
+                # No generated __reduce_cython__/__setstate_cython__: they
+                # would set C fields (a module held in use, a config's event
+                # flags) that only the library may set.  A class that can be
+                # pickled says how (Device.__reduce__).
+                "auto_pickle": False,
             },
             annotate=bool(os.environ.get("STREAMS_CYTHON_ANNOTATE")),
         )
@@ -149,7 +154,8 @@ class build_ext_with_cuda(build_ext):
 # One extension per concept; the imports between them point one way (see
 # docs/architecture.rst).  streams._cudart alone links libcudart_static.a.
 CALL_LAYER = "streams._cudart"
-MODULES = ["_cudart", "_handle", "_args", "_device", "_stream", "_hostcall", "_memory", "_launch", "_graph"]
+MODULES = ["_cudart", "_handle", "_args", "_device", "_foreign", "_stream", "_hostcall", "_memory",
+           "_launch", "_graph"]
 
 
 def _extension(name):

@@ -24,7 +24,8 @@ from streams import _hostcall  # noqa: F401  (registers the host-callback paths)
 from streams._memory import (DeviceBuffer, IpcBufferDescriptor, ManagedBuffer, MemoryPool,
                              PinnedBuffer, memcpy_async, memcpy_batch_async, memcpy_peer_async,
                              memset_async)
-from streams._launch import Kernel, LaunchConfig, Module, PreparedLaunch
+from streams._launch import (Kernel, LaunchConfig, Module, PreparedLaunch, builtin_kernel,
+                             builtin_ptx)
 from streams._graph import (CaptureInfo, ConditionHandle, Graph, GraphAllocation, GraphExec,
                             GraphMemoryInfo, GraphNode, NodeType, UpdateResult, capture_mode,
                             exchange_capture_mode, graph_memory_info, reset_graph_memory_high,
@@ -61,6 +62,21 @@ def get_include():
         return installed
     # Editable install / source checkout: the headers live at the top level.
     return _os.path.join(_os.path.dirname(here), "include")
+
+
+def get_cython_include():
+    """Folder to add to Cython's ``include_path``, so that ``cimport streams``
+    finds the ``.pxd`` files: the folder that holds the ``streams`` package.
+
+    Cython looks for ``.pxd`` files on ``include_path`` and ``sys.path``.
+    A regular install puts the package on ``sys.path``; an editable install
+    (``pip install -e``) does not: setuptools' import hook finds the package
+    for Python, but Cython does not ask it.  Passing this folder works for
+    both::
+
+        cythonize(extensions, include_path=[streams.get_cython_include()])
+    """
+    return _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
 
 
 # The public API: every public name above (what the layers export, then

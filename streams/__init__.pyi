@@ -1,6 +1,6 @@
 # Type stubs for the `streams` package (streams/__init__.py).
 #
-# Every public name but get_include and show_config is re-exported from the
+# Every public name but get_include, get_cython_include and show_config is re-exported from the
 # extension module that defines it (see that module's stub for the types),
 # in the order of the layers, as streams/__init__.py imports them.
 # streams/__init__.py makes its __all__ from the public names it imports and
@@ -64,6 +64,8 @@ from streams._launch import (
     LaunchConfig as LaunchConfig,
     Module as Module,
     PreparedLaunch as PreparedLaunch,
+    builtin_kernel as builtin_kernel,
+    builtin_ptx as builtin_ptx,
 )
 from streams._interop import (
     current_in as current_in,
@@ -124,6 +126,8 @@ __all__ = [
     "SyncPolicy",
     "UpdateResult",
     "as_stream",
+    "builtin_kernel",
+    "builtin_ptx",
     "can_access_peer",
     "capture_mode",
     "current_in",
@@ -136,6 +140,7 @@ __all__ = [
     "enable_peer_access",
     "exchange_capture_mode",
     "follow_current_stream",
+    "get_cython_include",
     "get_device",
     "get_include",
     "graph_memory_info",
@@ -153,5 +158,6 @@ __all__ = [
     "trim_graph_memory",
 ]
 
+def get_cython_include() -> str: ...
 def get_include() -> str: ...
 def show_config(file: SupportsWrite[str] | None = None) -> None: ...

@@ -7,7 +7,14 @@ from streams.cudart cimport dim3
 
 # Nanoseconds to wait, or -1 for no limit (None, or an infinite timeout).
 cdef long long as_timeout_ns(object timeout) except -2
+# An unsigned C value in [0, most], or TypeError/ValueError naming the
+# argument ("must be >= 0", "<argname>=<v> <too_big>").  as_nbytes (size_t)
+# and as_uint (unsigned int: launch dimensions' and shared memory's type in
+# CUDA's driver, which truncates a larger size_t) are its common cases.
+cdef unsigned long long as_unsigned(object value, str argname, unsigned long long most,
+                                    str too_big) except? 0xFFFFFFFFFFFFFFFF
 cdef size_t as_nbytes(object value, str argname) except? 0
+cdef unsigned int as_uint(object value, str argname) except? 0
 # A raw integer handle or address that fits a pointer.
 cdef uintptr_t as_pointer_int(object value, str argname) except? 0
 cdef object as_enum(object cls, object value, str argname)

@@ -31,15 +31,34 @@ cdef long long as_timeout_ns(object timeout) except -2:
     return <long long>(seconds * 1e9)
 
 
-cdef size_t as_nbytes(object value, str argname) except? 0:
-    if isinstance(value, bool) or not hasattr(value, "__index__"):
-        raise TypeError(f"{argname} must be an int, not {type(value).__name__}")
-    n = value.__index__()
+cdef unsigned long long as_unsigned(object value, str argname, unsigned long long most,
+                                    str too_big) except? 0xFFFFFFFFFFFFFFFF:
+    """The one range check of an unsigned C value: ``value`` as an int in
+    [0, ``most``], or TypeError/ValueError naming ``argname``.  ``too_big``
+    ends the message for a value above ``most`` (what it does not fit)."""
+    if type(value) is int:
+        # The common case, without the __index__ call.
+        if 0 <= value <= most:
+            return <unsigned long long>value
+        n = value
+    else:
+        if isinstance(value, bool) or not hasattr(value, "__index__"):
+            raise TypeError(f"{argname} must be an int, not {type(value).__name__}")
+        n = value.__index__()
     if n < 0:
         raise ValueError(f"{argname} must be >= 0, got {n}")
-    if n > <size_t>-1:
-        raise ValueError(f"{argname}={n} is larger than memory can be")
-    return <size_t>n
+    if n > most:
+        raise ValueError(f"{argname}={n} {too_big}")
+    return <unsigned long long>n
+
+
+cdef size_t as_nbytes(object value, str argname) except? 0:
+    return <size_t>as_unsigned(value, argname, <size_t>-1, "is larger than memory can be")
+
+
+cdef unsigned int as_uint(object value, str argname) except? 0:
+    return <unsigned int>as_unsigned(value, argname, 0xFFFFFFFF,
+                                     "does not fit a C unsigned int (at most 4294967295)")
 
 
 cdef uintptr_t as_pointer_int(object value, str argname) except? 0:
@@ -79,12 +98,9 @@ cdef object as_enum(object cls, object value, str argname):
 
 
 cdef int as_dim3(object value, dim3* out, str argname) except -1:
-    cdef long long v
-    if type(value) is int:
-        v = value
-        if 1 <= v <= 0x7FFFFFFF:   # the common 1-D case, without tuples
-            out.x, out.y, out.z = <unsigned int>v, 1, 1
-            return 0
+    if type(value) is int and 1 <= value <= 0x7FFFFFFF:   # the common 1-D case, no tuple
+        out.x, out.y, out.z = <unsigned int>value, 1, 1
+        return 0
     if isinstance(value, bool):
         raise TypeError(f"{argname} must be an int or a tuple of up to 3 ints, not bool")
     if isinstance(value, int):

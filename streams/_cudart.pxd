@@ -34,6 +34,7 @@ cdef extern from "streams/counters.h":
         STREAMS_CNT_MEMPOOL_CREATED
         STREAMS_CNT_MEMPOOL_DESTROYED
         STREAMS_CNT_MARKER_CREATED
+        STREAMS_CNT_GRAPH_ABANDONED
         STREAMS_CNT_NATIVE_CALL_ENQUEUED
         STREAMS_CNT_NATIVE_CALL_DONE
         STREAMS_CNT_PAYLOAD_INCREF
@@ -67,8 +68,28 @@ cdef enum:
 # True when no Python host callback of the package is alive: an enqueue that
 # blocks on a full queue then cannot be waiting for one that needs the GIL.
 cdef bint enqueue_may_keep_gil() noexcept nogil
+# What this process has queued behind streams not yet seen idle: the other
+# half of the keep-the-GIL rule (streams/_stream.pyx, keep_gil_for).  Read and
+# written with the GIL held only.
+ctypedef struct QueueCount:
+    Py_ssize_t total            # enqueues counted, not yet seen done
+    unsigned long long epoch    # moved by a device synchronize's request
+    Py_ssize_t foreign          # the part of total on other libraries' streams
+    void* foreign_stream        # the one such stream they went to...
+    bint foreign_mixed          # ...unless they went to several
+cdef QueueCount* queue_count() noexcept nogil
+# A device synchronize of the process's only device: at its request (returns
+# what was counted then) and once it has answered (forgets that much).
+cdef Py_ssize_t queue_drain_begin() noexcept
+cdef void queue_drain_end(Py_ssize_t counted) noexcept
 cdef int destroy_handle(int kind, void* h) except -1 nogil
 cdef void release_handle(int kind, void* h) noexcept nogil
+# A memory pool is destroyed only once the frees of its memory, each marked
+# in `frees` (marks_new, marks_record), have run on the GPU: now when they
+# have, else parked until they have (drain_deferred).  They take `frees`.
+# destroy_pool raises (close()); release_pool never does.
+cdef int destroy_pool(void* pool, void* frees) except -1 nogil
+cdef void release_pool(void* pool, void* frees) noexcept nogil
 
 cdef int raise_cuda_error(cudaError_t err) except -1
 cdef int check(cudaError_t err) except -1 nogil
@@ -115,6 +136,11 @@ cdef int stream_attach_mem_async(cudaStream_t h, void* p, size_t length, unsigne
 cdef int stream_begin_capture(cudaStream_t h, cudaStreamCaptureMode mode) except -1 nogil
 cdef int stream_begin_capture_to_graph(cudaStream_t h, cudaGraph_t g, const cudaGraphNode_t* deps, size_t n, cudaStreamCaptureMode mode) except -1 nogil
 cdef int stream_end_capture(cudaStream_t h, cudaGraph_t* out) except -1 nogil
+# The capture fence (include/streams/shim.h): an enqueue's read hold, from
+# its "is this stream capturing?" to its launch; captures begin and end
+# (above) in a write hold.  Taken without the GIL, never held while taking it.
+cdef int fence_enter() except -1 nogil
+cdef void fence_leave() noexcept nogil
 cdef int stream_is_capturing(cudaStream_t h, cudaStreamCaptureStatus* out) except -1 nogil
 cdef int stream_get_capture_info(cudaStream_t h, cudaStreamCaptureStatus* status, unsigned long long* cid, cudaGraph_t* graph, const cudaGraphNode_t** deps, const cudaGraphEdgeData** edges, size_t* n) except -1 nogil
 cdef int stream_update_capture_dependencies(cudaStream_t h, cudaGraphNode_t* deps, size_t n, unsigned int flags) except -1 nogil
@@ -129,6 +155,8 @@ cdef int ipc_open_event_handle(cudaEvent_t* out, cudaIpcEventHandle_t handle) ex
 cdef void set_dispatcher(dispatch_fn fn) noexcept
 # sync_mode: 0 blocking (cudaLaunchHostFunc), 1 spin-wait (the driver's
 # cuLaunchHostFunc of CUDA 13.1; NotImplementedError where it is missing).
+# launch_host_func enqueues a one-shot (by ticket): call it inside the
+# capture fence, having seen the stream not capturing.
 cdef int launch_host_func(cudaStream_t h, PyObject* payload, int sync_mode) except -1 nogil
 cdef int launch_graph_host_func(cudaStream_t h, PyObject* payload, int sync_mode) except -1 nogil
 # 0 when sync_mode can be used here; raises NotImplementedError naming the
@@ -136,10 +164,13 @@ cdef int launch_graph_host_func(cudaStream_t h, PyObject* payload, int sync_mode
 cdef int check_host_func_sync_mode(int sync_mode) except -1
 # ---- native host functions: fn(data) on CUDA's thread, no Python, no GIL ----
 ctypedef void (*host_fn)(void* data) noexcept nogil
-# keep: NULL (fn and data are enqueued as they are), or one reference the
-# caller took that the call hands to the deferred queue once fn has run;
-# when this raises, the reference is still the caller's.  Not for a stream
-# being captured: the record would be freed by the first replay.
+# keep: NULL (fn and data are enqueued as they are, captured or not), or one
+# reference the caller took that the call hands to the deferred queue once
+# fn has run; when this raises, the reference is still the caller's.  With
+# keep, the work item is a one-shot record carried by a ticket, as
+# launch_host_func's payload: call it inside the capture fence, having seen
+# the stream not capturing (a capture that took it in anyway calls fn at its
+# first replay only, never with a freed record).
 cdef int launch_native_host_func(cudaStream_t h, host_fn fn, void* data, PyObject* keep,
                                  int sync_mode) except -1 nogil
 cdef int graph_add_native_host_node(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps, size_t n, host_fn fn, void* data) except -1 nogil
@@ -148,6 +179,7 @@ cdef int graph_exec_native_host_node_set_params(cudaGraphExec_t ex, cudaGraphNod
 cdef host_fn testing_native_increment() noexcept nogil
 cdef int stream_add_callback(cudaStream_t h, PyObject* payload) except -1 nogil
 cdef int graph_attach_payload(cudaGraph_t g, PyObject* payload) except -1
+cdef int graph_attach_reference(cudaGraph_t g, PyObject* obj, bint* moved) except -1 nogil
 cdef int graph_add_host_node(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps, size_t n, PyObject* payload) except -1 nogil
 cdef int library_load_data(cudaLibrary_t* out, const void* image, bint resident) except -1 nogil
 cdef int library_load_from_file(cudaLibrary_t* out, const char* path) except -1 nogil
@@ -214,6 +246,7 @@ cdef int graph_attach_owned(cudaGraph_t g, PyObject* obj, cudaUserObject_t* out)
 # that holds Python objects; when it goes, park() keeps `a` and `b` until
 # every marked launch has ended (drain_deferred lets them go).
 cdef void* marks_new() except NULL
+cdef void marks_free(void* marks) noexcept nogil
 cdef int marks_record(void* marks, cudaStream_t s) except -1 nogil
 cdef void park(void* marks, object a, object b) noexcept
 cdef int graph_release_user_object(cudaGraph_t g, cudaUserObject_t uo) except -1 nogil

@@ -37,6 +37,7 @@ class _DebugCounters(TypedDict):
     graphs_created: int
     graphs_destroyed: int
     live_graphs: int
+    graphs_abandoned: int
     graph_execs_created: int
     graph_execs_destroyed: int
     live_graph_execs: int
@@ -46,6 +47,9 @@ class _DebugCounters(TypedDict):
     buffers_created: int
     buffers_destroyed: int
     live_buffers: int
+    mem_pools_created: int
+    mem_pools_destroyed: int
+    live_mem_pools: int
     callbacks_enqueued: int
     callbacks_completed: int
     callbacks_dropped: int
@@ -54,7 +58,10 @@ class _DebugCounters(TypedDict):
     live_native_calls: int
     live_host_calls: int
     graph_callback_runs: int
+    pending_one_shots: int
+    stale_one_shot_calls: int
     deferred_releases: int
+    marker_events: int
     debug_build: bool
     # Only in a debug build (STREAMS_DEBUG_REFCOUNTS=1 when building):
     payload_increfs: NotRequired[int]
@@ -77,6 +84,8 @@ def debug_build() -> bool: ...
 def debug_counters() -> _DebugCounters: ...
 def runtime_version() -> int: ...
 def driver_version() -> int: ...
+def _ticket_issue() -> int: ...
+def _ticket_claim(ticket: int) -> bool: ...
 def _shutdown() -> None: ...
 # The in-process floor of the benchmarks (include/streams/floor.h): ns for n
 # calls of a benchmark operation, made in C through this module's cudart.

@@ -46,13 +46,22 @@ cdef extern from "streams/shim.h" nogil:
                                             void* payload)
     void streams_graph_host_fn_trampoline(void* payload)
     void streams_user_object_release(void* payload)
+    void streams_notify_ticket_fn(void* ticket)
+    void streams_fence_enter()
+    void streams_fence_leave()
+    void streams_fence_close()
+    void streams_fence_open()
+    unsigned long long streams_ticket_new(void* payload)
+    void* streams_ticket_take(unsigned long long token)
+    long long streams_tickets_pending_now()
+    unsigned long long streams_tickets_stale_calls()
 
     ctypedef void (*streams_host_fn_t)(void* data) noexcept nogil
     ctypedef struct streams_native_call:
         pass
     streams_native_call* streams_native_call_new(streams_host_fn_t fn, void* data,
                                                  PyObject* keep)
-    void streams_native_host_fn_trampoline(void* record)
+    void streams_native_host_fn_trampoline(void* ticket)
     void streams_testing_native_increment(void* data)
 
     cudaError_t streams_thread_marker(int dev, cudaEvent_t* out)
@@ -69,6 +78,7 @@ cdef extern from "streams/shim.h":
     int streams_marks_done(streams_marks_t* m) nogil
     void streams_marks_free(streams_marks_t* m) nogil
     int streams_park(streams_marks_t* m, PyObject* a, PyObject* b)
+    int streams_park_release(streams_marks_t* m, streams_release_fn fn, void* arg, int kind)
     size_t streams_parked_count()
     Py_ssize_t streams_poll_parked()
     void streams_payload_incref(PyObject* payload)
@@ -294,6 +304,10 @@ cdef void* marks_new() except NULL:
     return <void*>m
 
 
+cdef void marks_free(void* marks) noexcept nogil:
+    streams_marks_free(<streams_marks_t*>marks)
+
+
 cdef int marks_record(void* marks, cudaStream_t s) except -1 nogil:
     # A launch that cannot be marked (no memory for an event) is waited for
     # instead: what it uses must not be let go before it ends.
@@ -338,9 +352,20 @@ def debug_counters():
 
     ``live_*`` are the differences of what was made and given back:
     ``live_streams``/``live_events``/``live_graphs``/``live_graph_execs``/
-    ``live_modules``/``live_buffers``/``live_mem_pools`` the owned handles, ``live_callbacks``
+    ``live_modules``/``live_buffers``/``live_mem_pools`` the owned handles (less, for
+    graphs, ``graphs_abandoned``: never destroyed, because the CUDA driver
+    corrupted them; see Graph in docs/graphs.rst), ``live_callbacks``
     the one-shot callbacks enqueued that have not run, ``live_host_calls``
-    every callback payload still alive (graph-owned ones included).
+    every callback payload still alive (graph-owned ones included),
+    ``pending_one_shots`` the one-shot host functions (callbacks, native
+    calls with something to keep, asyncio waits) enqueued that have not been
+    called, ``native_calls_enqueued`` and ``live_native_calls`` the native
+    host functions enqueued with something to keep and those not yet run
+    (docs/host-callbacks.rst, Native host functions), and
+    ``stale_one_shot_calls``
+    the calls CUDA made of a one-shot already called: replays of one that a
+    capture the capture fence did not see took into a graph
+    (docs/host-callbacks.rst).
 
     In a debug build (:func:`debug_build`) there are more: every reference
     the C code took (``*_increfs``) and dropped (``*_decrefs``) on callback
@@ -361,6 +386,10 @@ def debug_counters():
         counters[f"{name}_created"] = a
         counters[f"{name}_destroyed"] = b
         counters[f"live_{name}"] = live
+    # Graphs given up on, never to be destroyed (a conditional body's
+    # invalidated capture corrupted them: _graph.pyx, end_capture).
+    counters["graphs_abandoned"] = streams_counter(STREAMS_CNT_GRAPH_ABANDONED)
+    counters["live_graphs"] -= counters["graphs_abandoned"]
     enq = streams_counter(STREAMS_CNT_CALLBACK_ENQUEUED)
     done = streams_counter(STREAMS_CNT_CALLBACK_COMPLETED)
     dropped = streams_counter(STREAMS_CNT_CALLBACK_DROPPED)
@@ -371,6 +400,8 @@ def debug_counters():
         "live_callbacks": <long long>(enq - done - dropped),
         "live_host_calls": _pair(STREAMS_CNT_HOST_CALL_CREATED, STREAMS_CNT_HOST_CALL_FREED)[2],
         "graph_callback_runs": streams_counter(STREAMS_CNT_GRAPH_CALLBACK_RUNS),
+        "pending_one_shots": streams_tickets_pending_now(),
+        "stale_one_shot_calls": streams_tickets_stale_calls(),
         "native_calls_enqueued": streams_counter(STREAMS_CNT_NATIVE_CALL_ENQUEUED),
         "live_native_calls": _pair(STREAMS_CNT_NATIVE_CALL_ENQUEUED,
                                    STREAMS_CNT_NATIVE_CALL_DONE)[2],
@@ -545,12 +576,41 @@ cdef int device_synchronize_wait(int dev, unsigned long long ticket, long long s
 # saves the release and retake (about 150-250 ns).  No callback can appear
 # meanwhile: making one takes the GIL the enqueueing thread holds.
 # Callbacks that other libraries enqueue with their own Python functions are
-# not seen (docs/safety.rst says so).
+# not seen, nor anything else on the host the GPU may wait for: the second
+# half of the rule, a bound on what this process has queued, covers those
+# (streams/_stream.pyx, keep_gil_for; docs/safety.rst).
 
 cdef bint enqueue_may_keep_gil() noexcept nogil:
     # Freed first: created - freed can then only overstate the calls alive.
     cdef unsigned long long freed = streams_counter(STREAMS_CNT_HOST_CALL_FREED)
     return streams_counter(STREAMS_CNT_HOST_CALL_CREATED) == freed
+
+
+cdef QueueCount _queue_count
+_queue_count.total = 0
+_queue_count.epoch = 0
+_queue_count.foreign = 0
+_queue_count.foreign_stream = NULL
+_queue_count.foreign_mixed = False
+
+
+cdef QueueCount* queue_count() noexcept nogil:
+    return &_queue_count
+
+
+cdef Py_ssize_t queue_drain_begin() noexcept:
+    # Streams counted before this request find their count stale (another
+    # epoch) and start again from zero; what they had stays in the total
+    # until the synchronize answers, since it covers exactly that work.
+    _queue_count.epoch += 1
+    _queue_count.foreign = 0
+    _queue_count.foreign_stream = NULL
+    _queue_count.foreign_mixed = False
+    return _queue_count.total
+
+
+cdef void queue_drain_end(Py_ssize_t counted) noexcept:
+    _queue_count.total = max(_queue_count.total - counted, 0)
 
 
 # ---- destroying handles -----------------------------------------------------------
@@ -608,6 +668,57 @@ cdef void release_handle(int kind, void* h) noexcept nogil:
         streams_defer(_destroy_quietly, h, kind, NULL)
     else:
         streams_release_without_gil(_destroy_quietly, h, kind)
+
+
+# ---- memory pools: destroyed once the frees of their memory have run ----------------
+# cudaMemPoolDestroy is documented to wait by itself for allocations still
+# out and frees still queued, but a pool destroyed with one of its
+# allocations out, that allocation freed later, then more stream-ordered
+# work on that stream killed the process (SIGSEGV inside CUDA, H100; issue
+# 25).  So the package never takes that path: each buffer holds its pool in
+# use until its free is enqueued, every free is marked on its stream, and
+# the pool is destroyed once those marks are done.
+
+cdef void _destroy_pool_counted(void* h, int kind) noexcept nogil:
+    _destroy_quietly(h, HANDLE_MEM_POOL)
+    streams_count(_DESTROYED[HANDLE_MEM_POOL])
+
+
+cdef bint _park_pool(void* pool, void* frees) noexcept nogil:
+    # The parked list is kept with the GIL held.
+    cdef int failed
+    with gil:
+        failed = streams_park_release(<streams_marks_t*>frees, _destroy_pool_counted,
+                                      pool, HANDLE_MEM_POOL)
+    return failed == 0
+
+
+cdef int destroy_pool(void* pool, void* frees) except -1 nogil:
+    guard()
+    if frees != NULL and not streams_marks_done(<streams_marks_t*>frees):
+        if _park_pool(pool, frees):
+            return 0
+        # No memory to park: CUDA's own deferral is all that is left.
+    streams_marks_free(<streams_marks_t*>frees)
+    return destroy_handle(HANDLE_MEM_POOL, pool)
+
+
+cdef void release_pool(void* pool, void* frees) noexcept nogil:
+    # Forked child or interpreter teardown: leave both to the process's end.
+    # Inside a host callback the marks cannot be queried: park, and the
+    # next safe drain looks.
+    cdef int state = streams_guard_state()
+    if state == 2 or not streams_interpreter_alive():
+        streams_count(_DESTROYED[HANDLE_MEM_POOL])
+        return
+    if frees != NULL and (state == 1 or not streams_marks_done(<streams_marks_t*>frees)):
+        if _park_pool(pool, frees):
+            return
+        if state == 1:
+            streams_count(_DESTROYED[HANDLE_MEM_POOL])
+            return      # no memory to park, no CUDA here: leak, safely
+    streams_marks_free(<streams_marks_t*>frees)
+    release_handle(HANDLE_MEM_POOL, pool)
 
 
 # ---- streams --------------------------------------------------------------------------
@@ -706,21 +817,47 @@ cdef int stream_attach_mem_async(cudaStream_t h, void* p, size_t length,
 
 # ---- capture ----------------------------------------------------------------------------
 
+# Captures begin and end inside a write hold of the capture fence (shim.h):
+# never in the middle of an enqueue that checked whether its stream captures.
+# Called without the GIL (an enqueue holding the fence may need it).
+
 cdef int stream_begin_capture(cudaStream_t h, cudaStreamCaptureMode mode) except -1 nogil:
+    cdef cudaError_t err
     guard()
-    return check(cudaStreamBeginCapture(h, mode))
+    streams_fence_close()
+    err = cudaStreamBeginCapture(h, mode)
+    streams_fence_open()
+    return check(err)
 
 
 cdef int stream_begin_capture_to_graph(cudaStream_t h, cudaGraph_t g,
                                        const cudaGraphNode_t* deps, size_t n,
                                        cudaStreamCaptureMode mode) except -1 nogil:
+    cdef cudaError_t err
     guard()
-    return check(cudaStreamBeginCaptureToGraph(h, g, deps, NULL, n, mode))
+    streams_fence_close()
+    err = cudaStreamBeginCaptureToGraph(h, g, deps, NULL, n, mode)
+    streams_fence_open()
+    return check(err)
 
 
 cdef int stream_end_capture(cudaStream_t h, cudaGraph_t* out) except -1 nogil:
+    cdef cudaError_t err
     guard()
-    return check(cudaStreamEndCapture(h, out))
+    streams_fence_close()
+    err = cudaStreamEndCapture(h, out)
+    streams_fence_open()
+    return check(err)
+
+
+cdef int fence_enter() except -1 nogil:
+    guard()
+    streams_fence_enter()
+    return 0
+
+
+cdef void fence_leave() noexcept nogil:
+    streams_fence_leave()
 
 
 cdef int stream_is_capturing(cudaStream_t h, cudaStreamCaptureStatus* out) except -1 nogil:
@@ -803,6 +940,20 @@ cdef void set_dispatcher(dispatch_fn fn) noexcept:
     streams_dispatch = <streams_dispatch_fn>fn
 
 
+cdef int _ticket_failed(unsigned long long ticket, cudaError_t err) except -1 nogil:
+    # Not enqueued: the slot is free again, the payload still the caller's.
+    streams_ticket_take(ticket)
+    return check(err)
+
+
+cdef unsigned long long _ticket(void* payload) except 0 nogil:
+    cdef unsigned long long ticket = streams_ticket_new(payload)
+    if ticket == 0:
+        with gil:
+            raise MemoryError("no slot left for a one-shot host function")
+    return ticket
+
+
 # The driver's host-function launch with a sync mode (CUDA 13.1's ABI of
 # cuLaunchHostFunc), resolved at first use; NULL until then.
 cdef void* _host_fn_v2 = NULL
@@ -853,6 +1004,9 @@ cdef int _launch_host_fn(cudaStream_t h, cudaHostFn_t fn, void* data,
     if sync_mode == 0:
         return check(cudaLaunchHostFunc(h, fn, data))
     if _host_fn_v2 == NULL:
+        # Every enqueue resolves it first, with the GIL and outside the
+        # capture fence; this is the backstop (a read hold of the fence may
+        # take the GIL, it never waits for the fence with it).
         with gil:
             check_host_func_sync_mode(sync_mode)
     # A driver call needs a current context, which a thread gets from the
@@ -863,8 +1017,24 @@ cdef int _launch_host_fn(cudaStream_t h, cudaHostFn_t fn, void* data,
         h, fn, data, <unsigned int>sync_mode))
 
 
+cdef int _launch_one_shot(cudaStream_t h, cudaHostFn_t trampoline, void* payload,
+                          int sync_mode) except -1 nogil:
+    # `payload` travels as a ticket (shim.h): a capture that took the work
+    # item in behind the fence's back calls it at its first replay only.
+    cdef unsigned long long ticket = _ticket(payload)
+    cdef bint enqueued = False
+    try:
+        _launch_host_fn(h, trampoline, <void*><uintptr_t>ticket, sync_mode)
+        enqueued = True
+    finally:
+        if not enqueued:
+            # The slot is free again, the payload still the caller's.
+            streams_ticket_take(ticket)
+    return 0
+
+
 cdef int launch_host_func(cudaStream_t h, PyObject* payload, int sync_mode) except -1 nogil:
-    return _launch_host_fn(h, streams_host_fn_trampoline, <void*>payload, sync_mode)
+    return _launch_one_shot(h, streams_host_fn_trampoline, <void*>payload, sync_mode)
 
 
 cdef int launch_graph_host_func(cudaStream_t h, PyObject* payload, int sync_mode) except -1 nogil:
@@ -882,13 +1052,15 @@ cdef int launch_native_host_func(cudaStream_t h, host_fn fn, void* data, PyObjec
     if record == NULL:
         with gil:
             raise MemoryError()
+    # Counted before the launch: the trampoline may count it done at once.
+    streams_count(STREAMS_CNT_NATIVE_CALL_ENQUEUED)
     try:
-        _launch_host_fn(h, streams_native_host_fn_trampoline, <void*>record, sync_mode)
+        _launch_one_shot(h, streams_native_host_fn_trampoline, <void*>record, sync_mode)
         enqueued = True
     finally:
         if not enqueued:
             free(record)     # the reference stays the caller's
-    streams_count(STREAMS_CNT_NATIVE_CALL_ENQUEUED)
+            streams_count(STREAMS_CNT_NATIVE_CALL_DONE)
     return 0
 
 
@@ -922,9 +1094,36 @@ def _testing_native_increment_address():
 
 
 cdef int stream_add_callback(cudaStream_t h, PyObject* payload) except -1 nogil:
+    cdef unsigned long long ticket
+    cdef cudaError_t err
     guard()
-    return check(cudaStreamAddCallback(h, streams_stream_callback_trampoline,
-                                       <void*>payload, 0))
+    ticket = _ticket(<void*>payload)
+    err = cudaStreamAddCallback(h, streams_stream_callback_trampoline,
+                                <void*><uintptr_t>ticket, 0)
+    if err != cudaSuccess:
+        return _ticket_failed(ticket, err)
+    return 0
+
+
+cdef int graph_attach_reference(cudaGraph_t g, PyObject* obj, bint* moved) except -1 nogil:
+    """Give graph ``g`` a CUDA user object owning a reference to ``obj`` that
+    the caller took.  ``moved`` tells whether the reference went to a user
+    object (which then drops it, even when this raises); if not, it is still
+    the caller's to drop."""
+    cdef cudaUserObject_t uo = NULL
+    cdef cudaError_t err
+    moved[0] = False
+    guard()
+    err = cudaUserObjectCreate(&uo, <void*>obj, streams_user_object_release, 1,
+                               cudaUserObjectNoDestructorSync)
+    if err != cudaSuccess:
+        return check(err)
+    moved[0] = True
+    err = cudaGraphRetainUserObject(g, uo, 1, cudaGraphUserObjectMove)
+    if err != cudaSuccess:
+        cudaUserObjectRelease(uo, 1)
+        return check(err)
+    return 0
 
 
 cdef int graph_attach_payload(cudaGraph_t g, PyObject* payload) except -1:
@@ -939,6 +1138,23 @@ cdef int graph_add_host_node(cudaGraphNode_t* out, cudaGraph_t g, const cudaGrap
     params.fn = streams_graph_host_fn_trampoline
     params.userData = <void*>payload
     return check(cudaGraphAddHostNode(out, g, deps, n, &params))
+
+
+def _ticket_issue():
+    """Private, for tests: a one-shot ticket (shim.h) for a dummy payload."""
+    cdef unsigned long long ticket = streams_ticket_new(<void*>1)
+    if ticket == 0:
+        raise MemoryError()
+    return ticket
+
+
+def _ticket_claim(unsigned long long ticket):
+    """Private, for tests: call ``ticket`` as CUDA would; True when this call
+    claimed it (the first), False for a stale one (a replay)."""
+    cdef void* payload
+    with nogil:
+        payload = streams_ticket_take(ticket)
+    return payload != NULL
 
 
 def _shutdown():
@@ -1280,8 +1496,14 @@ cdef int stream_write_value(cudaStream_t s, unsigned long long addr, unsigned lo
 
 
 cdef int launch_notify(cudaStream_t s, void* node) except -1 nogil:
+    cdef unsigned long long ticket
+    cdef cudaError_t err
     guard()
-    return check(cudaLaunchHostFunc(s, streams_notify_host_fn, node))
+    ticket = _ticket(node)
+    err = cudaLaunchHostFunc(s, streams_notify_ticket_fn, <void*><uintptr_t>ticket)
+    if err != cudaSuccess:
+        return _ticket_failed(ticket, err)
+    return 0
 
 
 cdef int memcpy_peer_async(void* dst, int dst_device, const void* src, int src_device, size_t n,

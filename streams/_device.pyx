@@ -250,6 +250,10 @@ cdef int device_synchronize(int dev, long long timeout_ns) except -1:
     cdef unsigned long long ticket
     cdef long long start, in_flight = 0
     cdef int done
+    # With one device, the synchronize that answers this request drains every
+    # queue of the process: the enqueues counted so far for the keep-the-GIL
+    # rule (streams/_stream.pyx, keep_gil_for) are done once it answers.
+    cdef Py_ssize_t counted = rt.queue_drain_begin() if rt.get_device_count() == 1 else -1
     with nogil:
         ticket = rt.device_synchronize_request(dev)
         start = streams_now_ns()
@@ -257,6 +261,8 @@ cdef int device_synchronize(int dev, long long timeout_ns) except -1:
         with nogil:
             done = rt.device_synchronize_wait(dev, ticket, _SLICE_NS, &in_flight)
         if done:
+            if counted >= 0:
+                rt.queue_drain_end(counted)
             # Whatever gone graph executables kept for their replays can
             # go now (rt.park).
             rt.drain_deferred()
@@ -305,6 +311,9 @@ cdef class Device:
 
     def __init__(self, device=None):
         self._id = resolve_device(device)
+
+    def __reduce__(self):
+        return (Device, (self._id,))
 
     @property
     def device_id(self):

@@ -44,11 +44,15 @@ cdef class GraphNode:
 cdef class GraphExec(HandleOwner):
     cdef streams_graph_exec_t _handle
     cdef ErrorSlot _errors
+    # What the replays use (the graph's holds, and those of node updates an
+    # unboxed executable holds itself), in tuples the GC cannot clear:
+    # (older, newer) pairs once updates add to it.
     cdef tuple _keep
-    cdef list _box               # what node updates need: held by CUDA (boxed) or by this object
+    cdef list _box               # boxed: what node updates need, held by CUDA; else None
     cdef bint _boxed             # a CUDA user object owns _box (see Graph.instantiate)
     cdef void* _marks            # where its launches end, while it holds objects (rt.marks_new)
     cdef streams_graph_t _source # the graph it came from: its nodes name the executable's
+    cdef object _source_ref      # a weak reference to that Graph: open, its handle is _source
 
     cdef int c_launch(self, Stream stream) except -1 nogil
     cdef int c_upload(self, Stream stream) except -1 nogil

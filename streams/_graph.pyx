@@ -30,7 +30,7 @@ from libc.stdint cimport uintptr_t
 from libc.string cimport memset
 
 cimport streams._cudart as rt
-from streams._args cimport as_dim3, as_enum, as_int, as_nbytes
+from streams._args cimport as_dim3, as_enum, as_int, as_nbytes, as_uint, as_unsigned
 from streams._device cimport (DeviceScope, enter_device, exit_device, require_device,
                               resolve_device)
 from streams._hostcall cimport (HostCall, KIND_HOST_FUNC, native_host_func, new_call,
@@ -41,7 +41,8 @@ from streams._memory cimport Span, hold_memory, release_span, resolve_span
 from streams._handle cimport HandleOwner
 from streams._platform cimport (streams_close_begin, streams_is_closed, streams_ptr_load,
                                 streams_ptr_store)
-from streams._stream cimport ErrorSlot, Event, Stream, as_event, as_stream, streams_host_fn_t
+from streams._stream cimport (ErrorSlot, Event, Stream, as_event, as_stream, keep_gil_for,
+                              streams_host_fn_t)
 from streams.cudart cimport *
 
 from streams._args import StreamsEnum
@@ -167,7 +168,12 @@ cdef size_t _node_array(Graph graph, object nodes, cudaGraphNode_t** out,
         if not isinstance(nodes[i], GraphNode):
             raise TypeError(f"{argname}[{i}] must be a GraphNode, not {type(nodes[i]).__name__}")
         node = <GraphNode>nodes[i]
-        if node._graph is None or node._graph._handle != graph._handle:
+        node._check()
+        # A closed graph's handle may already be another graph's (CUDA reuses
+        # addresses): its nodes are refused before their handles are compared.
+        if node._graph.closed:
+            raise ValueError(f"{argname}[{i}] is a node of a closed graph")
+        if node._graph._handle != graph._handle:
             raise ValueError(f"{argname}[{i}] is a node of another graph")
     arr = <cudaGraphNode_t*>PyMem_Malloc(n * sizeof(cudaGraphNode_t))
     if arr == NULL:
@@ -356,6 +362,15 @@ def begin_capture_to_graph(Stream stream not None, graph, dependencies, mode):
     if not isinstance(graph, Graph):
         raise TypeError(f"graph must be a streams.Graph, not {type(graph).__name__}")
     g = <Graph>graph
+    if g._parent != NULL and not _top(g)._owns_handle:
+        # An invalidated capture into a body would leave the graph holding
+        # its node corrupt, and streams cannot keep a graph it does not own
+        # from being destroyed (or a capture from ending) through that fault.
+        raise ValueError(
+            "cannot capture into the body of a conditional node of a graph streams does not "
+            "own (a capture in progress, a child graph): if the capture were invalidated, "
+            "the CUDA driver would crash when that graph is destroyed "
+            "(NVIDIA/cuda-python#2918); fill the body with its add_*_node methods")
     # The graph stays in use (it cannot be destroyed) until the capture ends.
     g._use()
     try:
@@ -375,6 +390,16 @@ def begin_capture_to_graph(Stream stream not None, graph, dependencies, mode):
         g._unuse()
         raise
     register_capture(cid, g._errors, g, stream)
+
+
+cdef int _abandon(Graph top) except -1:
+    """Close ``top`` for good without destroying its handle: the driver left
+    it corrupt.  Its bodies (held by its nodes) stay CUDA's."""
+    if top._owns_handle:
+        top._owns_handle = False
+        rt.count(rt.STREAMS_CNT_GRAPH_ABANDONED)
+    streams_close_begin(&top._state)
+    return 0
 
 
 def end_capture(Stream stream not None):
@@ -404,6 +429,13 @@ def end_capture(Stream stream not None):
                 if target._owns_handle:
                     target._owns_handle = False
                     if target._parent != NULL:
+                        # A conditional node's body: the driver frees it
+                        # although the node still holds it, and destroying
+                        # the graph that holds the node then crashes in the
+                        # driver (NVIDIA/cuda-python#2918).  That graph is
+                        # closed and never destroyed (a leak, counted),
+                        # before the body gives back its use of it.
+                        _abandon(_top(target))
                         target._leave_parent()  # a body: CUDA's, never counted
                     else:
                         rt.count(rt.STREAMS_CNT_GRAPH_DESTROYED)
@@ -499,7 +531,10 @@ class CaptureContext:
 
 # ---- classes ------------------------------------------------------------------------------------
 
+# no_gc_clear: its __dealloc__ gives the use back, so the GC must not set
+# `event` to None first ("Reference cycles" in docs/architecture.rst).
 @cython.final
+@cython.no_gc_clear
 cdef class _EventHold:
     """Holds an event in use while a graph node records or waits on it: its
     close() then destroys it only once the graph and its executables are gone."""
@@ -555,7 +590,9 @@ cdef class ConditionHandle:
 
     @property
     def reset(self):
-        """Whether every launch starts with the value set to ``default``."""
+        """Whether every launch starts with the value set to ``default``;
+        if not, a launch reads the value the previous launch of the same
+        executable left."""
         return self._reset
 
     def __repr__(self):
@@ -668,7 +705,7 @@ cdef Kernel _kernel_node_params(object kernel, object grid, object block, tuple 
     k._check_usable()
     as_dim3(grid, &g, "grid")
     as_dim3(block, &b, "block")
-    params.sharedMemBytes = <unsigned int>as_nbytes(shared_mem, "shared_mem")
+    params.sharedMemBytes = as_uint(shared_mem, "shared_mem")
     params.func = k._func
     params.gridDim = g
     params.blockDim = b
@@ -771,9 +808,18 @@ cdef class GraphNode:
             self._graph._unuse()
 
     def __eq__(self, other):
+        cdef GraphNode o
         if not isinstance(other, GraphNode):
             return NotImplemented
-        return self._handle == (<GraphNode>other)._handle
+        o = <GraphNode>other
+        if self._handle != o._handle:
+            return False
+        if self._graph is o._graph:
+            return True
+        # Two wrappers of one handle (graph.nodes, capture_info): equal while
+        # their graphs are open; after a close the address may be reused.
+        return (self._graph is not None and o._graph is not None
+                and not self._graph.closed and not o._graph.closed)
 
     def __hash__(self):
         return hash(("streams.GraphNode", <uintptr_t>self._handle))
@@ -827,6 +873,11 @@ cdef int with_box(cudaGraph_t g, list box, _graph_op op, void* out,
 
 cdef class Graph(HandleOwner):
     """A CUDA graph (``cudaGraph_t``): ``Graph()`` is empty; captures return one."""
+    # The GC may clear it: its release reads C fields only (the handle, the
+    # parent of a body), and a graph runs only as an executable, which holds
+    # what the nodes need in a tuple of its own (instantiate).
+    # Every public method checks that the graph is open before it reads a
+    # field: one made with Graph.__new__ has none (its _errors is None).
 
     def __init__(self):
         cdef cudaGraph_t g = NULL
@@ -905,6 +956,7 @@ cdef class Graph(HandleOwner):
         With ``upload_stream`` the executable is also uploaded there, so the
         first launch does not pay for it.
         """
+        self._check_open()
         cdef unsigned long long flags = 0
         cdef cudaGraphExec_t ex = NULL
         cdef Stream up = None
@@ -939,13 +991,14 @@ cdef class Graph(HandleOwner):
         result._handle = <streams_graph_exec_t>ex
         result._errors = self._errors
         result._keep = tuple(self._keep)
-        result._box = box
+        result._box = box if boxed else None
         result._boxed = boxed
         if result._keep:
             # Its replays use what the graph's nodes need: mark where each
             # launch ends, so that it is let go only after them (close()).
             result._marks = rt.marks_new()
         result._source = self._handle
+        result._source_ref = _weakref.ref(self)
         result._opened(True)
         if up is not None:
             result.upload(up)
@@ -953,6 +1006,7 @@ cdef class Graph(HandleOwner):
 
     def clone(self):
         """A copy of the graph (what its nodes need stays alive for the clone too)."""
+        self._check_open()
         cdef cudaGraph_t g = NULL
         self._use()
         try:
@@ -1012,6 +1066,7 @@ cdef class Graph(HandleOwner):
 
     def debug_dot(self, path=None, *, verbose=False):
         """Graphviz text of the graph; also written to ``path`` if given."""
+        self._check_open()
         cdef unsigned int flags = cudaGraphDebugDotFlagsVerbose if verbose else 0
         cdef bytes target
         cdef const char* c_target
@@ -1038,6 +1093,7 @@ cdef class Graph(HandleOwner):
 
     # ---- explicit construction -----------------------------------------------
     def add_empty_node(self, dependencies=()):
+        self._check_open()
         return _wrap_node(self, _add_node(self, dependencies, _add_empty, NULL))
 
     def add_host_node(self, callback, arg=None, dependencies=(), *, owner=None):
@@ -1050,6 +1106,7 @@ cdef class Graph(HandleOwner):
         and ``owner`` alive for as long as it, a clone or an executable
         made from it may call the function.
         """
+        self._check_open()
         cdef HostCall call
         cdef _NativeHost h
         self._refuse_in_body("a host node")
@@ -1088,6 +1145,7 @@ cdef class Graph(HandleOwner):
         graph keeps the kernel's module loaded and the streams buffers among
         the arguments alive; a ConditionHandle argument must be this graph's
         or, in a conditional body, that of a graph holding the body."""
+        self._check_open()
         cdef cudaGraphNode_t node = NULL
         cdef cudaKernelNodeParams params
         cdef cudaLaunchAttributeValue cluster_dim, coop
@@ -1134,6 +1192,7 @@ cdef class Graph(HandleOwner):
 
     def add_memset_node(self, ptr, value, nbytes, dependencies=()):
         """Set ``nbytes`` bytes at ``ptr`` (device memory) to ``value`` (0-255)."""
+        self._check_open()
         cdef cudaGraphNode_t node
         cdef cudaMemsetParams params
         cdef Span span
@@ -1150,6 +1209,7 @@ cdef class Graph(HandleOwner):
     def add_memcpy_node(self, dst, src, nbytes, dependencies=()):
         """Copy ``nbytes`` from ``src`` to ``dst`` (memory CUDA knows: device,
         managed or pinned)."""
+        self._check_open()
         cdef cudaGraphNode_t node
         cdef _Copy copy
         cdef Span d, s
@@ -1172,17 +1232,27 @@ cdef class Graph(HandleOwner):
     def create_condition(self, default=0, *, reset=True):
         """A ConditionHandle for a conditional node of this graph.
 
-        With ``reset`` (the default) every launch starts with the value
-        ``default``; without, the value a launch leaves is the next one's.
+        ``reset=True`` (the default): every launch starts with the value
+        ``default`` (``cudaGraphCondAssignDefault``).  ``reset=False``: CUDA
+        assigns nothing at launch; each executable keeps the value its last
+        launch left, and the value its first launch reads is not documented
+        by CUDA (0 in practice): set the condition in the graph before a
+        conditional node reads it.  ``default`` must then be 0, since no
+        launch would ever see another value.
         """
         cdef cudaGraphConditionalHandle h = 0
         cdef ConditionHandle c
         cdef unsigned int d
         cdef unsigned int flags = cudaGraphCondAssignDefault if reset else 0
-        v = as_int(default, "default")
-        if v < 0 or v > 0xFFFFFFFF:
-            raise ValueError(f"default must fit an unsigned 32-bit value, got {v}")
-        d = <unsigned int>v
+        # The arguments first (they read no field), then whether it is open.
+        d = as_uint(default, "default")
+        if d != 0 and not reset:
+            # CUDA applies a default at the start of every launch or never;
+            # a default only the first launch sees cannot be expressed.
+            raise ValueError(f"default={d} needs reset=True: without it CUDA never assigns "
+                             "the default (set the condition from a kernel in the graph "
+                             "instead)")
+        self._check_open()
         self._use()
         try:
             with nogil:
@@ -1216,11 +1286,13 @@ cdef class Graph(HandleOwner):
     def add_if(self, cond, dependencies=()):
         """An "if" node: its body runs when ``cond`` is nonzero.  Returns
         ``(node, body)``; fill ``body`` (a Graph) with nodes or by capture."""
+        self._check_open()
         node, bodies = self._add_conditional(cond, cudaGraphCondTypeIf, 1, dependencies)
         return node, bodies[0]
 
     def add_if_else(self, cond, dependencies=()):
         """An "if/else" node (CUDA 12.8+): returns ``(node, then_body, else_body)``."""
+        self._check_open()
         node, bodies = self._add_conditional(cond, cudaGraphCondTypeIf, 2, dependencies)
         return node, bodies[0], bodies[1]
 
@@ -1228,6 +1300,7 @@ cdef class Graph(HandleOwner):
         """A "while" node: its body runs again and again while ``cond`` is
         nonzero (tested before each run; a kernel of the body sets it).
         Returns ``(node, body)``."""
+        self._check_open()
         node, bodies = self._add_conditional(cond, cudaGraphCondTypeWhile, 1, dependencies)
         return node, bodies[0]
 
@@ -1235,11 +1308,11 @@ cdef class Graph(HandleOwner):
         """A "switch" node (CUDA 12.8+) with ``n`` bodies: body ``i`` runs when
         ``cond`` is ``i``, none when it is ``n`` or more.  Returns
         ``(node, [body_0, ..., body_n-1])``."""
-        count = as_int(n, "n")
-        if count < 1 or count > 0xFFFFFFFF:
+        self._check_open()
+        cdef unsigned int count = as_uint(n, "n")
+        if count < 1:
             raise ValueError(f"n must be >= 1 (the number of bodies), got {count}")
-        return self._add_conditional(cond, streams_cudaGraphCondTypeSwitch, <unsigned int>count,
-                                     dependencies)
+        return self._add_conditional(cond, streams_cudaGraphCondTypeSwitch, count, dependencies)
 
     # ---- memory nodes --------------------------------------------------------
     def add_mem_alloc(self, nbytes, dependencies=()):
@@ -1247,6 +1320,7 @@ cdef class Graph(HandleOwner):
         device) each launch.  Returns a GraphAllocation (``.node``, ``.ptr``;
         ``node, ptr = ...`` unpacks it); free it with ``add_mem_free``, or
         instantiate with ``auto_free_on_launch=True``."""
+        self._check_open()
         cdef cudaGraphNode_t node
         cdef cudaMemAllocNodeParams params
         cdef GraphAllocation result
@@ -1270,10 +1344,14 @@ cdef class Graph(HandleOwner):
         """A node that frees graph memory: a GraphAllocation, or the address
         of one (of this graph or of another graph whose launches left it
         allocated)."""
+        self._check_open()
         cdef cudaGraphNode_t node
         cdef uintptr_t address
         if isinstance(ptr, GraphAllocation):
             address = (<GraphAllocation>ptr)._ptr
+            if address == 0:
+                raise ValueError("ptr: this GraphAllocation was never initialised (use "
+                                 "Graph.add_mem_alloc())")
         elif isinstance(ptr, int) and not isinstance(ptr, bool):
             if ptr <= 0 or ptr > <uintptr_t>-1:
                 raise ValueError(f"ptr must be a device address, got {ptr}")
@@ -1291,9 +1369,11 @@ cdef class Graph(HandleOwner):
         return _wrap_node(self, node)
 
     def add_event_record_node(self, event, dependencies=()):
+        self._check_open()
         return self._add_event_node(as_event(event, "event"), dependencies, True)
 
     def add_event_wait_node(self, event, dependencies=()):
+        self._check_open()
         return self._add_event_node(as_event(event, "event"), dependencies, False)
 
     cdef GraphNode _add_event_node(self, Event ev, object dependencies, bint record):
@@ -1311,6 +1391,7 @@ cdef class Graph(HandleOwner):
 
     def add_child_graph_node(self, Graph child not None, dependencies=()):
         """Embed a copy of ``child`` (what its nodes need stays alive with this graph)."""
+        self._check_open()
         cdef cudaGraphNode_t node
         child._use()
         try:
@@ -1362,7 +1443,11 @@ cdef int _enqueue_exec(GraphExec exe, Stream stream, bint launch, bint held) exc
         exe._unuse_as(held)
 
 
+# no_gc_clear: __dealloc__ parks what the replays in flight use (_keep,
+# _box); a tp_clear first would let it go under them ("Reference cycles" in
+# docs/architecture.rst).
 @cython.final
+@cython.no_gc_clear
 cdef class GraphExec(HandleOwner):
     """An executable graph (``cudaGraphExec_t``), from ``Graph.instantiate()``."""
 
@@ -1393,7 +1478,7 @@ cdef class GraphExec(HandleOwner):
         cdef Stream s = as_stream(stream, "stream")
         if self._errors is not None and self._errors.first is not None:
             self._errors.raise_pending("graph host callback")
-        if rt.enqueue_may_keep_gil():
+        if keep_gil_for(s):
             _enqueue_exec(self, s, 1, True)
         else:
             with nogil:
@@ -1433,15 +1518,19 @@ cdef class GraphExec(HandleOwner):
         finally:
             self._unuse()
         if not up.refused:
-            # Replays already queued may still use what the old nodes needed.
-            self._keep = self._keep + tuple(graph._keep)
-            if self._keep and self._marks == NULL:
-                self._start_marks()
-            # Whether the old box goes now or with the executable, it holds
-            # the new one: what node updates put there lives as long as needed.
-            if self._box is not None:
+            # Replays already queued may still use what the old nodes needed
+            # (linked, not copied: updates in a loop stay linear).
+            kept = tuple(graph._keep)
+            if kept:
+                self._keep = (self._keep, kept) if self._keep else kept
+                if self._marks == NULL:
+                    self._start_marks()
+            if self._boxed:
+                # Whether the old box goes now or with the executable, it
+                # holds the new one: what node updates put there lives as
+                # long as needed.
                 self._box.append(box)
-            self._box = box
+                self._box = box
             return UpdateResult(True, "success", None)
         node = _wrap_node(graph, up.info.errorNode) if up.info.errorNode != NULL else None
         return UpdateResult(False, _UPDATE_RESULT_NAMES.get(up.info.result,
@@ -1454,8 +1543,17 @@ cdef class GraphExec(HandleOwner):
         cdef GraphNode nd
         if not isinstance(node, GraphNode):
             raise TypeError(f"{argname} must be a GraphNode, not {type(node).__name__}")
+        self._check_open()
         nd = <GraphNode>node
         nd._check()
+        # Handles are compared only while both graphs are open: the handle of
+        # a closed graph may already be another graph's.
+        source = self._source_ref() if self._source_ref is not None else None
+        if source is None or (<Graph>source).closed:
+            raise ValueError(f"{argname}: the graph this GraphExec was instantiated from is "
+                             "closed or gone, so no node of it can be named any more")
+        if nd._graph.closed or _top(nd._graph).closed:
+            raise ValueError(f"{argname} is a node of a closed graph")
         if _top(nd._graph)._handle != self._source:
             raise ValueError(f"{argname} is not a node of the graph this GraphExec was "
                              "instantiated from")
@@ -1680,10 +1778,17 @@ cdef class GraphExec(HandleOwner):
         # What a node update brings.  Boxed: the CUDA user object that owns
         # _box keeps it past the replays in flight.  Unboxed: this object
         # holds it, launches are marked from now on, and when it goes the
-        # objects wait for the marked launches (close, __dealloc__).
-        if not self._boxed and self._marks == NULL:
+        # objects wait for the marked launches (close, __dealloc__).  Linked
+        # into _keep, a tuple, not put in a list of its own: the GC would
+        # clear such a list, which only this object refers to, even after
+        # __dealloc__ parked it; a tuple it cannot clear.  (_box is safe:
+        # the user object's reference keeps the GC from taking it.)
+        if self._boxed:
+            self._box.append(obj)
+            return 0
+        if self._marks == NULL:
             self._start_marks()
-        self._box.append(obj)
+        self._keep = (self._keep, obj)
         return 0
 
     cdef void _park(self) noexcept:

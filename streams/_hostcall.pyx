@@ -31,6 +31,8 @@ cdef extern from "Python.h":
 @cython.freelist(64)
 cdef class HostCall:
     """A Python callable with its argument, enqueued as a CUDA host function."""
+    # The GC may clear it: CUDA's reference (a work item's, or a graph's
+    # user object) keeps it from the GC for as long as it can still run.
 
     def __init__(self, *args, **kwargs):
         rt.refuse_construction(self, "Stream.launch_host_func and Graph.add_host_node make them")
@@ -116,15 +118,24 @@ cdef tuple take_capture(unsigned long long capture_id, Stream stream):
 
 
 # ---- enqueueing ---------------------------------------------------------------------------
+# Whether the stream is being captured decides who owns the payload: a
+# one-shot work item (called once, by ticket: shim.h) or the capture's graph
+# (a user object; every replay calls it).  The decision is read twice: first
+# with the GIL, to build the payload, then again inside the capture fence
+# (shim.h), where no capture that streams begins or ends can change it until
+# the launch is made.  If the two readings differ, a capture began or ended
+# in between: the payload is dropped and the enqueue starts over.  So the
+# payload's owner is the right one whatever another thread does meanwhile
+# (docs/host-callbacks.rst, "Callbacks and captures on other threads").
+
+cdef int _ATTEMPTS = 1000    # only a capture begun or ended at every attempt exhausts them
+
 
 cdef int _enqueue(Stream stream, object callback, object arg, int kind, object owner,
                   int sync_mode) except -1:
-    cdef cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone
-    cdef unsigned long long capture_id = 0
-    cdef cudaGraph_t graph = NULL
-    cdef HostCall call
-    cdef PyObject* payload
-    cdef int r
+    cdef cudaStreamCaptureStatus status
+    cdef unsigned long long capture_id
+    cdef int attempt
     if kind == KIND_HOST_FUNC:
         native = native_host_func(callback, arg, owner, "callback", "arg")
         if native is not None:
@@ -137,53 +148,139 @@ cdef int _enqueue(Stream stream, object callback, object arg, int kind, object o
     rt.check_host_func_sync_mode(sync_mode)
     stream._use()
     try:
-        # A one-shot payload captured into a graph would be freed by the
-        # first replay and used after free by the second: under capture the
-        # graph owns the payload instead, and every replay runs it.
-        with nogil:
-            rt.stream_get_capture_info(<cudaStream_t>stream._handle, &status, &capture_id,
-                                       &graph, NULL, NULL, NULL)
-        if status == cudaStreamCaptureStatusActive:
-            if kind != KIND_HOST_FUNC:
-                raise RuntimeError(
-                    "add_callback cannot be captured into a graph (CUDA would invalidate "
-                    "the capture); use launch_host_func, which is captured as a host node")
-            return _enqueue_captured(stream, callback, arg, graph, capture_id, sync_mode)
-        if stream._errors is None:
-            stream._errors = new_error_slot()
-        call = new_call(callback, arg, stream, stream._errors, kind)
-        payload = <PyObject*>call
-        rt.payload_incref(payload)     # the reference that travels with the work item
-        rt.count(rt.STREAMS_CNT_CALLBACK_ENQUEUED)
-        try:
-            with nogil:
-                if kind == KIND_HOST_FUNC:
-                    rt.launch_host_func(<cudaStream_t>stream._handle, payload, sync_mode)
-                else:
-                    rt.stream_add_callback(<cudaStream_t>stream._handle, payload)
-        except BaseException:
-            rt.count(rt.STREAMS_CNT_CALLBACK_DROPPED)
-            rt.payload_decref(payload)
-            raise
+        # The first attempt assumes the common case, no capture, which the
+        # one-shot path checks inside the fence anyway; a stream found
+        # capturing there is looked at again.
+        status = cudaStreamCaptureStatusNone
+        capture_id = 0
+        for attempt in range(_ATTEMPTS):
+            if attempt:
+                with nogil:
+                    rt.stream_get_capture_info(<cudaStream_t>stream._handle, &status,
+                                               &capture_id, NULL, NULL, NULL, NULL)
+            if status == cudaStreamCaptureStatusActive:
+                if kind != KIND_HOST_FUNC:
+                    raise RuntimeError(
+                        "add_callback cannot be captured into a graph (CUDA would invalidate "
+                        "the capture); use launch_host_func, which is captured as a host node")
+                if _enqueue_captured(stream, callback, arg, capture_id, sync_mode):
+                    return 0
+            elif _enqueue_once(stream, callback, arg, kind, sync_mode):
+                return 0
+        raise RuntimeError("launch_host_func: captures kept beginning or ending on the stream "
+                           f"while the callback was enqueued ({_ATTEMPTS} attempts)")
     finally:
         stream._unuse()
-    return 0
 
 
-cdef int _enqueue_captured(Stream stream, object callback, object arg, cudaGraph_t graph,
+cdef int _launch_once(cudaStream_t h, PyObject* payload, int kind,
+                      int sync_mode) except -1 nogil:
+    # 1: launched as a one-shot; 0: the stream is being captured now.
+    cdef cudaStreamCaptureStatus now = cudaStreamCaptureStatusNone
+    rt.fence_enter()
+    try:
+        rt.stream_is_capturing(h, &now)
+        if now == cudaStreamCaptureStatusActive:
+            return 0
+        # Not capturing (or a capture invalidated, which refuses the launch).
+        if kind == KIND_HOST_FUNC:
+            rt.launch_host_func(h, payload, sync_mode)
+        else:
+            rt.stream_add_callback(h, payload)
+        return 1
+    finally:
+        rt.fence_leave()
+
+
+cdef int _enqueue_once(Stream stream, object callback, object arg, int kind,
+                       int sync_mode) except -1:
+    # 1: enqueued; 0: a capture began meanwhile (nothing enqueued).
+    cdef HostCall call
+    cdef PyObject* payload
+    cdef int launched = 0
+    if stream._errors is None:
+        stream._errors = new_error_slot()
+    call = new_call(callback, arg, stream, stream._errors, kind)
+    payload = <PyObject*>call
+    rt.payload_incref(payload)     # the reference that travels with the work item
+    try:
+        with nogil:
+            launched = _launch_once(<cudaStream_t>stream._handle, payload, kind, sync_mode)
+    except BaseException:
+        rt.count(rt.STREAMS_CNT_CALLBACK_ENQUEUED)
+        rt.count(rt.STREAMS_CNT_CALLBACK_DROPPED)
+        rt.payload_decref(payload)
+        raise
+    if not launched:
+        rt.payload_decref(payload)
+        return 0
+    rt.count(rt.STREAMS_CNT_CALLBACK_ENQUEUED)
+    return 1
+
+
+cdef int _launch_captured(cudaStream_t h, PyObject* payload, unsigned long long capture_id,
+                          int sync_mode, bint* moved) except -1 nogil:
+    # 1: attached to the capture's graph and launched into it; 0: the
+    # stream's capture is no longer ``capture_id``.
+    cdef cudaStreamCaptureStatus now = cudaStreamCaptureStatusNone
+    cdef unsigned long long id_now = 0
+    cdef cudaGraph_t graph = NULL
+    rt.fence_enter()
+    try:
+        rt.stream_get_capture_info(h, &now, &id_now, &graph, NULL, NULL, NULL)
+        if now != cudaStreamCaptureStatusActive or id_now != capture_id:
+            return 0
+        # Inside the fence the capture cannot end through streams, so its
+        # graph is alive here.
+        rt.graph_attach_reference(graph, payload, moved)
+        rt.launch_graph_host_func(h, payload, sync_mode)
+        return 1
+    finally:
+        rt.fence_leave()
+
+
+cdef int _enqueue_captured(Stream stream, object callback, object arg,
                            unsigned long long capture_id, int sync_mode) except -1:
+    # 1: captured; 0: the capture ended or changed meanwhile (nothing enqueued).
+    cdef bint registered = False
+    cdef bint moved = False
+    cdef int launched = 0
+    cdef HostCall call
     slot, target = _captures.get(capture_id, (None, None))
     if slot is None:
         slot = new_error_slot()
         register_capture(capture_id, slot, None, stream)
-    cdef HostCall call = new_call(callback, arg, None, slot, KIND_HOST_FUNC)
+        registered = True
+    call = new_call(callback, arg, None, slot, KIND_HOST_FUNC)
     call.persistent = True
     # The graph this capture makes (or extends) now holds a host callable:
     # its executables box what node updates bring (_graph.pyx, instantiate).
     (<ErrorSlot>slot).host_calls = True
-    rt.graph_attach_payload(graph, <PyObject*>call)
-    with nogil:
-        rt.launch_graph_host_func(<cudaStream_t>stream._handle, <PyObject*>call, sync_mode)
+    rt.payload_incref(<PyObject*>call)     # the user object's, once it is made
+    try:
+        with nogil:
+            launched = _launch_captured(<cudaStream_t>stream._handle, <PyObject*>call,
+                                        capture_id, sync_mode, &moved)
+    except BaseException:
+        # Attached (moved): the graph owns the payload, as it would the node.
+        if not moved:
+            rt.payload_decref(<PyObject*>call)
+        raise
+    if not launched:
+        rt.payload_decref(<PyObject*>call)
+        if registered:
+            _forget_capture(capture_id, slot, stream)
+        return 0
+    return 1
+
+
+cdef int _forget_capture(unsigned long long capture_id, object slot, Stream stream) except -1:
+    # A registration made for a capture that ended before it was used.
+    found = _captures.get(capture_id)
+    if found is not None and found[0] is slot:
+        del _captures[capture_id]
+        if _capture_of_stream.get(<uintptr_t>stream._handle) == capture_id:
+            del _capture_of_stream[<uintptr_t>stream._handle]
     return 0
 
 
@@ -320,46 +417,131 @@ cdef tuple native_host_func(object callback, object data, object owner, str fn_n
     return (fn, address, None if not kept else kept[0] if len(kept) == 1 else kept)
 
 
-cdef int _enqueue_native(Stream stream, tuple native, int sync_mode) except -1:
-    cdef cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone
-    cdef unsigned long long capture_id = 0
+# A native call with something to keep is decided as a Python callback is
+# (the enqueueing section above): inside the capture fence, a stream not
+# capturing gets a one-shot record carried by a ticket (whose reference the
+# trampoline hands to the deferred queue once the function ran); a stream
+# capturing gets the plain function as a node, and the capture's graph a
+# user object owning the reference (every replay calls the function, so
+# whatever it needs lives as long as the graph and its executables).  A
+# capture the fence cannot see that takes a one-shot record in calls the
+# function at its first replay only (stale ticket after that), never with a
+# freed record.
+
+
+cdef int _launch_native_once(cudaStream_t h, uintptr_t fn, uintptr_t data, PyObject* keep,
+                             int sync_mode) except -1 nogil:
+    # 1: launched as a one-shot record (which now owns the reference to
+    # `keep`); 0: the stream is being captured now (nothing enqueued).
+    cdef cudaStreamCaptureStatus now = cudaStreamCaptureStatusNone
+    rt.fence_enter()
+    try:
+        rt.stream_is_capturing(h, &now)
+        if now == cudaStreamCaptureStatusActive:
+            return 0
+        rt.launch_native_host_func(h, <rt.host_fn>fn, <void*>data, keep, sync_mode)
+        return 1
+    finally:
+        rt.fence_leave()
+
+
+cdef int _enqueue_native_once(Stream stream, uintptr_t fn, uintptr_t data, object keep,
+                              int sync_mode) except -1:
+    # 1: enqueued; 0: a capture began meanwhile (nothing enqueued).
+    cdef int launched = 0
+    rt.payload_incref(<PyObject*>keep)    # the reference that travels with the record
+    try:
+        with nogil:
+            launched = _launch_native_once(<cudaStream_t>stream._handle, fn, data,
+                                           <PyObject*>keep, sync_mode)
+    except BaseException:
+        rt.payload_decref(<PyObject*>keep)
+        raise
+    if not launched:
+        rt.payload_decref(<PyObject*>keep)
+        return 0
+    return 1
+
+
+cdef int _launch_native_captured(cudaStream_t h, uintptr_t fn, uintptr_t data,
+                                 PyObject* keep, unsigned long long capture_id,
+                                 int sync_mode, bint* moved) except -1 nogil:
+    # 1: `keep` attached to the capture's graph and the function launched
+    # into it; 0: the stream's capture is no longer ``capture_id``.
+    cdef cudaStreamCaptureStatus now = cudaStreamCaptureStatusNone
+    cdef unsigned long long id_now = 0
     cdef cudaGraph_t graph = NULL
+    rt.fence_enter()
+    try:
+        rt.stream_get_capture_info(h, &now, &id_now, &graph, NULL, NULL, NULL)
+        if now != cudaStreamCaptureStatusActive or id_now != capture_id:
+            return 0
+        # Inside the fence the capture cannot end through streams, so its
+        # graph is alive here.
+        rt.graph_attach_reference(graph, keep, moved)
+        rt.launch_native_host_func(h, <rt.host_fn>fn, <void*>data, NULL, sync_mode)
+        return 1
+    finally:
+        rt.fence_leave()
+
+
+cdef int _enqueue_native_captured(Stream stream, uintptr_t fn, uintptr_t data, object keep,
+                                  unsigned long long capture_id, int sync_mode) except -1:
+    # 1: captured; 0: the capture ended or changed meanwhile (nothing enqueued).
+    cdef bint moved = False
+    cdef int launched = 0
+    rt.payload_incref(<PyObject*>keep)    # the user object's, once it is made
+    try:
+        with nogil:
+            launched = _launch_native_captured(<cudaStream_t>stream._handle, fn, data,
+                                               <PyObject*>keep, capture_id, sync_mode, &moved)
+    except BaseException:
+        # Attached (moved): the graph owns the reference, as it would the node.
+        if not moved:
+            rt.payload_decref(<PyObject*>keep)
+        raise
+    if not launched:
+        rt.payload_decref(<PyObject*>keep)
+        return 0
+    return 1
+
+
+cdef int _enqueue_native(Stream stream, tuple native, int sync_mode) except -1:
+    cdef cudaStreamCaptureStatus status
+    cdef unsigned long long capture_id
+    cdef int attempt
     cdef uintptr_t fn = native[0]
     cdef uintptr_t data = native[1]
     keep = native[2]
+    # Resolved here, with the GIL, not inside the fence.
     rt.check_host_func_sync_mode(sync_mode)
     stream._use()
     try:
         if keep is None:
             # Nothing to let go afterwards: the function as it is, captured
-            # or not (a captured node calls it on every replay).
+            # or not (a captured node calls it on every replay), no fence.
             with nogil:
                 rt.launch_native_host_func(<cudaStream_t>stream._handle, <rt.host_fn>fn,
                                            <void*>data, NULL, sync_mode)
             return 0
-        with nogil:
-            rt.stream_get_capture_info(<cudaStream_t>stream._handle, &status, &capture_id,
-                                       &graph, NULL, NULL, NULL)
-        if status == cudaStreamCaptureStatusActive:
-            # A one-shot record would be freed by the first replay: the
-            # graph the capture makes keeps `keep` (a CUDA user object).
-            rt.graph_attach_payload(graph, <PyObject*>keep)
-            with nogil:
-                rt.launch_native_host_func(<cudaStream_t>stream._handle, <rt.host_fn>fn,
-                                           <void*>data, NULL, sync_mode)
-            return 0
-        rt.payload_incref(<PyObject*>keep)    # the reference that travels with the record
-        try:
-            with nogil:
-                rt.launch_native_host_func(<cudaStream_t>stream._handle, <rt.host_fn>fn,
-                                           <void*>data, <PyObject*>keep, sync_mode)
-        except BaseException:
-            rt.payload_decref(<PyObject*>keep)
-            raise
+        # As _enqueue: the first attempt assumes no capture, which the
+        # one-shot path checks inside the fence.
+        status = cudaStreamCaptureStatusNone
+        capture_id = 0
+        for attempt in range(_ATTEMPTS):
+            if attempt:
+                with nogil:
+                    rt.stream_get_capture_info(<cudaStream_t>stream._handle, &status,
+                                               &capture_id, NULL, NULL, NULL, NULL)
+            if status == cudaStreamCaptureStatusActive:
+                if _enqueue_native_captured(stream, fn, data, keep, capture_id, sync_mode):
+                    return 0
+            elif _enqueue_native_once(stream, fn, data, keep, sync_mode):
+                return 0
+        raise RuntimeError("launch_host_func: captures kept beginning or ending on the stream "
+                           f"while the native function was enqueued ({_ATTEMPTS} attempts)")
     finally:
         stream._unuse()
-    return 0
-
 
 rt.set_dispatcher(_dispatch)
 set_host_call_enqueue(_enqueue)
@@ -396,6 +578,8 @@ cdef extern from "streams/notify.h" nogil:
 @cython.final
 cdef class _Doorbell:
     """One event loop's eventfd, and the futures of the waits it resolves."""
+    # The GC may clear `_waiting` (futures hold their loop, whose reader
+    # holds this object): __dealloc__ reads the C notifier only.
     cdef streams_notifier* _n
     cdef dict _waiting            # token -> future
     cdef unsigned long long _next
@@ -475,6 +659,23 @@ cdef object _doorbell(object loop):
     return bell
 
 
+cdef int _notify_unless_capturing(cudaStream_t h, void* node) except -1 nogil:
+    # 1: the doorbell's host function is enqueued, as a one-shot (a ticket:
+    # shim.h); 0: the stream is being captured (nothing enqueued).  In the
+    # capture fence, so no capture that streams begins can take the host
+    # function into a graph (where replays would ring a freed node).
+    cdef cudaStreamCaptureStatus now = cudaStreamCaptureStatusNone
+    rt.fence_enter()
+    try:
+        rt.stream_is_capturing(h, &now)
+        if now != cudaStreamCaptureStatusNone:
+            return 0
+        rt.launch_notify(h, node)
+        return 1
+    finally:
+        rt.fence_leave()
+
+
 cdef int _enqueue_doorbell(Waitable obj, _Doorbell bell, unsigned long long token) except -1:
     cdef streams_wait_node* node = streams_wait_node_new(bell._n, token)
     cdef bint enqueued = False
@@ -487,22 +688,29 @@ cdef int _enqueue_doorbell(Waitable obj, _Doorbell bell, unsigned long long toke
             s._use()
             try:
                 with nogil:
-                    rt.launch_notify(<cudaStream_t>s._handle, <void*>node)
-                enqueued = True
+                    enqueued = _notify_unless_capturing(<cudaStream_t>s._handle, <void*>node)
             finally:
                 s._unuse()
+            if not enqueued:
+                raise RuntimeError(_AWAIT_CAPTURING)
         else:
             # The host function needs a stream: a private one that waits for
             # the event, so that waits on different events finish
-            # independently, in the order the GPU reaches them.
-            s = Stream((<Event>obj)._device, 0, True)
+            # independently, in the order the GPU reaches them.  An event of
+            # unknown device (Event.from_handle without device=): a stream
+            # of the current device, which may wait for an event of any.
+            dev = (<Event>obj)._device
+            s = Stream(dev if dev >= 0 else None, 0, True)
             try:
                 s.wait_event(obj)
                 with nogil:
-                    rt.launch_notify(<cudaStream_t>s._handle, <void*>node)
-                enqueued = True
+                    enqueued = _notify_unless_capturing(<cudaStream_t>s._handle, <void*>node)
             finally:
                 s.close()
+            if not enqueued:
+                # Waiting joined a capture: the event was recorded in one.
+                raise RuntimeError("cannot await an event recorded in a capture (it marks a "
+                                   "graph node, not work that will run)")
     except BaseException:
         if not enqueued:
             streams_wait_node_abandon(node)
@@ -510,10 +718,37 @@ cdef int _enqueue_doorbell(Waitable obj, _Doorbell bell, unsigned long long toke
     return 0
 
 
+cdef str _AWAIT_CAPTURING = ("cannot await a stream that is being captured (the wait would "
+                             "become a graph node, and a query would invalidate the capture)")
+
+
+cdef int _query_unless_capturing(Stream stream) except -1:
+    # 1 done, 0 not yet; raises if the stream is being captured.  One fence
+    # hold for both: a capture begun by streams between them would be
+    # invalidated by the query.
+    cdef cudaStreamCaptureStatus now = cudaStreamCaptureStatusNone
+    cdef int done = -1
+    stream._use()
+    try:
+        with nogil:
+            rt.fence_enter()
+            try:
+                rt.stream_is_capturing(<cudaStream_t>stream._handle, &now)
+                if now == cudaStreamCaptureStatusNone:
+                    done = rt.stream_query(<cudaStream_t>stream._handle)
+            finally:
+                rt.fence_leave()
+    finally:
+        stream._unuse()
+    if done < 0:
+        raise RuntimeError(_AWAIT_CAPTURING)
+    return done
+
+
 async def _poll(obj):
     import asyncio
     delay = 50e-6
-    while not obj.query():
+    while not (_query_unless_capturing(<Stream>obj) if isinstance(obj, Stream) else obj.query()):
         await asyncio.sleep(delay)
         delay = min(delay * 2, 2e-3)
 
@@ -523,12 +758,12 @@ async def _wait(Waitable obj):
     cdef unsigned long long token
     import asyncio      # not at import: most programs never await
     loop = asyncio.get_running_loop()
-    # Before any query: querying a capturing stream is an error that also
-    # invalidates the capture (the user's end_capture would then fail).
-    if isinstance(obj, Stream) and (<Stream>obj).capture_status != 0:
-        raise RuntimeError("cannot await a stream that is being captured (the wait would "
-                           "become a graph node, and a query would invalidate the capture)")
-    if obj.query():
+    # No query of a capturing stream: it is an error that also invalidates
+    # the capture (the user's end_capture would then fail).
+    if isinstance(obj, Stream):
+        if _query_unless_capturing(<Stream>obj):
+            return None
+    elif obj.query():
         return None
     found = _doorbell(loop)
     if found is None:

@@ -121,12 +121,20 @@ def current_in(framework, stream=None):
     ``stream`` is anything :func:`streams.as_stream` takes (None: streams'
     current stream).  The block gets the framework's stream object, a
     ``torch.cuda.ExternalStream`` / ``cupy.cuda.ExternalStream`` of the same
-    handle (the default streams: the framework's own), and ``stream`` is
+    handle (the default streams: the framework's own; PyTorch's default
+    stream stands for ``Stream.null`` and ``Stream.legacy``, and PyTorch has
+    none for ``Stream.per_thread``: ValueError), and ``stream`` is
     kept alive until the block ends: keep it alive while the framework
     still has work of the block to enqueue.
     """
     mod = _framework(framework)
     s = as_stream(stream, "stream")
+    if framework == "torch" and s.handle == 2:
+        # Checked before the framework's state changes.
+        raise ValueError("current_in('torch', ...): PyTorch has no stream object for the "
+                         "per-thread default stream (torch.cuda.ExternalStream cannot take "
+                         "handle 2); use a streams.Stream, or Stream.legacy for torch's "
+                         "default stream")
     device = s.device_id if s.device_id >= 0 else get_device()
     if framework == "torch":
         with mod.cuda.device(device):
@@ -141,7 +149,11 @@ def current_in(framework, stream=None):
 
 
 def _torch_stream(torch, s, device):
-    if s.handle == 0:
+    # torch's default stream is CUDA's null stream, which acts as the
+    # legacy default stream (PyTorch is built without per-thread default
+    # streams): it stands for handles 0 and 1.  ExternalStream cannot take
+    # a special handle (torch refuses the stream id at its first use).
+    if s.handle in (0, 1):
         return torch.cuda.default_stream(device)
     return torch.cuda.ExternalStream(s.handle, device=torch.device("cuda", device))
 

@@ -81,7 +81,8 @@ cdef struct ArgPack:
     void* users[MAX_KERNEL_ARGS]    # streams buffers held in use meanwhile
     int nusers
 
-cdef int pack_args(Kernel kernel, tuple args, ArgPack* pack, Stream consumer) except -1
+cdef int pack_args(Kernel kernel, tuple args, ArgPack* pack, Stream consumer,
+                   int span_flags=*) except -1
 cdef void release_pack(ArgPack* pack) noexcept
 # An object that holds the buffers of a pack in use until it goes.
 cdef object keep_pack_users(ArgPack* pack)

@@ -15,15 +15,17 @@ import threading as _threading
 cimport cython
 from cpython.float cimport PyFloat_AS_DOUBLE
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_AsUnsignedLongLong
+from cpython.ref cimport Py_DECREF
 from libc.stdint cimport uintptr_t
 
 cimport streams._cudart as rt
-from streams._args cimport as_dim3, as_int, as_nbytes
+from streams._args cimport as_dim3, as_int, as_nbytes, as_uint
 from streams._device cimport DeviceScope, enter_device, exit_device, require_device
-from streams._memory cimport SPAN_DEVICE, SPAN_NULL_OK, Span, release_span, resolve_span
+from streams._memory cimport (SPAN_DEVICE, SPAN_NO_WAIT, SPAN_NULL_OK, Span, release_span,
+                              resolve_span)
 from streams._handle cimport HandleOwner
 from streams._platform cimport streams_mark_bit
-from streams._stream cimport Event, LaunchTarget, Stream, as_stream
+from streams._stream cimport Event, LaunchTarget, Stream, as_stream, keep_gil_for
 from streams.cudart cimport *
 
 from streams._cudart import CudaError
@@ -72,14 +74,15 @@ cdef int set_condition_type(object cls) except -1:
 # ---- argument packing ---------------------------------------------------------------------
 
 cdef int _store_arg(ArgPack* pack, Py_ssize_t i, int kind, object value,
-                    Stream consumer) except -1:
+                    Stream consumer, int span_flags) except -1:
     cdef void* slot = &pack.slots[i]
     cdef Span span
     cdef double d
     pack.ptrs[i] = slot
     pack.slots[i] = 0
     if kind == _T_PTR:
-        resolve_span(value, &span, SPAN_DEVICE | SPAN_NULL_OK, consumer, <str>_ARG_NAMES[i])
+        resolve_span(value, &span, SPAN_DEVICE | SPAN_NULL_OK | span_flags, consumer,
+                     <str>_ARG_NAMES[i])
         (<uintptr_t*>slot)[0] = <uintptr_t>span.ptr
         if span.user != NULL:
             # Held in use until the launch is enqueued (or the prepared
@@ -173,7 +176,8 @@ cdef int _infer_kind(object value, Py_ssize_t pos) except -1:
     return _T_PTR
 
 
-cdef int pack_args(Kernel kernel, tuple args, ArgPack* pack, Stream consumer) except -1:
+cdef int pack_args(Kernel kernel, tuple args, ArgPack* pack, Stream consumer,
+                   int span_flags=0) except -1:
     cdef Py_ssize_t n = len(args), i
     cdef int kind
     pack.nusers = 0
@@ -200,7 +204,7 @@ cdef int pack_args(Kernel kernel, tuple args, ArgPack* pack, Stream consumer) ex
                         f"argument {i} of kernel {kernel._name!r}: a {_ARG_TYPE_LABEL[kind]} "
                         f"({_SIZE_OF[kind]} bytes) for a {kernel._param_size[i]}-byte "
                         "parameter")
-            _store_arg(pack, i, kind, args[i], consumer)
+            _store_arg(pack, i, kind, args[i], consumer, span_flags)
     except BaseException:
         release_pack(pack)
         raise
@@ -437,7 +441,9 @@ cdef Event _launch_event(object event, str argname):
 
 @cython.final
 cdef class LaunchConfig:
-    """How a kernel is launched by ``Stream.launch_ex`` and ``Kernel.prepare``
+    """LaunchConfig(grid, block, shared_mem=0, *, cluster=None, cooperative=False, programmatic_stream_serialization=False, programmatic_event=None, trigger_at_block_start=False, completion_event=None, priority=None, mem_sync_domain=None)
+
+    How a kernel is launched by ``Stream.launch_ex`` and ``Kernel.prepare``
     (``cudaLaunchKernelExC`` with ``cudaLaunchAttribute`` entries).
 
     ``grid`` and ``block`` (ints or up to 3-tuples) and ``shared_mem``
@@ -465,16 +471,21 @@ cdef class LaunchConfig:
 
     Immutable; a prepared launch keeps its config and its events.
     """
+    # The signature is written in the class docstring: Cython's embedded one
+    # puts the keyword-only marker one parameter late.
+    @cython.embedsignature(False)
     def __init__(self, grid, block, shared_mem=0, *, cluster=None, cooperative=False,
                  programmatic_stream_serialization=False, programmatic_event=None,
                  trigger_at_block_start=False, completion_event=None, priority=None,
                  mem_sync_domain=None):
-        cdef dim3 d
-        as_dim3(grid, &d, "grid")
-        self._grid_dims[0], self._grid_dims[1], self._grid_dims[2] = d.x, d.y, d.z
-        as_dim3(block, &d, "block")
-        self._block_dims[0], self._block_dims[1], self._block_dims[2] = d.x, d.y, d.z
-        self._shared_mem = as_nbytes(shared_mem, "shared_mem")
+        cdef dim3 g, b, d
+        if self._grid_dims[0] != 0:
+            # Immutable: a launch in another thread may be reading its events.
+            raise RuntimeError("LaunchConfig.__init__ was called on a config that was already "
+                               "initialised: make a new one instead")
+        as_dim3(grid, &g, "grid")
+        as_dim3(block, &b, "block")
+        self._shared_mem = as_uint(shared_mem, "shared_mem")
         self._has_cluster = cluster is not None
         if self._has_cluster:
             as_dim3(cluster, &d, "cluster")
@@ -498,6 +509,9 @@ cdef class LaunchConfig:
         else:
             raise ValueError(f"mem_sync_domain must be 'default', 'remote' or None, got "
                              f"{mem_sync_domain!r}")
+        # Last: a grid of 0 marks a config never (or not fully) initialised.
+        self._block_dims[0], self._block_dims[1], self._block_dims[2] = b.x, b.y, b.z
+        self._grid_dims[0], self._grid_dims[1], self._grid_dims[2] = g.x, g.y, g.z
 
     @property
     def grid(self):
@@ -558,6 +572,16 @@ cdef class LaunchConfig:
             if value is not None and value is not False:
                 parts.append(f"{name}={value!r}")
         return f"LaunchConfig({', '.join(parts)})"
+
+
+cdef LaunchConfig _usable_config(object config):
+    """``config`` as a LaunchConfig that __init__ completed, or TypeError/ValueError."""
+    if not isinstance(config, LaunchConfig):
+        raise TypeError(f"config must be a streams.LaunchConfig, not {type(config).__name__}")
+    if (<LaunchConfig>config)._grid_dims[0] == 0:
+        raise ValueError("this LaunchConfig was never initialised (make one with "
+                         "LaunchConfig(grid, block, ...))")
+    return <LaunchConfig>config
 
 
 cdef bint _flag(object value, str argname) except -1:
@@ -702,32 +726,35 @@ cdef class Kernel(LaunchTarget):
         if self._module is None:
             with gil:
                 self._check_usable()
+        if shared_mem >> 32:
+            # CUDA's driver takes an unsigned int: a larger size_t would be
+            # truncated to a smaller amount, silently.
+            with gil:
+                raise ValueError(f"shared_mem={shared_mem} does not fit a C unsigned int "
+                                 "(at most 4294967295)")
         g.x, g.y, g.z = grid_x, grid_y, grid_z
         b.x, b.y, b.z = block_x, block_y, block_z
         return _launch_packed(self, stream, g, b, args, shared_mem, NULL, False)
 
     cdef int _launch_on(self, Stream stream, object grid, object block, tuple args,
-                        object shared_mem, object config) except -1:
+                        object shared_mem, object config, bint wait_producers) except -1:
         # config: None for a plain launch, else a LaunchConfig (which then
         # carries the grid, block and shared memory).
         cdef ArgPack pack
         cdef dim3 g, b
         cdef size_t smem = 0
         cdef LaunchConfig lc = None
-        self._check_usable()
         if config is None:
             as_dim3(grid, &g, "grid")
             as_dim3(block, &b, "block")
-            smem = shared_mem if type(shared_mem) is int and shared_mem >= 0 \
-                else as_nbytes(shared_mem, "shared_mem")
-        elif isinstance(config, LaunchConfig):
-            lc = <LaunchConfig>config
+            smem = as_uint(shared_mem, "shared_mem")
         else:
-            raise TypeError(f"config must be a streams.LaunchConfig, not {type(config).__name__}")
+            lc = _usable_config(config)
+        self._check_usable()
         cdef void** argv = pack.ptrs if len(args) else NULL
-        pack_args(self, args, &pack, stream)
+        pack_args(self, args, &pack, stream, 0 if wait_producers else SPAN_NO_WAIT)
         try:
-            if rt.enqueue_may_keep_gil():
+            if keep_gil_for(stream):
                 if lc is None:
                     _launch_packed(self, stream, g, b, argv, smem, NULL, True)
                 else:
@@ -829,16 +856,12 @@ cdef class Kernel(LaunchTarget):
         cdef dim3 g, b
         cdef Py_ssize_t i, n
         cdef LaunchConfig lc
-        self._check_usable()
         if config is None and args and isinstance(args[0], LaunchConfig):
             config, args = args[0], args[1:]
         if config is not None:
-            if not isinstance(config, LaunchConfig):
-                raise TypeError(f"config must be a streams.LaunchConfig, not "
-                                f"{type(config).__name__}")
+            lc = _usable_config(config)
             if shared_mem != 0:
                 raise TypeError("with a LaunchConfig, shared_mem belongs in the config")
-            lc = <LaunchConfig>config
             g.x, g.y, g.z = lc._grid_dims[0], lc._grid_dims[1], lc._grid_dims[2]
             b.x, b.y, b.z = lc._block_dims[0], lc._block_dims[1], lc._block_dims[2]
             p._shared_mem = (<LaunchConfig>config)._shared_mem
@@ -849,7 +872,8 @@ cdef class Kernel(LaunchTarget):
             as_dim3(args[0], &g, "grid")
             as_dim3(args[1], &b, "block")
             args = args[2:]
-            p._shared_mem = as_nbytes(shared_mem, "shared_mem")
+            p._shared_mem = as_uint(shared_mem, "shared_mem")
+        self._check_usable()
         pack_args(self, args, &pack, None)
         p._grid[0], p._grid[1], p._grid[2] = g.x, g.y, g.z
         p._block[0], p._block[1], p._block[2] = b.x, b.y, b.z
@@ -867,25 +891,37 @@ cdef class Kernel(LaunchTarget):
         return f"<streams.Kernel {self._name!r}>"
 
 
+# A tuple, not the pack's raw references, so that the GC sees what it holds:
+# a buffer held only through a raw reference counts as reachable, and a
+# cycle through it would never be collected.  no_gc_clear: __dealloc__ gives
+# the uses back ("Reference cycles" in docs/architecture.rst).
 @cython.final
+@cython.no_gc_clear
 cdef class _BufferUses:
     """Streams buffers a prepared launch or a graph keeps in use."""
-    cdef ArgPack pack
+    cdef tuple buffers
 
     def __dealloc__(self):
-        release_pack(&self.pack)
+        if self.buffers is not None:
+            for buf in self.buffers:
+                (<HandleOwner>buf)._unuse()
 
 
 cdef object keep_pack_users(ArgPack* pack):
     cdef _BufferUses uses = _BufferUses.__new__(_BufferUses)
-    uses.pack.nusers = pack.nusers
+    cdef int i
+    # Each use goes on with the tuple; the pack's reference is dropped for it.
+    uses.buffers = tuple([<object>pack.users[i] for i in range(pack.nusers)])
     for i in range(pack.nusers):
-        uses.pack.users[i] = pack.users[i]
+        Py_DECREF(<object>pack.users[i])
     pack.nusers = 0     # handed over
     return uses
 
 
+# no_gc_clear: its __dealloc__ gives the use back, so the GC must not set
+# `module` to None first ("Reference cycles" in docs/architecture.rst).
 @cython.final
+@cython.no_gc_clear
 cdef class _ModuleUse:
     """Holds a module loaded (in use) while a graph can run its kernels."""
     cdef Module module
@@ -905,6 +941,8 @@ cdef object keep_module(Module module):
 @cython.final
 cdef class PreparedLaunch:
     """A kernel launch with its configuration and arguments packed once."""
+    # The GC may clear it: it has no __dealloc__, and dropping `_users`
+    # early gives back the uses a prepared launch no one can launch holds.
 
     def __init__(self, *args, **kwargs):
         rt.refuse_construction(self, "use Kernel.prepare()")
@@ -929,7 +967,7 @@ cdef class PreparedLaunch:
     def launch(self, stream=None):
         """Enqueue the launch on ``stream`` (default: the current stream)."""
         cdef Stream s = as_stream(stream, "stream")
-        if rt.enqueue_may_keep_gil():
+        if keep_gil_for(s):
             self._launch(s, True)
         else:
             with nogil:
@@ -1060,9 +1098,9 @@ def _launch_empty(Stream stream not None):
 
 def _fill_u32(Stream stream not None, ptr, value, count):
     _load_builtins()
-    _k_fill_u32._launch_on(stream, 256, 256, (ptr, value, count), 0, None)
+    _k_fill_u32._launch_on(stream, 256, 256, (ptr, value, count), 0, None, True)
 
 
 def _increment_u32(Stream stream not None, ptr, count):
     _load_builtins()
-    _k_increment_u32._launch_on(stream, 256, 256, (ptr, count), 0, None)
+    _k_increment_u32._launch_on(stream, 256, 256, (ptr, count), 0, None, True)

@@ -12,6 +12,7 @@ cdef enum:
     SPAN_HOST_OK = 2      # pageable host memory (numpy, bytearray) is fine
     SPAN_DEVICE = 4       # a kernel reads it: device, managed or mapped pinned memory
     SPAN_NULL_OK = 8      # None or 0 stand for NULL
+    SPAN_NO_WAIT = 16     # the caller orders foreign arrays itself (wait_producers=False)
 
 
 cdef struct Span:
@@ -23,8 +24,11 @@ cdef struct Span:
 
 
 # Resolve `obj` for use on `consumer` (None: no ordering).  A foreign array
-# whose __cuda_array_interface__ names a stream, or a DLPack producer, gets
-# `consumer` ordered after its work.  Call release_span afterwards.
+# whose producer's stream is known (its __cuda_array_interface__ names it;
+# a PyTorch tensor: torch's current stream) gets `consumer` ordered after
+# that stream's work, a DLPack producer is handed `consumer`; neither inside
+# a capture that would break (docs/interop.rst), nor with SPAN_NO_WAIT.
+# Call release_span afterwards.
 cdef int resolve_span(object obj, Span* span, int flags, Stream consumer,
                       str argname) except -1
 cdef void release_span(Span* span) noexcept
@@ -46,8 +50,12 @@ cdef class _Buffer(HandleOwner):
 
 cdef class DeviceBuffer(_Buffer):
     cdef Stream _stream           # the allocation's stream, where it is freed
-    cdef Stream _free_on          # close(stream=...): free there instead
-    cdef object _pool             # the MemoryPool it came from, kept alive; or None
+    # close(stream=...): free there instead; held in use (counted) from that
+    # close() until the free is enqueued, so its handle outlives a close().
+    cdef Stream _free_on
+    # The MemoryPool it came from, or None; held in use (counted) until the
+    # free is enqueued, so that the pool is never destroyed under it.
+    cdef object _pool
     cdef uintptr_t _order_handle(self) except? 0
     cdef void _adopt_device(self, void* p, size_t n, int dev, Stream s, object pool) noexcept
 
@@ -58,6 +66,9 @@ cdef class MemoryPool(HandleOwner):
     cdef int _device
     cdef bint _ipc                # exportable (POSIX file descriptor handles)
     cdef bint _shared             # exported (or imported) once: pointers can be exported
+    # An owned pool's marks (_cudart): one after each free of its memory, on
+    # the free's stream; the pool is destroyed once they are done.
+    cdef void* _frees
     cdef int _export_fd(self) except -1
     cdef int _destroy(self) except -1 nogil
     cdef void _release(self) noexcept nogil

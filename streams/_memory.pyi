@@ -188,11 +188,22 @@ class MemoryPool:
 # Copies and sets
 # ---------------------------------------------------------------------------
 
-def memcpy_async(dst: _Memory, src: _Memory, nbytes: SupportsIndex | None = None, stream: _StreamArg | None = None) -> None: ...
+# wait_producers=False: the stream does not wait for the producers of
+# foreign arrays (the caller orders them; docs/interop.rst).
+def memcpy_async(
+    dst: _Memory,
+    src: _Memory,
+    nbytes: SupportsIndex | None = None,
+    stream: _StreamArg | None = None,
+    *,
+    wait_producers: bool = True,
+) -> None: ...
 # Each copy: (dst, src) or (dst, src, nbytes); nbytes None is all of src.
 def memcpy_batch_async(
     copies: Iterable[tuple[_Memory, _Memory] | tuple[_Memory, _Memory, SupportsIndex | None]],
     stream: _StreamArg | None = None,
+    *,
+    wait_producers: bool = True,
 ) -> None: ...
 def memcpy_peer_async(
     dst: _Memory,
@@ -201,8 +212,17 @@ def memcpy_peer_async(
     src_device: _DeviceLike | None,
     nbytes: SupportsIndex | None = None,
     stream: _StreamArg | None = None,
+    *,
+    wait_producers: bool = True,
 ) -> None: ...
-def memset_async(dst: _Memory, value: SupportsIndex, nbytes: SupportsIndex | None = None, stream: _StreamArg | None = None) -> None: ...
+def memset_async(
+    dst: _Memory,
+    value: SupportsIndex,
+    nbytes: SupportsIndex | None = None,
+    stream: _StreamArg | None = None,
+    *,
+    wait_producers: bool = True,
+) -> None: ...
 
 # Private: Stream.wait_value and Stream.write_value.
 def _stream_wait_value(stream: Stream, address: _Address, value: SupportsIndex, op: str, flush: bool, width: int) -> None: ...

@@ -22,8 +22,10 @@ cimport streams._cudart as rt
 from streams._args cimport as_int, as_nbytes, as_pointer_int
 from streams._device cimport (DeviceScope, current_device, enter_device, exit_device,
                               resolve_device)
+from streams._foreign cimport (STREAM_LEGACY, STREAM_NULL, STREAM_PER_THREAD, cai_stream,
+                               dlpack_stream_arg, framework_array_stream)
 from streams._handle cimport HandleOwner
-from streams._platform cimport streams_close_begin, streams_is_closed
+from streams._platform cimport streams_close_begin, streams_is_closed, streams_use_begin
 from streams._stream cimport Event, Stream, as_stream
 from streams.cudart cimport *
 
@@ -140,21 +142,6 @@ cdef object _export_dlpack(_Buffer buf, int device_type):
     return PyCapsule_New(<void*>block, b"dltensor", _dlpack_capsule_destructor)
 
 
-cdef cudaStream_t _dlpack_consumer(object stream, str argname) except? <cudaStream_t>-1:
-    """The stream a DLPack/CAI ``stream`` argument names (1 legacy, 2 per-thread)."""
-    if isinstance(stream, Stream):
-        return <cudaStream_t>(<Stream>stream)._handle
-    if stream is None:
-        return cudaStreamLegacy
-    if isinstance(stream, bool) or not isinstance(stream, int):
-        raise TypeError(f"{argname} must be None, an int stream handle or a Stream, not "
-                        f"{type(stream).__name__}")
-    if stream == 0:
-        raise ValueError(f"{argname}=0 is ambiguous (use 1 for the legacy default stream "
-                         "or 2 for the per-thread one)")
-    return <cudaStream_t>as_pointer_int(stream, argname)
-
-
 # ---- resolving memory arguments ---------------------------------------------------------
 
 cdef void* _known_address(uintptr_t value, int flags, str argname) except? NULL:
@@ -182,24 +169,90 @@ cdef void* _known_address(uintptr_t value, int flags, str argname) except? NULL:
     return p
 
 
-cdef int _order_after(Stream consumer, uintptr_t producer) except -1:
-    """Make ``consumer`` wait for the work now on stream handle ``producer``."""
-    cdef cudaStream_t theirs
-    if consumer is None or producer == 0:
+cdef str _capture_advice = (
+    "make the array's producer part of the capture (its stream captured too, or waited for "
+    "inside it), make the array before the capture begins and synchronize, or pass "
+    "wait_producers=False if you order it yourself")
+
+
+cdef int _capture_of(Stream consumer, unsigned long long* cid) except -1:
+    """The capture status of ``consumer`` (held in use by the caller), and
+    its capture id; the legacy stream is never captured (and asking about
+    it during another stream's capture is itself an error)."""
+    cdef cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone
+    cdef cudaGraph_t g = NULL
+    cdef const cudaGraphNode_t* deps = NULL
+    cdef const cudaGraphEdgeData* edges = NULL
+    cdef size_t n = 0
+    cid[0] = 0
+    if (<uintptr_t>consumer._handle == STREAM_NULL
+            or <uintptr_t>consumer._handle == STREAM_LEGACY):
+        return cudaStreamCaptureStatusNone
+    with nogil:
+        rt.stream_get_capture_info(<cudaStream_t>consumer._handle, &status, cid, &g, &deps,
+                                   &edges, &n)
+    return status
+
+
+cdef int _producer_in_capture(uintptr_t producer, unsigned long long cid) except -1:
+    """1 when stream handle ``producer`` is being captured into capture ``cid``."""
+    cdef cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone
+    cdef unsigned long long theirs = 0
+    cdef cudaGraph_t g = NULL
+    cdef const cudaGraphNode_t* deps = NULL
+    cdef const cudaGraphEdgeData* edges = NULL
+    cdef size_t n = 0
+    if producer == STREAM_NULL or producer == STREAM_LEGACY:
         return 0
-    theirs = <cudaStream_t>producer
-    if theirs == <cudaStream_t>consumer._handle:
+    with nogil:
+        rt.stream_get_capture_info(<cudaStream_t>producer, &status, &theirs, &g, &deps, &edges,
+                                   &n)
+    return status == cudaStreamCaptureStatusActive and theirs == cid
+
+
+cdef int _order_after(Stream consumer, uintptr_t producer, str argname, str source) except -1:
+    """Make ``consumer`` wait for the work now on stream handle ``producer``
+    (0 and 1: the legacy stream), which ``source`` named for ``argname``.
+
+    Inside a capture, a wait for a stream outside it would touch uncaptured
+    work, which CUDA refuses by invalidating the capture: that is refused
+    here first, before anything is enqueued; a producer in the same capture
+    is waited for (a captured dependency)."""
+    cdef uintptr_t mine
+    cdef unsigned long long cid = 0
+    cdef int status
+    if consumer is None:
+        return 0
+    mine = <uintptr_t>consumer._handle
+    if producer == STREAM_NULL:
+        producer = STREAM_LEGACY
+    if mine == STREAM_NULL:
+        mine = STREAM_LEGACY
+    if producer == mine:
         return 0
     consumer._use()
     try:
+        status = _capture_of(consumer, &cid)
+        if status == cudaStreamCaptureStatusInvalidated:
+            return 0        # the enqueue that follows reports it
+        if status == cudaStreamCaptureStatusActive and not _producer_in_capture(producer, cid):
+            what = (" (the legacy default stream)" if producer == STREAM_LEGACY else
+                    " (the per-thread default stream)" if producer == STREAM_PER_THREAD else "")
+            raise RuntimeError(
+                f"{argname}: {source} is stream 0x{producer:x}{what}, which is not part of "
+                f"the capture on stream 0x{mine:x}; waiting for it there would invalidate "
+                f"the capture (nothing was enqueued): {_capture_advice}")
         with nogil:
-            rt.stream_wait_stream(<cudaStream_t>consumer._handle, theirs, consumer.c_device())
+            rt.stream_wait_stream(<cudaStream_t>consumer._handle, <cudaStream_t>producer,
+                                  consumer.c_device())
     finally:
         consumer._unuse()
     return 0
 
 
-cdef int _cai_span(object cai, Span* span, int flags, Stream consumer, str argname) except -1:
+cdef int _cai_span(object obj, object cai, Span* span, int flags, Stream consumer,
+                   str argname) except -1:
+    cdef uintptr_t producer = 0
     if not isinstance(cai, dict):
         raise TypeError(f"{argname}.__cuda_array_interface__ must be a dict, not "
                         f"{type(cai).__name__}")
@@ -236,12 +289,26 @@ cdef int _cai_span(object cai, Span* span, int flags, Stream consumer, str argna
             raise ValueError(f"{argname} must be C-contiguous (its strides are {strides!r})")
     span.ptr = <void*>as_pointer_int(data[0], argname)
     span.nbytes = <size_t>(count * itemsize)
-    stream = cai.get("stream") if cai.get("version", 0) >= 3 else None
-    if stream is not None and consumer is not None:
-        if isinstance(stream, bool) or not isinstance(stream, int) or stream == 0:
-            raise ValueError(f"{argname}.__cuda_array_interface__['stream'] must be None or a "
-                             f"nonzero stream handle, got {stream!r}")
-        _order_after(consumer, as_pointer_int(stream, argname))
+    if consumer is None or flags & SPAN_NO_WAIT:
+        return 0
+    # The producer's stream: the one the interface names (version 3), else
+    # the framework's current stream where streams knows it (PyTorch, whose
+    # interface is version 2), else the one DLPack orders, where offered.
+    version = cai.get("version", 0)
+    if isinstance(version, int) and version >= 3 and "stream" in cai:
+        if cai_stream(cai["stream"], f"{argname}.__cuda_array_interface__['stream']",
+                      &producer):
+            _order_after(consumer, producer, argname,
+                         "the stream its __cuda_array_interface__ names")
+        return 0
+    if framework_array_stream(obj, &producer):
+        _order_after(consumer, producer, argname, "PyTorch's current stream (its producer's)")
+        return 0
+    dev_fn = getattr(obj, "__dlpack_device__", None)
+    if dev_fn is not None and hasattr(obj, "__dlpack__"):
+        dev = tuple(dev_fn())
+        if dev[0] == _kDLCUDA or dev[0] == _kDLCUDAManaged:
+            return _dlpack_span(obj, dev, span, flags, consumer, argname)
     return 0
 
 
@@ -251,10 +318,31 @@ cdef int _dlpack_span(object obj, tuple dev, Span* span, int flags, Stream consu
     cdef DLManagedTensorVersioned* v
     cdef int64_t count = 1
     cdef int i
+    cdef unsigned long long cid = 0
+    cdef int status
     kind = dev[0]
     if kind == _kDLCUDA or kind == _kDLCUDAManaged:
-        capsule = obj.__dlpack__(stream=(1 if consumer is None or consumer._handle == NULL
-                                         else <uintptr_t>consumer._handle))
+        if flags & SPAN_NO_WAIT:
+            capsule = obj.__dlpack__(stream=-1)     # DLPack's "no synchronization"
+        elif consumer is None or consumer._handle == NULL:
+            capsule = obj.__dlpack__(stream=1)
+        else:
+            consumer._use()
+            try:
+                status = _capture_of(consumer, &cid)
+            finally:
+                consumer._unuse()
+            if status == cudaStreamCaptureStatusActive:
+                # The producer would make the capturing stream wait for its
+                # own stream, which streams cannot see: if that one is not
+                # captured, the capture would be invalidated.
+                raise RuntimeError(
+                    f"{argname}: its DLPack producer would order it after a stream streams "
+                    f"cannot see, from inside the capture on stream "
+                    f"0x{<uintptr_t>consumer._handle:x}, which invalidates the capture if "
+                    f"that stream is not captured too (nothing was enqueued): "
+                    f"{_capture_advice}")
+            capsule = obj.__dlpack__(stream=<uintptr_t>consumer._handle)
     elif kind == _kDLCUDAHost:
         capsule = obj.__dlpack__()
     else:
@@ -312,7 +400,7 @@ cdef int resolve_span(object obj, Span* span, int flags, Stream consumer,
         return 0
     cai = getattr(obj, "__cuda_array_interface__", None)
     if cai is not None:
-        return _cai_span(cai, span, flags, consumer, argname)
+        return _cai_span(obj, cai, span, flags, consumer, argname)
     dev_fn = getattr(obj, "__dlpack_device__", None)
     if dev_fn is not None and hasattr(obj, "__dlpack__"):
         dev = tuple(dev_fn())
@@ -350,7 +438,10 @@ cdef void release_span(Span* span) noexcept:
         Py_DECREF(buf)
 
 
+# no_gc_clear: its __dealloc__ gives the use back, so the GC must not set
+# `buffer` to None first ("Reference cycles" in docs/architecture.rst).
 @cython.final
+@cython.no_gc_clear
 cdef class _MemoryHold:
     cdef _Buffer buffer
 
@@ -449,50 +540,85 @@ cdef class _Buffer(HandleOwner):
 
 
 @cython.final
+@cython.no_gc_clear
 cdef class _PendingFree:
     """A device allocation whose free waits for a thread that may call CUDA."""
+    # no_gc_clear: the deferred free reads the streams.
     cdef void* ptr
     cdef int device
     cdef Stream stream
     cdef Stream free_on
+    cdef object pool
 
 
-cdef void _free_device_memory(void* ptr, int device, Stream stream, Stream free_on) noexcept:
-    # The free is ordered after the work of the stream it belongs to.  That
-    # stream may have been closed since: then after the event its close()
-    # recorded, on the legacy stream of the buffer's device.
+cdef bint _try_use(HandleOwner owner) noexcept nogil:
+    """A counted use of ``owner`` if it is open (end it with ``_unuse``);
+    False, and no use, if it is closed."""
+    if streams_use_begin(&owner._state) == 0:
+        return True
+    owner._unuse()      # backs out; the last user of a closed owner releases it
+    return False
+
+
+cdef void _free_device_memory(void* ptr, int device, Stream stream, Stream free_on,
+                              object pool) noexcept:
+    # Frees `ptr` (NULL: nothing to free, or nothing may be freed here) and
+    # ends what the buffer held: its count on its stream, the use of the
+    # stream close(stream=...) named, the use of its pool.
+    #
+    # The free is ordered after the work of the stream it belongs to:
+    # `free_on`, held in use since close(stream=free_on), so its handle is
+    # alive even if it was closed since; else the allocation's stream, used
+    # (counted) across the call if it is open, so that a close() in another
+    # thread cannot destroy it under the call.  A closed allocation stream:
+    # on the legacy stream of the buffer's device, after the event its
+    # close() recorded.
     cdef DeviceScope scope
-    cdef cudaStream_t on
-    cdef Stream order = free_on if free_on is not None else stream
+    cdef cudaStream_t on = cudaStreamLegacy
     cdef cudaEvent_t tail = NULL
+    cdef bint stream_used = False
+    cdef void* frees = NULL
     try:
-        if order.closed:
-            on = cudaStreamLegacy
-            if order._tail is not None:
-                tail = <cudaEvent_t>order._tail._handle
-        else:
-            on = <cudaStream_t>order._handle
-        with nogil:
-            enter_device(&scope, device)
-            try:
-                if tail != NULL:
-                    rt.stream_wait_event(on, tail, 0)
-                rt.free_async(ptr, on)
-            finally:
-                exit_device(&scope)
+        if ptr != NULL:
+            if free_on is not None:
+                on = <cudaStream_t>free_on._handle
+            elif stream is not None and _try_use(stream):
+                stream_used = True
+                on = <cudaStream_t>stream._handle
+            elif stream is not None and stream._tail is not None:
+                tail = <cudaEvent_t>stream._tail._handle
+            if pool is not None:
+                frees = (<MemoryPool>pool)._frees
+            with nogil:
+                enter_device(&scope, device)
+                try:
+                    if tail != NULL:
+                        rt.stream_wait_event(on, tail, 0)
+                    rt.free_async(ptr, on)
+                    if frees != NULL:
+                        # Before the pool use ends: the pool is destroyed
+                        # only once this free has run.
+                        rt.marks_record(frees, on)
+                finally:
+                    exit_device(&scope)
     except BaseException:
         PyErr_WriteUnraisable(stream)
-    for s in (stream, free_on):
-        if s is not None:
-            (<Stream>s)._dependents -= 1
-            if (<Stream>s)._dependents == 0 and s.closed:
-                (<Stream>s)._tail = None
+    if stream_used:
+        stream._unuse()
+    if free_on is not None:
+        free_on._unuse()
+    if stream is not None:
+        stream._dependents -= 1
+        if stream._dependents == 0 and stream.closed:
+            stream._tail = None
+    if pool is not None:
+        (<MemoryPool>pool)._unuse()   # the last user of a closed pool releases it
 
 
 cdef void _free_pending(void* arg, int kind) noexcept nogil:
     with gil:
         p = <_PendingFree>arg
-        _free_device_memory(p.ptr, p.device, p.stream, p.free_on)
+        _free_device_memory(p.ptr, p.device, p.stream, p.free_on, p.pool)
 
 
 
@@ -516,8 +642,11 @@ cdef int _allocate(DeviceBuffer buf, size_t n, Stream s, MemoryPool pool) except
             if dev != pool._device:
                 raise ValueError(f"stream is on device {dev}, but the pool allocates on device "
                                  f"{pool._device}: use a stream of device {pool._device}")
-            pool._use()
+            pool._use()            # the buffer's, until its free is enqueued
             h = <cudaMemPool_t>pool._handle
+        # Counted before the GIL goes: a close() of `s` in another thread
+        # meanwhile then records where its work ends (Stream.close).
+        s._dependents += 1
         try:
             if n:
                 with nogil:
@@ -529,16 +658,21 @@ cdef int _allocate(DeviceBuffer buf, size_t n, Stream s, MemoryPool pool) except
                             rt.malloc_from_pool_async(&p, n, h, <cudaStream_t>s._handle)
                     finally:
                         exit_device(&scope)
-        finally:
+        except BaseException:
+            s._dependents -= 1
             if pool is not None:
                 pool._unuse()
+            raise
     finally:
         s._unuse()
     buf._adopt_device(p, n, dev, s, pool)
     return 0
 
 
+# no_gc_clear: the free in __dealloc__ needs the stream(s) it is ordered on
+# and the pool it came from ("Reference cycles" in docs/architecture.rst).
 @cython.final
+@cython.no_gc_clear
 cdef class DeviceBuffer(_Buffer):
     """Device memory from ``cudaMallocAsync`` on ``stream`` (default: current).
 
@@ -563,10 +697,11 @@ cdef class DeviceBuffer(_Buffer):
             self._release_memory()
 
     cdef void _adopt_device(self, void* p, size_t n, int dev, Stream s, object pool) noexcept:
+        # Takes over what the caller took for it: one count of `s`'s
+        # _dependents and, from a pool, one use of the pool.
         self._device = dev
         self._stream = s
         self._pool = pool
-        s._dependents += 1
         self._adopt(p, n)
 
     @property
@@ -613,30 +748,49 @@ cdef class DeviceBuffer(_Buffer):
     def close(self, stream=None):
         """Free in order on ``stream`` (default: the allocation's stream).  Idempotent.
 
+        ``stream`` must be open: a closed one cannot order the free after
+        its work (``ValueError``; the buffer stays open).  It may be closed
+        after this call: its handle stays until the free is enqueued on it.
         DLPack consumers still holding the memory keep it until they let go.
         """
-        if stream is not None and not self.closed and self._free_on is None:
-            # Ordered after that stream's work, also if it is closed before
-            # the free runs (a consumer may still hold the memory).
-            self._free_on = as_stream(stream, "stream")
-            self._free_on._dependents += 1
-        _Buffer.close(self)
+        cdef Stream on
+        if stream is None or self.closed:
+            _Buffer.close(self)
+            return
+        on = as_stream(stream, "stream")
+        # Counted, and checked in the same atomic step: a close() of `on` in
+        # another thread either came first (refused here) or leaves its
+        # handle to this use, which ends once the free is enqueued on it.
+        if not _try_use(on):
+            raise ValueError(f"stream: {on!r} is closed, so the free cannot be ordered after "
+                             "its work; the buffer stays open (free it on an open stream "
+                             "that waits for that work)")
+        if self._free_on is not None or self.closed:    # another close() got in first
+            on._unuse()
+            _Buffer.close(self)
+            return
+        self._free_on = on
+        try:
+            _Buffer.close(self)
+        except BaseException:
+            if not self.closed:     # refused (inside a host callback): stays open
+                self._free_on = None
+                on._unuse()
+            raise
 
     cdef void _release_memory(self) noexcept:
         cdef _PendingFree pending
         rt.count(rt.STREAMS_CNT_BUFFER_FREED)
-        if self._ptr == NULL:
-            self._stream._dependents -= 1
-            if self._free_on is not None:
-                self._free_on._dependents -= 1
-            return
-        if rt.may_release():
-            _free_device_memory(self._ptr, self._device, self._stream, self._free_on)
-        elif rt.may_defer():
+        if self._ptr != NULL and rt.may_defer():
             pending = _PendingFree.__new__(_PendingFree)
             pending.ptr, pending.device = self._ptr, self._device
-            pending.stream, pending.free_on = self._stream, self._free_on
+            pending.stream, pending.free_on, pending.pool = self._stream, self._free_on, self._pool
             rt.defer_release(_free_pending, <void*>pending, pending)
+        else:
+            # Forked child or interpreter teardown: the memory is left to
+            # the process's end, but what the buffer holds is let go.
+            _free_device_memory(self._ptr if rt.may_release() else NULL, self._device,
+                                self._stream, self._free_on, self._pool)
         self._ptr = NULL
 
     cdef uintptr_t _order_handle(self) except? 0:
@@ -670,23 +824,35 @@ cdef class DeviceBuffer(_Buffer):
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
         """Export as a DLPack capsule; the consumer's ``stream`` waits for ours."""
         cdef cudaStream_t consumer
-        cdef uintptr_t ours
+        cdef uintptr_t ours, wanted = 0
         cdef DeviceScope scope
+        cdef Stream s
+        cdef bint used
         self._check_open()
         if copy:
             raise BufferError("DeviceBuffer.__dlpack__ cannot copy")
         if dl_device is not None and tuple(dl_device) != (_kDLCUDA, self._device):
             raise BufferError(f"cannot export to device {dl_device}")
-        if stream != -1:
-            consumer = _dlpack_consumer(stream, "stream")
-            ours = self._order_handle()
-            if <cudaStream_t>ours != consumer:
-                with nogil:
-                    enter_device(&scope, self._device)
-                    try:
-                        rt.stream_wait_stream(consumer, <cudaStream_t>ours, self._device)
-                    finally:
-                        exit_device(&scope)
+        if dlpack_stream_arg(stream, "stream", &wanted):
+            consumer = <cudaStream_t>wanted
+            s = self._stream
+            # Our stream used across the wait (a close() in another thread
+            # cannot destroy it under the call), or, closed, the legacy
+            # stream made to wait for where its work ended.
+            used = _try_use(s)
+            try:
+                ours = (1 if s._handle == NULL else <uintptr_t>s._handle) if used \
+                    else self._order_handle()
+                if <cudaStream_t>ours != consumer:
+                    with nogil:
+                        enter_device(&scope, self._device)
+                        try:
+                            rt.stream_wait_stream(consumer, <cudaStream_t>ours, self._device)
+                        finally:
+                            exit_device(&scope)
+            finally:
+                if used:
+                    s._unuse()
         return _export_dlpack(self, _kDLCUDA)
 
 
@@ -755,14 +921,21 @@ cdef class PinnedBuffer(_HostBuffer):
 
 @cython.final
 cdef class ManagedBuffer(_HostBuffer):
-    """Managed (unified) memory from ``cudaMallocManaged``: host and device see it.
+    """ManagedBuffer(nbytes, *, attach="global", stream=None)
+
+    Managed (unified) memory from ``cudaMallocManaged``: host and device see it.
 
     ``stream`` is the stream the memory is used on: its
     ``__cuda_array_interface__`` names it, so that consumers wait for the
     work there (default: the legacy stream, which orders after every
     blocking stream of the device).
     """
+    # The GC may clear `_stream`: only the array interface reads it, and the
+    # free (cudaFree, which waits for the device) reads C fields alone.
 
+    # The signature is written in the class docstring: Cython's embedded one
+    # puts the keyword-only marker one parameter late.
+    @cython.embedsignature(False)
     def __init__(self, nbytes, *, attach="global", stream=None):
         cdef size_t n = as_nbytes(nbytes, "nbytes")
         cdef void* p = NULL
@@ -835,11 +1008,13 @@ class IpcBufferDescriptor:
         return f"IpcBufferDescriptor(nbytes={self.nbytes}, device_id={self.device_id})"
 
 
-cdef MemoryPool _new_pool(void* handle, int dev, bint ipc, bint owned):
+cdef MemoryPool _new_pool(void* handle, int dev, bint ipc, bint owned, void* frees):
+    # An owned pool takes `frees` (rt.marks_new()); another has none.
     cdef MemoryPool pool = MemoryPool.__new__(MemoryPool)
     pool._handle = handle
     pool._device = dev
     pool._ipc = ipc
+    pool._frees = frees
     pool._opened(owned)
     return pool
 
@@ -849,7 +1024,9 @@ cdef object _default_pools = {}     # device -> the MemoryPool of its default po
 
 @cython.final
 cdef class MemoryPool(HandleOwner):
-    """A stream-ordered memory pool of one device (``cudaMemPoolCreate``).
+    """MemoryPool(device=None, *, release_threshold=None, ipc=False, max_size=None)
+
+    A stream-ordered memory pool of one device (``cudaMemPoolCreate``).
 
     ``allocate(nbytes, stream)`` returns a ``DeviceBuffer`` allocated on
     ``stream`` (``cudaMallocFromPoolAsync``) and freed in stream order, as
@@ -861,14 +1038,19 @@ cdef class MemoryPool(HandleOwner):
     ``import_buffer``); ``max_size`` caps what the pool may reserve.
     ``MemoryPool.default(device)`` is the device's own pool, which
     ``DeviceBuffer(...)`` uses and which is never destroyed.
-    ``close()`` destroys an owned pool; CUDA keeps its memory until the
-    buffers still out are freed.
+    ``close()`` stops new allocations at once; an owned pool is destroyed
+    once every buffer from it has been freed and those frees have run on
+    the GPU.
     """
 
     def __cinit__(self, *args, **kwargs):
         self._handle = NULL
         self._device = -1
+        self._frees = NULL
 
+    # The signature is written in the class docstring: Cython's embedded one
+    # puts the keyword-only marker one parameter late.
+    @cython.embedsignature(False)
     def __init__(self, device=None, *, release_threshold=None, ipc=False, max_size=None):
         cdef size_t cap = 0 if max_size is None else as_nbytes(max_size, "max_size")
         cdef bint share = _as_flag(ipc, "ipc")
@@ -877,18 +1059,25 @@ cdef class MemoryPool(HandleOwner):
         cdef cudaMemPool_t h = NULL
         cdef DeviceScope scope
         cdef int dev
+        cdef void* frees
         self._init_once()
         dev = resolve_device(device)
         rt.drain_deferred()
-        with nogil:
-            enter_device(&scope, dev)
-            try:
-                rt.mem_pool_create(&h, dev, share, cap)
-            finally:
-                exit_device(&scope)
+        frees = rt.marks_new()
+        try:
+            with nogil:
+                enter_device(&scope, dev)
+                try:
+                    rt.mem_pool_create(&h, dev, share, cap)
+                finally:
+                    exit_device(&scope)
+        except BaseException:
+            rt.marks_free(frees)
+            raise
         self._handle = <void*>h
         self._device = dev
         self._ipc = share
+        self._frees = frees
         self._opened(True)
         if release_threshold is not None:
             self.release_threshold = threshold
@@ -904,7 +1093,7 @@ cdef class MemoryPool(HandleOwner):
             return pool
         with nogil:
             rt.device_get_default_mem_pool(&h, dev)
-        pool = _new_pool(<void*>h, dev, False, False)
+        pool = _new_pool(<void*>h, dev, False, False, NULL)
         _default_pools[dev] = pool
         return pool
 
@@ -922,24 +1111,38 @@ cdef class MemoryPool(HandleOwner):
         cdef int dev
         if c_fd < 0:
             raise ValueError(f"fd must be a file descriptor (>= 0), got {c_fd}")
+        cdef void* frees
         dev = resolve_device(device)
         rt.drain_deferred()
-        with nogil:
-            enter_device(&scope, dev)
-            try:
-                rt.mem_pool_import_fd(&h, c_fd)
-            finally:
-                exit_device(&scope)
-        pool = _new_pool(<void*>h, dev, True, True)
+        frees = rt.marks_new()
+        try:
+            with nogil:
+                enter_device(&scope, dev)
+                try:
+                    rt.mem_pool_import_fd(&h, c_fd)
+                finally:
+                    exit_device(&scope)
+        except BaseException:
+            rt.marks_free(frees)
+            raise
+        pool = _new_pool(<void*>h, dev, True, True, frees)
         (<MemoryPool>pool)._shared = True
         return pool
 
     # ---- the handle's life (HandleOwner) -----------------------------------
+    # Each buffer from the pool is one of its users until its free is
+    # enqueued (and marked in _frees): a close() with buffers out leaves the
+    # release to the last of them.  Either way the pool is destroyed once
+    # those frees have run, never with an allocation out (see _cudart).
     cdef int _destroy(self) except -1 nogil:
-        return rt.destroy_handle(rt.HANDLE_MEM_POOL, self._handle)
+        cdef void* frees = self._frees
+        self._frees = NULL
+        return rt.destroy_pool(self._handle, frees)
 
     cdef void _release(self) noexcept nogil:
-        rt.release_handle(rt.HANDLE_MEM_POOL, self._handle)
+        cdef void* frees = self._frees
+        self._frees = NULL
+        rt.release_pool(self._handle, frees)
 
     # ---- allocation ----------------------------------------------------------
     def allocate(self, nbytes, stream=None):
@@ -980,7 +1183,14 @@ cdef class MemoryPool(HandleOwner):
         raw = descriptor.data
         for i in range(64):
             data.reserved[i] = raw[i]
-        self._use()
+        buf = DeviceBuffer.__new__(DeviceBuffer)
+        self._use()                 # the buffer's, until its free is enqueued
+        # A closed stream would leave the free unordered (it recorded no
+        # tail for this buffer): refused before anything is imported.
+        if not _try_use(s):
+            self._unuse()
+            raise ValueError(f"stream: {s!r} is closed")
+        s._dependents += 1
         try:
             with nogil:
                 enter_device(&scope, self._device)
@@ -988,9 +1198,12 @@ cdef class MemoryPool(HandleOwner):
                     rt.mem_pool_import_pointer(&p, <cudaMemPool_t>self._handle, &data)
                 finally:
                     exit_device(&scope)
-        finally:
+        except BaseException:
+            s._dependents -= 1
             self._unuse()
-        buf = DeviceBuffer.__new__(DeviceBuffer)
+            raise
+        finally:
+            s._unuse()
         buf._adopt_device(p, descriptor.nbytes, self._device, s, self)
         return buf
 
@@ -1241,15 +1454,21 @@ cdef int _peer_device(object device, Span* span, str argname) except -1:
     return dev
 
 
+cdef int _producer_flags(object wait_producers) except -1:
+    if not isinstance(wait_producers, (bool, int)):
+        raise TypeError(f"wait_producers must be a bool, not {type(wait_producers).__name__}")
+    return 0 if wait_producers else SPAN_NO_WAIT
+
+
 cdef int _memcpy(object dst, object src, object nbytes, object stream, bint peer,
-                 object dst_device, object src_device) except -1:
+                 object dst_device, object src_device, object wait_producers) except -1:
     """memcpy_async, or with ``peer`` memcpy_peer_async.  The copy is
     enqueued with the stream's device current (CUDA copies stream-ordered
     memory only with its device current)."""
     cdef Span d, s
     cdef size_t n
     cdef int dd, sd
-    cdef int kinds = SPAN_DEVICE if peer else SPAN_HOST_OK
+    cdef int kinds = (SPAN_DEVICE if peer else SPAN_HOST_OK) | _producer_flags(wait_producers)
     cdef Stream st = as_stream(stream, "stream")
     cdef DeviceScope scope
     d.user = NULL
@@ -1288,12 +1507,15 @@ cdef int _memcpy(object dst, object src, object nbytes, object stream, bint peer
     return 0
 
 
-def memcpy_async(dst, src, nbytes=None, stream=None):
+def memcpy_async(dst, src, nbytes=None, stream=None, *, wait_producers=True):
     """Copy ``nbytes`` (default: all of ``src``) from ``src`` to ``dst`` in stream order.
 
     Either side may be device, pinned, managed or ordinary (pageable) host
-    memory; foreign arrays are ordered after the stream their
-    ``__cuda_array_interface__`` names.  Copies from or to pageable memory
+    memory; the stream waits for the producers of foreign arrays (the
+    stream their ``__cuda_array_interface__`` names, PyTorch's current
+    stream, or DLPack's ordering: docs/interop.rst), unless
+    ``wait_producers=False`` (you order them yourself; also the way to use
+    an array made outside a capture inside it).  Copies from or to pageable memory
     return only once CUDA has staged them, so they are not truly
     asynchronous; use PinnedBuffer for overlap.  The caller keeps both sides
     alive until the stream passes the copy.
@@ -1304,10 +1526,11 @@ def memcpy_async(dst, src, nbytes=None, stream=None):
     devices otherwise); for other memory of two devices, see
     :func:`memcpy_peer_async`.
     """
-    _memcpy(dst, src, nbytes, stream, False, None, None)
+    _memcpy(dst, src, nbytes, stream, False, None, None, wait_producers)
 
 
-def memcpy_peer_async(dst, dst_device, src, src_device, nbytes=None, stream=None):
+def memcpy_peer_async(dst, dst_device, src, src_device, nbytes=None, stream=None, *,
+                      wait_producers=True):
     """Copy ``nbytes`` (default: all of ``src``) from ``src`` on device
     ``src_device`` to ``dst`` on device ``dst_device``, in stream order
     (``cudaMemcpyPeerAsync``, with the stream's device current).
@@ -1318,16 +1541,19 @@ def memcpy_peer_async(dst, dst_device, src, src_device, nbytes=None, stream=None
     and for stream-ordered memory, which peer access does not reach.  The
     copy is ordered on ``stream`` only: work on other devices that uses
     either side is ordered by the caller (``wait_stream``, events).
+    ``wait_producers`` as for :func:`memcpy_async`.
     """
-    _memcpy(dst, src, nbytes, stream, True, dst_device, src_device)
+    _memcpy(dst, src, nbytes, stream, True, dst_device, src_device, wait_producers)
 
 
-def memset_async(dst, value, nbytes=None, stream=None):
+def memset_async(dst, value, nbytes=None, stream=None, *, wait_producers=True):
     """Set ``nbytes`` bytes (default: all of ``dst``) to ``value`` (0-255) in
-    stream order, with the stream's device current."""
+    stream order, with the stream's device current.  ``wait_producers`` as
+    for :func:`memcpy_async`."""
     cdef Span d
     cdef size_t n
     cdef int v = as_int(value, "value")
+    cdef int nowait = _producer_flags(wait_producers)
     cdef Stream st = as_stream(stream, "stream")
     cdef DeviceScope scope
     if v < 0 or v > 255:
@@ -1335,7 +1561,7 @@ def memset_async(dst, value, nbytes=None, stream=None):
     d.user = NULL
     d.has_view = False
     try:
-        resolve_span(dst, &d, SPAN_WRITABLE | SPAN_HOST_OK, st, "dst")
+        resolve_span(dst, &d, SPAN_WRITABLE | SPAN_HOST_OK | nowait, st, "dst")
         n = _span_length(nbytes, &d, "dst")
         st._use()
         try:
@@ -1351,14 +1577,39 @@ def memset_async(dst, value, nbytes=None, stream=None):
         release_span(&d)
 
 
-def memcpy_batch_async(copies, stream=None):
+cdef int _batch_on(void** dsts, void** srcs, size_t* sizes, size_t n,
+                   cudaStream_t s) except -1 nogil:
+    # cudaMemcpyBatchAsync refuses the legacy stream (cudaErrorInvalidValue).
+    # On it (handle 0 or 1), the batch runs on the calling thread's
+    # per-thread default stream, which the driver takes, between two waits
+    # that keep the legacy stream's order: the per-thread stream waits for
+    # the legacy stream's work so far (an event recorded on the legacy
+    # stream follows the work of every blocking stream), and the legacy
+    # stream's later work waits for the batch.
+    cdef int dev
+    cdef int r
+    if s != NULL and s != cudaStreamLegacy:
+        return rt.memcpy_batch_async(dsts, srcs, sizes, n, s)
+    dev = rt.get_device()
+    rt.stream_wait_stream(cudaStreamPerThread, cudaStreamLegacy, dev)
+    r = rt.memcpy_batch_async(dsts, srcs, sizes, n, cudaStreamPerThread)
+    if r == 0:
+        rt.stream_wait_stream(cudaStreamLegacy, cudaStreamPerThread, dev)
+    return r
+
+
+def memcpy_batch_async(copies, stream=None, *, wait_producers=True):
     """Copy each ``(dst, src, nbytes)`` of ``copies`` in one call, in stream
     order (``cudaMemcpyBatchAsync``).
 
     Each side is memory as ``memcpy_async`` takes it; ``nbytes`` None copies
     all of ``src``.  The copies of one batch may run in any order among
-    themselves: they must not overlap.  Needs CUDA 12.8 or newer (the
-    runtime this package was built with, and the driver).
+    themselves: they must not overlap.  On the legacy default stream (the
+    default, unless another stream is current), which CUDA refuses here,
+    the batch runs on the per-thread default stream, ordered after the
+    legacy stream's work and before its later work.  ``wait_producers`` as
+    for :func:`memcpy_async`.  Needs CUDA 12.8 or newer (the runtime this
+    package was built with, and the driver).
     """
     cdef Stream st
     cdef Py_ssize_t n, i, done = 0
@@ -1367,6 +1618,7 @@ def memcpy_batch_async(copies, stream=None):
     cdef void** srcs = NULL
     cdef size_t* sizes = NULL
     cdef int r = 0
+    cdef int nowait = _producer_flags(wait_producers)
     if isinstance(copies, (str, bytes)) or not hasattr(copies, "__iter__"):
         raise TypeError(f"copies must be a sequence of (dst, src, nbytes), not "
                         f"{type(copies).__name__}")
@@ -1387,10 +1639,11 @@ def memcpy_batch_async(copies, stream=None):
             raise MemoryError()
         for i in range(n):
             item = items[i]
-            resolve_span(item[0], &spans[2 * i], SPAN_WRITABLE | SPAN_HOST_OK, st,
+            resolve_span(item[0], &spans[2 * i], SPAN_WRITABLE | SPAN_HOST_OK | nowait, st,
                          f"copies[{i}] dst")
             done += 1
-            resolve_span(item[1], &spans[2 * i + 1], SPAN_HOST_OK, st, f"copies[{i}] src")
+            resolve_span(item[1], &spans[2 * i + 1], SPAN_HOST_OK | nowait, st,
+                         f"copies[{i}] src")
             done += 1
             sizes[i] = _span_length(item[2] if len(item) == 3 else None, &spans[2 * i + 1],
                                     f"copies[{i}] src")
@@ -1400,8 +1653,7 @@ def memcpy_batch_async(copies, stream=None):
         st._use()
         try:
             with nogil:
-                r = rt.memcpy_batch_async(dsts, srcs, sizes, <size_t>n,
-                                          <cudaStream_t>st._handle)
+                r = _batch_on(dsts, srcs, sizes, <size_t>n, <cudaStream_t>st._handle)
         finally:
             st._unuse()
         if r == -2:

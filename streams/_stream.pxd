@@ -62,6 +62,13 @@ cdef class Stream(Waitable):
     # stream closes with some left, _tail marks where its work ends.
     cdef int _dependents
     cdef Event _tail
+    # Enqueues on this stream counted by keep_gil_for and not yet seen done,
+    # valid while _queue_epoch is the process's (a device synchronize's
+    # request moves it); past _probe_at, an enqueue first asks whether the
+    # stream is idle.
+    cdef Py_ssize_t _queued
+    cdef unsigned long long _queue_epoch
+    cdef Py_ssize_t _probe_at
 
     cdef int c_record(self, Event event) except -1 nogil
     cdef int c_wait_event(self, Event event) except -1 nogil
@@ -87,8 +94,10 @@ cdef class Event(Waitable):
 # Kernels (streams._launch) derive from this, so that Stream.launch reaches
 # them without _stream importing the later module.
 cdef class LaunchTarget:
+    # wait_producers: order `stream` after the producers of foreign arrays
+    # among `args` (streams._memory.resolve_span).
     cdef int _launch_on(self, Stream stream, object grid, object block, tuple args,
-                        object shared_mem, object config) except -1
+                        object shared_mem, object config, bint wait_producers) except -1
 
 
 # The later module that runs Python host callbacks registers its enqueue
@@ -104,3 +113,10 @@ cdef Event new_event(int device, unsigned int flags)
 # Wait until a Stream or Event is done, GIL released,
 # Ctrl-C checked; 1 done, 0 when timeout_ns (>= 0) passed first.
 cdef int wait_until_done(Waitable obj, long long timeout_ns) except -1
+
+
+# The keep-the-GIL rule of enqueues made from Python (see _stream.pyx): counts
+# one enqueue on ``stream`` (or on another library's raw stream) and says
+# whether it may keep the GIL.  Called with the GIL held, before the enqueue.
+cdef int keep_gil_for(Stream stream) except -1
+cdef int keep_gil_for_foreign(void* stream) except -1

@@ -9,7 +9,6 @@ through a late import on a cold path, a registered function, or a base
 class declared here (``LaunchTarget``).
 """
 import threading as _threading
-import weakref as _weakref
 
 cimport cython
 from libc.stdint cimport uintptr_t
@@ -19,6 +18,9 @@ cimport streams._cudart as rt
 from streams._args cimport as_enum, as_int, as_nbytes, as_pointer_int, as_timeout_ns
 from streams._device cimport (DeviceScope, current_device, enter_device, exit_device,
                               priority_range, require_device, resolve_device)
+from streams._foreign cimport (STREAM_LEGACY, STREAM_NULL, STREAM_PER_THREAD,
+                               check_event_handle, check_stream_handle, foreign_event,
+                               foreign_stream, foreign_stream_device)
 from streams._handle cimport HandleOwner
 from streams._platform cimport (streams_cpu_relax, streams_cpu_yield, streams_is_closed,
                                 streams_now_ns, streams_pool, streams_pool_close,
@@ -37,18 +39,6 @@ cdef extern from "Python.h":
         PyObject* tp_dict
     ctypedef struct PyObject
     void PyType_Modified(PyTypeObject* t)
-
-# Handles of CUDA's special streams (macros in driver_types.h).
-cdef enum:
-    _HANDLE_NULL = 0
-    _HANDLE_LEGACY = 1
-    _HANDLE_PER_THREAD = 2
-
-# No valid object lives below the lowest address Linux maps (vm.mmap_min_addr
-# is 64 KiB by default), nor at an address that is not pointer-aligned, nor
-# above the user half of a 57-bit address space.
-cdef uintptr_t _LOWEST_HANDLE = 65536
-cdef uintptr_t _HIGHEST_HANDLE = (<uintptr_t>1) << 56
 
 cdef object _tls = _threading.local()   # .current: {device: Stream}, .stack: [...]
 
@@ -139,10 +129,10 @@ cpdef Stream as_stream(object stream, str argname="stream"):
         return current_stream()
     if isinstance(stream, Stream):
         return <Stream>stream
-    _foreign_stream(stream, argname, &h)
-    if h <= _HANDLE_PER_THREAD:
+    foreign_stream(stream, argname, &h, False)
+    if h <= STREAM_PER_THREAD:
         return _make_special(h, stream)
-    return _wrap_foreign(h, _foreign_stream_device(stream, h), stream)
+    return _wrap_foreign(h, foreign_stream_device(stream, h), stream)
 
 
 cdef Event as_event(object event, str argname):
@@ -160,233 +150,11 @@ cdef Stream _wrap_foreign(uintptr_t h, int device, object owner):
     return s
 
 
-# ---- other libraries' streams and events --------------------------------------------------
+# ---- other libraries' streams and events ---------------------------------------------------
 #
-# A foreign object is read where it is passed, without a wrapper when the
-# call only uses its handle for the call's duration (the caller's reference
-# keeps it alive meanwhile): Event.record, Event.wait, Stream.wait_event,
-# Stream.wait_stream.  How a type gives its handle is decided once per type.
-
-cdef enum:
-    _READ_NONE = 0
-    _READ_PROTOCOL = 1      # __cuda_stream__, a method or an attribute
-    _READ_CUDA_STREAM = 2   # PyTorch streams: .cuda_stream
-    _READ_PTR = 3           # CuPy streams and events: .ptr
-    _READ_CUDA_EVENT = 4    # PyTorch events: .cuda_event, 0 until the first record
-    _READ_HANDLE = 5        # cuda.core and numba-cuda events: .handle (int() or ctypes)
-
-cdef dict _stream_readers = {}
-cdef dict _event_readers = {}
-# id(foreign stream) -> (weak reference, handle, device): cudaStreamGetDevice
-# once per object, the entry gone with the object.
-cdef dict _foreign_devices = {}
-
-
-cdef bint _from_library(type t, str prefix):
-    return (getattr(t, "__module__", None) or "").startswith(prefix)
-
-
-cdef bint _named_in_mro(type t, tuple names):
-    for cls in t.__mro__:
-        if cls.__name__ in names:
-            return True
-    return False
-
-
-cdef int _stream_reader(type t) except -1:
-    cdef object r = _stream_readers.get(t)
-    if r is not None:
-        return r
-    # The library's own field first where it has one: one attribute read
-    # instead of a call and a tuple, for the same handle.
-    if _from_library(t, "torch") and hasattr(t, "cuda_stream"):
-        code = _READ_CUDA_STREAM
-    elif (_from_library(t, "cupy")
-          and _named_in_mro(t, ("_BaseStream", "BaseStream", "Stream", "ExternalStream"))):
-        # (CuPy and numba-cuda set these fields on the instance: the type
-        # cannot be asked for them.)
-        code = _READ_PTR
-    elif hasattr(t, "__cuda_stream__"):
-        code = _READ_PROTOCOL
-    elif hasattr(t, "cuda_stream"):
-        code = _READ_CUDA_STREAM
-    elif _from_library(t, "numba") and _named_in_mro(t, ("Stream",)):
-        code = _READ_HANDLE     # numba-cuda before it implemented the protocol
-    else:
-        # A .ptr of anything else (a CuPy MemoryPointer, a buffer) read as
-        # a stream would hand CUDA a pointer that is none.
-        code = _READ_NONE
-    _stream_readers[t] = code
-    return code
-
-
-cdef uintptr_t _handle_int(object value, object obj, str field, str argname) except? 0:
-    # An int handle out of a library's field: an int, a ctypes pointer
-    # (.value, None for NULL) or an object with __int__ (cuda.bindings).
-    if type(value) is int:
-        # The usual case, on the hot path: no further checks.
-        try:
-            return <uintptr_t>value
-        except OverflowError:
-            return as_pointer_int(value, argname)   # the error, naming the argument
-    if isinstance(value, bool):
-        raise TypeError(f"{argname}: {type(obj).__name__}.{field} must be an int handle, "
-                        "got bool")
-    if not isinstance(value, int):
-        if hasattr(value, "value") and (value.value is None or isinstance(value.value, int)):
-            value = value.value or 0
-        elif hasattr(value, "__int__") and not isinstance(value, float):
-            value = int(value)
-        else:
-            raise TypeError(f"{argname}: {type(obj).__name__}.{field} must be an int handle, "
-                            f"got {type(value).__name__}")
-    return as_pointer_int(value, argname)
-
-
-cdef uintptr_t _protocol_handle(object obj, object proto, str argname) except? 0:
-    try:
-        info = proto() if callable(proto) else proto
-    except Exception as exc:
-        # cuda.core raises for a closed stream: say so, naming the argument.
-        if _from_library(type(obj), "cuda.core"):
-            raise ValueError(f"{argname} is a closed cuda.core Stream ({exc})") from exc
-        raise ValueError(f"{argname}: {type(obj).__name__}.__cuda_stream__() raised "
-                         f"{type(exc).__name__}: {exc}") from exc
-    if not isinstance(info, tuple) or len(<tuple>info) != 2:
-        raise ValueError(f"{argname}: {type(obj).__name__}.__cuda_stream__() must return a "
-                         f"(version, handle) tuple, got {info!r}")
-    version, handle = info
-    if isinstance(version, bool) or not isinstance(version, int):
-        raise TypeError(f"{argname}: __cuda_stream__ version must be an int, got "
-                        f"{type(version).__name__}")
-    if version != 0:
-        raise ValueError(f"{argname}: unsupported __cuda_stream__ protocol version {version} "
-                         f"from {type(obj).__name__} (streams understands version 0)")
-    if isinstance(handle, bool) or not isinstance(handle, int):
-        raise TypeError(f"{argname}: __cuda_stream__ handle must be an int, got "
-                        f"{type(handle).__name__}")
-    return as_pointer_int(handle, argname)
-
-
-cdef int _foreign_stream(object obj, str argname, uintptr_t* out) except -1:
-    """The handle of another library's stream ``obj``, checked; no CUDA call."""
-    cdef int code = _stream_reader(type(obj))
-    cdef uintptr_t h
-    if code == _READ_CUDA_STREAM:
-        h = _handle_int(obj.cuda_stream, obj, "cuda_stream", argname)
-    elif code == _READ_PTR:
-        h = _handle_int(obj.ptr, obj, "ptr", argname)
-    elif code == _READ_HANDLE:
-        h = _handle_int(obj.handle, obj, "handle", argname)
-    else:
-        proto = getattr(obj, "__cuda_stream__", None)   # also set on the instance only
-        if proto is None:
-            raise TypeError(f"{argname} must be a streams.Stream, a PyTorch or CuPy stream, or "
-                            f"an object with __cuda_stream__, not {type(obj).__name__}")
-        h = _protocol_handle(obj, proto, argname)
-        # cuda.core reports handle 0 once its stream is closed (its own
-        # default streams are 1 and 2).
-        if h == 0 and _from_library(type(obj), "cuda.core"):
-            raise ValueError(f"{argname} is a closed cuda.core Stream")
-    if h > _HANDLE_PER_THREAD:
-        _check_handle_value(h, argname)
-    out[0] = h
-    return 0
-
-
-cdef class _Forget:
-    # The weak reference callback of a _foreign_devices entry.
-    cdef object key
-
-    def __call__(self, ref):
-        entry = _foreign_devices.get(self.key)
-        if entry is not None and (<tuple>entry)[0] is ref:
-            del _foreign_devices[self.key]
-
-
-cdef int _foreign_stream_device(object obj, uintptr_t h) except -2:
-    """The device of foreign stream ``obj`` of handle ``h``; -1 for 0, 1, 2."""
-    cdef int dev = -1
-    cdef _Forget forget
-    if h <= _HANDLE_PER_THREAD:
-        return -1
-    key = id(obj)
-    entry = _foreign_devices.get(key)
-    if entry is not None and (<tuple>entry)[0]() is obj and (<tuple>entry)[1] == h:
-        return (<tuple>entry)[2]
-    require_device()
-    with nogil:
-        rt.stream_get_device(<cudaStream_t>h, &dev)
-    forget = _Forget.__new__(_Forget)
-    forget.key = key
-    try:
-        ref = _weakref.ref(obj, forget)
-    except TypeError:
-        return dev      # no weak references to it: looked up each time
-    _foreign_devices[key] = (ref, h, dev)
-    return dev
-
-
-cdef int _event_reader(type t) except -1:
-    cdef object r = _event_readers.get(t)
-    if r is not None:
-        return r
-    if hasattr(t, "cuda_event"):
-        code = _READ_CUDA_EVENT
-    elif _from_library(t, "cupy") and _named_in_mro(t, ("Event",)):
-        code = _READ_PTR
-    elif ((_from_library(t, "cuda.core") or _from_library(t, "numba"))
-          and _named_in_mro(t, ("Event",))):
-        code = _READ_HANDLE
-    else:
-        code = _READ_NONE
-    _event_readers[t] = code
-    return code
-
-
-cdef uintptr_t _foreign_event(object obj, str argname) except? 1:
-    """The handle of another library's event ``obj``, 0 for a PyTorch event
-    never recorded (PyTorch creates its CUDA event at the first record, and
-    waiting for it is a no-op there, as here); no CUDA call."""
-    cdef int code = _event_reader(type(obj))
-    cdef uintptr_t h
-    if code == _READ_CUDA_EVENT:
-        h = _handle_int(obj.cuda_event, obj, "cuda_event", argname)
-        if h == 0:
-            return 0
-    elif code == _READ_PTR:
-        h = _handle_int(obj.ptr, obj, "ptr", argname)
-    elif code == _READ_HANDLE:
-        h = _handle_int(obj.handle, obj, "handle", argname)
-        if h == 0:
-            # cuda.core sets a closed event's handle to NULL.
-            raise ValueError(f"{argname} is a closed {type(obj).__module__}."
-                             f"{type(obj).__name__}")
-    else:
-        raise TypeError(f"{argname} must be a streams.Event or a PyTorch, CuPy, cuda.core or "
-                        f"numba-cuda event, not {type(obj).__name__}")
-    _check_event_handle(h, argname)
-    return h
-
-
-def _is_foreign_stream(obj):
-    """True when ``obj`` is another library's stream as ``as_stream`` reads
-    them (not a Stream); no CUDA call, nothing read but its type."""
-    return not isinstance(obj, Stream) and (_stream_reader(type(obj)) != _READ_NONE
-                                            or hasattr(obj, "__cuda_stream__"))
-
-
-def _is_foreign_event(obj):
-    """True when ``obj`` is another library's event that waits accept."""
-    return not isinstance(obj, Event) and _event_reader(type(obj)) != _READ_NONE
-
-
-cdef int _check_event_handle(uintptr_t h, str argname) except -1:
-    if h < _LOWEST_HANDLE or h >= _HIGHEST_HANDLE or h % sizeof(void*) != 0:
-        raise ValueError(f"{argname}=0x{h:x} cannot be a CUDA event handle (handles are "
-                         "aligned addresses of the process)")
-    return 0
-
+# streams._foreign reads them (and checks raw handles); here they are used:
+# without a wrapper where a call uses the handle only while it runs
+# (Event.record, Event.wait, Stream.wait_event, Stream.wait_stream).
 
 cdef int _check_same_device(int event_device, int stream_device) except -1:
     # An event records only on a stream of its own device; CUDA's own
@@ -405,7 +173,9 @@ cdef int _enqueue_raw(int what, Waitable ours, void* foreign, unsigned int flags
     # the caller), the GIL kept when that cannot deadlock.
     cdef void* stream
     cdef void* event
-    if not rt.enqueue_may_keep_gil():
+    cdef int keep = (keep_gil_for(<Stream>ours) if ours._kind == rt.HANDLE_STREAM
+                     else keep_gil_for_foreign(foreign))
+    if not keep:
         ours._use()
         try:
             stream = ours._handle if ours._kind == rt.HANDLE_STREAM else foreign
@@ -541,6 +311,12 @@ cdef inline int _raw_status(bint is_stream, void* handle, bint wait) except -1 n
 
 # ---- Waitable: what Stream and Event share ---------------------------------------------------
 
+# no_gc_clear (and Stream's too): `_owner` keeps a foreign handle alive, and a
+# buffer's free, an executable's parked replays or a graph's event node may
+# still use the handle after the GC found the wrapper in a cycle; Stream's
+# `_tail` orders the frees of buffers of a closed stream ("Reference
+# cycles" in docs/architecture.rst).
+@cython.no_gc_clear
 cdef class Waitable(HandleOwner):
     """Base of Stream and Event: work that can be queried and waited for."""
 
@@ -609,6 +385,9 @@ cdef class Waitable(HandleOwner):
             done = _raw_status(self._kind == rt.HANDLE_STREAM, self._handle, False)
         finally:
             self._unhold()
+        if done == 1 and self._kind == rt.HANDLE_STREAM and (<Stream>self)._queued:
+            # The GIL was kept throughout: everything counted is done.
+            _forget(<Stream>self, (<Stream>self)._queued, _queue.epoch)
         return done == 1
 
     @property
@@ -640,6 +419,9 @@ cdef class Waitable(HandleOwner):
         # cudaStreamDestroy and cudaEventDestroy return at once (CUDA frees
         # the handle when its work is done), so the GIL policy of enqueues
         # holds for them too.
+        if (self._kind == rt.HANDLE_STREAM and (<Stream>self)._queued
+                and not streams_is_closed(&self._state)):
+            _forget_if_idle(<Stream>self)
         if self._close_handle(rt.enqueue_may_keep_gil()) == 1:
             self._owner = None
 
@@ -655,8 +437,120 @@ cdef class Waitable(HandleOwner):
         return hash((self._kind, <uintptr_t>self._handle, self._device))
 
 
-# Enqueues from Python keep the GIL when that cannot deadlock
-# (rt.enqueue_may_keep_gil says when).
+# ---- when an enqueue made from Python may keep the GIL ---------------------------------
+# An enqueue (record, wait, launch, graph launch) blocks in the driver while
+# the queue it goes to is full, until the GPU drains it.  If the GPU is held
+# up by something on the host that needs the GIL (a Python host callback of
+# any library, a host thread about to write the word a wait_value waits for,
+# a kernel polling pinned memory, an external event), a thread blocked there
+# holding the GIL never lets it happen: a deadlock.  Releasing the GIL around
+# every enqueue costs ~150-250 ns a call; keeping it is safe exactly when the
+# enqueue cannot block.  The rule (both must hold):
+#   1. no Python host callback of the package is alive (rt.enqueue_may_keep_gil);
+#   2. the enqueues this process made from Python and has not yet seen done
+#      number at most QUEUE_BUDGET, far below the depth at which the driver
+#      blocks (tools/queue_depth.py: thousands of launches behind one busy
+#      stream on an H100; docs/safety.rst has the figures).  So no queue this
+#      process filled can be full, whatever the GPU waits for.
+# "Seen done": a stream's count is forgotten when query() answers True or
+# synchronize() returns for it, when an enqueue past the budget finds it
+# idle (a query with the GIL released, once every QUEUE_PROBE enqueues),
+# and all counts when a device synchronize answers (one device only).  An
+# enqueue past the budget releases the GIL: if the queue is full it waits
+# there without it, and the host can make the GPU move.
+# Counted before the call, so that a count can only run ahead of the work;
+# a stream closed or dropped with work counted leaves it in the total until
+# a device synchronize.  Not counted (docs/safety.rst): work that other
+# libraries or the C-level API (`c_*`, which never holds the GIL) enqueue;
+# a queue that such work fills to within QUEUE_BUDGET of the driver's depth
+# behind a host wait can still block an enqueue that keeps the GIL.
+cdef enum:
+    QUEUE_BUDGET = 256
+    QUEUE_PROBE = 64
+cdef rt.QueueCount* _queue = rt.queue_count()
+
+
+cdef inline void _forget(Stream stream, Py_ssize_t n, unsigned long long epoch) noexcept:
+    # The first n enqueues counted on stream (in epoch) are done.
+    if stream._queue_epoch == epoch and n > 0:
+        n = min(n, stream._queued)
+        stream._queued -= n
+        _queue.total = max(_queue.total - n, 0)
+        stream._probe_at = stream._queued + QUEUE_PROBE
+
+
+cdef int _probe(void* handle, bint is_ours, Waitable owner) except -1:
+    # Whether a stream is idle, asked with the GIL released.
+    cdef int done
+    if is_ours:
+        owner._use()
+        try:
+            with nogil:
+                done = rt.stream_query(<cudaStream_t>owner._handle)
+        finally:
+            owner._unuse()
+        return done
+    with nogil:
+        done = rt.stream_query(<cudaStream_t>handle)
+    return done
+
+
+cdef void _forget_if_idle(Stream stream) noexcept:
+    # Before a close: work counted on a stream that is closed unfinished
+    # stays counted until a device synchronize; idle, it is forgotten now.
+    cdef Py_ssize_t n = stream._queued
+    cdef unsigned long long epoch = _queue.epoch
+    try:
+        if _probe(NULL, True, stream):
+            _forget(stream, n, epoch)
+    except (CudaError, ValueError, RuntimeError):
+        pass    # closed meanwhile, in a callback, or CUDA cannot say: it stays counted
+
+
+cdef int keep_gil_for(Stream stream) except -1:
+    cdef Py_ssize_t n
+    cdef unsigned long long epoch = _queue.epoch
+    if stream._queue_epoch != epoch:
+        stream._queued = 0
+        stream._queue_epoch = epoch
+        stream._probe_at = QUEUE_PROBE
+    stream._queued += 1
+    _queue.total += 1
+    if _queue.total <= QUEUE_BUDGET:
+        return rt.enqueue_may_keep_gil()
+    if stream._queued >= stream._probe_at:
+        n = stream._queued - 1      # the ones already enqueued
+        stream._probe_at = stream._queued + QUEUE_PROBE
+        if _probe(NULL, True, stream):
+            _forget(stream, n, epoch)
+            return _queue.total <= QUEUE_BUDGET and rt.enqueue_may_keep_gil()
+    return 0
+
+
+cdef int keep_gil_for_foreign(void* stream) except -1:
+    # Another library's stream has no object of ours to keep its count on:
+    # one count for them all, forgotten when the one stream they went to is
+    # seen idle (several: only by a device synchronize).
+    cdef Py_ssize_t n
+    if _queue.foreign == 0:
+        _queue.foreign_stream = stream
+        _queue.foreign_mixed = False
+    elif _queue.foreign_stream != stream:
+        _queue.foreign_mixed = True
+    _queue.foreign += 1
+    _queue.total += 1
+    if _queue.total <= QUEUE_BUDGET:
+        return rt.enqueue_may_keep_gil()
+    if not _queue.foreign_mixed and _queue.foreign % QUEUE_PROBE == 0:
+        n = _queue.foreign - 1
+        if _probe(stream, False, None):
+            n = min(n, _queue.foreign)
+            _queue.foreign -= n
+            _queue.total = max(_queue.total - n, 0)
+            return _queue.total <= QUEUE_BUDGET and rt.enqueue_may_keep_gil()
+    return 0
+
+
 cdef int _record_on(Stream stream, Event event, bint held) except -1 nogil:
     # held: the caller keeps the GIL throughout (HandleOwner._hold).
     stream._use_as(held)
@@ -686,7 +580,7 @@ cdef int _wait_event_on(Stream stream, Event event, bint held) except -1 nogil:
 
 
 cdef int _record(Stream stream, Event event) except -1:
-    if rt.enqueue_may_keep_gil():
+    if keep_gil_for(stream):
         return _record_on(stream, event, True)
     with nogil:
         _record_on(stream, event, False)
@@ -694,7 +588,7 @@ cdef int _record(Stream stream, Event event) except -1:
 
 
 cdef int _wait_event(Stream stream, Event event) except -1:
-    if rt.enqueue_may_keep_gil():
+    if keep_gil_for(stream):
         return _wait_event_on(stream, event, True)
     with nogil:
         _wait_event_on(stream, event, False)
@@ -771,14 +665,6 @@ cdef Stream _make_special(uintptr_t handle, object owner=None, type cls=None):
     return s
 
 
-cdef int _check_handle_value(uintptr_t h, str argname) except -1:
-    if h < _LOWEST_HANDLE or h >= _HIGHEST_HANDLE or h % sizeof(void*) != 0:
-        raise ValueError(f"{argname}=0x{h:x} cannot be a CUDA stream handle (handles are "
-                         "aligned addresses of the process; the special streams are 0, 1 "
-                         "and 2)")
-    return 0
-
-
 # ---- Stream -------------------------------------------------------------------------------
 
 cdef struct _StreamParams:
@@ -830,6 +716,7 @@ cdef int _give_back(void* pool, int kind, void* handle) noexcept nogil:
     return 0
 
 
+@cython.no_gc_clear
 cdef class Stream(Waitable):
     """A CUDA stream.  ``Stream(device=None, priority=0, non_blocking=False)``.
 
@@ -873,9 +760,9 @@ cdef class Stream(Waitable):
         cdef uintptr_t h = as_pointer_int(ptr, "ptr")
         cdef Stream s
         cdef int dev = -1
-        if h <= _HANDLE_PER_THREAD:
+        if h <= STREAM_PER_THREAD:
             return _make_special(h, owner, cls)
-        _check_handle_value(h, "ptr")
+        check_stream_handle(h, "ptr")
         if device is not None:
             dev = resolve_device(device)
         else:
@@ -893,38 +780,19 @@ cdef class Stream(Waitable):
     def from_external(obj):
         """Wrap another library's stream.
 
-        Accepts the ``__cuda_stream__`` protocol (a method, or attribute,
-        returning ``(0, handle)``), PyTorch's ``.cuda_stream`` and CuPy's
-        ``.ptr``.  The returned Stream keeps ``obj`` alive.
+        Reads what :func:`as_stream` reads (the ``__cuda_stream__``
+        protocol, PyTorch's ``.cuda_stream``, CuPy's ``.ptr``, numba-cuda's
+        ``.handle``), with the same checks and messages, and also a
+        ``.cuda_stream`` or ``.ptr`` of any other object: calling this says
+        that ``obj`` is a stream.  The returned Stream keeps ``obj`` alive.
         """
+        cdef uintptr_t h
         if isinstance(obj, Stream):
             return obj
-        proto = getattr(obj, "__cuda_stream__", None)
-        if proto is not None:
-            info = proto() if callable(proto) else proto
-            if not isinstance(info, tuple) or len(info) != 2:
-                raise ValueError(f"{type(obj).__name__}.__cuda_stream__() must return a "
-                                 f"(version, handle) tuple, got {info!r}")
-            version, handle = info
-            if isinstance(version, bool) or not isinstance(version, int):
-                raise TypeError("__cuda_stream__ version must be an int, got "
-                                f"{type(version).__name__}")
-            if version != 0:
-                raise ValueError(f"unsupported __cuda_stream__ protocol version {version} "
-                                 "(streams understands version 0)")
-            if isinstance(handle, bool) or not isinstance(handle, int):
-                raise TypeError("__cuda_stream__ handle must be an int, got "
-                                f"{type(handle).__name__}")
-            return Stream.from_handle(handle, owner=obj)
-        for attr in ("cuda_stream", "ptr"):
-            handle = getattr(obj, attr, None)
-            if handle is not None:
-                if isinstance(handle, bool) or not isinstance(handle, int):
-                    raise TypeError(f"{type(obj).__name__}.{attr} must be an int handle, got "
-                                    f"{type(handle).__name__}")
-                return Stream.from_handle(handle, owner=obj)
-        raise TypeError(f"cannot get a CUDA stream from {type(obj).__name__}: it has no "
-                        "__cuda_stream__, .cuda_stream or .ptr")
+        foreign_stream(obj, "obj", &h, True)
+        if h <= STREAM_PER_THREAD:
+            return _make_special(h, obj)
+        return _wrap_foreign(h, foreign_stream_device(obj, h), obj)
 
     def __cuda_stream__(self):
         """``(0, handle)``: the CUDA stream protocol (cuda.core, CuPy, ...)."""
@@ -969,9 +837,14 @@ cdef class Stream(Waitable):
         give those waits a ``timeout``.
         """
         cdef long long timeout_ns = as_timeout_ns(timeout)
+        # What is counted now is done once the synchronize returns True.
+        cdef Py_ssize_t queued = self._queued
+        cdef unsigned long long epoch = _queue.epoch
         cdef int done = self._done_now()
         if not done:
             done = wait_until_done(self, timeout_ns)
+        if done == 1 and queued:
+            _forget(self, queued, epoch)
         if self._errors is not None:
             self._errors.raise_pending("host callback")
         return done == 1
@@ -1004,7 +877,7 @@ cdef class Stream(Waitable):
         cdef uintptr_t h
         cdef unsigned int flags = cudaEventWaitExternal if external else 0
         if not isinstance(event, Event):
-            h = _foreign_event(event, "event")
+            h = foreign_event(event, "event")
             if h == 0:
                 self._check_open()
                 return
@@ -1035,13 +908,13 @@ cdef class Stream(Waitable):
             raise TypeError("other must be a streams.Stream, a PyTorch or CuPy stream, or an "
                             "object with __cuda_stream__, not NoneType")
         if not isinstance(other, Stream):
-            _foreign_stream(other, "other", &h)
-            dev = _foreign_stream_device(other, h)
+            foreign_stream(other, "other", &h, False)
+            dev = foreign_stream_device(other, h)
             self._use()
             try:
                 if dev < 0:
                     dev = current_device()
-                if rt.enqueue_may_keep_gil():
+                if keep_gil_for(self):
                     rt.stream_wait_stream(<cudaStream_t>self._handle, <cudaStream_t>h, dev)
                 else:
                     with nogil:
@@ -1050,7 +923,7 @@ cdef class Stream(Waitable):
                 self._unuse()
             return
         o = <Stream>other
-        if rt.enqueue_may_keep_gil():
+        if keep_gil_for(self):
             self.c_wait_stream(o)
         else:
             with nogil:
@@ -1199,26 +1072,30 @@ cdef class Stream(Waitable):
         return Device(dev)
 
     # ---- kernels --------------------------------------------------------------
-    def launch(self, kernel, grid, block, *args, shared_mem=0):
+    def launch(self, kernel, grid, block, *args, shared_mem=0, wait_producers=True):
         """Launch ``kernel`` with ``grid`` x ``block`` threads (ints or up to 3-tuples).
 
         Arguments follow the kernel's parameters (see ``Module.get_kernel``);
         buffers and objects with ``__cuda_array_interface__``/``__dlpack__``
-        pass their address.  Runs on the stream's device.
+        pass their address, and this stream waits for their producers as
+        :func:`memcpy_async` does (``wait_producers=False``: you order them
+        yourself).  Runs on the stream's device.
         """
         if not isinstance(kernel, LaunchTarget):
             raise TypeError(f"kernel must be a streams.Kernel, not {type(kernel).__name__}")
-        (<LaunchTarget>kernel)._launch_on(self, grid, block, args, shared_mem, None)
+        (<LaunchTarget>kernel)._launch_on(self, grid, block, args, shared_mem, None,
+                                          _as_wait_flag(wait_producers))
 
     def launch_ex(self, kernel, config, *args, shared_mem=None, cluster=None,
-                  cooperative=None):
+                  cooperative=None, wait_producers=True):
         """``cudaLaunchKernelExC``: launch ``kernel`` as ``config`` (a
         ``LaunchConfig``: grid, block, shared memory, clusters, cooperative
         launch, programmatic dependent launch, launch events, priority, memory
         sync domain) with ``args``.
 
         The short form ``launch_ex(kernel, grid, block, *args, shared_mem=0,
-        cluster=None, cooperative=False)`` makes that config.
+        cluster=None, cooperative=False)`` makes that config.  ``wait_producers``
+        as for ``launch``.
         """
         cdef type config_type = _later("_launch", "LaunchConfig")
         if not isinstance(kernel, LaunchTarget):
@@ -1232,7 +1109,8 @@ cdef class Stream(Waitable):
         elif shared_mem is not None or cluster is not None or cooperative is not None:
             raise TypeError("with a LaunchConfig, shared_mem, cluster and cooperative belong "
                             "in the config")
-        (<LaunchTarget>kernel)._launch_on(self, None, None, args, None, config)
+        (<LaunchTarget>kernel)._launch_on(self, None, None, args, None, config,
+                                          _as_wait_flag(wait_producers))
 
     # ---- capture (streams._graph builds the graphs) --------------------------------
     def begin_capture(self, mode="global"):
@@ -1423,6 +1301,8 @@ cdef class Stream(Waitable):
 
 cdef class ErrorSlot:
     """The first exception of the host callbacks of one stream or graph."""
+    # The GC may clear it (no teardown), and must be able to: `first` holds
+    # an exception, whose traceback may refer back to its stream or graph.
 
     def __init__(self, *args, **kwargs):
         rt.refuse_construction(self, "streams and graphs make their own")
@@ -1443,9 +1323,9 @@ cdef _install_special_streams():
     # Cython classes have no settable class attributes: put the singletons
     # in the type's dict directly (as if written in the class body).
     cdef dict d = <dict>(<PyTypeObject*>Stream).tp_dict
-    d["null"] = _make_special(_HANDLE_NULL)
-    d["legacy"] = _make_special(_HANDLE_LEGACY)
-    d["per_thread"] = _make_special(_HANDLE_PER_THREAD)
+    d["null"] = _make_special(STREAM_NULL)
+    d["legacy"] = _make_special(STREAM_LEGACY)
+    d["per_thread"] = _make_special(STREAM_PER_THREAD)
     PyType_Modified(<PyTypeObject*>Stream)
 
 _install_special_streams()
@@ -1531,7 +1411,7 @@ cdef class Event(Waitable):
         if stream is not None and not isinstance(stream, Stream):
             # Another library's stream: its handle, no wrapper (the caller
             # keeps the object alive for this call).
-            _foreign_stream(stream, "stream", &h)
+            foreign_stream(stream, "stream", &h, False)
             _enqueue_raw(0, self, <void*>h, flags)
             self._recorded = True
             return self
@@ -1567,7 +1447,7 @@ cdef class Event(Waitable):
         :func:`as_stream` takes) wait for this event."""
         cdef uintptr_t h
         if stream is not None and not isinstance(stream, Stream):
-            _foreign_stream(stream, "stream", &h)
+            foreign_stream(stream, "stream", &h, False)
             _enqueue_raw(1, self, <void*>h, 0)
             return self
         _wait_event(as_stream(stream, "stream"), self)
@@ -1632,7 +1512,7 @@ cdef class Event(Waitable):
         """
         cdef uintptr_t h = as_pointer_int(ptr, "ptr")
         cdef Event ev
-        _check_event_handle(h, "ptr")
+        check_event_handle(h, "ptr")
         ev = Event.__new__(cls)
         ev._handle = <streams_event_t>h
         ev._device = -1 if device is None else resolve_device(device)
@@ -1826,7 +1706,9 @@ cdef class _HandlePool:
 
 @cython.final
 cdef class StreamPool(_HandlePool):
-    """Streams that reuse the handles of closed ones.
+    """StreamPool(device=None, priority=0, non_blocking=False, *, maxsize=16)
+
+    Streams that reuse the handles of closed ones.
 
     ``StreamPool(device=None, priority=0, non_blocking=False, maxsize=16)``:
     ``acquire()`` returns an open ``Stream`` with those parameters, whose
@@ -1838,6 +1720,9 @@ cdef class StreamPool(_HandlePool):
     """
     cdef _StreamParams _params
 
+    # The signature is written in the class docstring: Cython's embedded one
+    # puts the keyword-only marker one parameter late.
+    @cython.embedsignature(False)
     def __init__(self, device=None, priority=0, non_blocking=False, *, maxsize=16):
         _stream_params(device, priority, non_blocking, &self._params)
         self._setup(rt.HANDLE_STREAM, self._params.device, maxsize)
@@ -1866,7 +1751,9 @@ cdef class StreamPool(_HandlePool):
 
 @cython.final
 cdef class EventPool(_HandlePool):
-    """Events that reuse the handles of closed ones.
+    """EventPool(enable_timing=False, blocking=False, device=None, *, maxsize=64)
+
+    Events that reuse the handles of closed ones.
 
     ``EventPool(enable_timing=False, blocking=False, device=None, maxsize=64)``:
     ``acquire()`` returns an unrecorded-or-reused ``Event`` with those flags,
@@ -1877,6 +1764,9 @@ cdef class EventPool(_HandlePool):
     """
     cdef unsigned int _flags
 
+    # The signature is written in the class docstring: Cython's embedded one
+    # puts the keyword-only marker one parameter late.
+    @cython.embedsignature(False)
     def __init__(self, enable_timing=False, blocking=False, device=None, *, maxsize=64):
         self._flags = _event_flags(enable_timing, blocking, False)
         self._setup(rt.HANDLE_EVENT, resolve_device(device), maxsize)
@@ -1914,11 +1804,17 @@ cdef object _later(str module, str name):
     return fn
 
 
+cdef bint _as_wait_flag(object wait_producers) except -1:
+    if not isinstance(wait_producers, (bool, int)):
+        raise TypeError(f"wait_producers must be a bool, not {type(wait_producers).__name__}")
+    return bool(wait_producers)
+
+
 cdef class LaunchTarget:
     """Base of ``streams.Kernel``: something ``Stream.launch`` can launch."""
 
     cdef int _launch_on(self, Stream stream, object grid, object block, tuple args,
-                        object shared_mem, object config) except -1:
+                        object shared_mem, object config, bint wait_producers) except -1:
         raise TypeError(f"{type(self).__name__} cannot be launched")
 
 
@@ -1992,11 +1888,19 @@ cdef int _stream_set_attribute(Stream stream, object name, object value) except 
         if not isinstance(value, AccessPolicyWindow):
             raise TypeError("value for access_policy_window must be an AccessPolicyWindow, "
                             f"not {type(value).__name__}")
-        v.accessPolicyWindow.base_ptr = <void*><uintptr_t>value.base_ptr
-        v.accessPolicyWindow.num_bytes = value.num_bytes
-        v.accessPolicyWindow.hitRatio = value.hit_ratio
-        v.accessPolicyWindow.hitProp = <cudaAccessProperty><int>value.hit_prop
-        v.accessPolicyWindow.missProp = <cudaAccessProperty><int>value.miss_prop
+        # Checked again here: its fields are plain attributes, set after
+        # __init__ to anything (a size past size_t would wrap).
+        v.accessPolicyWindow.base_ptr = <void*>as_pointer_int(value.base_ptr, "value.base_ptr")
+        v.accessPolicyWindow.num_bytes = as_nbytes(value.num_bytes, "value.num_bytes")
+        ratio = value.hit_ratio
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) \
+                or not 0.0 <= ratio <= 1.0:
+            raise ValueError(f"value.hit_ratio must be a number in [0, 1], got {ratio!r}")
+        v.accessPolicyWindow.hitRatio = ratio
+        v.accessPolicyWindow.hitProp = <cudaAccessProperty><int>as_enum(
+            AccessProperty, value.hit_prop, "value.hit_prop")
+        v.accessPolicyWindow.missProp = <cudaAccessProperty><int>as_enum(
+            AccessProperty, value.miss_prop, "value.miss_prop")
     elif attr == cudaStreamAttributeSynchronizationPolicy:
         v.syncPolicy = <cudaSynchronizationPolicy><int>as_enum(SyncPolicy, value, "value")
     else:
@@ -2015,3 +1919,9 @@ def reset_persisting_l2_cache():
     require_device()
     with nogil:
         rt.ctx_reset_persisting_l2_cache()
+
+
+def _queue_state():
+    """(total, on other libraries' streams): the enqueues the keep-the-GIL
+    rule has counted and not yet seen done (keep_gil_for); for tests."""
+    return _queue.total, _queue.foreign

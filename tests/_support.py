@@ -124,6 +124,8 @@ def env_importing_this_streams(extra=None):
     site_dirs = {Path(p).resolve() for p in
                  (sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"])}
     env = dict(os.environ)
+    # A child that dies of a signal says where, in every thread.
+    env.setdefault("PYTHONFAULTHANDLER", "1")
     env.update(extra or {})
     if parent not in site_dirs:
         env["PYTHONPATH"] = os.pathsep.join(

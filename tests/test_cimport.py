@@ -168,3 +168,89 @@ def test_cimport_kernel_graph_and_prepared_launch_on_gpu(ext):
         buf.close()
         mod.close()
         s.close()
+
+
+# ---- an editable install ------------------------------------------------------
+
+_EDITABLE_CHILD = r'''
+import os, site, sys
+MODE, SITE, ROOT = sys.argv[1], sys.argv[2], sys.argv[3]
+# What `pip install -e` leaves in site-packages: a .pth that installs
+# setuptools' import hook for "streams", and no sys.path entry for the
+# checkout.  Where streams is also installed normally (CI tests the
+# installed wheel), the hook goes first, as if it were the only copy.
+site.addsitedir(SITE)
+hooks = [f for f in sys.meta_path if getattr(f, "__module__", "").startswith("__editable__")]
+assert hooks, sys.meta_path
+sys.meta_path.remove(hooks[0])
+sys.meta_path.insert(0, hooks[0])
+import streams
+assert streams.__file__ == os.path.join(ROOT, "streams", "__init__.py"), streams.__file__
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+ext = Extension("cimport_ext", ["cimport_ext.pyx"], include_dirs=[streams.get_include()])
+if MODE == "cython_only":
+    # Without include_path, as a setup.py written before get_cython_include.
+    on_path = [p for p in sys.path if os.path.isfile(os.path.join(p, "streams", "__init__.pxd"))]
+    try:
+        cythonize([ext], compiler_directives={"language_level": 3}, quiet=True)
+    except Exception as exc:
+        print("FAILED", type(exc).__name__, on_path)
+    else:
+        print("BUILT", on_path)
+    sys.exit(0)
+sys.argv = ["setup.py", "build_ext", "--inplace"]
+setup(ext_modules=cythonize([ext], include_path=[streams.get_cython_include()],
+                            compiler_directives={"language_level": 3}, quiet=True))
+import cimport_ext
+assert cimport_ext.handle_of(streams.Stream.legacy) == 1
+assert cimport_ext.handle_of(streams.Stream.null) == 0
+print("IMPORTED", cimport_ext.__file__)
+'''
+
+
+def test_cimport_against_an_editable_install(tmp_path):
+    # `pip install -e .` (setuptools' default editable mode) reaches the
+    # package through an import hook, which Cython does not ask: `cimport
+    # streams` then fails with "'streams.pxd' not found".  With
+    # include_path=[streams.get_cython_include()] it builds.  The editable
+    # install is set up as pip does it (setuptools' own finder module and
+    # .pth), around a folder linking to the streams under test, so that no
+    # build of streams itself is needed.
+    editable = pytest.importorskip("setuptools.command.editable_wheel")
+    template = getattr(editable, "_finder_template", None)
+    if template is None:
+        pytest.skip("this setuptools has no _finder_template to make the editable hook with")
+    root = tmp_path / "checkout"
+    root.mkdir()
+    package = os.path.dirname(os.path.abspath(streams.__file__))
+    os.symlink(package, root / "streams")
+    headers = os.path.join(os.path.dirname(package), "include")
+    if not os.path.isdir(os.path.join(package, "include")) and os.path.isdir(headers):
+        os.symlink(headers, root / "include")   # a checkout's headers (streams.get_include())
+    site_dir = tmp_path / "site"
+    site_dir.mkdir()
+    name = "__editable___cuda_streams_0_1_0_finder"
+    (site_dir / f"{name}.py").write_text(template(name, {"streams": str(root / "streams")}, {}))
+    (site_dir / "__editable__.cuda_streams-0.1.0.pth").write_text(
+        f"import {name}; {name}.install()\n")
+    build = tmp_path / "build"
+    build.mkdir()
+    shutil.copy(os.path.join(HERE, "cython_ext", "cimport_ext.pyx"), build)
+    (build / "child.py").write_text(_EDITABLE_CHILD)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "CUDA_HOME", "CUDA_PATH", "CPATH", "C_INCLUDE_PATH")}
+
+    def child(mode):
+        result = subprocess.run([sys.executable, "child.py", mode, str(site_dir), str(root)],
+                                cwd=build, env=env, capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        return result.stdout
+
+    before = child("cython_only")
+    if "[]" in before:
+        # No other copy of streams on sys.path: Cython cannot find the .pxd
+        # files without include_path (where CI's installed wheel is on
+        # sys.path, Cython finds that one instead, and this part says nothing).
+        assert "FAILED CompileError" in before, before
+    assert "IMPORTED" in child("build")

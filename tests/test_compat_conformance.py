@@ -96,7 +96,7 @@ FRAMEWORKS = [
         current=cp.get_current_stream, default_handle=0,
         guard=lambda s: s, guard_arg=None,     # CuPy: "use the with statement"
         synchronize=None, record="record", query=lambda s: s.done, wait_stream=False,
-        signatures=((cp.Stream, "(null=False, non_blocking=False, ptds=False)"),
+        signatures=((cp.Stream, "(null=False, non_blocking=False, ptds=False, priority=None)"),
                     (cp.Event, "(block=False, disable_timing=False, interprocess=False)"),
                     (cp.Stream.record, ("self", "event")),
                     (cp.Stream.add_callback, ("self", "callback", "arg")),
@@ -106,7 +106,8 @@ FRAMEWORKS = [
         "torch", tc, "torch.cuda", [tc.StreamContext],
         default_handle=0, guard=tc.stream, guard_arg="stream",
         signatures=((tc.Stream, "(device=None, priority=0, **kwargs)"),
-                    (tc.Event, "(enable_timing=False, blocking=False, interprocess=False)"),
+                    (tc.Event, "(enable_timing=False, blocking=False, interprocess=False, "
+                               "external=False)"),
                     (tc.Stream.priority_range, "()"),
                     (tc.current_stream, "(device=None)"),
                     (tc.default_stream, "(device=None)"),
@@ -118,7 +119,8 @@ FRAMEWORKS = [
         stream=lambda: pd.Stream(blocking=True), default_handle=1,
         guard=pd.stream_guard, guard_arg="stream",
         signatures=((pd.Stream, "(device=None, priority=None, blocking=False)"),
-                    (pd.Event, "(enable_timing=False, blocking=False, interprocess=False)"),
+                    (pd.Event, "(device=None, enable_timing=False, blocking=False, "
+                               "interprocess=False)"),
                     (pd.stream_guard, "(stream=None)"),
                     (pd.current_stream, "(device=None)"),
                     (pd.synchronize, "(device=None)")) + _documented_alike(pd, event_wait=False)),

@@ -10,11 +10,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from _support import MS, close_all, closing, needs_no_gpu
+from _support import MS, close_all, closing, needs_no_gpu, uninitialised
 
 import streams
 from streams.compat import torch as tc
-from streams.testing import spin
+from streams.testing import launch_empty, spin
 
 # ---- no GPU needed -----------------------------------------------------------
 
@@ -176,3 +176,164 @@ def test_default_streams_of_two_devices_and_set_stream(restore_current):
     assert streams.get_device() == 1
     assert tc.current_stream() is d1
     streams.Stream.legacy.use()         # device 1 as it was (the fixture restores device 0)
+
+
+# ---- PyTorch 2.11's Event(external=...) --------------------------------------
+
+def test_event_external_argument_and_checks_before_cuda():
+    # torch.cuda.Event(enable_timing=False, blocking=False, interprocess=False,
+    # external=False); an Event made by __new__ alone is not external.
+    assert tc.Event.__new__(tc.Event).external is False
+    with pytest.raises(TypeError, match="stream must be a Stream or None"):
+        uninitialised(tc.Event).record("not a stream")
+    with pytest.raises(TypeError, match="stream must be a Stream or None"):
+        uninitialised(tc.Event).wait(42)
+
+
+# ---- ported from PyTorch 2.11's test/test_cuda.py (TestCuda) -----------------
+# Each test names the PyTorch test it ports.  torch.cuda._sleep becomes
+# streams.testing.spin, and tensors become the fill kernels.
+
+@pytest.mark.gpu
+def test_ported_streams(restore_current):
+    # TestCuda.test_streams
+    default_stream = tc.current_stream()
+    user_stream = tc.Stream()
+    try:
+        assert tc.current_stream() == default_stream
+        assert default_stream != user_stream
+        assert default_stream.cuda_stream == 0
+        assert user_stream.cuda_stream != 0
+        with tc.stream(user_stream):
+            assert tc.current_stream() == user_stream
+        assert user_stream.query()
+        spin(default_stream, 20 * MS)
+        default_stream.synchronize()
+        assert default_stream.query()
+    finally:
+        user_stream.close()
+
+
+@pytest.mark.gpu
+def test_ported_stream_event_repr():
+    # TestCuda.test_stream_event_repr ("torch.cuda.Stream" in repr: here
+    # the compat module's names)
+    s = tc.current_stream()
+    assert "streams.compat.torch.Stream" in repr(s)
+    e = tc.Event()
+    assert "streams.compat.torch.Event" in repr(e)
+    s.record_event(e)
+    assert "streams.compat.torch.Event" in repr(e)
+    e.synchronize()
+    e.close()
+
+
+@pytest.mark.gpu
+def test_ported_events():
+    # TestCuda.test_events
+    stream = tc.current_stream()
+    event = tc.Event(enable_timing=True)
+    start_event = tc.Event(enable_timing=True)
+    try:
+        assert event.query()
+        stream.record_event(start_event)
+        spin(stream, 50 * MS)
+        stream.record_event(event)
+        assert not event.query()
+        event.synchronize()
+        assert event.query()
+        assert start_event.elapsed_time(event) > 0
+    finally:
+        event.close()
+        start_event.close()
+
+
+@pytest.mark.gpu
+def test_ported_streams_priority():
+    # TestCuda.test_streams_priority (PyTorch's uses devices 0 and 1; the
+    # second device is checked where there is one)
+    low, high = tc.Stream.priority_range()
+    made = []
+    for device in range(min(2, streams.device_count())):
+        s0 = tc.Stream(device=device, priority=low)
+        s1 = tc.Stream(device=device, priority=high)
+        made += [s0, s1]
+        assert low == s0.priority and high == s1.priority
+        assert s0.device == streams.Device(device) == s1.device
+    for s in made:
+        s.close()
+
+
+@pytest.mark.gpu
+def test_ported_events_wait(restore_current):
+    # TestCuda.test_events_wait, on one device (PyTorch's spans two): s1
+    # waits for an event recorded behind a spin on s0.
+    s0, s1 = tc.Stream(), tc.Stream()
+    e0 = tc.Event()
+    try:
+        spin(s0, 100 * MS)
+        s0.record_event(e0)
+        assert not s0.query()
+        assert s1.query()
+        s1.wait_event(e0)
+        launch_empty(s1)
+        assert not s1.query(), "s1 must wait for e0"
+        s1.synchronize()
+        assert e0.query() and s0.query() and s1.query()
+    finally:
+        for obj in (s0, s1, e0):
+            obj.close()
+
+
+@pytest.mark.gpu
+def test_external_event_outside_a_capture_is_a_plain_event():
+    # "external ... when captured in a cuda graph": outside a capture the
+    # event records and is waited for as any other (CUDA itself would
+    # refuse cudaEventRecordExternal there).
+    s0, s1 = tc.Stream(), tc.Stream()
+    ev = tc.Event(external=True)
+    try:
+        assert ev.external is True
+        spin(s0, 100 * MS)
+        s0.record_event(ev)
+        s1.wait_event(ev)
+        launch_empty(s1)
+        assert not s1.query(), "s1 must wait for the external event"
+        s1.synchronize()
+        ev.record()         # on the current stream
+        ev.wait(s1)
+        s1.synchronize()
+    finally:
+        for obj in (s0, s1, ev):
+            obj.close()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("external", [False, True])
+def test_external_event_makes_event_nodes_in_a_capture(external):
+    # "external (bool) - indicates whether this event should create event
+    # record and event wait nodes, or create an internal cross-stream
+    # dependency, when captured in a cuda graph".  A plain event recorded in
+    # a capture is an internal dependency (no node).  Only the external
+    # event is waited for: waiting inside a capture for an event recorded
+    # outside it is what cudaEventWaitExternal is for.
+    s = tc.Stream()
+    ev = tc.Event(external=external)
+    waited = tc.Event(external=True)
+    try:
+        waited.record(s)
+        s.synchronize()
+        with s.capture() as cap:
+            launch_empty(s)
+            if external:
+                s.wait_event(waited)
+            s.record_event(ev)
+            launch_empty(s)
+        types = sorted(n.type.name for n in cap.graph.nodes)
+        expected = ["EVENT_RECORD", "EVENT_WAIT", "KERNEL", "KERNEL"] if external \
+            else ["KERNEL", "KERNEL"]
+        assert types == expected
+        cap.graph.close()
+    finally:
+        for obj in (s, ev, waited):
+            obj.close()

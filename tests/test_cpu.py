@@ -167,7 +167,8 @@ def test_from_external_protocol_and_fallbacks():
     assert Stream.from_external(TorchLike()) == Stream.legacy
     assert Stream.from_external(CupyLike()) == Stream.null
     assert Stream.from_external(Stream.legacy) is Stream.legacy
-    with pytest.raises(TypeError, match="cannot get a CUDA stream from object"):
+    with pytest.raises(TypeError, match="^obj must be a streams.Stream or an object with "
+                                        r"__cuda_stream__, .cuda_stream or .ptr, not object$"):
         Stream.from_external(object())
 
     class BadPtr:
@@ -323,3 +324,14 @@ def test_builtin_kernel_names_without_gpu():
 
     with pytest.raises(ValueError, match="set_condition_lt"):
         builtin_kernel("set_condition_gt")
+
+
+def test_condition_default_without_reset_is_refused_before_cuda():
+    # CUDA applies a condition's default at every launch
+    # (cudaGraphCondAssignDefault, reset=True) or never: a default that
+    # reset=False would silently drop is a ValueError, before any CUDA call.
+    g = streams.Graph.__new__(streams.Graph)
+    with pytest.raises(ValueError, match="default=3 needs reset=True"):
+        g.create_condition(3, reset=False)
+    with pytest.raises(ValueError, match="never initialised|closed"):
+        g.create_condition(0, reset=False)

@@ -126,11 +126,60 @@ def test_switch_selects_one_of_four_bodies(stream, device_buffer, closer):
     close_all(*bodies, g)
 
 
+def test_if_body_clearing_its_condition_runs_once_per_launch_with_reset(stream, device_buffer,
+                                                                       closer):
+    # reset=True: "every launch starts from default".  The body clears the
+    # condition (set_condition from a zeroed buffer), yet each of 3 launches
+    # runs it once.  Before the fix the same graph with
+    # create_condition(1, reset=False) ran it 0 times in 3 launches, against
+    # the documented once.
+    zero, out = device_buffer(), device_buffer()
+    g = closer(Graph())
+    cond = g.create_condition(1)
+    _, body = g.add_if(cond)
+    closer(body)
+    inc = body.add_kernel_node("increment_u32", GRID, BLOCK, out, N)
+    body.add_kernel_node("set_condition", 1, 1, cond, zero, dependencies=[inc])
+    with g.instantiate() as ex:
+        for launches in (1, 2, 3):
+            ex.launch(stream)
+            assert (to_host(out, stream) == launches).all(), launches
+    close_all(body, g)
+
+
+def test_condition_without_reset_keeps_the_previous_launchs_value(stream, device_buffer,
+                                                                  closer):
+    # reset=False: CUDA assigns nothing at launch, so a launch reads the value
+    # the previous launch of the executable left.  The if-node reads the
+    # condition before the graph's setter writes it from `flag`.
+    flag, out = device_buffer(), device_buffer()
+    g = closer(Graph())
+    cond = g.create_condition(reset=False)
+    node, body = g.add_if(cond)
+    closer(body)
+    body.add_kernel_node("increment_u32", GRID, BLOCK, out, N)
+    g.add_kernel_node("set_condition", 1, 1, cond, flag, dependencies=[node])
+    with g.instantiate() as ex:
+        set_u32(flag, 1, stream)
+        ex.launch(stream)       # reads what CUDA starts with (undocumented); leaves 1
+        first = int(to_host(out, stream)[0])
+        assert first in (0, 1) and (to_host(out, stream) == first).all()
+        set_u32(flag, 0, stream)
+        ex.launch(stream)       # reads the 1 left by launch 1: runs; leaves 0
+        assert (to_host(out, stream) == first + 1).all()
+        ex.launch(stream)       # reads the 0 left by launch 2: skips
+        assert (to_host(out, stream) == first + 1).all()
+    close_all(body, g)
+
+
 def test_condition_handle_properties_and_bad_input(device_buffer, closer):
     flag = device_buffer()
     g, other = closer(Graph()), closer(Graph())
-    cond = g.create_condition(3, reset=False)
-    assert cond.default == 3 and cond.reset is False and cond.graph is g
+    cond = g.create_condition(0, reset=False)
+    assert cond.default == 0 and cond.reset is False and cond.graph is g
+    # CUDA assigns a default at every launch (reset=True) or never.
+    with pytest.raises(ValueError, match="default=3 needs reset=True"):
+        g.create_condition(3, reset=False)
     assert int(cond) == cond.handle != 0
     with pytest.raises(TypeError, match="cannot be instantiated"):
         streams.ConditionHandle()
@@ -144,7 +193,7 @@ def test_condition_handle_properties_and_bad_input(device_buffer, closer):
         other.add_kernel_node("set_condition", 1, 1, cond, flag)
     with pytest.raises(ValueError, match="n must be >= 1"):
         g.add_switch(cond, 0)
-    with pytest.raises(ValueError, match="default must fit"):
+    with pytest.raises(ValueError, match="default must be >= 0"):
         g.create_condition(-1)
     _, body = g.add_if(cond)
     closer(body)
@@ -452,7 +501,7 @@ def test_node_updates_bad_input(stream, closer):
     k2 = g2.add_kernel_node("empty")
     ex2 = closer(g2.instantiate())
     g2.close()
-    with pytest.raises(ValueError, match="closed Graph"):
+    with pytest.raises(ValueError, match="closed Graph|instantiated from is closed"):
         ex2.set_enabled(k2, False)
     close_all(ex2, g, other)
 

@@ -16,6 +16,8 @@ wheel), with the [tool.mypy] config of pyproject.toml and two allowlists:
 Needs mypy; no GPU.  ``python tests/test_stubs.py`` prints the command and
 runs it.
 """
+import ast
+import glob
 import importlib.machinery
 import os
 import subprocess
@@ -24,6 +26,8 @@ import sysconfig
 from pathlib import Path
 
 import pytest
+
+import streams
 
 ROOT = Path(__file__).resolve().parents[1]
 ALLOWLIST = ROOT / ".github" / "stubtest-allowlist.txt"
@@ -184,3 +188,50 @@ if __name__ == "__main__":
         print(plain.read_text(encoding="utf-8"), end="", file=sys.stderr)
         print("$ " + " ".join(cmd), file=sys.stderr, flush=True)
         sys.exit(subprocess.run(cmd, cwd=cwd, env=_env()).returncode)
+
+
+def _stub_init_params(tree):
+    """{class name: (positional names, keyword-only names)} of the stub's __init__s."""
+    out = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and item.name == "__init__":
+                    a = item.args
+                    out[node.name] = ([p.arg for p in a.posonlyargs + a.args][1:],
+                                      [p.arg for p in a.kwonlyargs])
+    return out
+
+
+def test_class_docstring_signatures_match_the_stubs():
+    # The first docstring line is the signature help() and Sphinx show:
+    # keyword-only parameters must come after the `*` there, as in the stub
+    # and the code (Cython's embedded signatures put the `*` one parameter
+    # late: LaunchConfig, MemoryPool, ManagedBuffer, EventPool and
+    # StreamPool spell theirs out).
+    import re
+    stubs = {}
+    for path in glob.glob(os.path.join(os.path.dirname(streams.__file__), "*.pyi")):
+        with open(path, encoding="utf-8") as f:
+            stubs.update(_stub_init_params(ast.parse(f.read())))
+    checked = 0
+    for name in streams.__all__:
+        cls = getattr(streams, name)
+        if not isinstance(cls, type) or name not in stubs or not cls.__doc__:
+            continue
+        first = cls.__doc__.split("\n", 1)[0]
+        m = re.fullmatch(rf"{name}\((.*)\)", first)
+        if not m:
+            continue
+        positional, keyword_only = [], []
+        target = positional
+        for part in filter(None, (p.strip() for p in m.group(1).split(","))):
+            if part == "*":
+                target = keyword_only
+                continue
+            target.append(part.split("=")[0].strip().lstrip("*"))
+        stub_positional, stub_keyword_only = stubs[name]
+        assert (positional, keyword_only) == (stub_positional, stub_keyword_only), \
+            f"{name}: docstring {first!r} vs stub {stubs[name]}"
+        checked += 1
+    assert checked >= 5

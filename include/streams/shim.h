@@ -26,6 +26,7 @@
 #include <cuda_runtime_api.h>
 #include "streams/streams.h"
 #include "streams/clock.h"
+#include "streams/notify.h"
 
 #if defined(__GNUC__)
 #define STREAMS_UNLIKELY(x) __builtin_expect(!!(x), 0)
@@ -290,16 +291,169 @@ static void streams_run_payload(void *payload, int status, int consume) {
     atomic_fetch_sub(&streams_trampolines_active, 1);
 }
 
-/* cudaHostFn_t: one-shot payload, consumed by the call. */
-static void CUDART_CB streams_host_fn_trampoline(void *payload) {
-    streams_run_payload(payload, 0, 1);
+/* ---- The capture fence and one-shot tickets ------------------------------
+ * A one-shot work item (a callback enqueued on a stream that is not being
+ * captured) is called once and frees what it carries.  Had a capture begun
+ * on its stream between the enqueue's "is this stream capturing?" and
+ * cudaLaunchHostFunc, CUDA would put it into the capture's graph instead,
+ * to be called on every replay: the second replay would use a freed
+ * payload.  And a capture ended (its graph perhaps destroyed) between the
+ * same check and the attaching of a graph-owned payload to that graph would
+ * hand CUDA a dead graph.  Two defences:
+ *
+ *  - The fence: the check, the attaching and the launch of an enqueue run
+ *    inside a read hold of one process-wide lock; every capture begun or
+ *    ended through streams (cudaStreamBeginCapture[ToGraph],
+ *    cudaStreamEndCapture) runs inside a write hold.  So no capture that
+ *    streams starts or ends, on any stream (an end also takes the streams
+ *    that joined its capture out of it), can change a stream's state in
+ *    the middle of an enqueue: what the check saw is what the launch gets.
+ *    Enqueues do not exclude one another.  Nobody waits for the lock with
+ *    the GIL held: a launch in a read hold may wait for its stream's queue
+ *    to drain, which may need a Python callback, hence the GIL.  (A read
+ *    hold takes the GIL only to raise an error; its holder then waits for
+ *    no one that waits for the lock with the GIL.)
+ *
+ *  - Tickets, for what the fence cannot see (a capture begun by another
+ *    library, or a stream that joins a capture by waiting on an event
+ *    recorded in it, while another thread enqueues): a one-shot work item
+ *    carries no pointer but a ticket, an index into a table of slots that
+ *    is never freed, and the slot's generation.  The first call claims the
+ *    ticket (a compare-and-swap of the slot's token) and takes the payload;
+ *    any later call with the same ticket (a replay of a graph that captured
+ *    the work item behind the enqueue's back) finds the token changed and
+ *    does nothing.  Such a callback runs at its first replay only, never
+ *    after its payload is gone; a capture of it that is never replayed
+ *    keeps its slot and payload for the life of the process.
+ *    (Generations are 32 bits: a stale ticket could match again only after
+ *    2^32 reuses of its slot, and would then run another pending payload
+ *    early, still never a freed one.) */
+static pthread_rwlock_t streams_capture_fence = PTHREAD_RWLOCK_INITIALIZER;
+
+static inline void streams_fence_enter(void) { pthread_rwlock_rdlock(&streams_capture_fence); }
+static inline void streams_fence_leave(void) { pthread_rwlock_unlock(&streams_capture_fence); }
+static inline void streams_fence_close(void) { pthread_rwlock_wrlock(&streams_capture_fence); }
+static inline void streams_fence_open(void) { pthread_rwlock_unlock(&streams_capture_fence); }
+
+#define STREAMS_TICKET_CHUNK 1024u
+#define STREAMS_TICKET_CHUNKS 4096u     /* about 4 million one-shots pending at once */
+#define STREAMS_TICKET_NONE 0xFFFFFFFFu
+_Static_assert(sizeof(void *) >= 8, "a ticket travels as a host function's void *");
+
+typedef struct {
+    atomic_ullong token;    /* the ticket that may claim the slot now; 0: free */
+    void *payload;
+    unsigned int generation;
+    unsigned int next_free;
+} streams_ticket_slot;
+
+static _Atomic(streams_ticket_slot *) streams_ticket_chunks[STREAMS_TICKET_CHUNKS];
+static pthread_mutex_t streams_ticket_lock = PTHREAD_MUTEX_INITIALIZER;
+static unsigned int streams_ticket_free = STREAMS_TICKET_NONE;
+static unsigned int streams_ticket_made = 0;   /* slots made so far */
+static atomic_llong streams_tickets_pending = 0;
+static atomic_ullong streams_tickets_stale = 0;
+
+static inline streams_ticket_slot *streams_ticket_slot_at(unsigned int index) {
+    streams_ticket_slot *chunk;
+    if (index / STREAMS_TICKET_CHUNK >= STREAMS_TICKET_CHUNKS)
+        return NULL;
+    chunk = atomic_load_explicit(&streams_ticket_chunks[index / STREAMS_TICKET_CHUNK],
+                                 memory_order_acquire);
+    return chunk ? &chunk[index % STREAMS_TICKET_CHUNK] : NULL;
 }
 
-/* cudaStreamCallback_t: one-shot payload with CUDA's status. */
+/* A ticket for `payload` (never 0), or 0 when out of memory or slots.
+ * Any thread, GIL or not. */
+static unsigned long long streams_ticket_new(void *payload) {
+    streams_ticket_slot *slot = NULL;
+    unsigned int index;
+    unsigned long long token;
+    pthread_mutex_lock(&streams_ticket_lock);
+    if (streams_ticket_free != STREAMS_TICKET_NONE) {
+        index = streams_ticket_free;
+        slot = streams_ticket_slot_at(index);
+        streams_ticket_free = slot->next_free;
+    } else if (streams_ticket_made / STREAMS_TICKET_CHUNK < STREAMS_TICKET_CHUNKS) {
+        index = streams_ticket_made;
+        if (index % STREAMS_TICKET_CHUNK == 0) {
+            streams_ticket_slot *chunk = (streams_ticket_slot *)calloc(
+                STREAMS_TICKET_CHUNK, sizeof(streams_ticket_slot));
+            if (chunk == NULL) {
+                pthread_mutex_unlock(&streams_ticket_lock);
+                return 0;
+            }
+            atomic_store_explicit(&streams_ticket_chunks[index / STREAMS_TICKET_CHUNK], chunk,
+                                  memory_order_release);
+        }
+        streams_ticket_made++;
+        slot = streams_ticket_slot_at(index);
+    } else {
+        pthread_mutex_unlock(&streams_ticket_lock);
+        return 0;
+    }
+    if (++slot->generation == 0)
+        slot->generation = 1;   /* a ticket is never 0 */
+    token = ((unsigned long long)slot->generation << 32) | index;
+    slot->payload = payload;
+    atomic_store_explicit(&slot->token, token, memory_order_release);
+    pthread_mutex_unlock(&streams_ticket_lock);
+    atomic_fetch_add_explicit(&streams_tickets_pending, 1, memory_order_relaxed);
+    return token;
+}
+
+/* The payload of `token`, whose slot is free again; NULL when the ticket
+ * was claimed before (a replay of a one-shot captured behind our back) or
+ * was never issued.  Any thread, GIL or not. */
+static void *streams_ticket_take(unsigned long long token) {
+    streams_ticket_slot *slot = streams_ticket_slot_at((unsigned int)(token & 0xFFFFFFFFu));
+    unsigned long long expected = token;
+    void *payload;
+    if (slot == NULL || token == 0
+        || !atomic_compare_exchange_strong(&slot->token, &expected, 0)) {
+        atomic_fetch_add_explicit(&streams_tickets_stale, 1, memory_order_relaxed);
+        return NULL;
+    }
+    payload = slot->payload;
+    slot->payload = NULL;
+    pthread_mutex_lock(&streams_ticket_lock);
+    slot->next_free = streams_ticket_free;
+    streams_ticket_free = (unsigned int)(token & 0xFFFFFFFFu);
+    pthread_mutex_unlock(&streams_ticket_lock);
+    atomic_fetch_sub_explicit(&streams_tickets_pending, 1, memory_order_relaxed);
+    return payload;
+}
+
+static inline long long streams_tickets_pending_now(void) {
+    return atomic_load(&streams_tickets_pending);
+}
+static inline unsigned long long streams_tickets_stale_calls(void) {
+    return atomic_load(&streams_tickets_stale);
+}
+
+/* cudaHostFn_t: a one-shot payload, by ticket, consumed by the call. */
+static void CUDART_CB streams_host_fn_trampoline(void *ticket) {
+    void *payload = streams_ticket_take((unsigned long long)(uintptr_t)ticket);
+    if (payload != NULL)
+        streams_run_payload(payload, 0, 1);
+}
+
+/* cudaStreamCallback_t: a one-shot payload, by ticket, with CUDA's status.
+ * (CUDA refuses to capture stream callbacks; the ticket costs nothing.) */
 static void CUDART_CB streams_stream_callback_trampoline(cudaStream_t stream,
-                                                         cudaError_t status, void *payload) {
+                                                         cudaError_t status, void *ticket) {
+    void *payload = streams_ticket_take((unsigned long long)(uintptr_t)ticket);
     (void)stream;
-    streams_run_payload(payload, (int)status, 1);
+    if (payload != NULL)
+        streams_run_payload(payload, (int)status, 1);
+}
+
+/* cudaHostFn_t of the asyncio doorbell (streams/notify.h): a wait node, by
+ * ticket, rung once. */
+static void CUDART_CB streams_notify_ticket_fn(void *ticket) {
+    void *node = streams_ticket_take((unsigned long long)(uintptr_t)ticket);
+    if (node != NULL)
+        streams_notify_host_fn(node);
 }
 
 /* cudaHostFn_t for graph nodes: the payload is owned by a CUDA user object
@@ -343,8 +497,16 @@ static void streams_drop_later(PyObject *keep) {
     streams_defer(NULL, NULL, 0, keep);
 }
 
-static void CUDART_CB streams_native_host_fn_trampoline(void *record) {
-    streams_native_call *call = (streams_native_call *)record;
+/* cudaHostFn_t of a native call with something to keep: the record travels
+ * as a one-shot ticket, like a Python one-shot's payload (the capture fence
+ * and tickets, above).  A replay of a graph that captured it behind the
+ * fence's back finds the ticket stale and calls nothing: the user's function
+ * runs at the first replay only, never with a freed record. */
+static void CUDART_CB streams_native_host_fn_trampoline(void *ticket) {
+    streams_native_call *call =
+        (streams_native_call *)streams_ticket_take((unsigned long long)(uintptr_t)ticket);
+    if (call == NULL)
+        return;
     call->fn(call->data);
     streams_drop_later(call->keep);
     free(call);
@@ -525,17 +687,20 @@ static void streams_marks_free(streams_marks_t *m) {
 }
 
 /* What gone executables still hold, until their marks say the replays
- * ended.  Parked and polled with the GIL held. */
+ * ended; and memory pools whose destroy waits for the frees of their
+ * memory still queued (`release`, run once the marks are done).  Parked
+ * and polled with the GIL held. */
 typedef struct {
     streams_marks_t *marks;
     PyObject *keep[2];
+    streams_release_fn release;     /* NULL: nothing but the references */
+    void *arg;
+    int kind;
 } streams_parked_t;
 static streams_parked_t *streams_parked = NULL;
 static size_t streams_parked_len = 0, streams_parked_cap = 0;
 
-/* Takes the marks; keeps a reference to each object (NULL: none).  -1
- * when out of memory: the caller then waits for the marks itself. */
-static int streams_park(streams_marks_t *m, PyObject *a, PyObject *b) {
+static int streams_park_item(streams_parked_t item) {
     streams_parked_t *grown;
     size_t cap;
     if (streams_parked_len == streams_parked_cap) {
@@ -546,13 +711,28 @@ static int streams_park(streams_marks_t *m, PyObject *a, PyObject *b) {
         streams_parked = grown;
         streams_parked_cap = cap;
     }
+    streams_parked[streams_parked_len++] = item;
+    return 0;
+}
+
+/* Takes the marks; keeps a reference to each object (NULL: none).  -1
+ * when out of memory: the caller then waits for the marks itself. */
+static int streams_park(streams_marks_t *m, PyObject *a, PyObject *b) {
+    streams_parked_t item = {m, {a, b}, NULL, NULL, 0};
+    if (streams_park_item(item) != 0)
+        return -1;
     Py_XINCREF(a);
     Py_XINCREF(b);
-    streams_parked[streams_parked_len].marks = m;
-    streams_parked[streams_parked_len].keep[0] = a;
-    streams_parked[streams_parked_len].keep[1] = b;
-    streams_parked_len++;
     return 0;
+}
+
+/* Takes the marks; runs `fn(arg, kind)` (on a thread that may call CUDA,
+ * without the GIL) once they are done.  -1 when out of memory: nothing
+ * was parked. */
+static int streams_park_release(streams_marks_t *m, streams_release_fn fn, void *arg,
+                                int kind) {
+    streams_parked_t item = {m, {NULL, NULL}, fn, arg, kind};
+    return streams_park_item(item);
 }
 
 static size_t streams_parked_count(void) { return streams_parked_len; }
@@ -577,6 +757,9 @@ static Py_ssize_t streams_poll_parked(void) {
     streams_parked_len = kept;
     for (i = 0; i < n_done; i++) {
         streams_marks_free(done_items[i].marks);
+        if (done_items[i].release)
+            streams_release_without_gil(done_items[i].release, done_items[i].arg,
+                                        done_items[i].kind);
         Py_XDECREF(done_items[i].keep[0]);
         Py_XDECREF(done_items[i].keep[1]);
     }

@@ -20,7 +20,7 @@ import weakref
 import streams as _streams
 from streams import Event as _CoreEvent
 from streams import Stream as _CoreStream
-from streams._stream import _is_foreign_event, _is_foreign_stream
+from streams._foreign import _is_foreign_event, _is_foreign_stream
 
 __all__ = []
 

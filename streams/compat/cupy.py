@@ -1,15 +1,22 @@
 """``cupy.cuda.Stream`` and ``cupy.cuda.Event``, on streams' core classes.
 
-``Stream(null=False, non_blocking=False, ptds=False)`` creates a new stream,
-or wraps the null stream (handle 0) or the per-thread default stream
-(handle 2); ``Stream.null`` and ``Stream.ptds`` are those wrappers as
-singletons, with ``device_id`` -1.  ``Event(block=False,
+Follows CuPy 14.2 (``cupy.cuda.Stream`` / ``cupy.cuda.Event`` of CuPy 14.x).
+
+``Stream(null=False, non_blocking=False, ptds=False, priority=None)``
+creates a new stream (``priority`` None: 0), or wraps the null stream
+(handle 0) or the per-thread default stream (handle 2); ``Stream.null`` and
+``Stream.ptds`` are those wrappers as singletons, with ``device_id`` -1.
+``is_non_blocking`` and ``priority`` read the stream's flags and priority
+back from CUDA; ``Stream.from_external(obj)`` wraps a stream of the CUDA
+stream protocol as a CuPy Stream.  ``Event(block=False,
 disable_timing=False, interprocess=False)`` takes CuPy's flags: unlike
 ``streams.Event``, timing is on unless ``disable_timing`` is given.
 ``add_callback`` hands its callback the CUDA status as an int, as CuPy does.
 
 Everything else (``ptr``, ``device_id``, ``done``, ``synchronize``, ``use``,
-``wait_event``, ``launch_host_func``, ``with stream:``) is the core's.  See
+``wait_event``, ``launch_host_func``, ``begin_capture``, ``end_capture``,
+``is_capturing``, ``__cuda_stream__``, ``with stream:``; ``Event.done`` and
+``Event.synchronize``) is the core's.  See
 docs/compat/cupy.rst for the mapping.
 """
 import functools
@@ -45,33 +52,54 @@ class Event(_FrameworkEvent):
 class Stream(_FrameworkStream):
     """A CUDA stream with CuPy's constructor, singletons and ordering.
 
-    Reproduces ``cupy.cuda.Stream``
+    Reproduces ``cupy.cuda.Stream`` of CuPy 14.2
     (https://docs.cupy.dev/en/stable/reference/generated/cupy.cuda.Stream.html,
     cupy-cuda-Stream.txt): "Note that if both
     null and ptds are False, a plain new stream is created"; ``device_id`` is
-    "-1 ... for the singleton stream objects".
+    "-1 ... for the singleton stream objects"; "priority (int) - Priority of
+    the stream. Lower numbers represent higher priorities."
 
     ``null=True`` wraps the null stream and ``ptds=True`` (with ``null``
     False) the per-thread default stream; neither owns a handle.
-    ``non_blocking`` applies only to a new stream.  Streams order by
-    ``ptr``, and compare equal when they wrap the same handle.
+    ``non_blocking`` and ``priority`` (None: 0; clamped by CUDA into the
+    device's range) apply only to a new stream.  Streams order by ``ptr``,
+    and compare equal when they wrap the same handle.
     """
 
     __slots__ = ()
 
     _event_class = Event
 
-    def __new__(cls, null=False, non_blocking=False, ptds=False):
+    def __new__(cls, null=False, non_blocking=False, ptds=False, priority=None):
         if null:
             return cls.from_handle(0)
         if ptds:
             return cls.from_handle(2)
         return super().__new__(cls)
 
-    def __init__(self, null=False, non_blocking=False, ptds=False):
+    def __init__(self, null=False, non_blocking=False, ptds=False, priority=None):
         if null or ptds:
             return  # __new__ returned a wrapper: there is nothing to create
-        super().__init__(non_blocking=bool(non_blocking))
+        # CuPy: "if priority is None: priority = 0"; the core checks the type
+        # (an int, not a bool) before any CUDA call.
+        super().__init__(priority=0 if priority is None else priority,
+                         non_blocking=bool(non_blocking))
+
+    @classmethod
+    def from_external(cls, obj):
+        """A CuPy Stream wrapping ``obj``'s stream (the ``__cuda_stream__``
+        protocol, or any stream :func:`streams.as_stream` takes); it keeps
+        ``obj`` alive and owns nothing."""
+        if isinstance(obj, cls):
+            return obj
+        core = _streams.Stream.from_external(obj)
+        device = core.device_id if core.device_id >= 0 else None
+        return cls._wrap(core.handle, core, device, None)
+
+    @property
+    def is_non_blocking(self):
+        """True for a ``cudaStreamNonBlocking`` stream (``cudaStreamGetFlags``)."""
+        return self.non_blocking
 
     @classmethod
     def _present(cls, stream, index):

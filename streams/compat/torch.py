@@ -1,16 +1,23 @@
 """``torch.cuda.Stream``, ``torch.cuda.Event`` and the ``torch.cuda`` stream
 functions, on streams' core classes.
 
+Follows PyTorch 2.11 (``torch.cuda.Stream`` / ``torch.cuda.Event``).
+
 ``Stream(device=None, priority=0, **kwargs)``: ``device`` None or negative
 means the current device; ``priority`` outside the device's range is mapped
 to the nearest valid one (the core clamps exactly as PyTorch documents).
 The default stream is reported with ``cuda_stream`` 0, as in PyTorch.
+``Event(enable_timing=False, blocking=False, interprocess=False,
+external=False)``: an ``external`` event becomes event-record and
+event-wait nodes when recorded or waited for during a stream capture
+(``cudaEventRecordExternal`` / ``cudaEventWaitExternal``), and acts as a
+plain event outside one.
 ``device`` is a :class:`streams.Device` (PyTorch returns a ``torch.device``).
 See docs/compat/torch.rst for the mapping.
 """
 import streams as _streams
-from streams.compat import (_as_core_stream, _device_hint, _FrameworkEvent, _FrameworkStream,
-                            _reject_kwargs, _StreamGuard)
+from streams.compat import (_as_core_stream, _check_event, _check_stream, _device_hint,
+                            _FrameworkEvent, _FrameworkStream, _reject_kwargs, _StreamGuard)
 
 # PyTorch's stream pools have this many priority levels
 # (c10::cuda::max_compile_time_stream_priorities): its priority_range() and
@@ -21,18 +28,57 @@ __all__ = ["Event", "Stream", "StreamContext", "current_stream", "default_stream
            "set_stream", "stream", "synchronize"]
 
 
-class Event(_FrameworkEvent):
-    """A CUDA event: ``Event(enable_timing=False, blocking=False, interprocess=False)``.
+def _capturing(stream):
+    """Whether ``stream`` (None: the current stream) is being captured."""
+    return _streams.as_stream(stream, "stream").is_capturing()
 
-    Reproduces ``torch.cuda.Event`` (https://pytorch.org/docs/stable/generated/torch.cuda.Event.html):
+
+class Event(_FrameworkEvent):
+    """A CUDA event: ``Event(enable_timing=False, blocking=False, interprocess=False, external=False)``.
+
+    Reproduces ``torch.cuda.Event`` of PyTorch 2.11
+    (https://pytorch.org/docs/stable/generated/torch.cuda.Event.html):
     "record(stream=None): Record the event in a given stream. Uses
     torch.cuda.current_stream() if no stream is specified" (returns None, as
-    does ``wait``).
+    does ``wait``); "external (bool, optional) - indicates whether this event
+    should create event record and event wait nodes, or create an internal
+    cross-stream dependency, when captured in a cuda graph".
+
+    CUDA refuses the external flags outside a capture, so an ``external``
+    event uses them only on a stream that is capturing.
     """
 
-    def __init__(self, enable_timing=False, blocking=False, interprocess=False):
+    def __init__(self, enable_timing=False, blocking=False, interprocess=False, external=False):
         super().__init__(enable_timing=enable_timing, blocking=blocking,
                          interprocess=interprocess)
+        self._external = bool(external)
+
+    @property
+    def external(self):
+        """Whether recording and waiting make event nodes in a capture."""
+        return getattr(self, "_external", False)    # False for __new__-made events
+
+    def record(self, stream=None, *, external=None):
+        """Record on ``stream`` (None: the current stream); an ``external``
+        event, during a capture, as an event-record node."""
+        _check_stream(stream, "stream", allow_none=True)
+        if external is None:
+            external = self.external and _capturing(stream)
+        super().record(stream, external=external)
+
+    def __repr__(self):
+        # The core's description, under PyTorch's class name.
+        core = super().__repr__()
+        return "<streams.compat.torch.Event" + core[len("<streams.Event"):]
+
+    def wait(self, stream=None):
+        """Make ``stream`` (None: the current stream) wait for this event; an
+        ``external`` event, during a capture, as an event-wait node."""
+        _check_stream(stream, "stream", allow_none=True)
+        if self.external and _capturing(stream):
+            _streams.as_stream(stream, "stream").wait_event(self, external=True)
+        else:
+            super().wait(stream)
 
 
 class Stream(_FrameworkStream):
@@ -66,6 +112,22 @@ class Stream(_FrameworkStream):
         first, and PyTorch offers 4 levels at most (0 to -3), whatever the
         device has."""
         return _torch_priority_range(None)
+
+    def record_event(self, event=None):
+        """Record ``event`` (a new Event if None) on this stream and return it,
+        as ``event.record(self)`` (an ``external`` event's flag applies)."""
+        _check_event(event, "event", allow_none=True)
+        if event is None:
+            event = Event()
+        event.record(self)
+        return event
+
+    def wait_event(self, event, *, external=None):
+        """Make future work on this stream wait for ``event``, as
+        ``event.wait(self)`` (an ``external`` event's flag applies)."""
+        if external is None:
+            external = getattr(event, "external", False) is True and self.is_capturing()
+        super().wait_event(event, external=external)
 
     @classmethod
     def _present(cls, stream, index):

@@ -1,0 +1,6 @@
+# Type stubs for streams._foreign (streams/_foreign.pyx): how other
+# libraries' streams and events, and raw stream ints, are read and checked.
+# Nothing public: streams.as_stream, Stream.from_external and the waits use it.
+
+def _is_foreign_stream(obj: object) -> bool: ...
+def _is_foreign_event(obj: object) -> bool: ...

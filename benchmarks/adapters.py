@@ -106,7 +106,7 @@ class Adapter:
             raise NotAvailable(self.na[op])
         base = {"kernel_launch_sync": "kernel_launch",
                 "graph_launch_sync": "graph_launch"}.get(op, op)
-        if base in HOST_FUNC_OPS:
+        if base in HOST_FUNC_OPS and base != "host_func_native_round_trip":
             base = "host_func_enqueue"
         if base not in self.stmts:
             raise NotAvailable(f"no {OP_BY_NAME[op].label} in this library")
@@ -158,6 +158,19 @@ def _callbacks(env):
     return env
 
 
+def _native_callback(env, st):
+    """A native host function that counts its runs into env['box'][0]: the
+    C function streams.testing ships (an atomic add), given by address, on a
+    counter in host memory (a ctypes array, read as box[0])."""
+    import ctypes
+    if not hasattr(st.testing, "native_increment"):
+        raise NotAvailable("not available yet: streams has no native host functions")
+    box = (ctypes.c_uint64 * 1)()
+    env.update(box=box, native_fn=st.testing.native_increment,
+               native_box=ctypes.addressof(box))
+    return env
+
+
 def _host_func_case(op, enqueue, sync_src, env, busy):
     box = env["box"]
     sync = make_stmt(sync_src, **env)
@@ -189,7 +202,7 @@ def _host_func_case(op, enqueue, sync_src, env, busy):
 
         return Case(make_loop(enqueue, **env), before=before, after=after)
 
-    if op == "host_func_round_trip":
+    if op in ("host_func_round_trip", "host_func_native_round_trip"):
         timed = make_loop(enqueue + "\n" + sync_src, **env)
     elif op == "host_func_throughput_8threads":
         timed = producers(make_loop(enqueue, **env), sync, PRODUCERS)
@@ -223,6 +236,7 @@ class StreamsPy(Adapter):
         "kernel_launch_args16": "s.launch(kx, 1, 1, {args})",
         "prepared_launch": "p.launch(s)",
         "host_func_enqueue": "s.launch_host_func(cb, None)",
+        "host_func_native_round_trip": "s.launch_host_func(native_fn, native_box)",
         "graph_launch": "ex.launch(s)",
         "graph_capture_instantiate": ('s.begin_capture("thread_local")\n'
                                       "for _ in r10:\n    {kernel}\n"
@@ -353,6 +367,8 @@ class StreamsPy(Adapter):
                 s.synchronize()
                 self.notes["graph_launch"] = ("GraphExec.launch(s) of Stream.begin_capture/"
                                               f"end_capture + Graph.instantiate; kernels: {note}")
+        if op == "host_func_native_round_trip":
+            return _native_callback(env, st)
         return _callbacks(env)
 
     def _torch_stream(self, env):

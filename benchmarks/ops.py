@@ -82,6 +82,14 @@ OPS = (
        "runs during the timing"),
     Op("host_func_round_trip", "host-func round trip", 100, {"streams-py": 1.15},
        "enqueue a host function, synchronize: the callback has run"),
+    Op("host_func_native_round_trip", "native host-func round trip", 100,
+       {"streams-py": 1.05},
+       "enqueue a native host function (a C function, no Python, no GIL), synchronize: it "
+       "has run (streams: Stream.launch_host_func of a C function's address); next to the "
+       "Python callback's round trip above",
+       only=(("streams-py", "streams-py-baseline"),
+             "native host functions are streams' (other libraries' rows would time their "
+             "own Python callbacks)")),
     Op("host_func_throughput", "host-func throughput", 500, {},
        "N host functions enqueued back to back while they run, then one "
        "synchronize; ns per callback"),
@@ -134,8 +142,8 @@ def floor_op(op):
 ENQUEUES = {"event_record", "event_record_torch_stream", "event_record_query", "stream_wait_event", "stream_wait_stream",
             "kernel_launch", "kernel_launch_args4", "kernel_launch_args16", "prepared_launch",
             "graph_launch", "memcpy_loop_8", "memcpy_batch_8"}
-HOST_FUNC_OPS = ("host_func_enqueue", "host_func_round_trip", "host_func_throughput",
-                 "host_func_throughput_8threads")
+HOST_FUNC_OPS = ("host_func_enqueue", "host_func_round_trip", "host_func_native_round_trip",
+                 "host_func_throughput", "host_func_throughput_8threads")
 KERNEL_OPS = ("kernel_launch", "kernel_launch_sync", "kernel_launch_args4",
               "kernel_launch_args16", "prepared_launch")
 GRAPH_OPS = ("graph_launch", "graph_launch_sync", "graph_capture_instantiate")

@@ -18,7 +18,8 @@ from streams._device import (Device, can_access_peer, device_count, disable_peer
                              stream_priority_range, synchronize_device)
 from streams._stream import (AccessPolicyWindow, AccessProperty, CaptureMode, CaptureStatus,
                              Event, EventPool, MemAttach, Stream, StreamAttribute, StreamPool,
-                             SyncPolicy, as_stream, current_stream, reset_persisting_l2_cache)
+                             HostFuncSyncMode, SyncPolicy, as_stream, current_stream,
+                             reset_persisting_l2_cache)
 from streams import _hostcall  # noqa: F401  (registers the host-callback paths)
 from streams._memory import (DeviceBuffer, IpcBufferDescriptor, ManagedBuffer, MemoryPool,
                              PinnedBuffer, memcpy_async, memcpy_batch_async, memcpy_peer_async,

@@ -35,6 +35,8 @@ cdef extern from "streams/counters.h":
         STREAMS_CNT_MEMPOOL_DESTROYED
         STREAMS_CNT_MARKER_CREATED
         STREAMS_CNT_GRAPH_ABANDONED
+        STREAMS_CNT_NATIVE_CALL_ENQUEUED
+        STREAMS_CNT_NATIVE_CALL_DONE
         STREAMS_CNT_PAYLOAD_INCREF
         STREAMS_CNT_PAYLOAD_DECREF
         STREAMS_CNT_DLPACK_INCREF
@@ -154,8 +156,30 @@ cdef int event_elapsed_time(float* ms, cudaEvent_t start, cudaEvent_t end) excep
 cdef int ipc_get_event_handle(cudaIpcEventHandle_t* out, cudaEvent_t h) except -1 nogil
 cdef int ipc_open_event_handle(cudaEvent_t* out, cudaIpcEventHandle_t handle) except -1 nogil
 cdef void set_dispatcher(dispatch_fn fn) noexcept
-cdef int launch_host_func(cudaStream_t h, PyObject* payload) except -1 nogil
-cdef int launch_graph_host_func(cudaStream_t h, PyObject* payload) except -1 nogil
+# sync_mode: 0 blocking (cudaLaunchHostFunc), 1 spin-wait (the driver's
+# cuLaunchHostFunc of CUDA 13.1; NotImplementedError where it is missing).
+# launch_host_func enqueues a one-shot (by ticket): call it inside the
+# capture fence, having seen the stream not capturing.
+cdef int launch_host_func(cudaStream_t h, PyObject* payload, int sync_mode) except -1 nogil
+cdef int launch_graph_host_func(cudaStream_t h, PyObject* payload, int sync_mode) except -1 nogil
+# 0 when sync_mode can be used here; raises NotImplementedError naming the
+# versions needed otherwise (no CUDA work is enqueued).
+cdef int check_host_func_sync_mode(int sync_mode) except -1
+# ---- native host functions: fn(data) on CUDA's thread, no Python, no GIL ----
+ctypedef void (*host_fn)(void* data) noexcept nogil
+# keep: NULL (fn and data are enqueued as they are, captured or not), or one
+# reference the caller took that the call hands to the deferred queue once
+# fn has run; when this raises, the reference is still the caller's.  With
+# keep, the work item is a one-shot record carried by a ticket, as
+# launch_host_func's payload: call it inside the capture fence, having seen
+# the stream not capturing (a capture that took it in anyway calls fn at its
+# first replay only, never with a freed record).
+cdef int launch_native_host_func(cudaStream_t h, host_fn fn, void* data, PyObject* keep,
+                                 int sync_mode) except -1 nogil
+cdef int graph_add_native_host_node(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps, size_t n, host_fn fn, void* data) except -1 nogil
+cdef int graph_exec_native_host_node_set_params(cudaGraphExec_t ex, cudaGraphNode_t node, host_fn fn, void* data) except -1 nogil
+# The address of streams_testing_native_increment (include/streams/shim.h).
+cdef host_fn testing_native_increment() noexcept nogil
 cdef int stream_add_callback(cudaStream_t h, PyObject* payload) except -1 nogil
 cdef int graph_attach_payload(cudaGraph_t g, PyObject* payload) except -1
 cdef int graph_attach_reference(cudaGraph_t g, PyObject* obj, bint* moved) except -1 nogil

@@ -37,6 +37,7 @@ class _DebugCounters(TypedDict):
     graphs_created: int
     graphs_destroyed: int
     live_graphs: int
+    graphs_abandoned: int
     graph_execs_created: int
     graph_execs_destroyed: int
     live_graph_execs: int
@@ -46,13 +47,21 @@ class _DebugCounters(TypedDict):
     buffers_created: int
     buffers_destroyed: int
     live_buffers: int
+    mem_pools_created: int
+    mem_pools_destroyed: int
+    live_mem_pools: int
     callbacks_enqueued: int
     callbacks_completed: int
     callbacks_dropped: int
     live_callbacks: int
+    native_calls_enqueued: int
+    live_native_calls: int
     live_host_calls: int
     graph_callback_runs: int
+    pending_one_shots: int
+    stale_one_shot_calls: int
     deferred_releases: int
+    marker_events: int
     debug_build: bool
     # Only in a debug build (STREAMS_DEBUG_REFCOUNTS=1 when building):
     payload_increfs: NotRequired[int]
@@ -70,6 +79,7 @@ class _DebugCounters(TypedDict):
     payloads_leaked: NotRequired[int]
 
 def _drain_deferred() -> int: ...
+def _testing_native_increment_address() -> int: ...
 def debug_build() -> bool: ...
 def debug_counters() -> _DebugCounters: ...
 def runtime_version() -> int: ...

@@ -56,6 +56,14 @@ cdef extern from "streams/shim.h" nogil:
     long long streams_tickets_pending_now()
     unsigned long long streams_tickets_stale_calls()
 
+    ctypedef void (*streams_host_fn_t)(void* data) noexcept nogil
+    ctypedef struct streams_native_call:
+        pass
+    streams_native_call* streams_native_call_new(streams_host_fn_t fn, void* data,
+                                                 PyObject* keep)
+    void streams_native_host_fn_trampoline(void* ticket)
+    void streams_testing_native_increment(void* data)
+
     cudaError_t streams_thread_marker(int dev, cudaEvent_t* out)
     unsigned long long streams_devsync_request(int dev, cudaError_t* err)
     int streams_devsync_wait(int dev, unsigned long long ticket, long long slice_ns,
@@ -103,6 +111,10 @@ cdef extern from "streams/compat.h" nogil:
     cudaError_t streams_cudaMemcpyBatchAsync(void** dsts, void** srcs, size_t* sizes,
                                              size_t count, cudaStream_t stream)
     cudaError_t streams_get_driver_entry(const char* symbol, void** fn)
+    cudaError_t streams_get_driver_entry_at(const char* symbol, void** fn, unsigned int version)
+    int STREAMS_HOST_FN_SYNC_VERSION
+    ctypedef int (*streams_launch_host_func_v2_fn)(cudaStream_t stream, cudaHostFn_t fn,
+                                                   void* data, unsigned int sync_mode)
     ctypedef int (*streams_stream_value32_fn)(cudaStream_t stream, unsigned long long addr,
                                               unsigned int value, unsigned int flags)
     ctypedef int (*streams_stream_value64_fn)(cudaStream_t stream, unsigned long long addr,
@@ -345,8 +357,12 @@ def debug_counters():
     corrupted them; see Graph in docs/graphs.rst), ``live_callbacks``
     the one-shot callbacks enqueued that have not run, ``live_host_calls``
     every callback payload still alive (graph-owned ones included),
-    ``pending_one_shots`` the one-shot host functions (callbacks and asyncio
-    waits) enqueued that have not been called, and ``stale_one_shot_calls``
+    ``pending_one_shots`` the one-shot host functions (callbacks, native
+    calls with something to keep, asyncio waits) enqueued that have not been
+    called, ``native_calls_enqueued`` and ``live_native_calls`` the native
+    host functions enqueued with something to keep and those not yet run
+    (docs/host-callbacks.rst, Native host functions), and
+    ``stale_one_shot_calls``
     the calls CUDA made of a one-shot already called: replays of one that a
     capture the capture fence did not see took into a graph
     (docs/host-callbacks.rst).
@@ -386,6 +402,9 @@ def debug_counters():
         "graph_callback_runs": streams_counter(STREAMS_CNT_GRAPH_CALLBACK_RUNS),
         "pending_one_shots": streams_tickets_pending_now(),
         "stale_one_shot_calls": streams_tickets_stale_calls(),
+        "native_calls_enqueued": streams_counter(STREAMS_CNT_NATIVE_CALL_ENQUEUED),
+        "live_native_calls": _pair(STREAMS_CNT_NATIVE_CALL_ENQUEUED,
+                                   STREAMS_CNT_NATIVE_CALL_DONE)[2],
         "deferred_releases": streams_counter(STREAMS_CNT_DEFERRED_RELEASES),
         "marker_events": streams_counter(STREAMS_CNT_MARKER_CREATED),
         "debug_build": bool(streams_debug_build()),
@@ -942,20 +961,143 @@ cdef unsigned long long _ticket(void* payload) except 0 nogil:
     return ticket
 
 
-cdef int launch_host_func(cudaStream_t h, PyObject* payload) except -1 nogil:
-    cdef unsigned long long ticket
-    cdef cudaError_t err
+# The driver's host-function launch with a sync mode (CUDA 13.1's ABI of
+# cuLaunchHostFunc), resolved at first use; NULL until then.
+cdef void* _host_fn_v2 = NULL
+
+
+cdef int _raise_no_sync_mode(int driver, cudaError_t err) except -1:
+    cdef int runtime = 0
+    cudaGetLastError()
+    cudaRuntimeGetVersion(&runtime)
+    raise NotImplementedError(
+        "sync_mode='spin_wait' needs a driver for CUDA 13.1 or newer and streams built "
+        "against a CUDA 12.5 or newer runtime (cudaGetDriverEntryPointByVersion; the "
+        f"spin-wait host function is the driver's cuLaunchHostFunc at ABI 13010): this "
+        f"driver supports CUDA {driver // 1000}.{(driver % 1000) // 10}, this build uses "
+        f"the CUDA {runtime // 1000}.{(runtime % 1000) // 10} runtime (CUDA said: "
+        f"{error_name(<int>err)})")
+
+
+cdef int check_host_func_sync_mode(int sync_mode) except -1:
+    global _host_fn_v2
+    cdef int driver = 0
+    cdef void* fn = NULL
+    cdef cudaError_t err = cudaSuccess
+    if sync_mode == 0 or _host_fn_v2 != NULL:
+        return 0
+    if sync_mode != 1:
+        raise ValueError(f"sync_mode must be 0 (blocking) or 1 (spin_wait), got {sync_mode}")
     guard()
-    ticket = _ticket(<void*>payload)
-    err = cudaLaunchHostFunc(h, streams_host_fn_trampoline, <void*><uintptr_t>ticket)
-    if err != cudaSuccess:
-        return _ticket_failed(ticket, err)
+    with nogil:
+        if cudaDriverGetVersion(&driver) != cudaSuccess:
+            cudaGetLastError()
+            driver = 0
+        if driver >= STREAMS_HOST_FN_SYNC_VERSION:
+            err = streams_get_driver_entry_at(b"cuLaunchHostFunc", &fn,
+                                              STREAMS_HOST_FN_SYNC_VERSION)
+        else:
+            err = cudaErrorNotSupported
+    if err != cudaSuccess or fn == NULL:
+        return _raise_no_sync_mode(driver, err)
+    _host_fn_v2 = fn    # a racing second resolution writes the same
     return 0
 
 
-cdef int launch_graph_host_func(cudaStream_t h, PyObject* payload) except -1 nogil:
+cdef int _launch_host_fn(cudaStream_t h, cudaHostFn_t fn, void* data,
+                         int sync_mode) except -1 nogil:
+    cdef int dev = 0
     guard()
-    return check(cudaLaunchHostFunc(h, streams_graph_host_fn_trampoline, <void*>payload))
+    if sync_mode == 0:
+        return check(cudaLaunchHostFunc(h, fn, data))
+    if _host_fn_v2 == NULL:
+        # Every enqueue resolves it first, with the GIL and outside the
+        # capture fence; this is the backstop (a read hold of the fence may
+        # take the GIL, it never waits for the fence with it).
+        with gil:
+            check_host_func_sync_mode(sync_mode)
+    # A driver call needs a current context, which a thread gets from the
+    # runtime only at its first call that uses the device (see _value_op).
+    check(cudaGetDevice(&dev))
+    check(cudaSetDevice(dev))
+    return check(<cudaError_t>(<streams_launch_host_func_v2_fn>_host_fn_v2)(
+        h, fn, data, <unsigned int>sync_mode))
+
+
+cdef int _launch_one_shot(cudaStream_t h, cudaHostFn_t trampoline, void* payload,
+                          int sync_mode) except -1 nogil:
+    # `payload` travels as a ticket (shim.h): a capture that took the work
+    # item in behind the fence's back calls it at its first replay only.
+    cdef unsigned long long ticket = _ticket(payload)
+    cdef bint enqueued = False
+    try:
+        _launch_host_fn(h, trampoline, <void*><uintptr_t>ticket, sync_mode)
+        enqueued = True
+    finally:
+        if not enqueued:
+            # The slot is free again, the payload still the caller's.
+            streams_ticket_take(ticket)
+    return 0
+
+
+cdef int launch_host_func(cudaStream_t h, PyObject* payload, int sync_mode) except -1 nogil:
+    return _launch_one_shot(h, streams_host_fn_trampoline, <void*>payload, sync_mode)
+
+
+cdef int launch_graph_host_func(cudaStream_t h, PyObject* payload, int sync_mode) except -1 nogil:
+    return _launch_host_fn(h, streams_graph_host_fn_trampoline, <void*>payload, sync_mode)
+
+
+cdef int launch_native_host_func(cudaStream_t h, host_fn fn, void* data, PyObject* keep,
+                                 int sync_mode) except -1 nogil:
+    cdef streams_native_call* record
+    cdef bint enqueued = False
+    if keep == NULL:
+        # Nothing to keep: exactly the C call (the floor of the benchmark).
+        return _launch_host_fn(h, <cudaHostFn_t>fn, data, sync_mode)
+    record = streams_native_call_new(<streams_host_fn_t>fn, data, keep)
+    if record == NULL:
+        with gil:
+            raise MemoryError()
+    # Counted before the launch: the trampoline may count it done at once.
+    streams_count(STREAMS_CNT_NATIVE_CALL_ENQUEUED)
+    try:
+        _launch_one_shot(h, streams_native_host_fn_trampoline, <void*>record, sync_mode)
+        enqueued = True
+    finally:
+        if not enqueued:
+            free(record)     # the reference stays the caller's
+            streams_count(STREAMS_CNT_NATIVE_CALL_DONE)
+    return 0
+
+
+cdef int graph_add_native_host_node(cudaGraphNode_t* out, cudaGraph_t g,
+                                    const cudaGraphNode_t* deps, size_t n, host_fn fn,
+                                    void* data) except -1 nogil:
+    cdef cudaHostNodeParams params
+    guard()
+    params.fn = <cudaHostFn_t>fn
+    params.userData = data
+    return check(cudaGraphAddHostNode(out, g, deps, n, &params))
+
+
+cdef int graph_exec_native_host_node_set_params(cudaGraphExec_t ex, cudaGraphNode_t node,
+                                                host_fn fn, void* data) except -1 nogil:
+    cdef cudaHostNodeParams params
+    guard()
+    params.fn = <cudaHostFn_t>fn
+    params.userData = data
+    return check(cudaGraphExecHostNodeSetParams(ex, node, &params))
+
+
+cdef host_fn testing_native_increment() noexcept nogil:
+    return <host_fn>streams_testing_native_increment
+
+
+def _testing_native_increment_address():
+    """The address of a C host function that adds 1 to the unsigned 64-bit
+    counter its data points to (streams.testing.native_increment)."""
+    return <uintptr_t>streams_testing_native_increment
 
 
 cdef int stream_add_callback(cudaStream_t h, PyObject* payload) except -1 nogil:

@@ -1,7 +1,7 @@
 # C-level declarations of graphs (streams._graph).  Free of CUDA types, as
 # _stream.pxd: a project that cimports streams needs no CUDA headers.
 from streams._handle cimport HandleOwner
-from streams._stream cimport ErrorSlot, Event, Stream
+from streams._stream cimport ErrorSlot, Event, Stream, streams_host_fn_t
 
 cdef extern from "streams/streams.h":
     ctypedef void* streams_graph_t
@@ -20,6 +20,12 @@ cdef class Graph(HandleOwner):
     cdef void* _parent
 
     cdef streams_graph_t c_handle(self) noexcept nogil
+    # A host node calling fn(data) on every replay, after the `ndeps` nodes
+    # (cudaGraphNode_t) of `deps`; returns the cudaGraphNode_t.  The caller
+    # keeps what fn and data need alive while the graph, its clones and
+    # executables may run it.
+    cdef void* c_add_host_node(self, streams_host_fn_t fn, void* data, void** deps,
+                               size_t ndeps) except NULL nogil
     cdef int _destroy(self) except -1 nogil
     cdef void _release(self) noexcept nogil
     cdef void _leave_parent(self) noexcept nogil

@@ -33,15 +33,16 @@ cimport streams._cudart as rt
 from streams._args cimport as_dim3, as_enum, as_int, as_nbytes, as_uint, as_unsigned
 from streams._device cimport (DeviceScope, enter_device, exit_device, require_device,
                               resolve_device)
-from streams._hostcall cimport (HostCall, KIND_HOST_FUNC, new_call, new_error_slot,
-                                register_capture, take_capture)
+from streams._hostcall cimport (HostCall, KIND_HOST_FUNC, native_host_func, new_call,
+                                new_error_slot, register_capture, take_capture)
 from streams._launch cimport ArgPack, Kernel, keep_module, keep_pack_users, pack_args, \
     release_pack, set_condition_type
 from streams._memory cimport Span, hold_memory, release_span, resolve_span
 from streams._handle cimport HandleOwner
 from streams._platform cimport (streams_close_begin, streams_is_closed, streams_ptr_load,
                                 streams_ptr_store)
-from streams._stream cimport ErrorSlot, Event, Stream, as_event, as_stream, keep_gil_for
+from streams._stream cimport (ErrorSlot, Event, Stream, as_event, as_stream, keep_gil_for,
+                              streams_host_fn_t)
 from streams.cudart cimport *
 
 from streams._args import StreamsEnum
@@ -221,6 +222,17 @@ cdef int _add_empty(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* 
 cdef int _add_host(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps,
                    size_t n, void* arg) except -1 nogil:
     return rt.graph_add_host_node(out, g, deps, n, <PyObject*>arg)
+
+
+cdef struct _NativeHost:
+    rt.host_fn fn
+    void* data
+
+
+cdef int _add_native_host(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps,
+                          size_t n, void* arg) except -1 nogil:
+    cdef _NativeHost* h = <_NativeHost*>arg
+    return rt.graph_add_native_host_node(out, g, deps, n, h.fn, h.data)
 
 
 cdef int _add_kernel(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps,
@@ -882,6 +894,23 @@ cdef class Graph(HandleOwner):
     cdef streams_graph_t c_handle(self) noexcept nogil:
         return self._handle
 
+    cdef void* c_add_host_node(self, streams_host_fn_t fn, void* data, void** deps,
+                               size_t ndeps) except NULL nogil:
+        cdef cudaGraphNode_t node = NULL
+        if fn == NULL or self._parent != NULL:
+            with gil:
+                if fn == NULL:
+                    raise ValueError("fn must not be NULL")
+                self._refuse_in_body("a host node")
+        self._use()
+        try:
+            rt.graph_add_native_host_node(&node, <cudaGraph_t>self._handle,
+                                          <const cudaGraphNode_t*>deps, ndeps,
+                                          <rt.host_fn>fn, data)
+        finally:
+            self._unuse()
+        return <void*>node
+
     cdef int _destroy(self) except -1 nogil:
         if self._parent != NULL:
             self._leave_parent()
@@ -1067,11 +1096,34 @@ cdef class Graph(HandleOwner):
         self._check_open()
         return _wrap_node(self, _add_node(self, dependencies, _add_empty, NULL))
 
-    def add_host_node(self, callback, arg=None, dependencies=()):
-        """A node that calls ``callback(arg)`` on the host, on every replay."""
+    def add_host_node(self, callback, arg=None, dependencies=(), *, owner=None):
+        """A node that calls ``callback(arg)`` on the host, on every replay.
+
+        ``callback`` may be a native function, ``void fn(void* data)`` (a
+        ctypes or cffi function pointer, or its address as an int), as for
+        ``Stream.launch_host_func``: ``arg`` is then its data pointer, and
+        the graph keeps the function's Python object, a ctypes/cffi ``arg``
+        and ``owner`` alive for as long as it, a clone or an executable
+        made from it may call the function.
+        """
         self._check_open()
         cdef HostCall call
+        cdef _NativeHost h
         self._refuse_in_body("a host node")
+        native = native_host_func(callback, arg, owner, "callback", "arg")
+        if native is not None:
+            h.fn = <rt.host_fn><uintptr_t>native[0]
+            h.data = <void*><uintptr_t>native[1]
+            if native[2] is not None:
+                self._use()
+                try:
+                    rt.graph_attach_payload(<cudaGraph_t>self._handle, <PyObject*>native[2])
+                finally:
+                    self._unuse()
+            return _wrap_node(self, _add_node(self, dependencies, _add_native_host, &h))
+        if owner is not None:
+            raise TypeError("owner is for native host functions; a Python callback keeps "
+                            "what it references alive itself")
         call = new_call(callback, arg, None, self._errors, KIND_HOST_FUNC)
         call.persistent = True
         self._errors.host_calls = True
@@ -1622,14 +1674,34 @@ cdef class GraphExec(HandleOwner):
             release_span(&s)
             release_span(&d)
 
-    def set_host_node(self, node, callback, arg=None):
+    def set_host_node(self, node, callback, arg=None, *, owner=None):
         """Call ``callback(arg)`` at this host node from the next launch on.
 
         Replays already in flight may still call the previous callable: it
         stays alive until they are done (it is released with the executable).
+        ``callback`` may be a native function (see ``Graph.add_host_node``);
+        what it needs alive is kept the same way.
         """
         cdef GraphNode nd = self._node_of(node, "node")
         cdef HostCall call
+        cdef uintptr_t fn, data
+        native = native_host_func(callback, arg, owner, "callback", "arg")
+        if native is not None:
+            fn, data = native[0], native[1]
+            if native[2] is not None:
+                self._hold_for_replays(native[2])
+            self._enter(nd)
+            try:
+                with nogil:
+                    rt.graph_exec_native_host_node_set_params(
+                        <cudaGraphExec_t>self._handle, <cudaGraphNode_t>nd._handle,
+                        <rt.host_fn>fn, <void*>data)
+            finally:
+                self._leave(nd)
+            return
+        if owner is not None:
+            raise TypeError("owner is for native host functions; a Python callback keeps "
+                            "what it references alive itself")
         if not self._boxed:
             # Unreachable through the API (a host node makes its graph box);
             # a callable that could die under a replay in flight is refused.

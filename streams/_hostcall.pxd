@@ -26,3 +26,9 @@ cdef int register_capture(unsigned long long capture_id, ErrorSlot slot, object 
 # By id, or, when CUDA no longer tells the id (an invalidated capture), by
 # the stream that captured.
 cdef tuple take_capture(unsigned long long capture_id, Stream stream)
+# A native host function (`void fn(void* data)`, no Python): (fn address,
+# data address, the object to keep alive while CUDA may call it, or None);
+# None when `callback` is Python code (a callable, or a ctypes/cffi callback
+# made from a Python function).
+cdef tuple native_host_func(object callback, object data, object owner, str fn_name,
+                            str data_name)

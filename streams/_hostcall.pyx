@@ -15,6 +15,7 @@ from cpython.ref cimport PyObject
 from libc.stdint cimport uintptr_t
 
 cimport streams._cudart as rt
+from streams._args cimport as_pointer_int
 from streams._stream cimport ErrorSlot, Event, Stream, Waitable, set_host_call_enqueue
 from streams.cudart cimport *
 
@@ -130,12 +131,21 @@ cdef tuple take_capture(unsigned long long capture_id, Stream stream):
 cdef int _ATTEMPTS = 1000    # only a capture begun or ended at every attempt exhausts them
 
 
-cdef int _enqueue(Stream stream, object callback, object arg, int kind) except -1:
+cdef int _enqueue(Stream stream, object callback, object arg, int kind, object owner,
+                  int sync_mode) except -1:
     cdef cudaStreamCaptureStatus status
     cdef unsigned long long capture_id
     cdef int attempt
+    if kind == KIND_HOST_FUNC:
+        native = native_host_func(callback, arg, owner, "callback", "arg")
+        if native is not None:
+            return _enqueue_native(stream, native, sync_mode)
     if not callable(callback):
         raise TypeError(f"callback must be callable, not {type(callback).__name__}")
+    if owner is not None:
+        raise TypeError("owner is for native host functions; a Python callback keeps "
+                        "what it references alive itself")
+    rt.check_host_func_sync_mode(sync_mode)
     stream._use()
     try:
         # The first attempt assumes the common case, no capture, which the
@@ -153,9 +163,9 @@ cdef int _enqueue(Stream stream, object callback, object arg, int kind) except -
                     raise RuntimeError(
                         "add_callback cannot be captured into a graph (CUDA would invalidate "
                         "the capture); use launch_host_func, which is captured as a host node")
-                if _enqueue_captured(stream, callback, arg, capture_id):
+                if _enqueue_captured(stream, callback, arg, capture_id, sync_mode):
                     return 0
-            elif _enqueue_once(stream, callback, arg, kind):
+            elif _enqueue_once(stream, callback, arg, kind, sync_mode):
                 return 0
         raise RuntimeError("launch_host_func: captures kept beginning or ending on the stream "
                            f"while the callback was enqueued ({_ATTEMPTS} attempts)")
@@ -163,7 +173,8 @@ cdef int _enqueue(Stream stream, object callback, object arg, int kind) except -
         stream._unuse()
 
 
-cdef int _launch_once(cudaStream_t h, PyObject* payload, int kind) except -1 nogil:
+cdef int _launch_once(cudaStream_t h, PyObject* payload, int kind,
+                      int sync_mode) except -1 nogil:
     # 1: launched as a one-shot; 0: the stream is being captured now.
     cdef cudaStreamCaptureStatus now = cudaStreamCaptureStatusNone
     rt.fence_enter()
@@ -173,7 +184,7 @@ cdef int _launch_once(cudaStream_t h, PyObject* payload, int kind) except -1 nog
             return 0
         # Not capturing (or a capture invalidated, which refuses the launch).
         if kind == KIND_HOST_FUNC:
-            rt.launch_host_func(h, payload)
+            rt.launch_host_func(h, payload, sync_mode)
         else:
             rt.stream_add_callback(h, payload)
         return 1
@@ -181,7 +192,8 @@ cdef int _launch_once(cudaStream_t h, PyObject* payload, int kind) except -1 nog
         rt.fence_leave()
 
 
-cdef int _enqueue_once(Stream stream, object callback, object arg, int kind) except -1:
+cdef int _enqueue_once(Stream stream, object callback, object arg, int kind,
+                       int sync_mode) except -1:
     # 1: enqueued; 0: a capture began meanwhile (nothing enqueued).
     cdef HostCall call
     cdef PyObject* payload
@@ -193,7 +205,7 @@ cdef int _enqueue_once(Stream stream, object callback, object arg, int kind) exc
     rt.payload_incref(payload)     # the reference that travels with the work item
     try:
         with nogil:
-            launched = _launch_once(<cudaStream_t>stream._handle, payload, kind)
+            launched = _launch_once(<cudaStream_t>stream._handle, payload, kind, sync_mode)
     except BaseException:
         rt.count(rt.STREAMS_CNT_CALLBACK_ENQUEUED)
         rt.count(rt.STREAMS_CNT_CALLBACK_DROPPED)
@@ -207,7 +219,7 @@ cdef int _enqueue_once(Stream stream, object callback, object arg, int kind) exc
 
 
 cdef int _launch_captured(cudaStream_t h, PyObject* payload, unsigned long long capture_id,
-                          bint* moved) except -1 nogil:
+                          int sync_mode, bint* moved) except -1 nogil:
     # 1: attached to the capture's graph and launched into it; 0: the
     # stream's capture is no longer ``capture_id``.
     cdef cudaStreamCaptureStatus now = cudaStreamCaptureStatusNone
@@ -231,14 +243,14 @@ cdef int _launch_captured(cudaStream_t h, PyObject* payload, unsigned long long 
         # Inside the fence the capture cannot end through streams, so its
         # graph is alive here.
         rt.graph_attach_reference(graph, payload, moved)
-        rt.launch_graph_host_func(h, payload)
+        rt.launch_graph_host_func(h, payload, sync_mode)
         return 1
     finally:
         rt.fence_leave()
 
 
 cdef int _enqueue_captured(Stream stream, object callback, object arg,
-                           unsigned long long capture_id) except -1:
+                           unsigned long long capture_id, int sync_mode) except -1:
     # 1: captured; 0: the capture ended or changed meanwhile (nothing enqueued).
     cdef bint registered = False
     cdef bint moved = False
@@ -258,7 +270,7 @@ cdef int _enqueue_captured(Stream stream, object callback, object arg,
     try:
         with nogil:
             launched = _launch_captured(<cudaStream_t>stream._handle, <PyObject*>call,
-                                        capture_id, &moved)
+                                        capture_id, sync_mode, &moved)
     except BaseException:
         # Attached (moved): the graph owns the payload, as it would the node.
         if not moved:
@@ -281,6 +293,265 @@ cdef int _forget_capture(unsigned long long capture_id, object slot, Stream stre
             del _capture_of_stream[<uintptr_t>stream._handle]
     return 0
 
+
+# ---- native host functions ------------------------------------------------------------
+# A C function `void fn(void* data)` runs on CUDA's thread with no Python and
+# no GIL: nothing of the Python-callback machinery (payload, dispatcher,
+# error slot) is involved.  What must stay alive (the ctypes or cffi object
+# that holds the code, a ctypes/cffi data object, the caller's `owner`)
+# travels as one reference: with the one-shot record of a stream enqueue
+# (given back through the deferred queue once the function ran), or in a
+# CUDA user object of the graph, which lets go once no graph, executable or
+# replay in flight needs it.
+
+
+cdef bint _is_ctypes_function(object obj):
+    for cls in type(obj).__mro__:
+        if cls.__name__ == "CFuncPtr" and cls.__module__ == "_ctypes":
+            return True
+    return False
+
+
+cdef bint _is_ctypes_instance(object obj):
+    for cls in type(obj).__mro__:
+        if cls.__name__ == "_CData" and cls.__module__ == "_ctypes":
+            return True
+    return False
+
+
+cdef bint _is_cffi(object obj):
+    return type(obj).__module__ == "_cffi_backend"
+
+
+cdef object _ffi = None
+
+
+cdef object _cffi():
+    global _ffi
+    if _ffi is None:
+        import _cffi_backend
+        _ffi = _cffi_backend.FFI()
+    return _ffi
+
+
+cdef object _ctypes_function(object fn, str argname):
+    """(address, python): a ctypes function pointer of type void(void*)."""
+    import ctypes
+    restype = getattr(fn, "restype", getattr(type(fn), "_restype_", None))
+    argtypes = getattr(fn, "argtypes", getattr(type(fn), "_argtypes_", None))
+    if restype is not None or argtypes is None or len(argtypes) != 1 \
+            or not (argtypes[0] is ctypes.c_void_p or argtypes[0] is ctypes.c_char_p
+                    or issubclass(argtypes[0], ctypes._Pointer)):
+        raise TypeError(f"{argname}: a ctypes function must be void(void*), e.g. "
+                        "ctypes.CFUNCTYPE(None, ctypes.c_void_p); this one returns "
+                        f"{getattr(restype, '__name__', restype)} and takes "
+                        f"{[getattr(t, '__name__', t) for t in argtypes or ()]}")
+    objects = fn._objects
+    python = isinstance(objects, dict) and any(
+        type(v).__name__ == "CThunkObject" for v in objects.values())
+    address = ctypes.cast(fn, ctypes.c_void_p).value or 0
+    if address == 0:
+        raise ValueError(f"{argname} is a NULL ctypes function pointer")
+    return address, python
+
+
+cdef object _cffi_function(object fn, str argname):
+    ffi = _cffi()
+    t = ffi.typeof(fn)
+    if t.kind != "function" or t.result.kind != "void" or len(t.args) != 1 \
+            or t.args[0].kind != "pointer":
+        raise TypeError(f"{argname}: a cffi function must be void(void*), not "
+                        f"{t.cname!r}")
+    address = int(ffi.cast("uintptr_t", fn))
+    if address == 0:
+        raise ValueError(f"{argname} is a NULL cffi function pointer")
+    # ffi.callback(python_function) is Python code behind a C pointer.
+    return address, " calling <" in repr(fn)
+
+
+cdef object _native_data(object data, str argname):
+    """(address, object to keep or None) of a native function's data pointer."""
+    if data is None:
+        return 0, None
+    if _is_ctypes_instance(data):
+        import ctypes
+        try:
+            return ctypes.cast(data, ctypes.c_void_p).value or 0, data
+        except ctypes.ArgumentError:
+            raise TypeError(f"{argname}: a ctypes {type(data).__name__} is not a pointer "
+                            "(pass ctypes.byref(x) or ctypes.pointer(x))") from None
+    if _is_cffi(data):
+        ffi = _cffi()
+        if ffi.typeof(data).kind not in ("pointer", "array"):
+            raise TypeError(f"{argname}: a cffi {ffi.typeof(data).cname!r} is not a pointer")
+        return int(ffi.cast("uintptr_t", data)), data
+    if isinstance(data, bool) or not hasattr(data, "__index__"):
+        raise TypeError(f"{argname} of a native host function must be None, an int address "
+                        f"or a ctypes/cffi pointer, not {type(data).__name__}")
+    return as_pointer_int(data, argname), None
+
+
+cdef tuple native_host_func(object callback, object data, object owner, str fn_name,
+                            str data_name):
+    """(fn address, data address, what to keep alive or None) when
+    ``callback`` is a native function; None when it is Python code (a
+    callable, or a ctypes/cffi callback of a Python function)."""
+    cdef uintptr_t fn
+    if isinstance(callback, bool):
+        raise TypeError(f"{fn_name} must be callable or a native function, not bool")
+    if _is_ctypes_function(callback):
+        address, python = _ctypes_function(callback, fn_name)
+        if python:
+            return None
+        fn = address
+        keep_code = callback
+    elif _is_cffi(callback):
+        address, python = _cffi_function(callback, fn_name)
+        if python:
+            return None
+        fn = address
+        keep_code = callback
+    elif isinstance(callback, int):
+        fn = as_pointer_int(callback, fn_name)
+        # An address is trusted as in C; the first pages are never code
+        # (and catch a count or a flag passed by mistake).
+        if fn < 0x10000:
+            raise ValueError(f"{fn_name}={fn:#x} is not a function address (a native host "
+                             "function is given by its address, or as a ctypes or cffi "
+                             "function pointer)")
+        keep_code = None
+    else:
+        return None
+    address, keep_data = _native_data(data, data_name)
+    kept = tuple(x for x in (keep_code, keep_data, owner) if x is not None)
+    return (fn, address, None if not kept else kept[0] if len(kept) == 1 else kept)
+
+
+# A native call with something to keep is decided as a Python callback is
+# (the enqueueing section above): inside the capture fence, a stream not
+# capturing gets a one-shot record carried by a ticket (whose reference the
+# trampoline hands to the deferred queue once the function ran); a stream
+# capturing gets the plain function as a node, and the capture's graph a
+# user object owning the reference (every replay calls the function, so
+# whatever it needs lives as long as the graph and its executables).  A
+# capture the fence cannot see that takes a one-shot record in calls the
+# function at its first replay only (stale ticket after that), never with a
+# freed record.
+
+
+cdef int _launch_native_once(cudaStream_t h, uintptr_t fn, uintptr_t data, PyObject* keep,
+                             int sync_mode) except -1 nogil:
+    # 1: launched as a one-shot record (which now owns the reference to
+    # `keep`); 0: the stream is being captured now (nothing enqueued).
+    cdef cudaStreamCaptureStatus now = cudaStreamCaptureStatusNone
+    rt.fence_enter()
+    try:
+        rt.stream_is_capturing(h, &now)
+        if now == cudaStreamCaptureStatusActive:
+            return 0
+        rt.launch_native_host_func(h, <rt.host_fn>fn, <void*>data, keep, sync_mode)
+        return 1
+    finally:
+        rt.fence_leave()
+
+
+cdef int _enqueue_native_once(Stream stream, uintptr_t fn, uintptr_t data, object keep,
+                              int sync_mode) except -1:
+    # 1: enqueued; 0: a capture began meanwhile (nothing enqueued).
+    cdef int launched = 0
+    rt.payload_incref(<PyObject*>keep)    # the reference that travels with the record
+    try:
+        with nogil:
+            launched = _launch_native_once(<cudaStream_t>stream._handle, fn, data,
+                                           <PyObject*>keep, sync_mode)
+    except BaseException:
+        rt.payload_decref(<PyObject*>keep)
+        raise
+    if not launched:
+        rt.payload_decref(<PyObject*>keep)
+        return 0
+    return 1
+
+
+cdef int _launch_native_captured(cudaStream_t h, uintptr_t fn, uintptr_t data,
+                                 PyObject* keep, unsigned long long capture_id,
+                                 int sync_mode, bint* moved) except -1 nogil:
+    # 1: `keep` attached to the capture's graph and the function launched
+    # into it; 0: the stream's capture is no longer ``capture_id``.
+    cdef cudaStreamCaptureStatus now = cudaStreamCaptureStatusNone
+    cdef unsigned long long id_now = 0
+    cdef cudaGraph_t graph = NULL
+    rt.fence_enter()
+    try:
+        rt.stream_get_capture_info(h, &now, &id_now, &graph, NULL, NULL, NULL)
+        if now != cudaStreamCaptureStatusActive or id_now != capture_id:
+            return 0
+        # Inside the fence the capture cannot end through streams, so its
+        # graph is alive here.
+        rt.graph_attach_reference(graph, keep, moved)
+        rt.launch_native_host_func(h, <rt.host_fn>fn, <void*>data, NULL, sync_mode)
+        return 1
+    finally:
+        rt.fence_leave()
+
+
+cdef int _enqueue_native_captured(Stream stream, uintptr_t fn, uintptr_t data, object keep,
+                                  unsigned long long capture_id, int sync_mode) except -1:
+    # 1: captured; 0: the capture ended or changed meanwhile (nothing enqueued).
+    cdef bint moved = False
+    cdef int launched = 0
+    rt.payload_incref(<PyObject*>keep)    # the user object's, once it is made
+    try:
+        with nogil:
+            launched = _launch_native_captured(<cudaStream_t>stream._handle, fn, data,
+                                               <PyObject*>keep, capture_id, sync_mode, &moved)
+    except BaseException:
+        # Attached (moved): the graph owns the reference, as it would the node.
+        if not moved:
+            rt.payload_decref(<PyObject*>keep)
+        raise
+    if not launched:
+        rt.payload_decref(<PyObject*>keep)
+        return 0
+    return 1
+
+
+cdef int _enqueue_native(Stream stream, tuple native, int sync_mode) except -1:
+    cdef cudaStreamCaptureStatus status
+    cdef unsigned long long capture_id
+    cdef int attempt
+    cdef uintptr_t fn = native[0]
+    cdef uintptr_t data = native[1]
+    keep = native[2]
+    # Resolved here, with the GIL, not inside the fence.
+    rt.check_host_func_sync_mode(sync_mode)
+    stream._use()
+    try:
+        if keep is None:
+            # Nothing to let go afterwards: the function as it is, captured
+            # or not (a captured node calls it on every replay), no fence.
+            with nogil:
+                rt.launch_native_host_func(<cudaStream_t>stream._handle, <rt.host_fn>fn,
+                                           <void*>data, NULL, sync_mode)
+            return 0
+        # As _enqueue: the first attempt assumes no capture, which the
+        # one-shot path checks inside the fence.
+        status = cudaStreamCaptureStatusNone
+        capture_id = 0
+        for attempt in range(_ATTEMPTS):
+            if attempt:
+                with nogil:
+                    rt.stream_get_capture_info(<cudaStream_t>stream._handle, &status,
+                                               &capture_id, NULL, NULL, NULL, NULL)
+            if status == cudaStreamCaptureStatusActive:
+                if _enqueue_native_captured(stream, fn, data, keep, capture_id, sync_mode):
+                    return 0
+            elif _enqueue_native_once(stream, fn, data, keep, sync_mode):
+                return 0
+        raise RuntimeError("launch_host_func: captures kept beginning or ending on the stream "
+                           f"while the native function was enqueued ({_ATTEMPTS} attempts)")
+    finally:
+        stream._unuse()
 
 rt.set_dispatcher(_dispatch)
 set_host_call_enqueue(_enqueue)
@@ -584,3 +855,10 @@ def _async_waits():
             waiting += len((<_Doorbell>bell)._waiting)
             in_flight += streams_notifier_live_nodes((<_Doorbell>bell)._n)
     return {"waiting": waiting, "in_flight": in_flight}
+
+
+def _native_host_func(callback, arg=None, owner=None):
+    """What ``launch_host_func`` makes of ``callback``: (fn address, data
+    address, kept object or None) for a native function, None for Python
+    code.  Private: tests check the classification without a GPU."""
+    return native_host_func(callback, arg, owner, "callback", "arg")

@@ -12,6 +12,9 @@ from streams._handle cimport HandleOwner
 cdef extern from "streams/streams.h":
     ctypedef void* streams_stream_t
     ctypedef void* streams_event_t
+    # A native host function (docs/host-callbacks.rst): runs on CUDA's
+    # thread with no Python and no GIL; it must not call CUDA.
+    ctypedef void (*streams_host_fn_t)(void* data) noexcept nogil
 
 
 cdef class Event
@@ -71,6 +74,10 @@ cdef class Stream(Waitable):
     cdef int c_wait_event(self, Event event) except -1 nogil
     cdef int c_wait_stream(self, Stream other) except -1 nogil
     cdef streams_stream_t c_handle(self) noexcept nogil
+    # Enqueue fn(data) (blocking sync mode) after the work enqueued so far;
+    # the caller keeps alive whatever fn and data need until it has run
+    # (for every replay, when the stream is being captured).
+    cdef int c_launch_host_func(self, streams_host_fn_t fn, void* data) except -1 nogil
     # The stream's device, or the current one for the special streams.
     cdef int c_device(self) except -1 nogil
 
@@ -96,7 +103,7 @@ cdef class LaunchTarget:
 # The later module that runs Python host callbacks registers its enqueue
 # function here when it is imported (the package imports it with itself).
 ctypedef int (*host_call_enqueue_fn)(Stream stream, object callback, object arg,
-                                     int kind) except -1
+                                     int kind, object owner, int sync_mode) except -1
 cdef void set_host_call_enqueue(host_call_enqueue_fn fn) noexcept
 
 # Python-level helpers the later modules share.

@@ -86,6 +86,10 @@ class SyncPolicy(StreamsEnum):
     YIELD = 3
     BLOCKING_SYNC = 4
 
+class HostFuncSyncMode(StreamsEnum):
+    BLOCKING = 0
+    SPIN_WAIT = 1
+
 class AccessProperty(StreamsEnum):
     NORMAL = 0
     STREAMING = 1
@@ -103,6 +107,10 @@ _StreamAttributeLike: TypeAlias = (
     StreamAttribute | Literal["access_policy_window", "synchronization_policy", "priority"] | int
 )
 _SyncPolicyLike: TypeAlias = SyncPolicy | Literal["auto", "spin", "yield", "blocking_sync"] | int
+_HostFuncSyncModeLike: TypeAlias = HostFuncSyncMode | Literal["blocking", "spin_wait"] | int
+# A native host function, void fn(void* data): its address, or a ctypes or
+# cffi function pointer (typed loosely: neither library is typed precisely).
+_NativeHostFn: TypeAlias = int | Any
 _AccessPropertyLike: TypeAlias = AccessProperty | Literal["normal", "streaming", "persisting"] | int
 _MemAttachLike: TypeAlias = MemAttach | Literal["global", "host", "single"] | int
 
@@ -136,9 +144,20 @@ class Stream(Waitable):
     def wait_event(self, event: _EventArg, *, external: bool = False) -> None: ...
     def wait_stream(self, other: _StreamArg) -> None: ...
     @overload
-    def launch_host_func(self, callback: Callable[[None], object], arg: None = None) -> None: ...
+    def launch_host_func(
+        self, callback: Callable[[None], object], arg: None = None, *, owner: object = None,
+        sync_mode: _HostFuncSyncModeLike = "blocking",
+    ) -> None: ...
     @overload
-    def launch_host_func(self, callback: Callable[[_T], object], arg: _T) -> None: ...
+    def launch_host_func(
+        self, callback: Callable[[_T], object], arg: _T, *, owner: object = None,
+        sync_mode: _HostFuncSyncModeLike = "blocking",
+    ) -> None: ...
+    @overload
+    def launch_host_func(
+        self, callback: _NativeHostFn, arg: object = None, *, owner: object = None,
+        sync_mode: _HostFuncSyncModeLike = "blocking",
+    ) -> None: ...
     @overload
     def add_callback(self, callback: Callable[[Stream, CudaError | None, None], object], arg: None = None) -> None: ...
     @overload

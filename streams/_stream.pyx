@@ -52,6 +52,14 @@ class CaptureStatus(StreamsEnum):
     INVALIDATED = cudaStreamCaptureStatusInvalidated
 
 
+class HostFuncSyncMode(StreamsEnum):
+    """How CUDA's host-function thread waits for the next host function
+    (``Stream.launch_host_func(..., sync_mode=)``): BLOCKING sleeps,
+    SPIN_WAIT spins (CUDA 13.1 driver)."""
+    BLOCKING = 0
+    SPIN_WAIT = 1
+
+
 class CaptureMode(StreamsEnum):
     """How a capture interacts with other threads (``cudaStreamCaptureMode``)."""
     GLOBAL = cudaStreamCaptureModeGlobal
@@ -921,17 +929,44 @@ cdef class Stream(Waitable):
             with nogil:
                 self.c_wait_stream(o)
 
-    def launch_host_func(self, callback, arg=None):
+    def launch_host_func(self, callback, arg=None, *, owner=None, sync_mode="blocking"):
         """Run ``callback(arg)`` on the host once all work enqueued so far is done.
 
         Later work on the stream waits until the callback has returned.  The
         callback must not call CUDA (streams raises RuntimeError if it
         tries).  If it raises, the exception goes to ``sys.unraisablehook``
         and the stream's next ``synchronize()`` raises HostCallbackError.
+
+        ``callback`` may also be a native function, ``void fn(void* data)``:
+        a ctypes function pointer, a cffi function pointer, or its address
+        as an int.  It then runs on CUDA's thread with no Python and no GIL,
+        and ``arg`` is its ``data`` pointer (None, an int address, or a
+        ctypes/cffi pointer, kept alive until the call has run).  ``owner``
+        (native functions only) is any object to keep alive until the call
+        has run.  A ctypes or cffi callback made from a Python function is
+        Python code: it runs as a Python callback, called with ``arg``.
+
+        ``sync_mode``: "blocking" (CUDA's default) or "spin_wait" (CUDA's
+        thread spins between host functions instead of sleeping: lower
+        latency, one CPU core busy); "spin_wait" needs a CUDA 13.1 driver
+        and raises NotImplementedError naming the versions otherwise.
         """
         if _enqueue_host_call == NULL:
             raise ImportError("streams._hostcall is not imported; import streams first")
-        _enqueue_host_call(self, callback, arg, 0)
+        _enqueue_host_call(self, callback, arg, 0, owner,
+                           0 if sync_mode == "blocking" else
+                           int(as_enum(HostFuncSyncMode, sync_mode, "sync_mode")))
+
+    cdef int c_launch_host_func(self, streams_host_fn_t fn, void* data) except -1 nogil:
+        if fn == NULL:
+            with gil:
+                raise ValueError("fn must not be NULL")
+        self._use()
+        try:
+            rt.launch_native_host_func(<cudaStream_t>self._handle, <rt.host_fn>fn, data, NULL, 0)
+        finally:
+            self._unuse()
+        return 0
 
     def add_callback(self, callback, arg=None):
         """Run ``callback(stream, status, arg)`` after the enqueued work.
@@ -942,7 +977,7 @@ cdef class Stream(Waitable):
         """
         if _enqueue_host_call == NULL:
             raise ImportError("streams._hostcall is not imported; import streams first")
-        _enqueue_host_call(self, callback, arg, 1)
+        _enqueue_host_call(self, callback, arg, 1, None, 0)
 
     # ---- stream memory operations (streams._memory does them) -------------------
     def wait_value(self, address, value, op="geq", flush=False, *, width=32):

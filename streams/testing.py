@@ -1,9 +1,17 @@
 """Helpers for tests and benchmarks that need real work on a stream."""
-from streams import _launch
+from streams import _cudart, _launch
 from streams._stream import Stream
 
 __all__ = ["spin", "launch_empty", "fill_u32", "increment_u32", "BUILTIN_PTX",
-           "builtin_module"]
+           "builtin_module", "native_increment"]
+
+#: The address of a native host function, ``void fn(void* data)``, compiled
+#: into the package: it adds 1 to the unsigned 64-bit counter ``data``
+#: points to (atomically; nothing when ``data`` is NULL), with no Python,
+#: no GIL and no CUDA call.  For tests and examples of
+#: ``Stream.launch_host_func`` and ``Graph.add_host_node`` with native
+#: functions.
+native_increment = _cudart._testing_native_increment_address()
 
 #: PTX of the built-in kernels: streams_empty(), streams_spin(u64 ns),
 #: streams_fill_u32(u32* p, u32 v, u64 n), streams_increment_u32(u32* p, u64 n).

@@ -75,6 +75,41 @@ def test_cimport_on_cpu(ext):
     with pytest.raises(ValueError, match="closed GraphExec"):
         ext.graph_launch_nogil(streams.GraphExec.__new__(streams.GraphExec),
                                streams.Stream.legacy, 1)
+    # Native host functions from Cython: refused before CUDA is touched.
+    with pytest.raises(ValueError, match="closed"):
+        ext.host_func_nogil(Lazy(), 0, 1)
+    with pytest.raises(ValueError, match="fn must not be NULL"):
+        ext.null_host_func_nogil(streams.Stream.legacy)
+    with pytest.raises(ValueError, match="closed Graph"):
+        ext.graph_host_node_nogil(streams.Graph.__new__(streams.Graph), 0)
+
+
+@pytest.mark.gpu
+def test_cimport_native_host_func_and_node_on_gpu(ext):
+    import ctypes
+    counter = streams.PinnedBuffer(8)
+    value = ctypes.c_uint64.from_address(counter.ptr)
+    value.value = 0
+    s = streams.Stream()
+    try:
+        spin(s, 100_000)
+        ext.host_func_nogil(s, counter.ptr, 3)
+        assert value.value == 0, "the host functions must wait for the spin"
+        s.synchronize()
+        assert value.value == 3
+        g = streams.Graph()
+        node = ext.graph_host_node_nogil(g, counter.ptr)
+        assert [n.handle for n in g.nodes] == [node]
+        with g.instantiate() as ex:
+            for _ in range(4):
+                ex.launch(s)
+            s.synchronize()
+        assert value.value == 7, "every replay calls the native function"
+        g.close()
+    finally:
+        s.synchronize()
+        s.close()
+        counter.close()
 
 
 @pytest.mark.gpu

@@ -255,7 +255,10 @@ def test_methods_reject_wrong_types_without_gpu():
     with pytest.raises(TypeError, match="other must be a streams.Stream, a PyTorch or CuPy stream, "
                                         "or an object with __cuda_stream__, not str"):
         Stream.legacy.wait_stream("s")
-    with pytest.raises(TypeError, match="callback must be callable, not int"):
+    with pytest.raises(TypeError, match="callback must be callable, not str"):
+        Stream.legacy.launch_host_func("f")
+    # An int is a native function's address: a small one is refused before CUDA.
+    with pytest.raises(ValueError, match="callback=0x5 is not a function address"):
         Stream.legacy.launch_host_func(5)
     with pytest.raises(TypeError, match="callback must be callable, not NoneType"):
         Stream.legacy.add_callback(None)

@@ -95,6 +95,37 @@ static inline cudaError_t streams_get_driver_entry(const char *symbol, void **fn
     return err;
 }
 
+/* A driver entry point at the ABI of CUDA `version` (a later ABI than the
+ * 12.0 one streams_get_driver_entry asks for: the host function with a sync
+ * mode is cuLaunchHostFunc at 13010).  Needs cudaGetDriverEntryPointByVersion
+ * (CUDA 12.5); before it, cudaErrorNotSupported.  A driver older than
+ * `version` answers with a status other than success: cudaErrorNotSupported
+ * too. */
+static inline cudaError_t streams_get_driver_entry_at(const char *symbol, void **fn,
+                                                      unsigned int version) {
+    *fn = NULL;
+#if CUDART_VERSION >= 12050
+    enum cudaDriverEntryPointQueryResult status = cudaDriverEntryPointSuccess;
+    cudaError_t err = cudaGetDriverEntryPointByVersion(symbol, fn, version, cudaEnableDefault,
+                                                       &status);
+    if (err == cudaSuccess && (status != cudaDriverEntryPointSuccess || *fn == NULL)) {
+        *fn = NULL;
+        return cudaErrorNotSupported;
+    }
+    return err;
+#else
+    (void)symbol; (void)version;
+    return cudaErrorNotSupported;
+#endif
+}
+
+/* cuLaunchHostFunc at the CUDA 13.1 ABI (cudaTypedefs.h:
+ * PFN_cuLaunchHostFunc_v13010): with a sync mode, 0 blocking (what
+ * cudaLaunchHostFunc does), 1 spin-wait. */
+#define STREAMS_HOST_FN_SYNC_VERSION 13010
+typedef int (*streams_launch_host_func_v2_fn)(cudaStream_t stream, cudaHostFn_t fn,
+                                               void *data, unsigned int sync_mode);
+
 /* The driver's stream memory operations (cuStreamWaitValue32/64 and
  * cuStreamWriteValue32/64, the _v2 ABI CUDA 12 resolves these names to),
  * declared here so that no driver header is needed.  CUresult and

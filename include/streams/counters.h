@@ -21,6 +21,8 @@ enum {
     STREAMS_CNT_MEMPOOL_CREATED, STREAMS_CNT_MEMPOOL_DESTROYED,
     STREAMS_CNT_MARKER_CREATED,  /* per-thread marker events (kept for the thread's life) */
     STREAMS_CNT_GRAPH_ABANDONED, /* never destroyed: the driver corrupted it (_graph.pyx) */
+    /* native host functions enqueued with an owner to keep, and run */
+    STREAMS_CNT_NATIVE_CALL_ENQUEUED, STREAMS_CNT_NATIVE_CALL_DONE,
     /* debug build only from here */
     STREAMS_CNT_PAYLOAD_INCREF, STREAMS_CNT_PAYLOAD_DECREF,
     STREAMS_CNT_DLPACK_INCREF, STREAMS_CNT_DLPACK_DECREF,

@@ -54,6 +54,7 @@ enum {
     STREAMS_FLOOR_PREPARED_LAUNCH,
     STREAMS_FLOOR_HOST_FUNC_ENQUEUE,
     STREAMS_FLOOR_HOST_FUNC_ROUND_TRIP,
+    STREAMS_FLOOR_HOST_FUNC_NATIVE_ROUND_TRIP,
     STREAMS_FLOOR_HOST_FUNC_THROUGHPUT,
     STREAMS_FLOOR_HOST_FUNC_THROUGHPUT_8THREADS,
     STREAMS_FLOOR_GRAPH_LAUNCH,
@@ -82,6 +83,7 @@ static const char *const streams_floor_op_names[STREAMS_FLOOR_OP_COUNT] = {
     "prepared_launch",
     "host_func_enqueue",
     "host_func_round_trip",
+    "host_func_native_round_trip",
     "host_func_throughput",
     "host_func_throughput_8threads",
     "graph_launch",
@@ -355,6 +357,7 @@ static int streams_floor_calls(streams_floor_batch_t *b, long n) {
         b->enqueued += (unsigned long long)n;
         break;
     case STREAMS_FLOOR_HOST_FUNC_ROUND_TRIP:
+    case STREAMS_FLOOR_HOST_FUNC_NATIVE_ROUND_TRIP:   /* in C, every host function is native */
         for (i = 0; i < n; i++) {
             STREAMS_FLOOR_CK(b, cudaLaunchHostFunc(s, streams_floor_count, &b->callbacks));
             STREAMS_FLOOR_CK(b, cudaStreamSynchronize(s));

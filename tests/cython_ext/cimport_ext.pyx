@@ -92,3 +92,35 @@ def prepared_nogil(PreparedLaunch launch, Stream s, int times):
     with nogil:
         for i in range(times):
             launch.c_launch(s)
+
+
+# A native host function of this downstream module: streams_host_fn_t is
+# declared by `cimport streams`, with no CUDA header.
+from streams cimport streams_host_fn_t
+
+
+cdef void _bump(void* data) noexcept nogil:
+    # Memory writes only: CUDA's thread runs it with no GIL.
+    (<unsigned long long*>data)[0] += 1
+
+
+def host_func_nogil(Stream s, uintptr_t counter, int times):
+    """Enqueue _bump(counter) `times` times without the GIL."""
+    cdef int i
+    cdef streams_host_fn_t fn = _bump
+    with nogil:
+        for i in range(times):
+            s.c_launch_host_func(fn, <void*>counter)
+
+
+def null_host_func_nogil(Stream s):
+    with nogil:
+        s.c_launch_host_func(NULL, NULL)
+
+
+def graph_host_node_nogil(Graph g, uintptr_t counter):
+    """A host node calling _bump(counter) on every replay; its handle."""
+    cdef void* node
+    with nogil:
+        node = g.c_add_host_node(_bump, <void*>counter, NULL, 0)
+    return <uintptr_t>node

@@ -1,0 +1,264 @@
+"""Native host functions with something to keep (``owner=``), enqueued while
+another thread begins and ends captures on the same stream (the native
+counterpart of tests/test_capture_races_gpu.py).  Each scenario runs in a
+child, with a hard timeout, so that a crash is reported, not suffered.
+
+A native call with an owner is a one-shot record (the function, its data,
+one reference to what it keeps) when its stream is not being captured, and
+the plain function in a graph that owns the reference when it is.  Decided
+outside the capture fence, a capture begun between the check and the launch
+would take the record into a graph: the first replay frees it, the second
+calls the freed record.  The fence keeps captures streams begins or ends
+out of that window; the ticket the record travels by keeps a capture
+streams cannot see (one begun through the driver API) from calling a freed
+record: such a call runs at the first replay only.
+
+Every enqueue gets its own 64-bit counter (streams.testing.native_increment
+adds 1 to it), so the child can tell, per enqueue, how often it ran.
+"""
+import textwrap
+
+import pytest
+
+from _support import run_python
+
+pytestmark = pytest.mark.gpu
+
+
+# N threads enqueue native_increment, each call on its own counter and with
+# its own owner, on stream `s` while CAPTURE(seconds) (supplied by the test)
+# begins and ends captures on it.  Then: every enqueue ran once (outside a
+# capture) or not yet (captured); the kept graphs are replayed 3 times, after
+# which a captured call ran a count in REPLAYED_OK; the owner of a call in a
+# replayed graph is alive until the graph and its executables are closed,
+# and every owner is let go in the end.
+_RACE = """
+import ctypes, gc, sys, threading, time, weakref
+import streams
+from streams.testing import launch_empty, native_increment
+
+s, replay = streams.Stream(), streams.Stream()
+launch_empty(s)          # the kernel is loaded before any capture
+s.synchronize()
+try:
+    s.launch_host_func(native_increment, None, owner=object(), sync_mode=SYNC_MODE)
+    s.synchronize()
+except NotImplementedError:
+    print("NO_SYNC_MODE")
+    sys.exit(0)
+streams._cudart._drain_deferred()
+base = streams.debug_counters()
+
+THREADS, PER_THREAD = 4, 60_000
+N = THREADS * PER_THREAD
+buf = streams.PinnedBuffer(8 * N)
+ctypes.memset(buf.ptr, 0, 8 * N)
+runs = (ctypes.c_uint64 * N).from_address(buf.ptr)
+
+class Owner:
+    __slots__ = ("__weakref__",)
+
+issued, problems, kept, owners = [], [], [], {}
+stop = threading.Event()
+RACE_S = 2.5
+
+def enqueuer(k):
+    for i in range(k * PER_THREAD, (k + 1) * PER_THREAD):
+        if stop.is_set():
+            return
+        owner = Owner()
+        ref = weakref.ref(owner)
+        try:
+            s.launch_host_func(native_increment, buf.ptr + 8 * i, owner=owner,
+                               sync_mode=SYNC_MODE)
+        except streams.CudaError as exc:     # e.g. a capture invalidated meanwhile
+            problems.append(("enqueue", repr(exc)))
+            continue
+        del owner
+        owners[i] = ref
+        issued.append(i)
+
+threads = [threading.Thread(target=enqueuer, args=(k,)) for k in range(THREADS)]
+for t in threads:
+    t.start()
+captures = CAPTURE(RACE_S)
+stop.set()
+for t in threads:
+    t.join(60)
+    assert not t.is_alive(), "a thread hangs"
+s.synchronize()
+
+before = runs[:]
+issued_set = set(issued)
+assert len(issued_set) == len(issued)
+assert all(before[i] in (0, 1) for i in issued), "a one-shot ran twice"
+assert not any(before[i] for i in range(N) if i not in issued_set), \\
+    "a function ran that was never enqueued"
+execs = [g.instantiate() for g in kept]
+for _ in range(3):
+    for ex in execs:
+        ex.launch(replay)
+replay.synchronize()
+after = runs[:]
+once = [i for i in issued if before[i] == 1]
+captured = [i for i in issued if before[i] == 0]
+assert all(after[i] == 1 for i in once), "an uncaptured call ran again"
+counts = [after[i] for i in captured]
+assert all(n in REPLAYED_OK for n in counts), sorted(set(counts))
+# What a graph calls on every replay is kept by the graph.
+streams._cudart._drain_deferred()
+gc.collect()
+assert all(owners[i]() is not None for i in captured if after[i] == 3), \\
+    "an owner let go while its graph can still call the function"
+for ex in execs:
+    ex.close()
+for g in kept:
+    g.close()
+del execs, kept
+replay.synchronize()
+deadline = time.monotonic() + 10
+while True:
+    streams._cudart._drain_deferred()
+    gc.collect()
+    c = streams.debug_counters()
+    alive = sum(ref() is not None for ref in owners.values())
+    if (alive == 0 and c["live_native_calls"] == base["live_native_calls"]) \\
+            or time.monotonic() > deadline:
+        break
+    time.sleep(0.01)
+assert alive == 0, f"{alive} owners never let go"
+assert c["live_native_calls"] == base["live_native_calls"], (c, base)
+assert c["pending_one_shots"] == base["pending_one_shots"], (c, base)
+if c["debug_build"]:
+    assert c["live_payload_refs"] == base["live_payload_refs"], (c, base)
+print("RESULT", len(issued), len(once), len(captured), sum(n == 3 for n in counts),
+      sum(n == 1 for n in counts), captures,
+      c["stale_one_shot_calls"] - base["stale_one_shot_calls"],
+      c["native_calls_enqueued"] - base["native_calls_enqueued"], len(problems))
+"""
+
+_STREAMS_CAPTURES = """
+def CAPTURE(seconds):
+    # Captures through streams (fenced), in MODE; every other graph is
+    # closed at once (its owners must then be let go), up to 150 kept.
+    end = time.monotonic() + seconds
+    n = ok = 0
+    while time.monotonic() < end and not stop.is_set():
+        n += 1
+        try:
+            if STYLE == "context":
+                with s.capture(mode=MODE) as cap:
+                    launch_empty(s)
+                g = cap.graph
+            else:
+                s.begin_capture(MODE)
+                try:
+                    launch_empty(s)
+                finally:
+                    g = s.end_capture()
+        except streams.CudaError as exc:
+            problems.append(("capture", repr(exc)))
+            continue
+        ok += 1
+        if n % 2 == 0 and len(kept) < 150:
+            kept.append(g)
+        else:
+            g.close()
+    return ok
+"""
+
+
+def _result(proc):
+    assert proc.returncode == 0, (proc.returncode, proc.stdout[-2000:], proc.stderr[-4000:])
+    if "NO_SYNC_MODE" in proc.stdout:
+        pytest.skip("sync_mode='spin_wait' needs a CUDA 13.1 driver")
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT")]
+    assert line, proc.stdout
+    (issued, once, captured, thrice, single, captures, stale, enqueued,
+     problems) = map(int, line[-1].split()[1:])
+    return dict(issued=issued, once=once, captured=captured, thrice=thrice, single=single,
+                captures=captures, stale=stale, enqueued=enqueued, problems=problems)
+
+
+@pytest.mark.parametrize("sync_mode", ["blocking", "spin_wait"])
+@pytest.mark.parametrize("mode, style", [("global", "context"), ("relaxed", "context"),
+                                         ("thread_local", "begin_end")])
+def test_native_calls_with_owners_racing_captures_on_other_threads(mode, style, sync_mode):
+    """Captures through streams: a native call with an owner runs once if
+    enqueued outside a capture, on every replay (3 times) if captured, its
+    owner kept by the graph meanwhile and let go afterwards; no record is
+    ever taken into a graph (no stale ticket calls).  Before the fix (the
+    one-shot decided outside the fence, the record by raw pointer): a record
+    captured between the check and the launch ran at the first replay and
+    the second called it freed (a crash, or another record's function and
+    data: a count of 1 or 2 after the replays, or a one-shot run twice)."""
+    prelude = f"MODE, STYLE, SYNC_MODE = {mode!r}, {style!r}, {sync_mode!r}\n"
+    code = prelude + textwrap.dedent(_STREAMS_CAPTURES) + _RACE.replace(
+        "REPLAYED_OK", "(0, 3)")
+    r = _result(run_python(code, timeout=120))
+    assert r["captures"] > 0 and r["issued"] > 0, r
+    assert r["once"] > 0, r
+    # Only the one-shots count as native calls enqueued (a captured call's
+    # reference goes to the graph); a launch CUDA refused counts too.
+    assert r["once"] <= r["enqueued"] <= r["once"] + r["problems"], r
+    assert r["stale"] == 0, r     # the fence kept every streams capture out of the window
+    assert r["single"] == 0, r
+
+
+def test_native_calls_with_owners_racing_a_capture_streams_does_not_see():
+    """Captures begun and ended through the driver API (another library,
+    say): the fence cannot see them, so a one-shot record may be taken into
+    a graph behind the enqueue's back.  It then runs at the first replay
+    only (its ticket claimed), later replays find the ticket stale, and its
+    owner is let go after that first run.  Before the fix: the second replay
+    called the freed record (a crash, or a wrong counter counted)."""
+    prelude = textwrap.dedent("""
+        import ctypes
+        cu = ctypes.CDLL("libcuda.so.1")
+        def ck(r, what):
+            if r != 0:
+                raise RuntimeError(f"{what}: CUresult {r}")
+        SYNC_MODE = "blocking"
+        foreign = []
+        def FOREIGN(seconds):
+            s.query()       # this thread's runtime makes the context current
+            end = time.monotonic() + seconds
+            n = 0
+            while time.monotonic() < end and not stop.is_set():
+                ck(cu.cuStreamBeginCapture_v2(ctypes.c_void_p(s.handle), 2), "begin")
+                g = ctypes.c_void_p()
+                r = cu.cuStreamEndCapture(ctypes.c_void_p(s.handle), ctypes.byref(g))
+                if r != 0:
+                    problems.append(("foreign end", r))
+                    continue
+                foreign.append(g)
+                n += 1
+                if len(foreign) >= 300:
+                    break
+                time.sleep(0.0005)
+            return n
+    """)
+    code = prelude + _RACE.replace("CAPTURE(RACE_S)", "FOREIGN(RACE_S)").replace(
+        "execs = [g.instantiate() for g in kept]", textwrap.dedent("""
+            execs = []
+            for fg in foreign:
+                ex = ctypes.c_void_p()
+                ck(cu.cuGraphInstantiateWithFlags(ctypes.byref(ex), fg, ctypes.c_ulonglong(0)),
+                   "instantiate")
+                execs.append(ex)
+            class _X:
+                def __init__(self, h): self.h = h
+                def launch(self, st):
+                    ck(cu.cuGraphLaunch(self.h, ctypes.c_void_p(st.handle)), "launch")
+                def close(self):
+                    ck(cu.cuGraphExecDestroy(self.h), "exec destroy")
+            execs = [_X(h) for h in execs]
+        """)).replace("for g in kept:\n    g.close()", textwrap.dedent("""
+            for fg in foreign:
+                ck(cu.cuGraphDestroy(fg), "graph destroy")
+        """)).replace("REPLAYED_OK", "(1, 3)")
+    r = _result(run_python(code, timeout=120))
+    assert r["captures"] > 0 and r["issued"] > 0, r
+    # Each record taken in behind the enqueue's back ran once, at the first
+    # replay; the two later replays found its ticket stale.
+    assert r["stale"] == 2 * r["single"], r

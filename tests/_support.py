@@ -182,3 +182,41 @@ def run_ipc_event_child(event, *, open_kwargs=None, wait_device=None, before="",
     result = run_python(code, timeout=timeout, input=event.ipc_handle().hex() + "\n")
     assert result.returncode == 0, result.stderr[-2000:]
     return result.stdout.split()
+
+
+# The close-race harness, for the child Python of a test that races close()
+# with users of the same objects: put it before the child's code (the race
+# can crash the process, so it never runs in the suite's own).
+CLOSE_RACE_HARNESS = textwrap.dedent("""
+    import random, threading
+
+    def race_close(ops, owners, threads, calls):
+        \"\"\"Call ``ops`` round robin, ``calls`` of them in each of ``threads``
+        threads, while this thread closes every one of ``owners``, in random
+        order, as soon as all have started.  A ValueError must name a closed
+        object; any other exception is printed.  Returns (the ValueErrors,
+        the other exceptions).\"\"\"
+        counts = [0, 0]
+        lock = threading.Lock()
+        start = threading.Barrier(threads + 1)
+
+        def use(i):
+            start.wait()
+            for k in range(calls):
+                try:
+                    ops[(i + k) % len(ops)]()
+                except ValueError as exc:
+                    assert "closed" in str(exc), exc
+                    with lock: counts[0] += 1
+                except Exception as exc:
+                    with lock: counts[1] += 1
+                    print("unexpected", type(exc).__name__, exc)
+
+        workers = [threading.Thread(target=use, args=(i,)) for i in range(threads)]
+        for t in workers: t.start()
+        start.wait()
+        for obj in random.sample(owners, len(owners)):
+            obj.close()
+        for t in workers: t.join()
+        return counts[0], counts[1]
+""")

@@ -1,4 +1,4 @@
-"""The device arguments and peer APIs of issue 17, on any number of GPUs:
+"""Device arguments and the peer APIs, on any number of GPUs:
 device 0 on both sides, and out-of-range indices (``device_count()``)
 refused with an error naming the argument.  tests/test_multi_gpu.py
 checks the same APIs across two devices."""

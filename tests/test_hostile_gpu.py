@@ -1,8 +1,9 @@
 """Hostile use: races with close(), misuse from callbacks, foreign memory, leaks.
 
-Each test is one finding of the reliability audit (issue 12), numbered as
-there.  Scenarios that could crash the process run in a child Python, so
-that the suite reports a crash instead of dying with it.
+Each numbered section is one failure mode of the design, numbered in the
+order the reliability audit found them.  Scenarios that could crash the
+process run in a child Python, so that the suite reports a crash instead of
+dying with it.
 """
 import gc
 import os

@@ -1,4 +1,4 @@
-"""Several GPUs (issue 17): streams, events, launches, copies, pools, graphs,
+"""Several GPUs: streams, events, launches, copies, pools, graphs,
 the compat layer and IPC events on device 1 while device 0 is current, a
 pool of device 0 mapped into device 1, and a consumer process on device 1
 of a producer's IPC pool on device 0.

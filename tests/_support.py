@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import sysconfig
+import textwrap
 import threading
 import time
 from pathlib import Path
@@ -148,3 +149,74 @@ def run_python_args(args, *, timeout, cwd=None, input=None, extra_env=None):
 def run_python(code, **kwargs):
     """``python -c code`` in a child, as :func:`run_python_args` runs it."""
     return run_python_args(["-c", code], **kwargs)
+
+
+def run_ipc_event_child(event, *, open_kwargs=None, wait_device=None, before="", timeout=60):
+    """Open ``event`` in a child Python from its IPC handle (sent on the
+    child's stdin) and return the words the child printed, once it exited 0.
+
+    The child runs ``before`` (code that sees ``handle``, the raw IPC
+    handle, and prints what it checks), opens the event with
+    ``Event.from_ipc_handle(handle, **open_kwargs)``, prints ``device
+    <its current device> <the event's device>`` and ``first <query()>``,
+    waits for the event (``wait_device`` None: ``Event.synchronize()``;
+    otherwise a new stream of that device waits for it and is synchronized)
+    and prints ``then <query()>``.  Record ``event`` behind a long spin
+    first, so that ``first`` is False."""
+    if wait_device is None:
+        wait = "ev.synchronize()"
+    else:
+        wait = (f"s = streams.Stream(device={wait_device!r}); s.wait_event(ev); "
+                "s.synchronize(); s.close()")
+    code = "\n".join([
+        "import sys, streams",
+        "handle = bytes.fromhex(sys.stdin.readline().strip())",
+        textwrap.dedent(before),
+        f"ev = streams.Event.from_ipc_handle(handle, **{dict(open_kwargs or {})!r})",
+        'print("device", streams.get_device(), ev.device_id, flush=True)',
+        'print("first", ev.query(), flush=True)',
+        wait,
+        'print("then", ev.query(), flush=True)',
+        "ev.close()",
+    ])
+    result = run_python(code, timeout=timeout, input=event.ipc_handle().hex() + "\n")
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout.split()
+
+
+# The close-race harness, for the child Python of a test that races close()
+# with users of the same objects: put it before the child's code (the race
+# can crash the process, so it never runs in the suite's own).
+CLOSE_RACE_HARNESS = textwrap.dedent("""
+    import random, threading
+
+    def race_close(ops, owners, threads, calls):
+        \"\"\"Call ``ops`` round robin, ``calls`` of them in each of ``threads``
+        threads, while this thread closes every one of ``owners``, in random
+        order, as soon as all have started.  A ValueError must name a closed
+        object; any other exception is printed.  Returns (the ValueErrors,
+        the other exceptions).\"\"\"
+        counts = [0, 0]
+        lock = threading.Lock()
+        start = threading.Barrier(threads + 1)
+
+        def use(i):
+            start.wait()
+            for k in range(calls):
+                try:
+                    ops[(i + k) % len(ops)]()
+                except ValueError as exc:
+                    assert "closed" in str(exc), exc
+                    with lock: counts[0] += 1
+                except Exception as exc:
+                    with lock: counts[1] += 1
+                    print("unexpected", type(exc).__name__, exc)
+
+        workers = [threading.Thread(target=use, args=(i,)) for i in range(threads)]
+        for t in workers: t.start()
+        start.wait()
+        for obj in random.sample(owners, len(owners)):
+            obj.close()
+        for t in workers: t.join()
+        return counts[0], counts[1]
+""")

@@ -1,12 +1,11 @@
-"""The device arguments and peer APIs of issue 17, on any number of GPUs:
+"""Device arguments and the peer APIs, on any number of GPUs:
 device 0 on both sides, and out-of-range indices (``device_count()``)
 refused with an error naming the argument.  tests/test_multi_gpu.py
 checks the same APIs across two devices."""
-import textwrap
 
 import pytest
 
-from _support import BLOCK, GRID, MS, N, closing, run_python, slow_fill, to_host
+from _support import BLOCK, GRID, MS, N, closing, run_ipc_event_child, slow_fill, to_host
 
 import streams
 from streams import DeviceBuffer, Event, PinnedBuffer, Stream
@@ -51,27 +50,16 @@ def test_ipc_event_opened_on_a_named_device(stream, beyond):
     with closing(Event(interprocess=True)) as ev:
         spin(stream, 1500 * MS)
         ev.record(stream)
-        child = textwrap.dedent(f"""
-            import sys, streams
-            handle = bytes.fromhex(sys.stdin.readline().strip())
+        refused = f"""
             try:
                 streams.Event.from_ipc_handle(handle, device={beyond})
             except ValueError as exc:
                 print("refused", "device={beyond} is out of range" in str(exc), flush=True)
-            ev = streams.Event.from_ipc_handle(handle, device="cuda:0")
-            print("device", ev.device_id, streams.get_device(), flush=True)
-            print("first", ev.query(), flush=True)
-            s = streams.Stream(device=0)
-            s.wait_event(ev)
-            s.synchronize()
-            print("then", ev.query(), flush=True)
-            s.close()
-            ev.close()
-        """)
-        result = run_python(child, timeout=60, input=ev.ipc_handle().hex() + "\n")
-        assert result.returncode == 0, result.stderr[-2000:]
-        assert result.stdout.split() == ["refused", "True", "device", "0", "0",
-                                         "first", "False", "then", "True"]
+        """
+        words = run_ipc_event_child(ev, before=refused, open_kwargs={"device": "cuda:0"},
+                                    wait_device=0)
+        assert words == ["refused", "True", "device", "0", "0",
+                         "first", "False", "then", "True"]
         assert ev.query() is True
 
 

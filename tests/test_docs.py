@@ -38,7 +38,7 @@ def built_docs(tmp_path_factory):
 
 def test_docs_build(built_docs):
     for page in ("index", "install", "quickstart", "streams-and-events", "graphs",
-                 "host-callbacks",
+                 "host-callbacks", "memory", "kernels",
                  "interrupts-and-timeouts", "interop", "cython", "benchmarks", "api",
                  "safety", "architecture"):
         assert (built_docs / f"{page}.html").is_file(), page

@@ -1,7 +1,7 @@
 """Event behaviour on a real GPU."""
 import pytest
 
-from _support import MS, closing
+from _support import MS, closing, run_ipc_event_child
 
 import streams
 from streams import Event, Stream
@@ -113,3 +113,16 @@ def test_ipc_handle_requires_interprocess():
     h = ipc.ipc_handle()
     assert isinstance(h, bytes) and len(h) == 64
     ipc.close()
+
+
+@pytest.mark.timing   # the child must start and query within the 1.5 s spin
+def test_ipc_event_across_processes(stream):
+    with closing(Event(interprocess=True)) as ev:
+        spin(stream, 1500 * MS)
+        ev.record(stream)
+        try:
+            words = run_ipc_event_child(ev)
+            assert words[3:] == ["first", "False", "then", "True"], words
+            assert ev.query() is True
+        finally:
+            stream.synchronize()

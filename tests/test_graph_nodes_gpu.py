@@ -1,4 +1,4 @@
-"""Graph nodes beyond capture (issue 15): conditional nodes driven by the
+"""Graph nodes beyond capture: conditional nodes driven by the
 built-in condition kernels, graph memory nodes and their footprint, node by
 node updates of an executable, enabled/disabled nodes, kernel node launch
 attributes, and what graphs keep alive.  Every test checks numbers the GPU

@@ -1,8 +1,9 @@
 """Hostile use: races with close(), misuse from callbacks, foreign memory, leaks.
 
-Each test is one finding of the reliability audit (issue 12), numbered as
-there.  Scenarios that could crash the process run in a child Python, so
-that the suite reports a crash instead of dying with it.
+Each numbered section is one failure mode of the design, numbered in the
+order the reliability audit found them.  Scenarios that could crash the
+process run in a child Python, so that the suite reports a crash instead of
+dying with it.
 """
 import gc
 import os
@@ -13,7 +14,7 @@ import time
 
 import pytest
 
-from _support import MS, N, run_python, run_threads, to_host
+from _support import CLOSE_RACE_HARNESS, MS, N, run_python, run_threads, to_host
 
 import streams
 from streams import DeviceBuffer, Event, Graph, Stream
@@ -35,49 +36,27 @@ def _child(code, timeout=120):
 
 @pytest.mark.slow   # a stress test: minutes under compute-sanitizer
 def test_close_races_with_users_in_eight_threads():
-    out = _child("""
-        import random, threading, streams
+    out = _child(CLOSE_RACE_HARNESS + textwrap.dedent("""
+        import streams
         from streams.testing import spin
         ROUNDS, THREADS = 200, 8
         closed_errors = other_errors = 0
-        lock = threading.Lock()
         for r in range(ROUNDS):
             s = streams.Stream(non_blocking=True)
             ev = streams.Event()
             other = streams.Stream(non_blocking=True)
             g = streams.Graph(); g.add_empty_node(); exe = g.instantiate()
             spin(s, 200)
-            start = threading.Barrier(THREADS + 1)
-            def use(i):
-                global closed_errors, other_errors
-                start.wait()
-                try:
-                    for _ in range(20):
-                        op = (i + _) % 6
-                        if op == 0: s.synchronize()
-                        elif op == 1: ev.record(s)
-                        elif op == 2: other.wait_event(ev)
-                        elif op == 3: exe.launch(s)
-                        elif op == 4: spin(s, 1)
-                        else: ev.synchronize()
-                except ValueError as exc:
-                    assert "closed" in str(exc), exc
-                    with lock: closed_errors += 1
-                except Exception as exc:
-                    with lock: other_errors += 1
-                    print("unexpected", type(exc).__name__, exc)
-            threads = [threading.Thread(target=use, args=(i,)) for i in range(THREADS)]
-            for t in threads: t.start()
-            start.wait()
-            for obj in random.sample([s, ev, exe], 3):
-                obj.close()
-            for t in threads: t.join()
+            ops = [s.synchronize, lambda: ev.record(s), lambda: other.wait_event(ev),
+                   lambda: exe.launch(s), lambda: spin(s, 1), ev.synchronize]
+            closed, unexpected = race_close(ops, [s, ev, exe], THREADS, 20)
+            closed_errors += closed; other_errors += unexpected
             other.synchronize(); other.close(); g.close()
         streams.synchronize_device()
         c = streams.debug_counters()
         assert c["live_streams"] == 0 and c["live_events"] == 0 and c["live_graph_execs"] == 0, c
         print("OK", other_errors)
-    """, timeout=240)
+    """), timeout=240)
     assert out.split() == ["OK", "0"], out
 
 
@@ -89,8 +68,8 @@ def test_close_races_with_calls_that_keep_the_gil():
     # object) or after it, never inside.  The switch interval makes Python
     # hand the GIL over as often as it can; the foreign stream takes the
     # raw-handle paths of Event.record and Event.wait.
-    out = _child("""
-        import random, sys, threading, streams
+    out = _child(CLOSE_RACE_HARNESS + textwrap.dedent("""
+        import sys, streams
         from streams.testing import builtin_module
         sys.setswitchinterval(1e-6)
         ROUNDS, THREADS = 150, 6
@@ -99,7 +78,6 @@ def test_close_races_with_calls_that_keep_the_gil():
             def __cuda_stream__(self): return (0, self.s.handle)
         empty = builtin_module().get_kernel("streams_empty")
         closed_errors = other_errors = 0
-        lock = threading.Lock()
         for r in range(ROUNDS):
             s, other = streams.Stream(non_blocking=True), streams.Stream(non_blocking=True)
             ev, done = streams.Event(), streams.Event()
@@ -113,25 +91,8 @@ def test_close_races_with_calls_that_keep_the_gil():
                    lambda: ev.record(foreign), lambda: ev.wait(foreign), ev.query,
                    lambda: s.launch(empty, 1, 1), lambda: prepared.launch(s),
                    lambda: exe.launch(s), lambda: marked.launch(s), s.synchronize]
-            start = threading.Barrier(THREADS + 1)
-            def use(i):
-                global closed_errors, other_errors
-                start.wait()
-                for k in range(60):
-                    try:
-                        ops[(i + k) % len(ops)]()
-                    except ValueError as exc:
-                        assert "closed" in str(exc), exc
-                        with lock: closed_errors += 1
-                    except Exception as exc:
-                        with lock: other_errors += 1
-                        print("unexpected", type(exc).__name__, exc)
-            threads = [threading.Thread(target=use, args=(i,)) for i in range(THREADS)]
-            for t in threads: t.start()
-            start.wait()
-            for obj in random.sample([s, ev, done, exe, marked], 5):
-                obj.close()
-            for t in threads: t.join()
+            closed, unexpected = race_close(ops, [s, ev, done, exe, marked], THREADS, 60)
+            closed_errors += closed; other_errors += unexpected
             other.synchronize(); other.close(); g.close(); g2.close()
             del marked
         streams.synchronize_device()
@@ -139,7 +100,7 @@ def test_close_races_with_calls_that_keep_the_gil():
         assert c["live_streams"] == 0 and c["live_events"] == 0 and c["live_graph_execs"] == 0, c
         assert streams._cudart._parked_count() == 0, streams._cudart._parked_count()
         print("OK", other_errors, closed_errors > 0)
-    """, timeout=240)
+    """), timeout=240)
     assert out.split()[-3:] == ["OK", "0", "True"], out
 
 

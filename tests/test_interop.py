@@ -1,4 +1,4 @@
-"""Other libraries' streams and events wherever streams takes one (issue 18).
+"""Other libraries' streams and events wherever streams takes one.
 
 CPU part: what ``streams.as_stream`` and the waits accept and refuse,
 without a GPU (bad protocol versions, objects that are no stream, handles

@@ -1,5 +1,4 @@
-"""Where device memory is freed, and when its pool goes (issue 25, items 4
-and 10):
+"""Where device memory is freed, and when its pool goes:
 
 * ``DeviceBuffer.close(stream=w)`` with ``w`` closed is refused (the free
   could not be ordered after ``w``'s work) and the buffer stays open; with

@@ -1,4 +1,4 @@
-"""Several GPUs (issue 17): streams, events, launches, copies, pools, graphs,
+"""Several GPUs: streams, events, launches, copies, pools, graphs,
 the compat layer and IPC events on device 1 while device 0 is current, a
 pool of device 0 mapped into device 1, and a consumer process on device 1
 of a producer's IPC pool on device 0.
@@ -31,8 +31,8 @@ from pathlib import Path
 
 import pytest
 
-from _support import (BLOCK, GRID, MS, N, closing, env_importing_this_streams, run_python,
-                      slow_fill, to_host)
+from _support import (BLOCK, GRID, MS, N, closing, env_importing_this_streams,
+                      run_ipc_event_child, slow_fill, to_host)
 
 import streams
 from streams import (DeviceBuffer, Event, EventPool, MemoryPool, PinnedBuffer, Stream,
@@ -423,24 +423,9 @@ def test_ipc_event_of_device_1_waited_on_in_a_child_on_device_0(open_on):
         assert ev.device_id == 1
         spin(s1, 3000 * MS)
         ev.record(s1)
-        child = textwrap.dedent(f"""
-            import sys, streams
-            handle = bytes.fromhex(sys.stdin.readline().strip())
-            ev = streams.Event.from_ipc_handle(handle, device={open_on})
-            s0 = streams.Stream(device=0)
-            print("device", streams.get_device(), ev.device_id, flush=True)
-            print("first", ev.query(), flush=True)
-            s0.wait_event(ev)
-            s0.synchronize()
-            print("then", ev.query(), flush=True)
-            s0.close()
-            ev.close()
-        """)
-        result = run_python(child, timeout=60, input=ev.ipc_handle().hex() + "\n")
-        assert result.returncode == 0, result.stderr[-2000:]
+        words = run_ipc_event_child(ev, open_kwargs={"device": open_on}, wait_device=0)
         opened_on = "1" if open_on == 1 else "0"
-        assert result.stdout.split() == ["device", "0", opened_on, "first", "False",
-                                         "then", "True"]
+        assert words == ["device", "0", opened_on, "first", "False", "then", "True"]
         assert ev.query() is True
         assert s1.synchronize() is True
         assert streams.get_device() == 0

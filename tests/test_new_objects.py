@@ -1,7 +1,7 @@
 """Objects made with ``cls.__new__(cls)`` refuse everything before touching
 a field, nodes of a closed graph are refused before CUDA sees their handles,
 and every size, count and dimension is range-checked against its C type
-before anything is enqueued (issue 25, items 5, 8 and 11).
+before anything is enqueued.
 
 The CPU tests run everywhere; the GPU tests are marked ``gpu``."""
 import os

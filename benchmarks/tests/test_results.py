@@ -123,9 +123,9 @@ def test_a_streams_cell_below_its_floor_is_suspect_never_a_pass(example, contend
 
 @pytest.mark.parametrize("extra, verdict", [(60.0, "pass"), (100.0, "pass"), (101.0, "miss")])
 def test_a_target_relative_to_another_row(example, extra, verdict):
-    """Issue 18's: at most 100 ns more than streams-py's own event record,
-    whatever the ratio to the floor; shown as ok/MISS with the difference
-    in a footnote."""
+    """The target of a record on a PyTorch stream: at most 100 ns more than
+    streams-py's own event record, whatever the ratio to the floor; shown as
+    ok/MISS with the difference in a footnote."""
     doc = copy.deepcopy(example)
     ref = doc["results"]["event_record"]["streams-py"]
     cell = doc["results"]["event_record_torch_stream"]["streams-py"]

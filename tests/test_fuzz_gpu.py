@@ -778,7 +778,7 @@ class GpuObjectGraph(RuleBasedStateMachine):
           us=st.sampled_from(SPIN_US))
     def await_work(self, i, what, us):
         # Awaits complete once the work is done; a cancelled await leaves
-        # nothing behind (pools-and-launches.rst, asyncio).
+        # nothing behind (memory.rst, asyncio).
         sm = self.pick(self.usable_streams(), i)
         if sm.pending_error:
             return

@@ -419,8 +419,11 @@ cdef class Waitable(HandleOwner):
         # cudaStreamDestroy and cudaEventDestroy return at once (CUDA frees
         # the handle when its work is done), so the GIL policy of enqueues
         # holds for them too.
-        if (self._kind == rt.HANDLE_STREAM and (<Stream>self)._queued
+        if (self._kind == rt.HANDLE_STREAM and (<Stream>self)._queued and self._owns_handle
                 and not streams_is_closed(&self._state)):
+            # Only a handle of ours is asked: a wrapper's may be gone with
+            # its owner (closing a wrapper must stay safe then), and what
+            # was counted on it stays counted.
             _forget_if_idle(<Stream>self)
         if self._close_handle(rt.enqueue_may_keep_gil()) == 1:
             self._owner = None

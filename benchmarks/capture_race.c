@@ -5,8 +5,8 @@
  * Variants (argv[1]):
  *   open        nothing serialized; each captured graph destroyed at once
  *   keep        nothing serialized; graphs destroyed after the race
- *   fenced      begin/end take a write lock that every launch holds for
- *               reading (what streams' capture fence does); graphs destroyed
+ *   fenced      begin/end take a write lock (writers first) that every
+ *               launch holds for reading (streams' capture fence); graphs destroyed
  *               at once, outside the lock
  *   fenced_all  as fenced, and the graph destroys take the write lock too
  *   fenced_keep as fenced, graphs destroyed after the race
@@ -15,6 +15,7 @@
  *   gcc -O2 -I$CUDA_HOME/include benchmarks/capture_race.c -lcuda -lpthread \
  *       -o /tmp/capture_race && /tmp/capture_race fenced
  */
+#define _GNU_SOURCE
 #include <cuda.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -24,7 +25,9 @@
 
 static CUcontext ctx;
 static CUstream stream;
-static pthread_rwlock_t fence = PTHREAD_RWLOCK_INITIALIZER;
+/* Writer-preferring, as streams' fence: with glibc's default (readers first)
+ * the four launching threads never let a capture begin or end. */
+static pthread_rwlock_t fence = PTHREAD_RWLOCK_WRITER_NONRECURSIVE_INITIALIZER_NP;
 static volatile int stop;
 static int fenced, fence_destroy, keep;
 static CUgraph kept[200000];

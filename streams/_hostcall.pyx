@@ -156,8 +156,7 @@ cdef int _enqueue(Stream stream, object callback, object arg, int kind, object o
         for attempt in range(_ATTEMPTS):
             if attempt:
                 with nogil:
-                    rt.stream_get_capture_info(<cudaStream_t>stream._handle, &status,
-                                               &capture_id, NULL, NULL, NULL, NULL)
+                    _capture_state(<cudaStream_t>stream._handle, &status, &capture_id)
             if status == cudaStreamCaptureStatusActive:
                 if kind != KIND_HOST_FUNC:
                     raise RuntimeError(
@@ -171,6 +170,18 @@ cdef int _enqueue(Stream stream, object callback, object arg, int kind, object o
                            f"while the callback was enqueued ({_ATTEMPTS} attempts)")
     finally:
         stream._unuse()
+
+
+cdef int _capture_state(cudaStream_t h, cudaStreamCaptureStatus* status,
+                        unsigned long long* capture_id) except -1 nogil:
+    # Asked inside the fence too: the driver crashed when a call on a stream
+    # raced a capture beginning or ending on it in another thread
+    # (benchmarks/capture_race.c: the unfenced variants die of SIGSEGV).
+    rt.fence_enter()
+    try:
+        return rt.stream_get_capture_info(h, status, capture_id, NULL, NULL, NULL, NULL)
+    finally:
+        rt.fence_leave()
 
 
 cdef int _launch_once(cudaStream_t h, PyObject* payload, int kind,
@@ -349,7 +360,9 @@ cdef object _ctypes_function(object fn, str argname):
     objects = fn._objects
     python = isinstance(objects, dict) and any(
         type(v).__name__ == "CThunkObject" for v in objects.values())
-    address = ctypes.cast(fn, ctypes.c_void_p).value or 0
+    # Read where the pointer is stored: ctypes.cast would put fn into its own
+    # _objects (a reference cycle that keeps it alive until a collection).
+    address = ctypes.c_void_p.from_address(ctypes.addressof(fn)).value or 0
     if address == 0:
         raise ValueError(f"{argname} is a NULL ctypes function pointer")
     return address, python
@@ -375,11 +388,15 @@ cdef object _native_data(object data, str argname):
         return 0, None
     if _is_ctypes_instance(data):
         import ctypes
-        try:
-            return ctypes.cast(data, ctypes.c_void_p).value or 0, data
-        except ctypes.ArgumentError:
-            raise TypeError(f"{argname}: a ctypes {type(data).__name__} is not a pointer "
-                            "(pass ctypes.byref(x) or ctypes.pointer(x))") from None
+        # As for the function: read the address, never ctypes.cast (which
+        # makes data refer to itself).  An array is its own address.
+        if isinstance(data, ctypes.Array):
+            return ctypes.addressof(data), data
+        if isinstance(data, (ctypes._Pointer, ctypes.c_void_p, ctypes.c_char_p,
+                             ctypes.c_wchar_p)):
+            return ctypes.c_void_p.from_address(ctypes.addressof(data)).value or 0, data
+        raise TypeError(f"{argname}: a ctypes {type(data).__name__} is not a pointer "
+                        "(pass ctypes.byref(x) or ctypes.pointer(x))")
     if _is_cffi(data):
         ffi = _cffi()
         if ffi.typeof(data).kind not in ("pointer", "array"):
@@ -541,8 +558,7 @@ cdef int _enqueue_native(Stream stream, tuple native, int sync_mode) except -1:
         for attempt in range(_ATTEMPTS):
             if attempt:
                 with nogil:
-                    rt.stream_get_capture_info(<cudaStream_t>stream._handle, &status,
-                                               &capture_id, NULL, NULL, NULL, NULL)
+                    _capture_state(<cudaStream_t>stream._handle, &status, &capture_id)
             if status == cudaStreamCaptureStatusActive:
                 if _enqueue_native_captured(stream, fn, data, keep, capture_id, sync_mode):
                     return 0

@@ -70,11 +70,6 @@ def awaiter():
                 assert "being captured" in str(exc), exc
             except streams.CudaError as exc:
                 problems.append(("await", repr(exc)))
-            try:
-                ev.record(s)
-                await asyncio.wait_for(ev.wait_async(), 10)
-            except (RuntimeError, streams.CudaError) as exc:
-                problems.append(("await event", repr(exc)))
             await asyncio.sleep(0)
     try:
         asyncio.run(main())
@@ -140,6 +135,11 @@ def CAPTURE(seconds):
     # graph is closed at once (an enqueue attaching to it must not find it
     # gone); up to 150 are kept for the replays.
     other = streams.Stream()
+    # Nothing else is enqueued on s inside the capture: CUDA's driver itself
+    # crashes when a call on a stream races a capture beginning or ending on
+    # it in another thread (benchmarks/capture_race.c), and streams orders
+    # only its host-function and asyncio enqueues against captures it
+    # begins (the capture fence; docs/host-callbacks.rst).
     end = time.monotonic() + seconds
     n = ok = 0
     while time.monotonic() < end and not stop.is_set():
@@ -147,14 +147,11 @@ def CAPTURE(seconds):
         try:
             if STYLE == "context":
                 with s.capture(mode=MODE) as cap:
-                    launch_empty(s)
+                    pass
                 g = cap.graph
             elif STYLE == "begin_end":
                 s.begin_capture(MODE)
-                try:
-                    launch_empty(s)
-                finally:
-                    g = s.end_capture()
+                g = s.end_capture()
             else:   # a global capture on another stream, then one on s
                 other.begin_capture("global")
                 try:
@@ -162,7 +159,7 @@ def CAPTURE(seconds):
                 finally:
                     other.end_capture().close()
                 with s.capture(mode="relaxed") as cap:
-                    launch_empty(s)
+                    pass
                 g = cap.graph
         except streams.CudaError as exc:
             problems.append(("capture", repr(exc)))
@@ -210,64 +207,6 @@ def test_host_funcs_and_awaits_racing_captures_on_other_threads(mode, style):
     assert r["stale"] == 0, r     # the fence kept every streams capture out of the window
     assert r["single"] == 0, r
 
-
-def test_host_funcs_racing_a_capture_streams_does_not_see():
-    """A capture begun and ended through the driver API (another library,
-    say): the fence cannot see it, so a one-shot may be taken into its graph
-    behind the enqueue's back.  Such a callback runs at the first replay
-    only (its ticket is claimed then), and every later replay's call finds
-    the ticket stale: never a freed payload.  Before the fix: the second
-    replay called a freed payload (crash, or a wrong callback)."""
-    prelude = textwrap.dedent("""
-        import ctypes
-        cu = ctypes.CDLL("libcuda.so.1")
-        def ck(r, what):
-            if r != 0:
-                raise RuntimeError(f"{what}: CUresult {r}")
-        MODE, STYLE, AWAITS = "relaxed", "driver", False
-        foreign = []
-        def FOREIGN(seconds):
-            s.query()       # this thread's runtime makes the context current
-            end = time.monotonic() + seconds
-            n = 0
-            while time.monotonic() < end and not stop.is_set():
-                ck(cu.cuStreamBeginCapture_v2(ctypes.c_void_p(s.handle), 2), "begin")
-                g = ctypes.c_void_p()
-                r = cu.cuStreamEndCapture(ctypes.c_void_p(s.handle), ctypes.byref(g))
-                if r != 0:
-                    problems.append(("foreign end", r))
-                    continue
-                foreign.append(g)
-                n += 1
-                if len(foreign) >= 300:
-                    break
-                time.sleep(0.0005)
-            return n
-    """)
-    code = prelude + _RACE.replace("CAPTURE(RACE_S)", "FOREIGN(RACE_S)").replace(
-        "execs = [g.instantiate() for g in kept]", textwrap.dedent("""
-            execs = []
-            for fg in foreign:
-                ex = ctypes.c_void_p()
-                ck(cu.cuGraphInstantiateWithFlags(ctypes.byref(ex), fg, ctypes.c_ulonglong(0)),
-                   "instantiate")
-                execs.append(ex)
-            class _X:
-                def __init__(self, h): self.h = h
-                def launch(self, st):
-                    ck(cu.cuGraphLaunch(self.h, ctypes.c_void_p(st.handle)), "launch")
-                def close(self):
-                    ck(cu.cuGraphExecDestroy(self.h), "exec destroy")
-            execs = [_X(h) for h in execs]
-        """)).replace("for g in kept:\n    g.close()", textwrap.dedent("""
-            for fg in foreign:
-                ck(cu.cuGraphDestroy(fg), "graph destroy")
-        """)).replace("REPLAYED_OK", "(1, 3)")
-    r = _result(run_python(code, timeout=120))
-    assert r["captures"] > 0 and r["issued"] > 0, r
-    # Each callback taken behind the enqueue's back ran once, at the first
-    # replay; the two later replays found its ticket stale.
-    assert r["stale"] == 2 * r["single"], r
 
 
 @pytest.mark.parametrize("mode", ["global", "relaxed"])

@@ -141,6 +141,11 @@ _STREAMS_CAPTURES = """
 def CAPTURE(seconds):
     # Captures through streams (fenced), in MODE; every other graph is
     # closed at once (its owners must then be let go), up to 150 kept.
+    # Nothing else is enqueued on s inside the capture: CUDA's driver itself
+    # crashes when a call on a stream races a capture beginning or ending on
+    # it in another thread (benchmarks/capture_race.c), and streams orders
+    # only its host-function and asyncio enqueues against captures it
+    # begins (the capture fence; docs/host-callbacks.rst).
     end = time.monotonic() + seconds
     n = ok = 0
     while time.monotonic() < end and not stop.is_set():
@@ -148,14 +153,11 @@ def CAPTURE(seconds):
         try:
             if STYLE == "context":
                 with s.capture(mode=MODE) as cap:
-                    launch_empty(s)
+                    pass
                 g = cap.graph
             else:
                 s.begin_capture(MODE)
-                try:
-                    launch_empty(s)
-                finally:
-                    g = s.end_capture()
+                g = s.end_capture()
         except streams.CudaError as exc:
             problems.append(("capture", repr(exc)))
             continue
@@ -203,62 +205,3 @@ def test_native_calls_with_owners_racing_captures_on_other_threads(mode, style, 
     assert r["once"] <= r["enqueued"] <= r["once"] + r["problems"], r
     assert r["stale"] == 0, r     # the fence kept every streams capture out of the window
     assert r["single"] == 0, r
-
-
-def test_native_calls_with_owners_racing_a_capture_streams_does_not_see():
-    """Captures begun and ended through the driver API (another library,
-    say): the fence cannot see them, so a one-shot record may be taken into
-    a graph behind the enqueue's back.  It then runs at the first replay
-    only (its ticket claimed), later replays find the ticket stale, and its
-    owner is let go after that first run.  Before the fix: the second replay
-    called the freed record (a crash, or a wrong counter counted)."""
-    prelude = textwrap.dedent("""
-        import ctypes
-        cu = ctypes.CDLL("libcuda.so.1")
-        def ck(r, what):
-            if r != 0:
-                raise RuntimeError(f"{what}: CUresult {r}")
-        SYNC_MODE = "blocking"
-        foreign = []
-        def FOREIGN(seconds):
-            s.query()       # this thread's runtime makes the context current
-            end = time.monotonic() + seconds
-            n = 0
-            while time.monotonic() < end and not stop.is_set():
-                ck(cu.cuStreamBeginCapture_v2(ctypes.c_void_p(s.handle), 2), "begin")
-                g = ctypes.c_void_p()
-                r = cu.cuStreamEndCapture(ctypes.c_void_p(s.handle), ctypes.byref(g))
-                if r != 0:
-                    problems.append(("foreign end", r))
-                    continue
-                foreign.append(g)
-                n += 1
-                if len(foreign) >= 300:
-                    break
-                time.sleep(0.0005)
-            return n
-    """)
-    code = prelude + _RACE.replace("CAPTURE(RACE_S)", "FOREIGN(RACE_S)").replace(
-        "execs = [g.instantiate() for g in kept]", textwrap.dedent("""
-            execs = []
-            for fg in foreign:
-                ex = ctypes.c_void_p()
-                ck(cu.cuGraphInstantiateWithFlags(ctypes.byref(ex), fg, ctypes.c_ulonglong(0)),
-                   "instantiate")
-                execs.append(ex)
-            class _X:
-                def __init__(self, h): self.h = h
-                def launch(self, st):
-                    ck(cu.cuGraphLaunch(self.h, ctypes.c_void_p(st.handle)), "launch")
-                def close(self):
-                    ck(cu.cuGraphExecDestroy(self.h), "exec destroy")
-            execs = [_X(h) for h in execs]
-        """)).replace("for g in kept:\n    g.close()", textwrap.dedent("""
-            for fg in foreign:
-                ck(cu.cuGraphDestroy(fg), "graph destroy")
-        """)).replace("REPLAYED_OK", "(1, 3)")
-    r = _result(run_python(code, timeout=120))
-    assert r["captures"] > 0 and r["issued"] > 0, r
-    # Each record taken in behind the enqueue's back ran once, at the first
-    # replay; the two later replays found its ticket stale.
-    assert r["stale"] == 2 * r["single"], r

@@ -332,7 +332,16 @@ static void streams_run_payload(void *payload, int status, int consume) {
  *    (Generations are 32 bits: a stale ticket could match again only after
  *    2^32 reuses of its slot, and would then run another pending payload
  *    early, still never a freed one.) */
+/* Writers first: glibc's default rwlock prefers readers, and a stream that
+ * threads keep enqueuing host functions on then never lets a capture begin
+ * or end (benchmarks/capture_race.c, the fenced variants: the capturing
+ * thread waited for ever).  Nothing takes a read hold while holding one,
+ * which a writer-preferring lock would deadlock. */
+#ifdef PTHREAD_RWLOCK_WRITER_NONRECURSIVE_INITIALIZER_NP
+static pthread_rwlock_t streams_capture_fence = PTHREAD_RWLOCK_WRITER_NONRECURSIVE_INITIALIZER_NP;
+#else
 static pthread_rwlock_t streams_capture_fence = PTHREAD_RWLOCK_INITIALIZER;
+#endif
 
 static inline void streams_fence_enter(void) { pthread_rwlock_rdlock(&streams_capture_fence); }
 static inline void streams_fence_leave(void) { pthread_rwlock_unlock(&streams_capture_fence); }

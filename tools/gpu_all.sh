@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Everything a change must pass on the GPU, in one device call: the three
+# builds' suites (tools/gpu_matrix.sh) with the stateful fuzzer running
+# beside them, then the suite under memcheck, racecheck and synccheck
+# (tools/gpu_suite.sh --sanitizer).  Each step is bounded so that the call
+# ends inside the device call's 10 minutes.
+#
+#   bash tools/gpu_all.sh [CUDA12_DIR]     (default .cu12; carry it)
+#
+# FUZZ_SECONDS (default 240) the fuzzer's budget, FUZZ_SEED its seed.
+# Logs under $OUT: matrix.txt, sanitizers.txt, fuzz.txt, and the full
+# pytest and sanitizer logs in $OUT/logs.tar.gz.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-/tmp/streams-out}"
+mkdir -p "$OUT"
+LOGS=/tmp/streams-all
+rm -rf "$LOGS" && mkdir -p "$LOGS"
+export CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}" PYTHONUNBUFFERED=1
+PY="${PYTHON:-python3}"
+CU12="${1:-.cu12}"
+
+# The release build first: the fuzzer runs on it beside the matrix.
+"$PY" setup.py build_ext --inplace -j 16 >"$LOGS/build-release.log" 2>&1 \
+    || { tail -30 "$LOGS/build-release.log"; echo "BUILD FAILED"; exit 1; }
+(PYTHONPATH="$PWD" STREAMS_FUZZ_SECONDS="${FUZZ_SECONDS:-240}" STREAMS_FUZZ_SEED="${FUZZ_SEED:-1}" \
+    timeout $(( ${FUZZ_SECONDS:-240} + 120 )) "$PY" tests/test_fuzz_gpu.py >"$LOGS/fuzz.log" 2>&1;
+ echo "fuzz exit $?" >>"$LOGS/fuzz.log") &
+FUZZ=$!
+OUT="$LOGS" SUITE_TIMEOUT="${MATRIX_TIMEOUT:-270}" bash tools/gpu_matrix.sh "$CU12" \
+    >"$OUT/matrix.txt" 2>&1
+echo "matrix exit $?" >>"$OUT/matrix.txt"
+wait "$FUZZ"
+grep -E "^fuzz|fuzz exit|Falsifying|AssertionError|Fatal" "$LOGS/fuzz.log" | head -20 >"$OUT/fuzz.txt"
+PYTHONPATH="$PWD" OUT="$LOGS/san" SUITE_TIMEOUT="${SANITIZER_TIMEOUT:-300}" bash tools/gpu_suite.sh --no-build \
+    --sanitizer memcheck,racecheck,synccheck >"$OUT/sanitizers.txt" 2>&1
+echo "sanitizers exit $?" >>"$OUT/sanitizers.txt"
+tar -czf "$OUT/logs.tar.gz" -C "$LOGS" . 2>/dev/null
+cat "$OUT/matrix.txt" "$OUT/fuzz.txt"
+grep -E "^== |SUMMARY|passed|failed|exit code|^(FAILED|ERROR) " "$OUT/sanitizers.txt" | head -40

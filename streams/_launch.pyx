@@ -1056,8 +1056,8 @@ def builtin_kernel(name):
     """The built-in kernel ``name``: "empty", "spin", "fill_u32",
     "increment_u32", or one that sets a conditional node's value from device
     memory (launch it with one thread): "set_condition" (condition, value
-    pointer: cond = *value) and "set_condition_lt" (condition, counter
-    pointer, n: cond = *counter < n)."""
+    pointer: ``cond = *value``) and "set_condition_lt" (condition, counter
+    pointer, n: ``cond = *counter < n``)."""
     if not isinstance(name, str) or name not in _BUILTIN_NAMES:
         raise ValueError(f"no built-in kernel {name!r}; there are {list(_BUILTIN_NAMES)}")
     if name.startswith("set_condition"):

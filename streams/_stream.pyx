@@ -1217,6 +1217,11 @@ cdef class Stream(Waitable):
     @property
     def handle(self):
         """The ``cudaStream_t`` as an int."""
+        # One made with Stream.__new__ has none: its 0 would pass for the
+        # legacy stream (the fuzzer's finding).  A closed one still tells
+        # the handle it had (reprs and the compat layers read it).
+        if not self._initialised:
+            self._check_open()
         return <uintptr_t>self._handle
 
     @property

@@ -67,7 +67,11 @@ def awaiter():
                 await asyncio.wait_for(s.wait_async(), 10)
                 awaited[0] += 1
             except RuntimeError as exc:
-                assert "being captured" in str(exc), exc
+                # A global capture on another stream makes CUDA refuse the
+                # wait's query in every thread (CUDA's capture modes): a
+                # problem to count, not a failure of the race.
+                if "being captured" not in str(exc):
+                    problems.append(("await", repr(exc)))
             except streams.CudaError as exc:
                 problems.append(("await", repr(exc)))
             await asyncio.sleep(0)

@@ -60,8 +60,11 @@ def test_graph_payload_is_held_once_for_all_replays(stream):
     with stream.capture() as cap:
         stream.launch_host_func(seen.append, "x")
     graph = cap.graph
-    # The host node's payload: one reference, owned by the graph's user object.
-    assert _delta(before, "payload_increfs", "payload_decrefs") == (1, 0)
+    # The host node's payload: one reference, owned by the graph's user object
+    # (an enqueue's first attempt, which assumes no capture, may have taken
+    # one and given it back on finding the stream capturing).
+    increfs, decrefs = _delta(before, "payload_increfs", "payload_decrefs")
+    assert increfs - decrefs == 1 and decrefs <= 1, (increfs, decrefs)
     with graph.instantiate() as ex:
         # Instantiation boxes what the executable keeps alive (one more
         # reference, the box's); replays take none, however many.

@@ -48,7 +48,9 @@ def test_event_device_out_of_range(beyond):
 @pytest.mark.timing   # the child must start and query within the 1.5 s spin
 def test_ipc_event_opened_on_a_named_device(stream, beyond):
     with closing(Event(interprocess=True)) as ev:
-        spin(stream, 1500 * MS)
+        # Long enough that the child (a fresh interpreter and CUDA context,
+        # perhaps beside other suites) queries it before it is done.
+        spin(stream, 5000 * MS)
         ev.record(stream)
         refused = f"""
             try:

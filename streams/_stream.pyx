@@ -452,8 +452,8 @@ cdef class Waitable(HandleOwner):
 #   1. no Python host callback of the package is alive (rt.enqueue_may_keep_gil);
 #   2. the enqueues this process made from Python and has not yet seen done
 #      number at most QUEUE_BUDGET, far below the depth at which the driver
-#      blocks (tools/queue_depth.py: thousands of launches behind one busy
-#      stream on an H100; docs/safety.rst has the figures).  So no queue this
+#      blocks (tools/queue_depth.py: 1021 launches behind one busy stream on
+#      an H100; docs/safety.rst has the figures).  So no queue this
 #      process filled can be full, whatever the GPU waits for.
 # "Seen done": a stream's count is forgotten when query() answers True or
 # synchronize() returns for it, when an enqueue past the budget finds it

@@ -62,6 +62,7 @@ from streams import (  # noqa: E402
     MemoryPool, PinnedBuffer, Stream)
 
 BUDGET = float(os.environ.get("STREAMS_FUZZ_SECONDS", "60"))
+CHECK_DEVICE_MEMORY = os.environ.get("STREAMS_FUZZ_DEVICE_MEMORY") == "1"
 # Arguments at the edges must be refused with a message naming them (the
 # house rule); STREAMS_FUZZ_STRICT_NAMES=0 checks only the exception type.
 STRICT_NAMES = os.environ.get("STREAMS_FUZZ_STRICT_NAMES", "1") != "0"
@@ -1016,7 +1017,15 @@ class GpuObjectGraph(RuleBasedStateMachine):
         if gm.mem_nodes and gm.instantiated:
             return
         up = None if upload < 0 else self.pick(self.usable_streams(), upload).obj
-        ex = gm.obj.instantiate(auto_free_on_launch=auto_free, upload_stream=up)
+        try:
+            ex = gm.obj.instantiate(auto_free_on_launch=auto_free, upload_stream=up)
+        except CudaError as exc:
+            # CUDA refuses auto-free-on-launch for some graphs (one with a
+            # conditional node answered cudaErrorNotSupported on an H100):
+            # its documented refusal, not the library's.
+            if auto_free and exc.name == "cudaErrorNotSupported":
+                return
+            raise
         gm.instantiated += 1
         h = HolderM(ex, "exec")
         h.graph = gm
@@ -1762,7 +1771,10 @@ def main():
             graph_after = streams.graph_memory_info()
             assert graph_after.used == graph_before.used, (graph_before, graph_after)
             # Allow what CUDA itself may keep (module code, local memory).
-            if free_before is not None and free_after is not None:
+            # The device's free memory is every process's: asserted only
+            # when the fuzzer has the GPU to itself (STREAMS_FUZZ_DEVICE_MEMORY=1);
+            # beside other suites it moved by their allocations, not ours.
+            if CHECK_DEVICE_MEMORY and free_before is not None and free_after is not None:
                 lost = free_before - free_after
                 assert lost <= 32 << 20, f"the device has {lost >> 20} MiB less free memory"
     finally:

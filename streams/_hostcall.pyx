@@ -498,7 +498,10 @@ cdef int _launch_native_captured(cudaStream_t h, uintptr_t fn, uintptr_t data,
     cdef cudaStreamCaptureStatus now = cudaStreamCaptureStatusNone
     cdef unsigned long long id_now = 0
     cdef cudaGraph_t graph = NULL
-    rt.fence_enter()
+    # Exclusively, as _launch_captured: attaching works on the capture's
+    # graph, which CUDA does not synchronize against other threads doing the
+    # same.
+    rt.fence_enter_exclusive()
     try:
         rt.stream_get_capture_info(h, &now, &id_now, &graph, NULL, NULL, NULL)
         if now != cudaStreamCaptureStatusActive or id_now != capture_id:

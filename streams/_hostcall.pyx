@@ -751,22 +751,34 @@ cdef str _AWAIT_CAPTURING = ("cannot await a stream that is being captured (the 
                              "become a graph node, and a query would invalidate the capture)")
 
 
+# An await's status query is harmless to any capture, but in CUDA's default
+# (global) capture mode it is refused in every thread while another thread
+# captures in global mode, and the refusal also invalidates that capture: an
+# `await` in one thread would break another thread's unrelated capture.  So
+# the query runs in relaxed mode (CUDA keeps the mode per thread), and this
+# thread's own mode is restored after it.
+
 cdef int _query_unless_capturing(Stream stream) except -1:
     # 1 done, 0 not yet; raises if the stream is being captured.  One fence
     # hold for both: a capture begun by streams between them would be
     # invalidated by the query.
     cdef cudaStreamCaptureStatus now = cudaStreamCaptureStatusNone
+    cdef cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed
     cdef int done = -1
     stream._use()
     try:
         with nogil:
-            rt.fence_enter()
+            rt.thread_exchange_capture_mode(&mode)
             try:
-                rt.stream_is_capturing(<cudaStream_t>stream._handle, &now)
-                if now == cudaStreamCaptureStatusNone:
-                    done = rt.stream_query(<cudaStream_t>stream._handle)
+                rt.fence_enter()
+                try:
+                    rt.stream_is_capturing(<cudaStream_t>stream._handle, &now)
+                    if now == cudaStreamCaptureStatusNone:
+                        done = rt.stream_query(<cudaStream_t>stream._handle)
+                finally:
+                    rt.fence_leave()
             finally:
-                rt.fence_leave()
+                rt.thread_exchange_capture_mode(&mode)
     finally:
         stream._unuse()
     if done < 0:
@@ -774,10 +786,33 @@ cdef int _query_unless_capturing(Stream stream) except -1:
     return done
 
 
+cdef int _query_event(Event event) except -1:
+    # 1 when the event's last record has completed, else 0.
+    cdef cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed
+    cdef int done = 0
+    event._use()
+    try:
+        with nogil:
+            rt.thread_exchange_capture_mode(&mode)
+            try:
+                done = rt.event_query(<cudaEvent_t>event._handle)
+            finally:
+                rt.thread_exchange_capture_mode(&mode)
+    finally:
+        event._unuse()
+    return done
+
+
+cdef int _query_waitable(Waitable obj) except -1:
+    if isinstance(obj, Stream):
+        return _query_unless_capturing(<Stream>obj)
+    return _query_event(<Event>obj)
+
+
 async def _poll(obj):
     import asyncio
     delay = 50e-6
-    while not (_query_unless_capturing(<Stream>obj) if isinstance(obj, Stream) else obj.query()):
+    while not _query_waitable(<Waitable>obj):
         await asyncio.sleep(delay)
         delay = min(delay * 2, 2e-3)
 
@@ -789,10 +824,7 @@ async def _wait(Waitable obj):
     loop = asyncio.get_running_loop()
     # No query of a capturing stream: it is an error that also invalidates
     # the capture (the user's end_capture would then fail).
-    if isinstance(obj, Stream):
-        if _query_unless_capturing(<Stream>obj):
-            return None
-    elif obj.query():
+    if _query_waitable(obj):
         return None
     found = _doorbell(loop)
     if found is None:

@@ -147,6 +147,58 @@ def test_awaiting_a_capturing_stream_is_refused(stream):
     assert _settled() == {"waiting": 0, "in_flight": 0}
 
 
+@pytest.mark.parametrize("what", ["stream", "event"])
+def test_an_await_leaves_another_threads_global_capture_alone(stream, what):
+    """Another thread captures a different stream in global mode while this
+    one awaits: the await's status query is made in relaxed mode, so CUDA
+    neither refuses it nor invalidates that capture.  Before: the await
+    raised CudaError (an unsafe call during a global capture) and the other
+    thread's end_capture failed with the capture invalidated."""
+    import threading
+    other = Stream()
+    spin(other, 0)
+    spin(stream, 0)
+    stream.synchronize()
+    other.synchronize()
+    ev = Event()
+    ev.record(stream)
+    begun, awaited, ended = threading.Event(), threading.Event(), []
+
+    def capturer():
+        other.begin_capture("global")
+        try:
+            spin(other, 0)
+            begun.set()
+            awaited.wait(10)
+        finally:
+            try:
+                ended.append(other.end_capture())
+            except streams.CudaError as exc:
+                ended.append(exc)
+
+    t = threading.Thread(target=capturer)
+    t.start()
+    try:
+        assert begun.wait(10)
+        spin(stream, 20 * MS)
+        if what == "event":
+            ev.record(stream)
+
+        async def main():
+            await (stream if what == "stream" else ev)
+        asyncio.run(main())
+    finally:
+        awaited.set()
+        t.join(10)
+    # (Queried only now: this thread's own queries are in global mode.)
+    assert stream.query() and ev.query()
+    assert len(ended) == 1 and isinstance(ended[0], streams.Graph), ended
+    ended[0].close()
+    ev.close()
+    other.close()
+    assert _settled() == {"waiting": 0, "in_flight": 0}
+
+
 def test_a_loop_without_add_reader_polls(stream):
     async def main():
         spin(stream, 50 * MS)

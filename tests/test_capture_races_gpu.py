@@ -66,14 +66,15 @@ def awaiter():
             try:
                 await asyncio.wait_for(s.wait_async(), 10)
                 awaited[0] += 1
+            except streams.CudaError as exc:
+                # (before RuntimeError: CudaError is one.)  The wait's query
+                # runs in relaxed capture mode, so another thread's global
+                # capture (style other_stream_global) cannot refuse it.
+                problems.append(("await", repr(exc)))
             except RuntimeError as exc:
-                # A global capture on another stream makes CUDA refuse the
-                # wait's query in every thread (CUDA's capture modes): a
-                # problem to count, not a failure of the race.
+                # s itself being captured: the documented refusal.
                 if "being captured" not in str(exc):
                     problems.append(("await", repr(exc)))
-            except streams.CudaError as exc:
-                problems.append(("await", repr(exc)))
             await asyncio.sleep(0)
     try:
         asyncio.run(main())
@@ -94,7 +95,8 @@ for t in threads:
     t.join(30)
     assert not t.is_alive(), "a thread hangs"
 s.synchronize()
-assert not [p for p in problems if p[0] == "AWAIT FAILED"], problems
+assert not [p for p in problems if p[0] in ("AWAIT FAILED", "await")], problems
+print("PROBLEMS", sorted({(p[0], p[1][:80]) for p in problems})[:10])
 
 before = dict(counts)
 assert all(before.get(i, 0) in (0, 1) for i in issued), "a one-shot ran twice"

@@ -197,6 +197,33 @@ def table(rows, rounds=BATCHES):
     return "\n".join(out) + "\n"
 
 
+def status_state(stream, n=2000, rounds=7):
+    """Median ns of ``stream.query()`` (idle) as the process is, then after
+    a device-wide synchronize: ``(before, after)``.
+
+    Some drivers keep a process's status calls on a slower path until its
+    first device-wide synchronize or ``cudaFree`` (measured ~7x on one
+    host); the table is measured after one, so this says which state it
+    describes and what the first state cost.
+    """
+    import streams
+
+    def median_query():
+        stream.synchronize()
+        return statistics.median(_timed(n, stream.query) / n for _ in range(rounds))
+
+    before = median_query()
+    streams.synchronize_device()
+    return before, median_query()
+
+
+def state_line(state):
+    before, after = state
+    return (f"stream query (idle): {before:.0f} ns as this process started, "
+            f"{after:.0f} ns after a device-wide synchronize; the table below is measured "
+            "after it\n\n")
+
+
 def run(out=None, floor=None, rounds=BATCHES):
     """Measure on the current device and print the table; returns the exit
     status (1, with the reason on stderr, when CUDA refuses)."""
@@ -209,6 +236,7 @@ def run(out=None, floor=None, rounds=BATCHES):
         print(f"cannot run the measurement: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     try:
+        state = status_state(stream)
         rows = measure(streams_batches(stream, event), floor=floor, rounds=rounds)
     except Exception as exc:
         print(f"the measurement failed: {type(exc).__name__}: {exc}", file=sys.stderr)
@@ -221,6 +249,7 @@ def run(out=None, floor=None, rounds=BATCHES):
                 close()
             except Exception:
                 pass
+    out.write(state_line(state))
     out.write(table(rows, rounds))
     if floor is None:
         out.write("\nC floor: not available in this build (the extension has no floor_batch), "

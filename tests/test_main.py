@@ -167,6 +167,12 @@ def test_quick_round_trip_refuses_callbacks_that_did_not_run():
         batches["host_func_round_trip"](4)
 
 
+def test_quick_status_state_line():
+    assert _quick.state_line((1512.4, 201.6)) == (
+        "stream query (idle): 1512 ns as this process started, 202 ns after a device-wide "
+        "synchronize; the table below is measured after it\n\n")
+
+
 @pytest.mark.gpu
 def test_quick_run_on_the_gpu():
     out = io.StringIO()
@@ -187,3 +193,7 @@ def test_python_m_streams_measures(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "launch overhead, from Python" in proc.stdout
     assert "empty-kernel launch" in proc.stdout
+    # Which status state the table describes, and what the first one cost.
+    m = re.search(r"stream query \(idle\): (\d+) ns as this process started, (\d+) ns after "
+                  r"a device-wide synchronize; the table below is measured after it", proc.stdout)
+    assert m and int(m.group(1)) > 0 and int(m.group(2)) > 0, proc.stdout

@@ -708,6 +708,7 @@ cdef int _notify_unless_capturing(cudaStream_t h, void* node) except -1 nogil:
 cdef int _enqueue_doorbell(Waitable obj, _Doorbell bell, unsigned long long token) except -1:
     cdef streams_wait_node* node = streams_wait_node_new(bell._n, token)
     cdef bint enqueued = False
+    cdef cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed
     cdef Stream s
     if node == NULL:
         raise MemoryError()
@@ -728,14 +729,21 @@ cdef int _enqueue_doorbell(Waitable obj, _Doorbell bell, unsigned long long toke
             # independently, in the order the GPU reaches them.  An event of
             # unknown device (Event.from_handle without device=): a stream
             # of the current device, which may wait for an event of any.
+            # Its creation and destruction are calls CUDA's global capture
+            # mode refuses during another thread's capture: relaxed, as the
+            # await's query (see _query_unless_capturing).
             dev = (<Event>obj)._device
-            s = Stream(dev if dev >= 0 else None, 0, True)
+            rt.thread_exchange_capture_mode(&mode)
             try:
-                s.wait_event(obj)
-                with nogil:
-                    enqueued = _notify_unless_capturing(<cudaStream_t>s._handle, <void*>node)
+                s = Stream(dev if dev >= 0 else None, 0, True)
+                try:
+                    s.wait_event(obj)
+                    with nogil:
+                        enqueued = _notify_unless_capturing(<cudaStream_t>s._handle, <void*>node)
+                finally:
+                    s.close()
             finally:
-                s.close()
+                rt.thread_exchange_capture_mode(&mode)
             if not enqueued:
                 # Waiting joined a capture: the event was recorded in one.
                 raise RuntimeError("cannot await an event recorded in a capture (it marks a "

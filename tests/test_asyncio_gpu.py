@@ -161,6 +161,9 @@ def test_an_await_leaves_another_threads_global_capture_alone(stream, what):
     stream.synchronize()
     other.synchronize()
     ev = Event()
+    # Queued before the capture begins: the test is about the await alone
+    # (this thread's own calls are in global mode).
+    spin(stream, 50 * MS)
     ev.record(stream)
     begun, awaited, ended = threading.Event(), threading.Event(), []
 
@@ -180,9 +183,6 @@ def test_an_await_leaves_another_threads_global_capture_alone(stream, what):
     t.start()
     try:
         assert begun.wait(10)
-        spin(stream, 20 * MS)
-        if what == "event":
-            ev.record(stream)
 
         async def main():
             await (stream if what == "stream" else ev)

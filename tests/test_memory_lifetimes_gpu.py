@@ -35,6 +35,7 @@ def _live(key):
 
 # ---- item 4: close(stream=...) ---------------------------------------------------------------------
 
+@pytest.mark.timing     # w's 300 ms spin must still run after the host calls below
 def test_close_on_a_closed_stream_is_refused_and_the_buffer_stays_open(kernels):
     s, w = Stream(non_blocking=True), Stream(non_blocking=True)
     try:

@@ -1734,6 +1734,7 @@ def main():
     start = time.monotonic()
     free_before = free_after = graph_before = None
     free_by_round = []
+    shown = [time.monotonic()]
     if BUDGET > 0:
         if streams.device_count() == 0:
             print("fuzz: no GPU here")
@@ -1769,6 +1770,12 @@ def main():
             if CHECK_DEVICE_MEMORY:
                 settle_memory()
                 free_by_round.append(device_free_memory())
+            if time.monotonic() - shown[0] > 30:
+                # Progress for long or slow runs (under compute-sanitizer a
+                # round takes minutes): what a timeout kill leaves behind.
+                shown[0] = time.monotonic()
+                print(f"fuzz: round {rounds}: {STATS['examples']} examples, {STATS['steps']} "
+                      f"steps in {shown[0] - start:.0f} s", flush=True)
         if BUDGET > 0:
             settle_memory()
             free_after = device_free_memory()

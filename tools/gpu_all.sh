@@ -7,7 +7,9 @@
 #
 #   bash tools/gpu_all.sh [CUDA12_DIR]     (default .cu12; carry it)
 #
-# FUZZ_SECONDS (default 240) the fuzzer's budget, FUZZ_SEED its seed.
+# FUZZ_SECONDS (default 240) the fuzzer's budget beside the matrix, FUZZ_SEED
+# its seed; FUZZ2_SECONDS (240) beside the sanitizers, FUZZ_MEMCHECK_SECONDS
+# (60) under memcheck there.
 # STEPS (default "matrix sanitizers"): one of them alone splits the work
 # over two device calls (the machine stays warm in between).
 # Logs under $OUT: matrix.txt, sanitizers.txt, fuzz.txt, and the full
@@ -35,13 +37,31 @@ OUT="$LOGS" SUITE_TIMEOUT="${MATRIX_TIMEOUT:-270}" bash tools/gpu_matrix.sh "$CU
     >"$OUT/matrix.txt" 2>&1
 echo "matrix exit $?" >>"$OUT/matrix.txt"
 wait "$FUZZ"
-grep -E "^fuzz|fuzz exit|Falsifying|AssertionError|Fatal" "$LOGS/fuzz.log" | head -20 >"$OUT/fuzz.txt"
+grep -E "^fuzz: [0-9s]|fuzz exit|FAILED|Falsifying|AssertionError|Fatal" "$LOGS/fuzz.log" | tail -20 >"$OUT/fuzz.txt"
 cat "$OUT/matrix.txt" "$OUT/fuzz.txt"
 fi
 if [[ "$STEPS" == *sanitizers* ]]; then
+# Beside the sanitizer suites: the fuzzer once more (its own seed), and the
+# fuzzer itself under memcheck (the suite's xdist workers do not follow its
+# child); a memcheck start takes about two minutes.
+(PYTHONPATH="$PWD" STREAMS_FUZZ_SECONDS="${FUZZ2_SECONDS:-240}" STREAMS_FUZZ_SEED="$(( ${FUZZ_SEED:-1} + 1000 ))" \
+    timeout $(( ${FUZZ2_SECONDS:-240} + 120 )) "$PY" tests/test_fuzz_gpu.py >"$LOGS/fuzz2.log" 2>&1;
+ echo "fuzz exit $?" >>"$LOGS/fuzz2.log") &
+FUZZ2=$!
+(PYTHONPATH="$PWD" STREAMS_FUZZ_SECONDS="${FUZZ_MEMCHECK_SECONDS:-60}" STREAMS_FUZZ_SEED="$(( ${FUZZ_SEED:-1} + 2000 ))" \
+    timeout $(( ${FUZZ_MEMCHECK_SECONDS:-60} + 300 )) "${CUDA_HOME}/bin/compute-sanitizer" --tool memcheck \
+    --report-api-errors no --show-backtrace no --error-exitcode 86 \
+    "$PY" tests/test_fuzz_gpu.py >"$LOGS/fuzz-memcheck.log" 2>&1;
+ echo "fuzz exit $?" >>"$LOGS/fuzz-memcheck.log") &
+FUZZ3=$!
 PYTHONPATH="$PWD" OUT="$LOGS/san" SUITE_TIMEOUT="${SANITIZER_TIMEOUT:-300}" bash tools/gpu_suite.sh --no-build \
     --sanitizer memcheck,racecheck,synccheck >"$OUT/sanitizers.txt" 2>&1
 echo "sanitizers exit $?" >>"$OUT/sanitizers.txt"
+wait "$FUZZ2" "$FUZZ3"
 grep -E "^== |SUMMARY|passed|failed|exit code|^(FAILED|ERROR) " "$OUT/sanitizers.txt" | head -40
+for f in fuzz2 fuzz-memcheck; do
+    echo "== $f"
+    grep -E "^fuzz: [0-9]|fuzz exit|FAILED|ERROR SUMMARY|Falsifying|AssertionError|Fatal" "$LOGS/$f.log" | tail -8
+done | tee "$OUT/fuzz-sanitizers.txt"
 fi
 tar -czf "$OUT/logs-${STEPS// /-}.tar.gz" -C "$LOGS" . 2>/dev/null

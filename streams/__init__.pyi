@@ -67,6 +67,11 @@ from streams._launch import (
     builtin_kernel as builtin_kernel,
     builtin_ptx as builtin_ptx,
 )
+from streams._green import (
+    GreenContext as GreenContext,
+    SmPartition as SmPartition,
+    SmResource as SmResource,
+)
 from streams._interop import (
     current_in as current_in,
     follow_current_stream as follow_current_stream,
@@ -107,6 +112,7 @@ __all__ = [
     "GraphExec",
     "GraphMemoryInfo",
     "GraphNode",
+    "GreenContext",
     "HostCallbackError",
     "IpcBufferDescriptor",
     "Kernel",
@@ -118,6 +124,8 @@ __all__ = [
     "NodeType",
     "PinnedBuffer",
     "PreparedLaunch",
+    "SmPartition",
+    "SmResource",
     "Stream",
     "StreamAttribute",
     "StreamPool",

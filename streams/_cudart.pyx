@@ -381,7 +381,9 @@ def debug_counters():
             ("graph_execs", STREAMS_CNT_EXEC_CREATED, STREAMS_CNT_EXEC_DESTROYED),
             ("modules", STREAMS_CNT_MODULE_CREATED, STREAMS_CNT_MODULE_DESTROYED),
             ("buffers", STREAMS_CNT_BUFFER_CREATED, STREAMS_CNT_BUFFER_FREED),
-            ("mem_pools", STREAMS_CNT_MEMPOOL_CREATED, STREAMS_CNT_MEMPOOL_DESTROYED)):
+            ("mem_pools", STREAMS_CNT_MEMPOOL_CREATED, STREAMS_CNT_MEMPOOL_DESTROYED),
+            ("green_contexts", STREAMS_CNT_GREEN_CTX_CREATED,
+             STREAMS_CNT_GREEN_CTX_DESTROYED)):
         a, b, live = _pair(made, gone)
         counters[f"{name}_created"] = a
         counters[f"{name}_destroyed"] = b
@@ -625,6 +627,7 @@ _DESTROYED[HANDLE_GRAPH_EXEC] = STREAMS_CNT_EXEC_DESTROYED
 _DESTROYED[HANDLE_HOST_MEMORY] = STREAMS_CNT_MEMORY_FREE
 _DESTROYED[HANDLE_MANAGED_MEMORY] = STREAMS_CNT_MEMORY_FREE
 _DESTROYED[HANDLE_MEM_POOL] = STREAMS_CNT_MEMPOOL_DESTROYED
+_DESTROYED[HANDLE_GREEN_CTX] = STREAMS_CNT_GREEN_CTX_DESTROYED
 
 
 cdef cudaError_t _destroy_now(void* h, int kind) noexcept nogil:
@@ -642,6 +645,9 @@ cdef cudaError_t _destroy_now(void* h, int kind) noexcept nogil:
         # Allocations still out keep the pool's memory: CUDA releases it
         # once the last of them is freed.
         return cudaMemPoolDestroy(<cudaMemPool_t>h)
+    if kind == HANDLE_GREEN_CTX:
+        # Only a context made here gets here: the entry point is resolved.
+        return <cudaError_t>(<streams_green_destroy_fn>_green_fns[_G_DESTROY])(h)
     return cudaFree(h)
 
 
@@ -1895,3 +1901,206 @@ def floor_batch(op, n):
         raise CudaError(<int>error.err, None,
                         f"{error_message(<int>error.err)} (floor_batch {op!r}: {what})")
     raise RuntimeError(f"floor_batch {op!r}: {what}")
+
+
+# ---- green contexts: begin ----
+# The driver's green-context calls (CUDA 12.4/12.5), reached through the
+# runtime's entry points at the ABI of STREAMS_GREEN_VERSION, so that the
+# CUDA 12 and CUDA 13 builds work alike on any driver that has them.  The
+# runtime's own green-context API (cudaGreenCtxCreate and friends, CUDA
+# 13.1) wraps the same driver objects; the driver's form is the one every
+# supported build and driver share.
+cdef extern from "streams/green.h" nogil:
+    ctypedef int (*streams_device_get_dev_resource_fn)(int dev, streams_dev_resource* out,
+                                                       int type)
+    ctypedef int (*streams_sm_split_fn)(streams_dev_resource* result, unsigned int* groups,
+                                        const streams_dev_resource* input,
+                                        streams_dev_resource* remaining, unsigned int flags,
+                                        unsigned int min_count)
+    ctypedef int (*streams_generate_desc_fn)(streams_resource_desc* out,
+                                             streams_dev_resource* resources, unsigned int n)
+    ctypedef int (*streams_green_create_fn)(streams_green_ctx* out, streams_resource_desc desc,
+                                            int dev, unsigned int flags)
+    ctypedef int (*streams_green_destroy_fn)(streams_green_ctx ctx)
+    ctypedef int (*streams_green_stream_create_fn)(void** stream, streams_green_ctx ctx,
+                                                   unsigned int flags, int priority)
+    ctypedef int (*streams_green_get_resource_fn)(streams_green_ctx ctx,
+                                                  streams_dev_resource* out, int type)
+    ctypedef int (*streams_stream_get_green_fn)(void* stream, streams_green_ctx* out)
+    ctypedef int (*streams_stream_get_resource_fn)(void* stream, streams_dev_resource* out,
+                                                   int type)
+    enum:
+        STREAMS_GREEN_CTX_DEFAULT_STREAM
+        STREAMS_STREAM_NON_BLOCKING
+        STREAMS_GREEN_VERSION
+        STREAMS_STREAM_RESOURCE_VERSION
+
+cdef enum:
+    _G_GET_RESOURCE
+    _G_SPLIT
+    _G_DESC
+    _G_CREATE
+    _G_DESTROY
+    _G_STREAM_CREATE
+    _G_CTX_RESOURCE
+    _G_STREAM_GREEN
+    _G_N
+cdef const char* _GREEN_NAMES[_G_N]
+_GREEN_NAMES[:] = [b"cuDeviceGetDevResource", b"cuDevSmResourceSplitByCount",
+                   b"cuDevResourceGenerateDesc", b"cuGreenCtxCreate", b"cuGreenCtxDestroy",
+                   b"cuGreenCtxStreamCreate", b"cuGreenCtxGetDevResource",
+                   b"cuStreamGetGreenCtx"]
+# All resolved, or all NULL; set once, under the GIL (green_require).
+cdef void* _green_fns[_G_N]
+cdef bint _green_resolved = False
+# cuStreamGetDevResource (CUDA 13.1), tried once: NULL where it is missing.
+cdef void* _stream_resource_fn = NULL
+cdef bint _stream_resource_tried = False
+
+
+cdef str _version_str(int v):
+    return f"{v // 1000}.{(v % 1000) // 10}"
+
+
+cdef int green_require() except -1:
+    global _green_resolved
+    cdef void* fns[_G_N]
+    cdef int driver = 0, runtime = 0, i
+    cdef cudaError_t err = cudaSuccess
+    if _green_resolved:
+        return 0
+    guard()
+    with nogil:
+        if cudaDriverGetVersion(&driver) != cudaSuccess:
+            cudaGetLastError()
+            driver = 0
+        cudaRuntimeGetVersion(&runtime)
+        for i in range(_G_N):
+            fns[i] = NULL
+            if err == cudaSuccess:
+                if driver >= STREAMS_GREEN_VERSION:
+                    err = streams_get_driver_entry_at(_GREEN_NAMES[i], &fns[i],
+                                                      STREAMS_GREEN_VERSION)
+                else:
+                    err = cudaErrorNotSupported
+        if err != cudaSuccess:
+            cudaGetLastError()
+    if err != cudaSuccess:
+        raise NotImplementedError(
+            "green contexts need a driver for CUDA 12.5 or newer and streams built against "
+            "a CUDA 12.5 or newer runtime (the driver's cuGreenCtxCreate and "
+            "cuGreenCtxStreamCreate, reached with cudaGetDriverEntryPointByVersion): this "
+            f"driver supports CUDA {_version_str(driver)}, this build uses the CUDA "
+            f"{_version_str(runtime)} runtime (CUDA said: {error_name(<int>err)})")
+    for i in range(_G_N):
+        _green_fns[i] = fns[i]
+    _green_resolved = True
+    return 0
+
+
+cdef inline int _green_check(int result) except -1 nogil:
+    # CUresult and cudaError_t share the codes these calls return.
+    return check(<cudaError_t>result)
+
+
+cdef int _green_ready() except -1 nogil:
+    guard()
+    if not _green_resolved:
+        with gil:
+            green_require()
+    return 0
+
+
+cdef int device_sm_resource(int dev, streams_dev_resource* out) except -1 nogil:
+    _green_ready()
+    memset(out, 0, sizeof(streams_dev_resource))
+    # The driver call needs the driver initialised, which the runtime does
+    # with the device's primary context; a green context made later shares it.
+    check(cudaInitDevice(dev, 0, 0))
+    return _green_check((<streams_device_get_dev_resource_fn>_green_fns[_G_GET_RESOURCE])(
+        dev, out, STREAMS_DEV_RESOURCE_TYPE_SM))
+
+
+cdef int sm_resource_split(streams_dev_resource* result, unsigned int* groups,
+                           const streams_dev_resource* input, streams_dev_resource* remaining,
+                           unsigned int min_count) except -1 nogil:
+    _green_ready()
+    if remaining != NULL:
+        memset(remaining, 0, sizeof(streams_dev_resource))
+    if result != NULL:
+        memset(result, 0, sizeof(streams_dev_resource) * groups[0])
+    return _green_check((<streams_sm_split_fn>_green_fns[_G_SPLIT])(
+        result, groups, input, remaining, 0, min_count))
+
+
+cdef int green_ctx_create(streams_green_ctx* out, streams_dev_resource* resource,
+                          int dev) except -1 nogil:
+    cdef streams_resource_desc desc = NULL
+    _green_ready()
+    check(cudaInitDevice(dev, 0, 0))
+    # A descriptor is the driver's: nothing to destroy.
+    _green_check((<streams_generate_desc_fn>_green_fns[_G_DESC])(&desc, resource, 1))
+    # CU_GREEN_CTX_DEFAULT_STREAM is required (CUDA 12.4 to 13).
+    _green_check((<streams_green_create_fn>_green_fns[_G_CREATE])(
+        out, desc, dev, STREAMS_GREEN_CTX_DEFAULT_STREAM))
+    streams_count(STREAMS_CNT_GREEN_CTX_CREATED)
+    return 0
+
+
+cdef int green_ctx_stream_create(cudaStream_t* out, streams_green_ctx ctx,
+                                 int priority) except -1 nogil:
+    _green_ready()
+    # CU_STREAM_NON_BLOCKING is the only flag the driver takes.
+    _green_check((<streams_green_stream_create_fn>_green_fns[_G_STREAM_CREATE])(
+        <void**>out, ctx, STREAMS_STREAM_NON_BLOCKING, priority))
+    streams_count(STREAMS_CNT_STREAM_CREATED)
+    return 0
+
+
+cdef int green_ctx_sm_count(streams_green_ctx ctx, unsigned int* out) except -1 nogil:
+    cdef streams_dev_resource res
+    _green_ready()
+    memset(&res, 0, sizeof(res))
+    _green_check((<streams_green_get_resource_fn>_green_fns[_G_CTX_RESOURCE])(
+        ctx, &res, STREAMS_DEV_RESOURCE_TYPE_SM))
+    out[0] = res.sm_count
+    return 0
+
+
+cdef int stream_sm_count(cudaStream_t s, long long* out) except -1 nogil:
+    global _stream_resource_fn, _stream_resource_tried
+    cdef streams_dev_resource res
+    cdef streams_green_ctx g = NULL
+    cdef void* fn = NULL
+    cdef int driver = 0
+    guard()
+    out[0] = -1
+    if not _stream_resource_tried:
+        if cudaDriverGetVersion(&driver) != cudaSuccess:
+            cudaGetLastError()
+        elif driver >= STREAMS_STREAM_RESOURCE_VERSION:
+            if streams_get_driver_entry_at(b"cuStreamGetDevResource", &fn,
+                                           STREAMS_STREAM_RESOURCE_VERSION) != cudaSuccess:
+                cudaGetLastError()
+                fn = NULL
+        _stream_resource_fn = fn
+        _stream_resource_tried = True
+    memset(&res, 0, sizeof(res))
+    if _stream_resource_fn != NULL:
+        # Any stream's share, green or not.
+        _green_check((<streams_stream_get_resource_fn>_stream_resource_fn)(
+            <void*>s, &res, STREAMS_DEV_RESOURCE_TYPE_SM))
+        out[0] = res.sm_count
+        return 0
+    with gil:
+        try:
+            green_require()
+        except NotImplementedError:
+            return 0    # no green contexts at all: an ordinary stream
+    _green_check((<streams_stream_get_green_fn>_green_fns[_G_STREAM_GREEN])(<void*>s, &g))
+    if g != NULL:
+        _green_check((<streams_green_get_resource_fn>_green_fns[_G_CTX_RESOURCE])(
+            g, &res, STREAMS_DEV_RESOURCE_TYPE_SM))
+        out[0] = res.sm_count
+    return 0
+# ---- green contexts: end ----

@@ -534,6 +534,23 @@ class GpuObjectGraph(RuleBasedStateMachine):
             assert greatest <= s.priority <= least, (priority, s.priority)
             self.streams.append(StreamM(s, "own", non_blocking))
 
+    @rule(priority=st.sampled_from([0, -1, 7]), keep_context=st.booleans())
+    def new_green_stream(self, priority, keep_context):
+        # A stream of a green context: every other rule then runs on it too.
+        # The context closed at once must live on through its stream.
+        dev = streams.Device(streams.get_device())
+        try:
+            whole = dev.sm_resource()
+            parts, _ = dev.split_sm(whole.min_partition_size, groups=1)
+        except NotImplementedError:
+            return
+        ctx = streams.GreenContext(parts[0])
+        s = ctx.create_stream(priority=priority)
+        assert s.sm_count == parts[0].sm_count
+        if not keep_context:
+            ctx.close()
+        self.streams.append(StreamM(s, "own", True))
+
     @precondition(lambda self: self.own_streams())
     @rule(i=st.integers(0, 64), via=st.sampled_from(["from_handle", "cuda_stream", "torch"]))
     def wrap_foreign_stream(self, i, via):

@@ -309,3 +309,36 @@ cdef int green_ctx_sm_count(streams_green_ctx ctx, unsigned int* out) except -1 
 # (a stream of an ordinary context, or a driver without the calls).
 cdef int stream_sm_count(cudaStream_t s, long long* out) except -1 nogil
 # ---- green contexts: end ----
+
+# ---- kernel nodes through the driver: begin ----
+# A kernel node as the driver records it (include/streams/kernel_node.h):
+# read, and changed in a graph or an executable, for nodes of any origin
+# (a capture of another library's launch too).
+cdef extern from "streams/kernel_node.h" nogil:
+    ctypedef struct streams_kernel_node_params:
+        void* func
+        unsigned int grid[3]
+        unsigned int block[3]
+        unsigned int shared_mem
+        void** kernel_params
+        void** extra
+        void* kern
+        void* ctx
+    void* STREAMS_LAUNCH_PARAM_END
+    void* STREAMS_LAUNCH_PARAM_BUFFER_POINTER
+    void* STREAMS_LAUNCH_PARAM_BUFFER_SIZE
+# 0 when the driver and runtime have what these need; else raises
+# NotImplementedError naming the versions.
+cdef int kernel_node_require() except -1
+cdef int kernel_node_get(cudaGraphNode_t node, streams_kernel_node_params* out) except -1 nogil
+# 1 with the offset and size of parameter `index`, 0 when there is no such
+# parameter.
+cdef int kernel_param_info(void* func, void* kern, size_t index, size_t* offset,
+                           size_t* size) except -1 nogil
+# The kernel's name, or NULL where the driver cannot tell it.
+cdef const char* kernel_name(void* func, void* kern) noexcept nogil
+cdef int graph_exec_kernel_node_set(cudaGraphExec_t ex, cudaGraphNode_t node,
+                                    const streams_kernel_node_params* params) except -1 nogil
+cdef int graph_kernel_node_set(cudaGraphNode_t node,
+                               const streams_kernel_node_params* params) except -1 nogil
+# ---- kernel nodes through the driver: end ----

@@ -2104,3 +2104,138 @@ cdef int stream_sm_count(cudaStream_t s, long long* out) except -1 nogil:
         out[0] = res.sm_count
     return 0
 # ---- green contexts: end ----
+
+
+# ---- kernel nodes through the driver: begin ----
+# The driver's kernel-node calls, at the ABI of CUDA 12.4 (the parameter
+# layout of a kernel came then), resolved together at first use.
+cdef extern from "streams/kernel_node.h" nogil:
+    ctypedef int (*streams_kernel_node_get_fn)(void* node, streams_kernel_node_params* out)
+    ctypedef int (*streams_exec_kernel_node_set_fn)(void* ex, void* node,
+                                                    const streams_kernel_node_params* params)
+    ctypedef int (*streams_kernel_node_set_fn)(void* node,
+                                               const streams_kernel_node_params* params)
+    ctypedef int (*streams_param_info_fn)(void* func, size_t index, size_t* offset,
+                                          size_t* size)
+    ctypedef int (*streams_get_name_fn)(const char** name, void* func)
+    enum:
+        STREAMS_KERNEL_NODE_VERSION
+
+cdef enum:
+    _K_GET
+    _K_EXEC_SET
+    _K_SET
+    _K_FUNC_PARAM
+    _K_KERNEL_PARAM
+    _K_FUNC_NAME
+    _K_KERNEL_NAME
+    _K_N
+cdef const char* _KERNEL_NODE_NAMES[_K_N]
+_KERNEL_NODE_NAMES[:] = [b"cuGraphKernelNodeGetParams", b"cuGraphExecKernelNodeSetParams",
+                         b"cuGraphKernelNodeSetParams", b"cuFuncGetParamInfo",
+                         b"cuKernelGetParamInfo", b"cuFuncGetName", b"cuKernelGetName"]
+cdef void* _kernel_node_fns[_K_N]
+cdef bint _kernel_node_resolved = False
+
+
+cdef int kernel_node_require() except -1:
+    global _kernel_node_resolved
+    cdef void* fns[_K_N]
+    cdef int driver = 0, runtime = 0, i
+    cdef cudaError_t err = cudaSuccess
+    if _kernel_node_resolved:
+        return 0
+    guard()
+    with nogil:
+        if cudaDriverGetVersion(&driver) != cudaSuccess:
+            cudaGetLastError()
+            driver = 0
+        cudaRuntimeGetVersion(&runtime)
+        for i in range(_K_N):
+            fns[i] = NULL
+            if err == cudaSuccess:
+                if driver >= STREAMS_KERNEL_NODE_VERSION:
+                    err = streams_get_driver_entry_at(_KERNEL_NODE_NAMES[i], &fns[i],
+                                                      STREAMS_KERNEL_NODE_VERSION)
+                else:
+                    err = cudaErrorNotSupported
+        if err != cudaSuccess:
+            cudaGetLastError()
+    if err != cudaSuccess:
+        raise NotImplementedError(
+            "reading and changing the kernel nodes of any graph needs a driver for CUDA 12.4 "
+            "or newer and streams built against a CUDA 12.5 or newer runtime (the driver's "
+            "cuGraphKernelNodeGetParams and cuFuncGetParamInfo, reached with "
+            "cudaGetDriverEntryPointByVersion): this driver supports CUDA "
+            f"{_version_str(driver)}, this build uses the CUDA {_version_str(runtime)} "
+            f"runtime (CUDA said: {error_name(<int>err)})")
+    for i in range(_K_N):
+        _kernel_node_fns[i] = fns[i]
+    _kernel_node_resolved = True
+    return 0
+
+
+cdef int _kernel_node_ready() except -1 nogil:
+    cdef int dev = 0
+    guard()
+    if not _kernel_node_resolved:
+        with gil:
+            kernel_node_require()
+    # The driver calls want a current context: bind the current device's
+    # primary context (a no-op when it is bound).
+    check(cudaGetDevice(&dev))
+    check(cudaSetDevice(dev))
+    return 0
+
+
+cdef int kernel_node_get(cudaGraphNode_t node, streams_kernel_node_params* out) except -1 nogil:
+    _kernel_node_ready()
+    memset(out, 0, sizeof(streams_kernel_node_params))
+    return check(<cudaError_t>(<streams_kernel_node_get_fn>_kernel_node_fns[_K_GET])(
+        <void*>node, out))
+
+
+cdef int kernel_param_info(void* func, void* kern, size_t index, size_t* offset,
+                           size_t* size) except -1 nogil:
+    cdef int err
+    _kernel_node_ready()
+    if func != NULL:
+        err = (<streams_param_info_fn>_kernel_node_fns[_K_FUNC_PARAM])(func, index, offset, size)
+    else:
+        err = (<streams_param_info_fn>_kernel_node_fns[_K_KERNEL_PARAM])(kern, index, offset,
+                                                                         size)
+    if err == <int>cudaErrorInvalidValue:
+        cudaGetLastError()
+        return 0        # past the last parameter
+    check(<cudaError_t>err)
+    return 1
+
+
+cdef const char* kernel_name(void* func, void* kern) noexcept nogil:
+    cdef const char* name = NULL
+    cdef int err
+    if not _kernel_node_resolved or streams_guard_state() != 0:
+        return NULL
+    if func != NULL:
+        err = (<streams_get_name_fn>_kernel_node_fns[_K_FUNC_NAME])(&name, func)
+    else:
+        err = (<streams_get_name_fn>_kernel_node_fns[_K_KERNEL_NAME])(&name, kern)
+    if err != 0:
+        cudaGetLastError()
+        return NULL
+    return name
+
+
+cdef int graph_exec_kernel_node_set(cudaGraphExec_t ex, cudaGraphNode_t node,
+                                    const streams_kernel_node_params* params) except -1 nogil:
+    _kernel_node_ready()
+    return check(<cudaError_t>(<streams_exec_kernel_node_set_fn>_kernel_node_fns[_K_EXEC_SET])(
+        <void*>ex, <void*>node, params))
+
+
+cdef int graph_kernel_node_set(cudaGraphNode_t node,
+                               const streams_kernel_node_params* params) except -1 nogil:
+    _kernel_node_ready()
+    return check(<cudaError_t>(<streams_kernel_node_set_fn>_kernel_node_fns[_K_SET])(
+        <void*>node, params))
+# ---- kernel nodes through the driver: end ----

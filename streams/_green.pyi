@@ -28,7 +28,9 @@ class SmPartition:
     def sm_count(self) -> int: ...
 
 @final
-class _GreenHandle: ...
+class _GreenHandle:
+    @property
+    def _sm_count(self) -> int: ...
 
 @final
 class GreenContext:

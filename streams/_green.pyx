@@ -41,10 +41,6 @@ cdef class SmResource:
     ``sm_count`` SMs; a partition has at least ``min_partition_size`` of
     them, and its size is a multiple of ``alignment``.
     """
-    cdef readonly int device
-    cdef readonly unsigned int sm_count
-    cdef readonly unsigned int min_partition_size
-    cdef readonly unsigned int alignment
 
     def __init__(self, *args, **kwargs):
         rt.refuse_construction(self, "use streams.Device(n).sm_resource()")
@@ -60,10 +56,6 @@ cdef class SmPartition:
     disjoint groups, or the remainder.  ``GreenContext(partition)`` runs work
     on it.  Partitions of one split are disjoint; those of two splits may
     share SMs."""
-    cdef streams_dev_resource _res
-    cdef bint _valid
-    cdef readonly int device
-    cdef readonly bint remainder
 
     def __init__(self, *args, **kwargs):
         rt.refuse_construction(self, "use streams.Device(n).split_sm()")
@@ -164,14 +156,24 @@ def _split_sm(int device, count, groups):
 @cython.final
 @cython.no_gc_clear
 cdef class _GreenHandle:
-    cdef streams_green_ctx ctx
-    cdef int device
 
     def __init__(self, *args, **kwargs):
         rt.refuse_construction(self, "use streams.GreenContext(partition)")
 
     def __repr__(self):
         return f"<streams green context handle device={self.device}>"
+
+    @property
+    def _sm_count(self):
+        # Stream.sm_count of a stream made here asks its holder first: the
+        # driver's answer for the stream itself needs CUDA 13.1
+        # (cuStreamGetDevResource).
+        cdef unsigned int n = 0
+        if self.ctx == NULL:
+            raise ValueError("this green context handle was never initialised")
+        with nogil:
+            rt.green_ctx_sm_count(self.ctx, &n)
+        return n
 
     def __dealloc__(self):
         if self.ctx != NULL:
@@ -190,8 +192,6 @@ cdef class GreenContext:
     context go once the last stream made from it is closed; until then those
     streams keep working.  Idempotent; making a stream after it raises.
     """
-    cdef _GreenHandle _handle
-    cdef readonly SmPartition partition
 
     def __init__(self, partition, device=None):
         cdef _GreenHandle h

@@ -1284,6 +1284,10 @@ cdef class Stream(Waitable):
         (:doc:`partitions`), else the whole device's."""
         cdef long long n = -1
         cdef int dev, count = 0
+        if type(self._owner).__module__ == "streams._green":
+            # A green context's stream made by streams: its holder knows.
+            self._check_open()
+            return self._owner._sm_count
         self._use()
         try:
             if not self._special:

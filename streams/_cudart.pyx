@@ -646,7 +646,9 @@ cdef cudaError_t _destroy_now(void* h, int kind) noexcept nogil:
         # once the last of them is freed.
         return cudaMemPoolDestroy(<cudaMemPool_t>h)
     if kind == HANDLE_GREEN_CTX:
-        # Only a context made here gets here: the entry point is resolved.
+        # Only a context made here gets here: the API that made it is chosen.
+        if _green_runtime:
+            return streams_rt_green_destroy(h)
         return <cudaError_t>(<streams_green_destroy_fn>_green_fns[_G_DESTROY])(h)
     return cudaFree(h)
 
@@ -1904,12 +1906,13 @@ def floor_batch(op, n):
 
 
 # ---- green contexts: begin ----
-# The driver's green-context calls (CUDA 12.4/12.5), reached through the
-# runtime's entry points at the ABI of STREAMS_GREEN_VERSION, so that the
-# CUDA 12 and CUDA 13 builds work alike on any driver that has them.  The
-# runtime's own green-context API (cudaGreenCtxCreate and friends, CUDA
-# 13.1) wraps the same driver objects; the driver's form is the one every
-# supported build and driver share.
+# The runtime's own green-context API (cudaGreenCtxCreate and the
+# execution-context calls, CUDA 13.1) where this build's runtime and the
+# driver both have it; otherwise the driver's green-context calls (CUDA
+# 12.4/12.5), reached through the runtime's entry points at the ABI of
+# STREAMS_GREEN_VERSION, so that the CUDA 12 build and a CUDA 13 build on a
+# 13.0 driver have them too.  The choice is made once per process, before
+# the first context: a context is always destroyed by the API that made it.
 cdef extern from "streams/green.h" nogil:
     ctypedef int (*streams_device_get_dev_resource_fn)(int dev, streams_dev_resource* out,
                                                        int type)
@@ -1935,6 +1938,21 @@ cdef extern from "streams/green.h" nogil:
         STREAMS_GREEN_VERSION
         STREAMS_STREAM_RESOURCE_VERSION
 
+cdef extern from "streams/green_rt.h" nogil:
+    cudaError_t streams_rt_device_sm_resource(int dev, streams_dev_resource* out)
+    cudaError_t streams_rt_sm_split(streams_dev_resource* result, unsigned int* groups,
+                                    const streams_dev_resource* input,
+                                    streams_dev_resource* remaining, unsigned int min_count)
+    cudaError_t streams_rt_green_create(streams_green_ctx* out, streams_dev_resource* resource,
+                                        int dev)
+    cudaError_t streams_rt_green_destroy(streams_green_ctx ctx)
+    cudaError_t streams_rt_green_stream_create(cudaStream_t* out, streams_green_ctx ctx,
+                                               int priority)
+    cudaError_t streams_rt_green_sm_resource(streams_green_ctx ctx, streams_dev_resource* out)
+    enum:
+        STREAMS_HAVE_RUNTIME_GREEN
+        STREAMS_RUNTIME_GREEN_VERSION
+
 cdef enum:
     _G_GET_RESOURCE
     _G_SPLIT
@@ -1953,6 +1971,7 @@ _GREEN_NAMES[:] = [b"cuDeviceGetDevResource", b"cuDevSmResourceSplitByCount",
 # All resolved, or all NULL; set once, under the GIL (green_require).
 cdef void* _green_fns[_G_N]
 cdef bint _green_resolved = False
+cdef bint _green_runtime = False      # the runtime's API serves (decided with _green_resolved)
 # cuStreamGetDevResource (CUDA 13.1), tried once: NULL where it is missing.
 cdef void* _stream_resource_fn = NULL
 cdef bint _stream_resource_tried = False
@@ -1975,6 +1994,11 @@ cdef int green_require() except -1:
             cudaGetLastError()
             driver = 0
         cudaRuntimeGetVersion(&runtime)
+    if (STREAMS_HAVE_RUNTIME_GREEN and runtime >= STREAMS_RUNTIME_GREEN_VERSION
+            and driver >= STREAMS_RUNTIME_GREEN_VERSION):
+        _green_runtime_chosen()
+        return 0
+    with nogil:
         for i in range(_G_N):
             fns[i] = NULL
             if err == cudaSuccess:
@@ -1998,6 +2022,12 @@ cdef int green_require() except -1:
     return 0
 
 
+cdef void _green_runtime_chosen() noexcept:
+    global _green_runtime, _green_resolved
+    _green_runtime = True
+    _green_resolved = True
+
+
 cdef inline int _green_check(int result) except -1 nogil:
     # CUresult and cudaError_t share the codes these calls return.
     return check(<cudaError_t>result)
@@ -2017,6 +2047,8 @@ cdef int device_sm_resource(int dev, streams_dev_resource* out) except -1 nogil:
     # The driver call needs the driver initialised, which the runtime does
     # with the device's primary context; a green context made later shares it.
     check(cudaInitDevice(dev, 0, 0))
+    if _green_runtime:
+        return check(streams_rt_device_sm_resource(dev, out))
     return _green_check((<streams_device_get_dev_resource_fn>_green_fns[_G_GET_RESOURCE])(
         dev, out, STREAMS_DEV_RESOURCE_TYPE_SM))
 
@@ -2029,6 +2061,8 @@ cdef int sm_resource_split(streams_dev_resource* result, unsigned int* groups,
         memset(remaining, 0, sizeof(streams_dev_resource))
     if result != NULL:
         memset(result, 0, sizeof(streams_dev_resource) * groups[0])
+    if _green_runtime:
+        return check(streams_rt_sm_split(result, groups, input, remaining, min_count))
     return _green_check((<streams_sm_split_fn>_green_fns[_G_SPLIT])(
         result, groups, input, remaining, 0, min_count))
 
@@ -2038,6 +2072,10 @@ cdef int green_ctx_create(streams_green_ctx* out, streams_dev_resource* resource
     cdef streams_resource_desc desc = NULL
     _green_ready()
     check(cudaInitDevice(dev, 0, 0))
+    if _green_runtime:
+        check(streams_rt_green_create(out, resource, dev))
+        streams_count(STREAMS_CNT_GREEN_CTX_CREATED)
+        return 0
     # A descriptor is the driver's: nothing to destroy.
     _green_check((<streams_generate_desc_fn>_green_fns[_G_DESC])(&desc, resource, 1))
     # CU_GREEN_CTX_DEFAULT_STREAM is required (CUDA 12.4 to 13).
@@ -2050,6 +2088,10 @@ cdef int green_ctx_create(streams_green_ctx* out, streams_dev_resource* resource
 cdef int green_ctx_stream_create(cudaStream_t* out, streams_green_ctx ctx,
                                  int priority) except -1 nogil:
     _green_ready()
+    if _green_runtime:
+        check(streams_rt_green_stream_create(out, ctx, priority))
+        streams_count(STREAMS_CNT_STREAM_CREATED)
+        return 0
     # CU_STREAM_NON_BLOCKING is the only flag the driver takes.
     _green_check((<streams_green_stream_create_fn>_green_fns[_G_STREAM_CREATE])(
         <void**>out, ctx, STREAMS_STREAM_NON_BLOCKING, priority))
@@ -2061,8 +2103,11 @@ cdef int green_ctx_sm_count(streams_green_ctx ctx, unsigned int* out) except -1 
     cdef streams_dev_resource res
     _green_ready()
     memset(&res, 0, sizeof(res))
-    _green_check((<streams_green_get_resource_fn>_green_fns[_G_CTX_RESOURCE])(
-        ctx, &res, STREAMS_DEV_RESOURCE_TYPE_SM))
+    if _green_runtime:
+        check(streams_rt_green_sm_resource(ctx, &res))
+    else:
+        _green_check((<streams_green_get_resource_fn>_green_fns[_G_CTX_RESOURCE])(
+            ctx, &res, STREAMS_DEV_RESOURCE_TYPE_SM))
     out[0] = res.sm_count
     return 0
 
@@ -2097,6 +2142,8 @@ cdef int stream_sm_count(cudaStream_t s, long long* out) except -1 nogil:
             green_require()
         except NotImplementedError:
             return 0    # no green contexts at all: an ordinary stream
+    if _green_runtime:
+        return 0        # (the runtime's choice implies a driver with the call above)
     _green_check((<streams_stream_get_green_fn>_green_fns[_G_STREAM_GREEN])(<void*>s, &g))
     if g != NULL:
         _green_check((<streams_green_get_resource_fn>_green_fns[_G_CTX_RESOURCE])(

@@ -352,7 +352,8 @@ def debug_counters():
 
     ``live_*`` are the differences of what was made and given back:
     ``live_streams``/``live_events``/``live_graphs``/``live_graph_execs``/
-    ``live_modules``/``live_buffers``/``live_mem_pools`` the owned handles (less, for
+    ``live_modules``/``live_buffers``/``live_mem_pools``/``live_green_contexts``
+    the owned handles (less, for
     graphs, ``graphs_abandoned``: never destroyed, because the CUDA driver
     corrupted them; see Graph in docs/graphs.rst), ``live_callbacks``
     the one-shot callbacks enqueued that have not run, ``live_host_calls``

@@ -337,6 +337,9 @@ cdef int kernel_param_info(void* func, void* kern, size_t index, size_t* offset,
                            size_t* size) except -1 nogil
 # The kernel's name, or NULL where the driver cannot tell it.
 cdef const char* kernel_name(void* func, void* kern) noexcept nogil
+# A CU_FUNC_ATTRIBUTE_* of the kernel (on the current device for a CUkernel):
+# 1 with *out set, 0 where the driver cannot tell it.
+cdef int kernel_attribute(void* func, void* kern, int attribute, int* out) noexcept nogil
 cdef int graph_exec_kernel_node_set(cudaGraphExec_t ex, cudaGraphNode_t node,
                                     const streams_kernel_node_params* params) except -1 nogil
 cdef int graph_kernel_node_set(cudaGraphNode_t node,

@@ -2166,6 +2166,8 @@ cdef extern from "streams/kernel_node.h" nogil:
     ctypedef int (*streams_param_info_fn)(void* func, size_t index, size_t* offset,
                                           size_t* size)
     ctypedef int (*streams_get_name_fn)(const char** name, void* func)
+    ctypedef int (*streams_func_attribute_fn)(int* value, int attribute, void* func)
+    ctypedef int (*streams_kernel_attribute_fn)(int* value, int attribute, void* kernel, int dev)
     enum:
         STREAMS_KERNEL_NODE_VERSION
 
@@ -2177,11 +2179,14 @@ cdef enum:
     _K_KERNEL_PARAM
     _K_FUNC_NAME
     _K_KERNEL_NAME
+    _K_FUNC_ATTR
+    _K_KERNEL_ATTR
     _K_N
 cdef const char* _KERNEL_NODE_NAMES[_K_N]
 _KERNEL_NODE_NAMES[:] = [b"cuGraphKernelNodeGetParams", b"cuGraphExecKernelNodeSetParams",
                          b"cuGraphKernelNodeSetParams", b"cuFuncGetParamInfo",
-                         b"cuKernelGetParamInfo", b"cuFuncGetName", b"cuKernelGetName"]
+                         b"cuKernelGetParamInfo", b"cuFuncGetName", b"cuKernelGetName",
+                         b"cuFuncGetAttribute", b"cuKernelGetAttribute"]
 cdef void* _kernel_node_fns[_K_N]
 cdef bint _kernel_node_resolved = False
 
@@ -2272,6 +2277,24 @@ cdef const char* kernel_name(void* func, void* kern) noexcept nogil:
         cudaGetLastError()
         return NULL
     return name
+
+
+cdef int kernel_attribute(void* func, void* kern, int attribute, int* out) noexcept nogil:
+    cdef int err, dev = 0
+    if not _kernel_node_resolved or streams_guard_state() != 0:
+        return 0
+    if func != NULL:
+        err = (<streams_func_attribute_fn>_kernel_node_fns[_K_FUNC_ATTR])(out, attribute, func)
+    else:
+        if cudaGetDevice(&dev) != cudaSuccess:
+            cudaGetLastError()
+            return 0
+        err = (<streams_kernel_attribute_fn>_kernel_node_fns[_K_KERNEL_ATTR])(out, attribute,
+                                                                              kern, dev)
+    if err != 0:
+        cudaGetLastError()
+        return 0
+    return 1
 
 
 cdef int graph_exec_kernel_node_set(cudaGraphExec_t ex, cudaGraphNode_t node,

@@ -765,6 +765,9 @@ _ARG_FORMATS = {
     "unsigned long long": "Q", "float": "f", "double": "d",
     "ptr": "P", "void*": "P", "size_t": "Q", "cudaGraphConditionalHandle": "Q",
 }
+# CU_FUNC_ATTRIBUTE_* a KernelNodeParams reports (cuda.h's values)
+_KERNEL_ATTRIBUTES = ((0, "max_threads_per_block"), (1, "shared_size_bytes"),
+                      (2, "const_size_bytes"), (3, "local_size_bytes"), (4, "num_regs"))
 # A node's parameters are read while no other thread changes them: the
 # driver's copy of them is replaced by a change.
 cdef object _kernel_node_lock = _threading.Lock()
@@ -779,7 +782,10 @@ cdef class KernelNodeParams:
     ``function``/``kernel_handle`` are its ``CUfunction``/``CUkernel`` (0
     when absent); ``args`` holds each argument's bytes, ``param_sizes`` and
     ``param_offsets`` their layout (``cuFuncGetParamInfo``);
-    :meth:`values` reads them as the types of a signature.
+    :meth:`values` reads them as the types of a signature.  ``attributes``
+    holds what CUDA tells of the kernel (``cuFuncGetAttribute``):
+    ``max_threads_per_block``, ``shared_size_bytes``, ``const_size_bytes``,
+    ``local_size_bytes``, ``num_regs``, each None where CUDA does not answer.
     """
     cdef streams_kernel_node_params _p
     cdef readonly object name
@@ -789,6 +795,7 @@ cdef class KernelNodeParams:
     cdef readonly tuple param_sizes
     cdef readonly tuple param_offsets
     cdef readonly tuple args
+    cdef readonly dict attributes
 
     def __init__(self, *args, **kwargs):
         rt.refuse_construction(self, "GraphNode.kernel_params() makes them")
@@ -855,8 +862,9 @@ cdef KernelNodeParams _read_kernel_node(GraphNode nd, str argname):
     cdef cudaGraphNodeType t
     cdef size_t offset = 0, size = 0, i, j, buf_size = <size_t>-1
     cdef char* buf = NULL
-    cdef const char* name
-    cdef int more
+    cdef const char* name = NULL
+    cdef int more, attr, value = 0
+    cdef Py_ssize_t k
     cdef list sizes = [], offsets = [], args = []
     nd._check()
     rt.kernel_node_require()
@@ -883,8 +891,8 @@ cdef KernelNodeParams _read_kernel_node(GraphNode nd, str argname):
                 sizes.append(size)
                 i += 1
             if p.kernel_params != NULL:
-                for i in range(len(sizes)):
-                    args.append((<char*>p.kernel_params[i])[:<size_t>sizes[i]])
+                for k in range(len(sizes)):
+                    args.append((<char*>p.kernel_params[k])[:<size_t>sizes[k]])
             elif p.extra != NULL:
                 # CU_LAUNCH_PARAM_BUFFER_POINTER / _SIZE pairs, ending with _END
                 j = 0
@@ -897,16 +905,21 @@ cdef KernelNodeParams _read_kernel_node(GraphNode nd, str argname):
                 if buf == NULL and sizes:
                     raise ValueError(f"{argname}: CUDA gave no argument buffer for this "
                                      "kernel node")
-                for i in range(len(sizes)):
-                    if buf_size != <size_t>-1 and <size_t>offsets[i] + <size_t>sizes[i] > buf_size:
+                for k in range(len(sizes)):
+                    if buf_size != <size_t>-1 and <size_t>offsets[k] + <size_t>sizes[k] > buf_size:
                         raise ValueError(f"{argname}: the node's argument buffer "
                                          f"({buf_size} bytes) is shorter than its kernel's "
                                          "parameters")
-                    args.append(buf[<size_t>offsets[i]:<size_t>offsets[i] + <size_t>sizes[i]])
+                    args.append(buf[<size_t>offsets[k]:<size_t>offsets[k] + <size_t>sizes[k]])
             elif sizes:
                 raise ValueError(f"{argname}: CUDA gave no arguments for this kernel node")
             with nogil:
                 name = rt.kernel_name(p.func, p.kern)
+            attributes = {}
+            for attr, attr_name in _KERNEL_ATTRIBUTES:
+                with nogil:
+                    more = rt.kernel_attribute(p.func, p.kern, attr, &value)
+                attributes[attr_name] = value if more else None
         finally:
             nd._graph._unuse()
     info = KernelNodeParams.__new__(KernelNodeParams)
@@ -920,6 +933,7 @@ cdef KernelNodeParams _read_kernel_node(GraphNode nd, str argname):
     info.param_sizes = tuple(sizes)
     info.param_offsets = tuple(offsets)
     info.args = tuple(args)
+    info.attributes = attributes
     return info
 
 

@@ -63,6 +63,11 @@ def test_a_captured_launch_tells_what_it_launches(fill):
         assert p.values(FILL_SIG) == (a.ptr, 5, N)
         assert p.values(fill) == (a.ptr, 5, N)          # a Kernel's signature
         assert p.function or p.kernel_handle
+        # what CUDA tells of the kernel, as the Kernel itself reports it
+        assert p.attributes["num_regs"] == fill.num_regs
+        assert p.attributes["max_threads_per_block"] == fill.max_threads_per_block
+        assert set(p.attributes) == {"max_threads_per_block", "shared_size_bytes",
+                                     "const_size_bytes", "local_size_bytes", "num_regs"}
         q = _by_first_arg(graph, c).kernel_params()
         assert q.grid == (8, 1, 1) and q.block == (128, 1, 1)
         assert q.values(FILL_SIG) == (c.ptr, 7, N)

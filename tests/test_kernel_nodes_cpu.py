@@ -12,6 +12,7 @@ def test_kernel_node_params_are_made_by_nodes_only():
     p = KernelNodeParams.__new__(KernelNodeParams)
     assert "never initialised" in repr(p)
     assert p.function == 0 and p.kernel_handle == 0 and p.args is None
+    assert p.attributes is None
     with pytest.raises(ValueError, match="not read from a node"):
         p.values("pointer")
 

@@ -37,5 +37,7 @@ typedef int (*streams_exec_kernel_node_set_fn)(void *exec, void *node,
 typedef int (*streams_kernel_node_set_fn)(void *node, const streams_kernel_node_params *params);
 typedef int (*streams_param_info_fn)(void *func, size_t index, size_t *offset, size_t *size);
 typedef int (*streams_get_name_fn)(const char **name, void *func);
+typedef int (*streams_func_attribute_fn)(int *value, int attribute, void *func);
+typedef int (*streams_kernel_attribute_fn)(int *value, int attribute, void *kernel, int dev);
 
 #endif /* STREAMS_KERNEL_NODE_H */

@@ -155,7 +155,7 @@ class build_ext_with_cuda(build_ext):
 # docs/architecture.rst).  streams._cudart alone links libcudart_static.a.
 CALL_LAYER = "streams._cudart"
 MODULES = ["_cudart", "_handle", "_args", "_device", "_foreign", "_stream", "_hostcall", "_memory",
-           "_launch", "_graph"]
+           "_launch", "_graph", "_green"]
 
 
 def _extension(name):

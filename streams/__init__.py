@@ -27,9 +27,11 @@ from streams._memory import (DeviceBuffer, IpcBufferDescriptor, ManagedBuffer, M
 from streams._launch import (Kernel, LaunchConfig, Module, PreparedLaunch, builtin_kernel,
                              builtin_ptx)
 from streams._graph import (CaptureInfo, ConditionHandle, Graph, GraphAllocation, GraphExec,
-                            GraphMemoryInfo, GraphNode, NodeType, UpdateResult, capture_mode,
+                            GraphMemoryInfo, GraphNode, KernelNodeParams, NodeType, UpdateResult,
+                            capture_mode,
                             exchange_capture_mode, graph_memory_info, reset_graph_memory_high,
                             trim_graph_memory)
+from streams._green import GreenContext, SmPartition, SmResource
 from streams._interop import current_in, follow_current_stream
 from streams import _cudart
 

@@ -67,6 +67,11 @@ from streams._launch import (
     builtin_kernel as builtin_kernel,
     builtin_ptx as builtin_ptx,
 )
+from streams._green import (
+    GreenContext as GreenContext,
+    SmPartition as SmPartition,
+    SmResource as SmResource,
+)
 from streams._interop import (
     current_in as current_in,
     follow_current_stream as follow_current_stream,
@@ -79,6 +84,7 @@ from streams._graph import (
     GraphExec as GraphExec,
     GraphMemoryInfo as GraphMemoryInfo,
     GraphNode as GraphNode,
+    KernelNodeParams as KernelNodeParams,
     NodeType as NodeType,
     UpdateResult as UpdateResult,
     capture_mode as capture_mode,
@@ -107,9 +113,11 @@ __all__ = [
     "GraphExec",
     "GraphMemoryInfo",
     "GraphNode",
+    "GreenContext",
     "HostCallbackError",
     "IpcBufferDescriptor",
     "Kernel",
+    "KernelNodeParams",
     "LaunchConfig",
     "ManagedBuffer",
     "MemAttach",
@@ -118,6 +126,8 @@ __all__ = [
     "NodeType",
     "PinnedBuffer",
     "PreparedLaunch",
+    "SmPartition",
+    "SmResource",
     "Stream",
     "StreamAttribute",
     "StreamPool",

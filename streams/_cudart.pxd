@@ -46,6 +46,8 @@ cdef extern from "streams/counters.h":
         STREAMS_CNT_MODULE_LOAD
         STREAMS_CNT_MODULE_UNLOAD
         STREAMS_CNT_PAYLOAD_LEAKED
+        STREAMS_CNT_GREEN_CTX_CREATED
+        STREAMS_CNT_GREEN_CTX_DESTROYED
 
 # A release run later on a safe thread, with the GIL held.
 ctypedef void (*release_fn)(void* arg, int kind) noexcept nogil
@@ -64,6 +66,7 @@ cdef enum:
     HANDLE_HOST_MEMORY      # cudaHostAlloc
     HANDLE_MANAGED_MEMORY   # cudaMallocManaged
     HANDLE_MEM_POOL         # cudaMemPoolCreate, cudaMemPoolImportFromShareableHandle
+    HANDLE_GREEN_CTX        # cuGreenCtxCreate (streams/_cudart.pyx, green contexts)
     HANDLE_KINDS
 # True when no Python host callback of the package is alive: an enqueue that
 # blocks on a full queue then cannot be waiting for one that needs the GIL.
@@ -270,3 +273,75 @@ cdef int graph_exec_child_graph_node_set_params(cudaGraphExec_t ex, cudaGraphNod
 cdef int graph_exec_event_node_set_event(cudaGraphExec_t ex, cudaGraphNode_t node, cudaEvent_t ev, bint record) except -1 nogil
 cdef int graph_node_set_enabled(cudaGraphExec_t ex, cudaGraphNode_t node, bint enabled) except -1 nogil
 cdef int graph_node_get_enabled(cudaGraphExec_t ex, cudaGraphNode_t node, unsigned int* enabled) except -1 nogil
+
+# ---- green contexts: begin ----
+# Spatial partitions of a device's SMs, through the driver's green-context
+# entry points (include/streams/green.h); each raises NotImplementedError
+# naming the versions where the driver or this build's runtime has none.
+cdef extern from "streams/green.h" nogil:
+    ctypedef struct streams_dev_resource:
+        int type
+        unsigned int sm_count
+        unsigned int min_partition_size
+        unsigned int coscheduled_alignment
+        unsigned int flags
+    ctypedef void* streams_green_ctx
+    ctypedef void* streams_resource_desc
+    enum:
+        STREAMS_DEV_RESOURCE_TYPE_SM
+# 0 when the driver and runtime have green contexts; else raises
+# NotImplementedError naming the versions.
+cdef int green_require() except -1
+# The SM resource of a whole device.
+cdef int device_sm_resource(int dev, streams_dev_resource* out) except -1 nogil
+# Split `input` into at most *groups groups of at least min_count SMs each
+# (result NULL: only count them); *groups is set to the number made.
+cdef int sm_resource_split(streams_dev_resource* result, unsigned int* groups,
+                           const streams_dev_resource* input, streams_dev_resource* remaining,
+                           unsigned int min_count) except -1 nogil
+cdef int green_ctx_create(streams_green_ctx* out, streams_dev_resource* resource,
+                          int dev) except -1 nogil
+# A stream of the green context, CU_STREAM_NON_BLOCKING (the driver's only choice).
+cdef int green_ctx_stream_create(cudaStream_t* out, streams_green_ctx ctx,
+                                 int priority) except -1 nogil
+cdef int green_ctx_sm_count(streams_green_ctx ctx, unsigned int* out) except -1 nogil
+# The SMs a stream's work may run on: its green context's, or (-1) not known
+# (a stream of an ordinary context, or a driver without the calls).
+cdef int stream_sm_count(cudaStream_t s, long long* out) except -1 nogil
+# ---- green contexts: end ----
+
+# ---- kernel nodes through the driver: begin ----
+# A kernel node as the driver records it (include/streams/kernel_node.h):
+# read, and changed in a graph or an executable, for nodes of any origin
+# (a capture of another library's launch too).
+cdef extern from "streams/kernel_node.h" nogil:
+    ctypedef struct streams_kernel_node_params:
+        void* func
+        unsigned int grid[3]
+        unsigned int block[3]
+        unsigned int shared_mem
+        void** kernel_params
+        void** extra
+        void* kern
+        void* ctx
+    void* STREAMS_LAUNCH_PARAM_END
+    void* STREAMS_LAUNCH_PARAM_BUFFER_POINTER
+    void* STREAMS_LAUNCH_PARAM_BUFFER_SIZE
+# 0 when the driver and runtime have what these need; else raises
+# NotImplementedError naming the versions.
+cdef int kernel_node_require() except -1
+cdef int kernel_node_get(cudaGraphNode_t node, streams_kernel_node_params* out) except -1 nogil
+# 1 with the offset and size of parameter `index`, 0 when there is no such
+# parameter.
+cdef int kernel_param_info(void* func, void* kern, size_t index, size_t* offset,
+                           size_t* size) except -1 nogil
+# The kernel's name, or NULL where the driver cannot tell it.
+cdef const char* kernel_name(void* func, void* kern) noexcept nogil
+# A CU_FUNC_ATTRIBUTE_* of the kernel (on the current device for a CUkernel):
+# 1 with *out set, 0 where the driver cannot tell it.
+cdef int kernel_attribute(void* func, void* kern, int attribute, int* out) noexcept nogil
+cdef int graph_exec_kernel_node_set(cudaGraphExec_t ex, cudaGraphNode_t node,
+                                    const streams_kernel_node_params* params) except -1 nogil
+cdef int graph_kernel_node_set(cudaGraphNode_t node,
+                               const streams_kernel_node_params* params) except -1 nogil
+# ---- kernel nodes through the driver: end ----

@@ -352,7 +352,8 @@ def debug_counters():
 
     ``live_*`` are the differences of what was made and given back:
     ``live_streams``/``live_events``/``live_graphs``/``live_graph_execs``/
-    ``live_modules``/``live_buffers``/``live_mem_pools`` the owned handles (less, for
+    ``live_modules``/``live_buffers``/``live_mem_pools``/``live_green_contexts``
+    the owned handles (less, for
     graphs, ``graphs_abandoned``: never destroyed, because the CUDA driver
     corrupted them; see Graph in docs/graphs.rst), ``live_callbacks``
     the one-shot callbacks enqueued that have not run, ``live_host_calls``
@@ -381,7 +382,9 @@ def debug_counters():
             ("graph_execs", STREAMS_CNT_EXEC_CREATED, STREAMS_CNT_EXEC_DESTROYED),
             ("modules", STREAMS_CNT_MODULE_CREATED, STREAMS_CNT_MODULE_DESTROYED),
             ("buffers", STREAMS_CNT_BUFFER_CREATED, STREAMS_CNT_BUFFER_FREED),
-            ("mem_pools", STREAMS_CNT_MEMPOOL_CREATED, STREAMS_CNT_MEMPOOL_DESTROYED)):
+            ("mem_pools", STREAMS_CNT_MEMPOOL_CREATED, STREAMS_CNT_MEMPOOL_DESTROYED),
+            ("green_contexts", STREAMS_CNT_GREEN_CTX_CREATED,
+             STREAMS_CNT_GREEN_CTX_DESTROYED)):
         a, b, live = _pair(made, gone)
         counters[f"{name}_created"] = a
         counters[f"{name}_destroyed"] = b
@@ -625,6 +628,7 @@ _DESTROYED[HANDLE_GRAPH_EXEC] = STREAMS_CNT_EXEC_DESTROYED
 _DESTROYED[HANDLE_HOST_MEMORY] = STREAMS_CNT_MEMORY_FREE
 _DESTROYED[HANDLE_MANAGED_MEMORY] = STREAMS_CNT_MEMORY_FREE
 _DESTROYED[HANDLE_MEM_POOL] = STREAMS_CNT_MEMPOOL_DESTROYED
+_DESTROYED[HANDLE_GREEN_CTX] = STREAMS_CNT_GREEN_CTX_DESTROYED
 
 
 cdef cudaError_t _destroy_now(void* h, int kind) noexcept nogil:
@@ -642,6 +646,11 @@ cdef cudaError_t _destroy_now(void* h, int kind) noexcept nogil:
         # Allocations still out keep the pool's memory: CUDA releases it
         # once the last of them is freed.
         return cudaMemPoolDestroy(<cudaMemPool_t>h)
+    if kind == HANDLE_GREEN_CTX:
+        # Only a context made here gets here: the API that made it is chosen.
+        if _green_runtime:
+            return streams_rt_green_destroy(h)
+        return <cudaError_t>(<streams_green_destroy_fn>_green_fns[_G_DESTROY])(h)
     return cudaFree(h)
 
 
@@ -1895,3 +1904,409 @@ def floor_batch(op, n):
         raise CudaError(<int>error.err, None,
                         f"{error_message(<int>error.err)} (floor_batch {op!r}: {what})")
     raise RuntimeError(f"floor_batch {op!r}: {what}")
+
+
+# ---- green contexts: begin ----
+# The runtime's own green-context API (cudaGreenCtxCreate and the
+# execution-context calls, CUDA 13.1) where this build's runtime and the
+# driver both have it; otherwise the driver's green-context calls (CUDA
+# 12.4/12.5), reached through the runtime's entry points at the ABI of
+# STREAMS_GREEN_VERSION, so that the CUDA 12 build and a CUDA 13 build on a
+# 13.0 driver have them too.  The choice is made once per process, before
+# the first context: a context is always destroyed by the API that made it.
+cdef extern from "streams/green.h" nogil:
+    ctypedef int (*streams_device_get_dev_resource_fn)(int dev, streams_dev_resource* out,
+                                                       int type)
+    ctypedef int (*streams_sm_split_fn)(streams_dev_resource* result, unsigned int* groups,
+                                        const streams_dev_resource* input,
+                                        streams_dev_resource* remaining, unsigned int flags,
+                                        unsigned int min_count)
+    ctypedef int (*streams_generate_desc_fn)(streams_resource_desc* out,
+                                             streams_dev_resource* resources, unsigned int n)
+    ctypedef int (*streams_green_create_fn)(streams_green_ctx* out, streams_resource_desc desc,
+                                            int dev, unsigned int flags)
+    ctypedef int (*streams_green_destroy_fn)(streams_green_ctx ctx)
+    ctypedef int (*streams_green_stream_create_fn)(void** stream, streams_green_ctx ctx,
+                                                   unsigned int flags, int priority)
+    ctypedef int (*streams_green_get_resource_fn)(streams_green_ctx ctx,
+                                                  streams_dev_resource* out, int type)
+    ctypedef int (*streams_stream_get_green_fn)(void* stream, streams_green_ctx* out)
+    ctypedef int (*streams_stream_get_resource_fn)(void* stream, streams_dev_resource* out,
+                                                   int type)
+    enum:
+        STREAMS_GREEN_CTX_DEFAULT_STREAM
+        STREAMS_STREAM_NON_BLOCKING
+        STREAMS_GREEN_VERSION
+        STREAMS_STREAM_RESOURCE_VERSION
+
+cdef extern from "streams/green_rt.h" nogil:
+    cudaError_t streams_rt_device_sm_resource(int dev, streams_dev_resource* out)
+    cudaError_t streams_rt_sm_split(streams_dev_resource* result, unsigned int* groups,
+                                    const streams_dev_resource* input,
+                                    streams_dev_resource* remaining, unsigned int min_count)
+    cudaError_t streams_rt_green_create(streams_green_ctx* out, streams_dev_resource* resource,
+                                        int dev)
+    cudaError_t streams_rt_green_destroy(streams_green_ctx ctx)
+    cudaError_t streams_rt_green_stream_create(cudaStream_t* out, streams_green_ctx ctx,
+                                               int priority)
+    cudaError_t streams_rt_green_sm_resource(streams_green_ctx ctx, streams_dev_resource* out)
+    enum:
+        STREAMS_HAVE_RUNTIME_GREEN
+        STREAMS_RUNTIME_GREEN_VERSION
+
+cdef enum:
+    _G_GET_RESOURCE
+    _G_SPLIT
+    _G_DESC
+    _G_CREATE
+    _G_DESTROY
+    _G_STREAM_CREATE
+    _G_CTX_RESOURCE
+    _G_STREAM_GREEN
+    _G_N
+cdef const char* _GREEN_NAMES[_G_N]
+_GREEN_NAMES[:] = [b"cuDeviceGetDevResource", b"cuDevSmResourceSplitByCount",
+                   b"cuDevResourceGenerateDesc", b"cuGreenCtxCreate", b"cuGreenCtxDestroy",
+                   b"cuGreenCtxStreamCreate", b"cuGreenCtxGetDevResource",
+                   b"cuStreamGetGreenCtx"]
+# All resolved, or all NULL; set once, under the GIL (green_require).
+cdef void* _green_fns[_G_N]
+cdef bint _green_resolved = False
+cdef bint _green_runtime = False      # the runtime's API serves (decided with _green_resolved)
+# cuStreamGetDevResource (CUDA 13.1), tried once: NULL where it is missing.
+cdef void* _stream_resource_fn = NULL
+cdef bint _stream_resource_tried = False
+
+
+cdef str _version_str(int v):
+    return f"{v // 1000}.{(v % 1000) // 10}"
+
+
+cdef int green_require() except -1:
+    global _green_resolved
+    cdef void* fns[_G_N]
+    cdef int driver = 0, runtime = 0, i
+    cdef cudaError_t err = cudaSuccess
+    if _green_resolved:
+        return 0
+    guard()
+    with nogil:
+        if cudaDriverGetVersion(&driver) != cudaSuccess:
+            cudaGetLastError()
+            driver = 0
+        cudaRuntimeGetVersion(&runtime)
+    if (STREAMS_HAVE_RUNTIME_GREEN and runtime >= STREAMS_RUNTIME_GREEN_VERSION
+            and driver >= STREAMS_RUNTIME_GREEN_VERSION):
+        _green_runtime_chosen()
+        return 0
+    with nogil:
+        for i in range(_G_N):
+            fns[i] = NULL
+            if err == cudaSuccess:
+                if driver >= STREAMS_GREEN_VERSION:
+                    err = streams_get_driver_entry_at(_GREEN_NAMES[i], &fns[i],
+                                                      STREAMS_GREEN_VERSION)
+                else:
+                    err = cudaErrorNotSupported
+        if err != cudaSuccess:
+            cudaGetLastError()
+    if err != cudaSuccess:
+        raise NotImplementedError(
+            "green contexts need a driver for CUDA 12.5 or newer and streams built against "
+            "a CUDA 12.5 or newer runtime (the driver's cuGreenCtxCreate and "
+            "cuGreenCtxStreamCreate, reached with cudaGetDriverEntryPointByVersion): this "
+            f"driver supports CUDA {_version_str(driver)}, this build uses the CUDA "
+            f"{_version_str(runtime)} runtime (CUDA said: {error_name(<int>err)})")
+    for i in range(_G_N):
+        _green_fns[i] = fns[i]
+    _green_resolved = True
+    return 0
+
+
+cdef void _green_runtime_chosen() noexcept:
+    global _green_runtime, _green_resolved
+    _green_runtime = True
+    _green_resolved = True
+
+
+cdef inline int _green_check(int result) except -1 nogil:
+    # CUresult and cudaError_t share the codes these calls return.
+    return check(<cudaError_t>result)
+
+
+cdef int _green_ready() except -1 nogil:
+    guard()
+    if not _green_resolved:
+        with gil:
+            green_require()
+    return 0
+
+
+cdef int device_sm_resource(int dev, streams_dev_resource* out) except -1 nogil:
+    _green_ready()
+    memset(out, 0, sizeof(streams_dev_resource))
+    # The driver call needs the driver initialised, which the runtime does
+    # with the device's primary context; a green context made later shares it.
+    check(cudaInitDevice(dev, 0, 0))
+    if _green_runtime:
+        return check(streams_rt_device_sm_resource(dev, out))
+    return _green_check((<streams_device_get_dev_resource_fn>_green_fns[_G_GET_RESOURCE])(
+        dev, out, STREAMS_DEV_RESOURCE_TYPE_SM))
+
+
+cdef int sm_resource_split(streams_dev_resource* result, unsigned int* groups,
+                           const streams_dev_resource* input, streams_dev_resource* remaining,
+                           unsigned int min_count) except -1 nogil:
+    _green_ready()
+    if remaining != NULL:
+        memset(remaining, 0, sizeof(streams_dev_resource))
+    if result != NULL:
+        memset(result, 0, sizeof(streams_dev_resource) * groups[0])
+    if _green_runtime:
+        return check(streams_rt_sm_split(result, groups, input, remaining, min_count))
+    return _green_check((<streams_sm_split_fn>_green_fns[_G_SPLIT])(
+        result, groups, input, remaining, 0, min_count))
+
+
+cdef int green_ctx_create(streams_green_ctx* out, streams_dev_resource* resource,
+                          int dev) except -1 nogil:
+    cdef streams_resource_desc desc = NULL
+    _green_ready()
+    check(cudaInitDevice(dev, 0, 0))
+    if _green_runtime:
+        check(streams_rt_green_create(out, resource, dev))
+        streams_count(STREAMS_CNT_GREEN_CTX_CREATED)
+        return 0
+    # A descriptor is the driver's: nothing to destroy.
+    _green_check((<streams_generate_desc_fn>_green_fns[_G_DESC])(&desc, resource, 1))
+    # CU_GREEN_CTX_DEFAULT_STREAM is required (CUDA 12.4 to 13).
+    _green_check((<streams_green_create_fn>_green_fns[_G_CREATE])(
+        out, desc, dev, STREAMS_GREEN_CTX_DEFAULT_STREAM))
+    streams_count(STREAMS_CNT_GREEN_CTX_CREATED)
+    return 0
+
+
+cdef int green_ctx_stream_create(cudaStream_t* out, streams_green_ctx ctx,
+                                 int priority) except -1 nogil:
+    _green_ready()
+    if _green_runtime:
+        check(streams_rt_green_stream_create(out, ctx, priority))
+        streams_count(STREAMS_CNT_STREAM_CREATED)
+        return 0
+    # CU_STREAM_NON_BLOCKING is the only flag the driver takes.
+    _green_check((<streams_green_stream_create_fn>_green_fns[_G_STREAM_CREATE])(
+        <void**>out, ctx, STREAMS_STREAM_NON_BLOCKING, priority))
+    streams_count(STREAMS_CNT_STREAM_CREATED)
+    return 0
+
+
+cdef int green_ctx_sm_count(streams_green_ctx ctx, unsigned int* out) except -1 nogil:
+    cdef streams_dev_resource res
+    _green_ready()
+    memset(&res, 0, sizeof(res))
+    if _green_runtime:
+        check(streams_rt_green_sm_resource(ctx, &res))
+    else:
+        _green_check((<streams_green_get_resource_fn>_green_fns[_G_CTX_RESOURCE])(
+            ctx, &res, STREAMS_DEV_RESOURCE_TYPE_SM))
+    out[0] = res.sm_count
+    return 0
+
+
+cdef int stream_sm_count(cudaStream_t s, long long* out) except -1 nogil:
+    global _stream_resource_fn, _stream_resource_tried
+    cdef streams_dev_resource res
+    cdef streams_green_ctx g = NULL
+    cdef void* fn = NULL
+    cdef int driver = 0
+    guard()
+    out[0] = -1
+    if not _stream_resource_tried:
+        if cudaDriverGetVersion(&driver) != cudaSuccess:
+            cudaGetLastError()
+        elif driver >= STREAMS_STREAM_RESOURCE_VERSION:
+            if streams_get_driver_entry_at(b"cuStreamGetDevResource", &fn,
+                                           STREAMS_STREAM_RESOURCE_VERSION) != cudaSuccess:
+                cudaGetLastError()
+                fn = NULL
+        _stream_resource_fn = fn
+        _stream_resource_tried = True
+    memset(&res, 0, sizeof(res))
+    if _stream_resource_fn != NULL:
+        # Any stream's share, green or not.
+        _green_check((<streams_stream_get_resource_fn>_stream_resource_fn)(
+            <void*>s, &res, STREAMS_DEV_RESOURCE_TYPE_SM))
+        out[0] = res.sm_count
+        return 0
+    with gil:
+        try:
+            green_require()
+        except NotImplementedError:
+            return 0    # no green contexts at all: an ordinary stream
+    if _green_runtime:
+        return 0        # (the runtime's choice implies a driver with the call above)
+    _green_check((<streams_stream_get_green_fn>_green_fns[_G_STREAM_GREEN])(<void*>s, &g))
+    if g != NULL:
+        _green_check((<streams_green_get_resource_fn>_green_fns[_G_CTX_RESOURCE])(
+            g, &res, STREAMS_DEV_RESOURCE_TYPE_SM))
+        out[0] = res.sm_count
+    return 0
+# ---- green contexts: end ----
+
+
+# ---- kernel nodes through the driver: begin ----
+# The driver's kernel-node calls, at the ABI of CUDA 12.4 (the parameter
+# layout of a kernel came then), resolved together at first use.
+cdef extern from "streams/kernel_node.h" nogil:
+    ctypedef int (*streams_kernel_node_get_fn)(void* node, streams_kernel_node_params* out)
+    ctypedef int (*streams_exec_kernel_node_set_fn)(void* ex, void* node,
+                                                    const streams_kernel_node_params* params)
+    ctypedef int (*streams_kernel_node_set_fn)(void* node,
+                                               const streams_kernel_node_params* params)
+    ctypedef int (*streams_param_info_fn)(void* func, size_t index, size_t* offset,
+                                          size_t* size)
+    ctypedef int (*streams_get_name_fn)(const char** name, void* func)
+    ctypedef int (*streams_func_attribute_fn)(int* value, int attribute, void* func)
+    ctypedef int (*streams_kernel_attribute_fn)(int* value, int attribute, void* kernel, int dev)
+    enum:
+        STREAMS_KERNEL_NODE_VERSION
+
+cdef enum:
+    _K_GET
+    _K_EXEC_SET
+    _K_SET
+    _K_FUNC_PARAM
+    _K_KERNEL_PARAM
+    _K_FUNC_NAME
+    _K_KERNEL_NAME
+    _K_FUNC_ATTR
+    _K_KERNEL_ATTR
+    _K_N
+cdef const char* _KERNEL_NODE_NAMES[_K_N]
+_KERNEL_NODE_NAMES[:] = [b"cuGraphKernelNodeGetParams", b"cuGraphExecKernelNodeSetParams",
+                         b"cuGraphKernelNodeSetParams", b"cuFuncGetParamInfo",
+                         b"cuKernelGetParamInfo", b"cuFuncGetName", b"cuKernelGetName",
+                         b"cuFuncGetAttribute", b"cuKernelGetAttribute"]
+cdef void* _kernel_node_fns[_K_N]
+cdef bint _kernel_node_resolved = False
+
+
+cdef int kernel_node_require() except -1:
+    global _kernel_node_resolved
+    cdef void* fns[_K_N]
+    cdef int driver = 0, runtime = 0, i
+    cdef cudaError_t err = cudaSuccess
+    if _kernel_node_resolved:
+        return 0
+    guard()
+    with nogil:
+        if cudaDriverGetVersion(&driver) != cudaSuccess:
+            cudaGetLastError()
+            driver = 0
+        cudaRuntimeGetVersion(&runtime)
+        for i in range(_K_N):
+            fns[i] = NULL
+            if err == cudaSuccess:
+                if driver >= STREAMS_KERNEL_NODE_VERSION:
+                    err = streams_get_driver_entry_at(_KERNEL_NODE_NAMES[i], &fns[i],
+                                                      STREAMS_KERNEL_NODE_VERSION)
+                else:
+                    err = cudaErrorNotSupported
+        if err != cudaSuccess:
+            cudaGetLastError()
+    if err != cudaSuccess:
+        raise NotImplementedError(
+            "reading and changing the kernel nodes of any graph needs a driver for CUDA 12.4 "
+            "or newer and streams built against a CUDA 12.5 or newer runtime (the driver's "
+            "cuGraphKernelNodeGetParams and cuFuncGetParamInfo, reached with "
+            "cudaGetDriverEntryPointByVersion): this driver supports CUDA "
+            f"{_version_str(driver)}, this build uses the CUDA {_version_str(runtime)} "
+            f"runtime (CUDA said: {error_name(<int>err)})")
+    for i in range(_K_N):
+        _kernel_node_fns[i] = fns[i]
+    _kernel_node_resolved = True
+    return 0
+
+
+cdef int _kernel_node_ready() except -1 nogil:
+    cdef int dev = 0
+    guard()
+    if not _kernel_node_resolved:
+        with gil:
+            kernel_node_require()
+    # The driver calls want a current context: bind the current device's
+    # primary context (a no-op when it is bound).
+    check(cudaGetDevice(&dev))
+    check(cudaSetDevice(dev))
+    return 0
+
+
+cdef int kernel_node_get(cudaGraphNode_t node, streams_kernel_node_params* out) except -1 nogil:
+    _kernel_node_ready()
+    memset(out, 0, sizeof(streams_kernel_node_params))
+    return check(<cudaError_t>(<streams_kernel_node_get_fn>_kernel_node_fns[_K_GET])(
+        <void*>node, out))
+
+
+cdef int kernel_param_info(void* func, void* kern, size_t index, size_t* offset,
+                           size_t* size) except -1 nogil:
+    cdef int err
+    _kernel_node_ready()
+    if func != NULL:
+        err = (<streams_param_info_fn>_kernel_node_fns[_K_FUNC_PARAM])(func, index, offset, size)
+    else:
+        err = (<streams_param_info_fn>_kernel_node_fns[_K_KERNEL_PARAM])(kern, index, offset,
+                                                                         size)
+    if err == <int>cudaErrorInvalidValue:
+        cudaGetLastError()
+        return 0        # past the last parameter
+    check(<cudaError_t>err)
+    return 1
+
+
+cdef const char* kernel_name(void* func, void* kern) noexcept nogil:
+    cdef const char* name = NULL
+    cdef int err
+    if not _kernel_node_resolved or streams_guard_state() != 0:
+        return NULL
+    if func != NULL:
+        err = (<streams_get_name_fn>_kernel_node_fns[_K_FUNC_NAME])(&name, func)
+    else:
+        err = (<streams_get_name_fn>_kernel_node_fns[_K_KERNEL_NAME])(&name, kern)
+    if err != 0:
+        cudaGetLastError()
+        return NULL
+    return name
+
+
+cdef int kernel_attribute(void* func, void* kern, int attribute, int* out) noexcept nogil:
+    cdef int err, dev = 0
+    if not _kernel_node_resolved or streams_guard_state() != 0:
+        return 0
+    if func != NULL:
+        err = (<streams_func_attribute_fn>_kernel_node_fns[_K_FUNC_ATTR])(out, attribute, func)
+    else:
+        if cudaGetDevice(&dev) != cudaSuccess:
+            cudaGetLastError()
+            return 0
+        err = (<streams_kernel_attribute_fn>_kernel_node_fns[_K_KERNEL_ATTR])(out, attribute,
+                                                                              kern, dev)
+    if err != 0:
+        cudaGetLastError()
+        return 0
+    return 1
+
+
+cdef int graph_exec_kernel_node_set(cudaGraphExec_t ex, cudaGraphNode_t node,
+                                    const streams_kernel_node_params* params) except -1 nogil:
+    _kernel_node_ready()
+    return check(<cudaError_t>(<streams_exec_kernel_node_set_fn>_kernel_node_fns[_K_EXEC_SET])(
+        <void*>ex, <void*>node, params))
+
+
+cdef int graph_kernel_node_set(cudaGraphNode_t node,
+                               const streams_kernel_node_params* params) except -1 nogil:
+    _kernel_node_ready()
+    return check(<cudaError_t>(<streams_kernel_node_set_fn>_kernel_node_fns[_K_SET])(
+        <void*>node, params))
+# ---- kernel nodes through the driver: end ----

@@ -351,6 +351,25 @@ cdef class Device:
             rt.device_get_attribute(&value, <cudaDeviceAttr>a, self._id)
         return value
 
+    def sm_resource(self):
+        """The device's SMs as a green-context split sees them: a
+        :class:`~streams.SmResource` (``sm_count``, ``min_partition_size``,
+        ``alignment``).  NotImplementedError where the driver or runtime
+        has no green contexts (:doc:`partitions`)."""
+        from streams._green import _sm_resource
+        return _sm_resource(self._id)
+
+    def split_sm(self, count, groups=None):
+        """Cut the device's SMs into disjoint partitions of at least
+        ``count`` SMs each: ``(partitions, remainder)``, a list of
+        :class:`~streams.SmPartition` and the SMs left over (None when
+        none are).  ``groups`` (None: as many as fit) is how many to make.
+        CUDA rounds ``count`` up to its granularity (``sm_resource()``):
+        read each partition's ``sm_count``.  A ``count`` or ``groups`` the
+        device cannot satisfy raises ValueError naming it."""
+        from streams._green import _split_sm
+        return _split_sm(self._id, count, groups)
+
     def synchronize(self, timeout=None):
         """Wait for all work on this device; see :func:`synchronize_device`."""
         return device_synchronize(self._id, as_timeout_ns(timeout)) == 1

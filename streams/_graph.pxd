@@ -53,6 +53,9 @@ cdef class GraphExec(HandleOwner):
     cdef void* _marks            # where its launches end, while it holds objects (rt.marks_new)
     cdef streams_graph_t _source # the graph it came from: its nodes name the executable's
     cdef object _source_ref      # a weak reference to that Graph: open, its handle is _source
+    # Each kernel node's arguments as set_kernel_node_args last left them
+    # (node handle -> tuple of bytes): later changes start from these.
+    cdef dict _kernel_args
 
     cdef int c_launch(self, Stream stream) except -1 nogil
     cdef int c_upload(self, Stream stream) except -1 nogil

@@ -27,9 +27,11 @@ cimport cython
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.ref cimport PyObject, Py_DECREF, Py_INCREF
 from libc.stdint cimport uintptr_t
-from libc.string cimport memset
+from libc.string cimport memcpy, memset
 
 cimport streams._cudart as rt
+from streams._cudart cimport (STREAMS_LAUNCH_PARAM_BUFFER_POINTER, STREAMS_LAUNCH_PARAM_BUFFER_SIZE,
+                              STREAMS_LAUNCH_PARAM_END, streams_kernel_node_params)
 from streams._args cimport as_dim3, as_enum, as_int, as_nbytes, as_uint, as_unsigned
 from streams._device cimport (DeviceScope, enter_device, exit_device, require_device,
                               resolve_device)
@@ -37,7 +39,7 @@ from streams._hostcall cimport (HostCall, KIND_HOST_FUNC, native_host_func, new_
                                 new_error_slot, register_capture, take_capture)
 from streams._launch cimport ArgPack, Kernel, keep_module, keep_pack_users, pack_args, \
     release_pack, set_condition_type
-from streams._memory cimport Span, hold_memory, release_span, resolve_span
+from streams._memory cimport SPAN_DEVICE, Span, hold_memory, release_span, resolve_span
 from streams._handle cimport HandleOwner
 from streams._platform cimport (streams_close_begin, streams_is_closed, streams_ptr_load,
                                 streams_ptr_store)
@@ -49,6 +51,7 @@ from streams._args import StreamsEnum
 from streams._cudart import CudaError
 from streams._launch import builtin_kernel
 from streams._stream import CaptureMode, CaptureStatus
+import struct as _struct
 import weakref as _weakref
 
 cdef extern from "streams/compat.h":
@@ -747,6 +750,296 @@ cdef size_t _memcpy_spans(object dst, object src, object nbytes, Span* d,
     return count
 
 
+# ---- kernel nodes of any graph: what they launch, and changing their arguments -----------
+# Read and changed through the driver's form of a kernel node (the runtime's
+# cannot name another library's kernel); the parameter layout comes from
+# cuFuncGetParamInfo, so any kernel node can be read, captured ones too.
+
+# struct formats of the type names a signature may use
+_ARG_FORMATS = {
+    "int8": "b", "int16": "h", "int32": "i", "int64": "q",
+    "uint8": "B", "uint16": "H", "uint32": "I", "uint64": "Q",
+    "float32": "f", "float64": "d", "pointer": "P", "condition": "Q",
+    "char": "b", "short": "h", "int": "i", "long long": "q",
+    "unsigned char": "B", "unsigned short": "H", "unsigned int": "I",
+    "unsigned long long": "Q", "float": "f", "double": "d",
+    "ptr": "P", "void*": "P", "size_t": "Q", "cudaGraphConditionalHandle": "Q",
+}
+# CU_FUNC_ATTRIBUTE_* a KernelNodeParams reports (cuda.h's values)
+_KERNEL_ATTRIBUTES = ((0, "max_threads_per_block"), (1, "shared_size_bytes"),
+                      (2, "const_size_bytes"), (3, "local_size_bytes"), (4, "num_regs"))
+# A node's parameters are read while no other thread changes them: the
+# driver's copy of them is replaced by a change.
+cdef object _kernel_node_lock = _threading.Lock()
+
+
+@cython.final
+cdef class KernelNodeParams:
+    """What a kernel node launches (``GraphNode.kernel_params()``), as CUDA
+    recorded it when this was read.
+
+    ``name`` is the kernel's (None where CUDA cannot tell it);
+    ``function``/``kernel_handle`` are its ``CUfunction``/``CUkernel`` (0
+    when absent); ``args`` holds each argument's bytes, ``param_sizes`` and
+    ``param_offsets`` their layout (``cuFuncGetParamInfo``);
+    :meth:`values` reads them as the types of a signature.  ``attributes``
+    holds what CUDA tells of the kernel (``cuFuncGetAttribute``):
+    ``max_threads_per_block``, ``shared_size_bytes``, ``const_size_bytes``,
+    ``local_size_bytes``, ``num_regs``, each None where CUDA does not answer.
+    """
+    cdef streams_kernel_node_params _p
+    cdef readonly object name
+    cdef readonly tuple grid
+    cdef readonly tuple block
+    cdef readonly unsigned int shared_mem
+    cdef readonly tuple param_sizes
+    cdef readonly tuple param_offsets
+    cdef readonly tuple args
+    cdef readonly dict attributes
+
+    def __init__(self, *args, **kwargs):
+        rt.refuse_construction(self, "GraphNode.kernel_params() makes them")
+
+    @property
+    def function(self):
+        return <uintptr_t>self._p.func
+
+    @property
+    def kernel_handle(self):
+        return <uintptr_t>self._p.kern
+
+    def values(self, signature):
+        """The arguments as the types ``signature`` names (a Kernel with a
+        signature, a comma-separated string or a sequence of type names, as
+        for ``Module.get_kernel``); pointers read as ints."""
+        if self.args is None:
+            raise ValueError("this KernelNodeParams was not read from a node")
+        formats = _signature_formats(signature, self.param_sizes)
+        return tuple(_struct.unpack("<" + f if f != "P" else "<Q", a)[0]
+                     for f, a in zip(formats, self.args))
+
+    def __repr__(self):
+        if self.args is None:
+            return "<streams.KernelNodeParams (never initialised)>"
+        return (f"<streams.KernelNodeParams {self.name or '?'} grid={self.grid} "
+                f"block={self.block} shared_mem={self.shared_mem} "
+                f"params={len(self.param_sizes)}>")
+
+
+cdef tuple _signature_formats(object signature, tuple sizes):
+    cdef list formats = []
+    if isinstance(signature, Kernel):
+        names = signature.signature
+        if names is None:
+            raise ValueError("signature: this Kernel was loaded without a signature")
+    elif isinstance(signature, str):
+        names = [n.strip() for n in signature.split(",") if n.strip()]
+    else:
+        try:
+            names = list(signature)
+        except TypeError:
+            raise TypeError(f"signature must be a Kernel, a str or a sequence of type names, "
+                            f"not {type(signature).__name__}") from None
+    for name in names:
+        if not isinstance(name, str):
+            raise TypeError(f"signature: type names are str, not {type(name).__name__}")
+        f = _ARG_FORMATS.get(name.strip())
+        if f is None:
+            raise ValueError(f"signature: unknown type {name!r}")
+        formats.append(f)
+    if len(formats) != len(sizes):
+        raise ValueError(f"signature names {len(formats)} parameters; the kernel has "
+                         f"{len(sizes)} (sizes {list(sizes)})")
+    for i, (f, size) in enumerate(zip(formats, sizes)):
+        if _struct.calcsize("<" + (f if f != "P" else "Q")) != size:
+            raise ValueError(f"signature: parameter {i} is {size} bytes, not a {names[i]}")
+    return tuple(formats)
+
+
+cdef KernelNodeParams _read_kernel_node(GraphNode nd, str argname):
+    cdef KernelNodeParams info
+    cdef streams_kernel_node_params p
+    cdef cudaGraphNodeType t
+    cdef size_t offset = 0, size = 0, i, j, buf_size = <size_t>-1
+    cdef char* buf = NULL
+    cdef const char* name = NULL
+    cdef int more, attr, value = 0
+    cdef Py_ssize_t k
+    cdef list sizes = [], offsets = [], args = []
+    nd._check()
+    rt.kernel_node_require()
+    with _kernel_node_lock:
+        nd._graph._use()
+        try:
+            with nogil:
+                rt.graph_node_get_type(<cudaGraphNode_t>nd._handle, &t)
+            if t != cudaGraphNodeTypeKernel:
+                try:
+                    kind = NodeType(<int>t).name.lower()
+                except ValueError:
+                    kind = f"type {<int>t}"
+                raise ValueError(f"{argname} is a {kind} node, not a kernel node")
+            with nogil:
+                rt.kernel_node_get(<cudaGraphNode_t>nd._handle, &p)
+            i = 0
+            while i < 4096:
+                with nogil:
+                    more = rt.kernel_param_info(p.func, p.kern, i, &offset, &size)
+                if not more:
+                    break
+                offsets.append(offset)
+                sizes.append(size)
+                i += 1
+            if p.kernel_params != NULL:
+                for k in range(len(sizes)):
+                    args.append((<char*>p.kernel_params[k])[:<size_t>sizes[k]])
+            elif p.extra != NULL:
+                # CU_LAUNCH_PARAM_BUFFER_POINTER / _SIZE pairs, ending with _END
+                j = 0
+                while j < 64 and p.extra[j] != STREAMS_LAUNCH_PARAM_END:
+                    if p.extra[j] == STREAMS_LAUNCH_PARAM_BUFFER_POINTER:
+                        buf = <char*>p.extra[j + 1]
+                    elif p.extra[j] == STREAMS_LAUNCH_PARAM_BUFFER_SIZE:
+                        buf_size = (<size_t*>p.extra[j + 1])[0]
+                    j += 2
+                if buf == NULL and sizes:
+                    raise ValueError(f"{argname}: CUDA gave no argument buffer for this "
+                                     "kernel node")
+                for k in range(len(sizes)):
+                    if buf_size != <size_t>-1 and <size_t>offsets[k] + <size_t>sizes[k] > buf_size:
+                        raise ValueError(f"{argname}: the node's argument buffer "
+                                         f"({buf_size} bytes) is shorter than its kernel's "
+                                         "parameters")
+                    args.append(buf[<size_t>offsets[k]:<size_t>offsets[k] + <size_t>sizes[k]])
+            elif sizes:
+                raise ValueError(f"{argname}: CUDA gave no arguments for this kernel node")
+            with nogil:
+                name = rt.kernel_name(p.func, p.kern)
+            attributes = {}
+            for attr, attr_name in _KERNEL_ATTRIBUTES:
+                with nogil:
+                    more = rt.kernel_attribute(p.func, p.kern, attr, &value)
+                attributes[attr_name] = value if more else None
+        finally:
+            nd._graph._unuse()
+    info = KernelNodeParams.__new__(KernelNodeParams)
+    info._p = p
+    info._p.kernel_params = NULL     # the driver's copy: not ours to keep
+    info._p.extra = NULL
+    info.name = (<bytes>name).decode("utf-8", "replace") if name != NULL else None
+    info.grid = (p.grid[0], p.grid[1], p.grid[2])
+    info.block = (p.block[0], p.block[1], p.block[2])
+    info.shared_mem = p.shared_mem
+    info.param_sizes = tuple(sizes)
+    info.param_offsets = tuple(offsets)
+    info.args = tuple(args)
+    info.attributes = attributes
+    return info
+
+
+cdef bytes _arg_bytes(object value, size_t size, object fmt, list holds, str what):
+    cdef Span span
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        b = bytes(value)
+        if <size_t>len(b) != size:
+            raise ValueError(f"{what}: {len(b)} bytes for a parameter of {size}")
+        return b
+    if fmt is not None and fmt != "P":
+        if isinstance(value, bool) and fmt not in ("b", "B"):
+            raise TypeError(f"{what}: a bool for a parameter of format {fmt!r}")
+        try:
+            return _struct.pack("<" + fmt, value)
+        except _struct.error as exc:
+            raise ValueError(f"{what}: {value!r} does not fit the parameter ({exc})") from None
+    if isinstance(value, bool):
+        raise TypeError(f"{what}: a bool is not a kernel argument here; pass bytes or a "
+                        "signature")
+    if isinstance(value, int) and not (fmt == "P" and value < 0):
+        try:
+            return value.to_bytes(size, "little", signed=value < 0)
+        except OverflowError:
+            raise ValueError(f"{what}: {value} does not fit a parameter of {size} "
+                             "bytes") from None
+    if isinstance(value, float) and fmt is None:
+        if size == 4:
+            return _struct.pack("<f", value)
+        if size == 8:
+            return _struct.pack("<d", value)
+        raise ValueError(f"{what}: a float for a parameter of {size} bytes")
+    if size != sizeof(void*):
+        raise TypeError(f"{what}: a {type(value).__name__} for a parameter of {size} bytes "
+                        "(memory is passed as a pointer, 8 bytes)")
+    span.user = NULL
+    span.has_view = False
+    try:
+        resolve_span(value, &span, SPAN_DEVICE, None, what)
+        address = <uintptr_t>span.ptr
+    finally:
+        release_span(&span)
+    held = _hold(value)
+    if held is not None:
+        holds.append(held)
+    holds.append(value)
+    return address.to_bytes(sizeof(void*), "little")
+
+
+cdef tuple _changed_args(KernelNodeParams info, tuple current, object changes, object signature):
+    cdef list args = list(current)
+    cdef list holds = []
+    cdef Py_ssize_t n = len(args)
+    cdef int i
+    if not isinstance(changes, dict):
+        raise TypeError(f"changes must be a dict of parameter index to value, not "
+                        f"{type(changes).__name__}")
+    formats = _signature_formats(signature, info.param_sizes) if signature is not None else None
+    for index, value in changes.items():
+        i = as_int(index, "changes")
+        if i < 0 or i >= n:
+            raise IndexError(f"changes: parameter {i} of a kernel with {n} parameters "
+                             f"({info.name or 'unnamed'})")
+        args[i] = _arg_bytes(value, info.param_sizes[i], formats[i] if formats else None,
+                             holds, f"changes[{i}]")
+    return tuple(args), tuple(holds)
+
+
+cdef int _set_kernel_args(KernelNodeParams info, tuple args, GraphExec ex,
+                          GraphNode nd) except -1:
+    # The node's parameters as read, with `args` in place of its arguments
+    # (CUDA copies them during the call).
+    cdef streams_kernel_node_params p = info._p
+    cdef Py_ssize_t n = len(args), i
+    cdef size_t total = 0
+    cdef char* data = NULL
+    cdef void** ptrs = NULL
+    cdef bytes b
+    for i in range(n):
+        total += len(<bytes>args[i])
+    ptrs = <void**>PyMem_Malloc((n + 1) * sizeof(void*))
+    data = <char*>PyMem_Malloc(total + 1)
+    try:
+        if ptrs == NULL or data == NULL:
+            raise MemoryError()
+        total = 0
+        for i in range(n):
+            b = <bytes>args[i]
+            memcpy(data + total, <char*>b, len(b))
+            ptrs[i] = data + total
+            total += len(b)
+        p.kernel_params = ptrs if n else NULL
+        p.extra = NULL
+        with _kernel_node_lock:
+            with nogil:
+                if ex is not None:
+                    rt.graph_exec_kernel_node_set(<cudaGraphExec_t>ex._handle,
+                                                  <cudaGraphNode_t>nd._handle, &p)
+                else:
+                    rt.graph_kernel_node_set(<cudaGraphNode_t>nd._handle, &p)
+    finally:
+        PyMem_Free(ptrs)
+        PyMem_Free(data)
+    return 0
+
+
 @cython.final
 cdef class GraphNode:
     """A node of a Graph (kept alive with its graph)."""
@@ -804,6 +1097,30 @@ cdef class GraphNode:
                 return _node_list(self._graph, deps, n)
             finally:
                 PyMem_Free(deps)
+        finally:
+            self._graph._unuse()
+
+    def kernel_params(self):
+        """What a kernel node launches, as CUDA recorded it: a
+        :class:`~streams.KernelNodeParams` (the kernel's name and handles,
+        grid, block, dynamic shared memory, each argument's bytes).  Works
+        on nodes of any origin, captured launches of other libraries
+        included; ValueError for a node of another type."""
+        return _read_kernel_node(self, "node")
+
+    def set_args(self, changes, signature=None):
+        """Change some arguments of this kernel node in its graph (what
+        later instantiations and ``GraphExec.update`` take); ``changes`` as
+        for :meth:`GraphExec.set_kernel_node_args`.  Memory passed here
+        stays alive with the graph."""
+        cdef KernelNodeParams info = _read_kernel_node(self, "node")
+        cdef Graph top = _top(self._graph)
+        new_args, holds = _changed_args(info, info.args, changes, signature)
+        if holds:
+            top._keep.append(holds)
+        self._graph._use()
+        try:
+            _set_kernel_args(info, new_args, None, self)
         finally:
             self._graph._unuse()
 
@@ -948,6 +1265,27 @@ cdef class Graph(HandleOwner):
     def parent(self):
         """For the body of a conditional node, the graph that holds the node; else None."""
         return <Graph>self._parent if self._parent != NULL else None
+
+    def recapture(self, stream, mode="global"):
+        """Capture ``stream`` again into this graph, keeping its nodes
+        (CUDA 13.3's ``cudaStreamBeginRecaptureToGraph``).  Not available in
+        this build: raises NotImplementedError naming the CUDA versions it
+        needs and those present."""
+        from streams._cudart import driver_version, runtime_version
+        self._check_open()
+        as_stream(stream, "stream")
+        as_enum(CaptureMode, mode, "mode")
+        runtime, driver = runtime_version(), driver_version()
+        have = (f"this build uses the CUDA {runtime // 1000}.{runtime % 1000 // 10} runtime, "
+                f"the driver supports CUDA {driver // 1000}.{driver % 1000 // 10}")
+        if runtime < 13030 or driver < 13030:
+            raise NotImplementedError(
+                "Graph.recapture needs CUDA 13.3 or newer in both the runtime streams is built "
+                f"with and the driver (cudaStreamBeginRecaptureToGraph): {have}")
+        raise NotImplementedError(
+            "Graph.recapture (cudaStreamBeginRecaptureToGraph, CUDA 13.3) is not implemented "
+            f"by this version of streams ({have}); capture a new graph and use "
+            "GraphExec.update instead")
 
     def instantiate(self, *, auto_free_on_launch=False, upload_stream=None,
                     device_launch=False, use_node_priority=False):
@@ -1518,6 +1856,7 @@ cdef class GraphExec(HandleOwner):
         finally:
             self._unuse()
         if not up.refused:
+            self._kernel_args = None     # the nodes now have the graph's arguments
             # Replays already queued may still use what the old nodes needed
             # (linked, not copied: updates in a loop stay linear).
             kept = tuple(graph._keep)
@@ -1629,8 +1968,44 @@ cdef class GraphExec(HandleOwner):
                                                          <cudaGraphNode_t>nd._handle, &params)
             finally:
                 self._leave(nd)
+            if self._kernel_args is not None:
+                self._kernel_args.pop(<uintptr_t>nd._handle, None)
         finally:
             release_pack(&pack)
+
+    def set_kernel_node_args(self, node, changes, signature=None):
+        """Change some arguments of a kernel node, of any graph (a captured
+        launch of another library too), from the next launch on; the
+        others keep their values.  ``changes`` maps a parameter's index to
+        its new value (see :doc:`graphs`, "Changing captured graphs"):
+        bytes of the parameter's size, a memory object or an address for a
+        pointer, an int or a float packed to the parameter's size, or, with
+        ``signature`` (a Kernel, or type names as for ``get_kernel``), a
+        value of the type it names.  Memory passed here stays alive while
+        the executable may use it.  Raises ValueError or IndexError naming
+        the change CUDA's parameter layout cannot take, CudaError where
+        CUDA refuses the update."""
+        cdef GraphNode nd = self._node_of(node, "node")
+        cdef KernelNodeParams info
+        cdef uintptr_t key = <uintptr_t>nd._handle
+        info = _read_kernel_node(nd, "node")
+        if self._kernel_args is not None and key in self._kernel_args:
+            current = self._kernel_args[key]
+        else:
+            current = info.args
+        new_args, holds = _changed_args(info, current, changes, signature)
+        if holds:
+            # Held before CUDA has the new arguments: a launch may use them
+            # as soon as the call returns.
+            self._hold_for_replays(holds)
+        self._enter(nd)
+        try:
+            _set_kernel_args(info, new_args, self, nd)
+        finally:
+            self._leave(nd)
+        if self._kernel_args is None:
+            self._kernel_args = {}
+        self._kernel_args[key] = new_args
 
     def set_memset_node(self, node, ptr, value, nbytes):
         cdef GraphNode nd = self._node_of(node, "node")

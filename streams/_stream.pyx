@@ -1278,6 +1278,30 @@ cdef class Stream(Waitable):
     def owner(self):
         return self._owner
 
+    @property
+    def sm_count(self):
+        """The SMs this stream's work may run on: its green context's
+        (:doc:`partitions`), else the whole device's."""
+        cdef long long n = -1
+        cdef int dev, count = 0
+        if type(self._owner).__module__ == "streams._green":
+            # A green context's stream made by streams: its holder knows.
+            self._check_open()
+            return self._owner._sm_count
+        self._use()
+        try:
+            if not self._special:
+                with nogil:
+                    rt.stream_sm_count(<cudaStream_t>self._handle, &n)
+            dev = self._device if self._device >= 0 else current_device()
+        finally:
+            self._unuse()
+        if n >= 0:
+            return n
+        with nogil:
+            rt.device_get_attribute(&count, cudaDevAttrMultiProcessorCount, dev)
+        return count
+
     # ---- lifetime ---------------------------------------------------------
     def close(self):
         """Destroy an owned stream now (pending work still completes).

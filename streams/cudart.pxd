@@ -69,6 +69,7 @@ cdef extern from "cuda_runtime_api.h" nogil:
     # ---- Version and device management -----------------------------------
     cudaError_t cudaRuntimeGetVersion(int* runtimeVersion)
     cudaError_t cudaDriverGetVersion(int* driverVersion)
+    cudaError_t cudaInitDevice(int device, unsigned int deviceFlags, unsigned int flags)
     cudaError_t cudaGetDeviceCount(int* count)
     cudaError_t cudaGetDevice(int* device)
     cudaError_t cudaSetDevice(int device)

@@ -43,7 +43,7 @@ def no_leaked_handles(request):
         time.sleep(0.01)
     keys = ["live_streams", "live_events", "live_callbacks", "live_host_calls",
             "live_graphs", "live_graph_execs", "live_modules", "live_buffers",
-            "live_mem_pools"]
+            "live_mem_pools", "live_green_contexts"]
     if after["debug_build"]:
         # The debug build also counts each reference the C code takes and
         # drops, and each allocation and module: every one must be undone.

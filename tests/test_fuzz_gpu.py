@@ -534,6 +534,23 @@ class GpuObjectGraph(RuleBasedStateMachine):
             assert greatest <= s.priority <= least, (priority, s.priority)
             self.streams.append(StreamM(s, "own", non_blocking))
 
+    @rule(priority=st.sampled_from([0, -1, 7]), keep_context=st.booleans())
+    def new_green_stream(self, priority, keep_context):
+        # A stream of a green context: every other rule then runs on it too.
+        # The context closed at once must live on through its stream.
+        dev = streams.Device(streams.get_device())
+        try:
+            whole = dev.sm_resource()
+            parts, _ = dev.split_sm(whole.min_partition_size, groups=1)
+        except NotImplementedError:
+            return
+        ctx = streams.GreenContext(parts[0])
+        s = ctx.create_stream(priority=priority)
+        assert s.sm_count == parts[0].sm_count
+        if not keep_context:
+            ctx.close()
+        self.streams.append(StreamM(s, "own", True))
+
     @precondition(lambda self: self.own_streams())
     @rule(i=st.integers(0, 64), via=st.sampled_from(["from_handle", "cuda_stream", "torch"]))
     def wrap_foreign_stream(self, i, via):
@@ -1075,6 +1092,53 @@ class GpuObjectGraph(RuleBasedStateMachine):
             h.obj.set_memset_node(node, buf.obj, value & 0xFF, NBYTES)
             h.ops[index][0] = ("memset", buf, value & 0xFF)
             h.raw.append(buf)
+
+    @precondition(lambda self: [h for h in self.live(self.execs) if not h.graph.nodes]
+                  and self.bufs)
+    @rule(e=st.integers(0, 64), n=st.integers(0, 64), b=st.integers(0, 64),
+          value=st.integers(0, UINT32_MAX), what=st.sampled_from(["pointer", "value", "both"]))
+    def change_captured_kernel_args(self, e, n, b, value, what):
+        # A node of a captured graph, found by what it launches, gets some of
+        # its arguments changed in the executable (graphs.rst, "Changing
+        # captured graphs"); the graph's node keeps what was captured.
+        h = self.pick([x for x in self.live(self.execs) if not x.graph.nodes], e)
+        gm = h.graph
+        if gm.closed or gm.obj is None or gm.obj.closed:
+            return
+        sig = "pointer, uint32, uint64"
+        fills = []
+        for nd in gm.obj.nodes:
+            if nd.type != "kernel":
+                continue
+            p = nd.kernel_params()
+            if p.param_sizes == (8, 4, 8):
+                fills.append((nd, p.values(sig)))
+        if not fills:
+            return
+        node, (ptr, old, count) = self.pick(fills, n)
+        # The op this node is: one fill of that buffer with that value, and
+        # no other node that looks the same (else which one is unknown).
+        same = [f for f in fills if f[1] == (ptr, old, count)]
+        index = [i for i, (op, _) in enumerate(gm.ops)
+                 if op[0] == "fill" and getattr(op[1].obj, "ptr", None) == ptr and op[2] == old]
+        if len(same) != 1 or len(index) != 1 or count != N:
+            return
+        i = index[0]
+        buf = self.pick(self.bufs, b)
+        target, new = h.ops[i][0][1], h.ops[i][0][2]
+        changes = {}
+        if what in ("pointer", "both"):
+            changes[0] = buf.obj
+            target = buf
+        if what in ("value", "both"):
+            changes[1] = value
+            new = value
+        self.trace(f"change captured fill {i}: {changes}")
+        h.obj.set_kernel_node_args(node, changes)
+        h.ops[i][0] = ("fill", target, new)
+        if what != "value":
+            h.held.append(buf)
+        assert node.kernel_params().values(sig) == (ptr, old, count)
 
     @precondition(lambda self: self.holders())
     @rule(x=st.integers(0, 64), how=st.sampled_from(["close", "drop"]))

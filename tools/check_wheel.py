@@ -10,7 +10,7 @@ import zipfile
 # One extension per module, each with its declarations and stubs; the
 # call layer alone holds the CUDA runtime.
 MODULES = ["_cudart", "_handle", "_args", "_device", "_foreign", "_stream", "_hostcall",
-           "_memory", "_launch", "_graph"]
+           "_memory", "_launch", "_graph", "_green"]
 CALL_LAYER = "_cudart"
 REQUIRED = (
     ["streams/__init__.pxd", "streams/cudart.pxd", "streams/_platform.pxd",

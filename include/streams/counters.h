@@ -23,6 +23,7 @@ enum {
     STREAMS_CNT_GRAPH_ABANDONED, /* never destroyed: the driver corrupted it (_graph.pyx) */
     /* native host functions enqueued with an owner to keep, and run */
     STREAMS_CNT_NATIVE_CALL_ENQUEUED, STREAMS_CNT_NATIVE_CALL_DONE,
+    STREAMS_CNT_GREEN_CTX_CREATED, STREAMS_CNT_GREEN_CTX_DESTROYED,
     /* debug build only from here */
     STREAMS_CNT_PAYLOAD_INCREF, STREAMS_CNT_PAYLOAD_DECREF,
     STREAMS_CNT_DLPACK_INCREF, STREAMS_CNT_DLPACK_DECREF,

@@ -1,0 +1,39 @@
+"""Kernel nodes without a GPU: the snapshot class refused, objects made with
+__new__ refusing the new methods, and the recapture refusal before CUDA."""
+import pytest
+
+import streams
+from streams import Graph, GraphExec, GraphNode, KernelNodeParams, Stream
+
+
+def test_kernel_node_params_are_made_by_nodes_only():
+    with pytest.raises(TypeError, match="cannot be instantiated directly; GraphNode.kernel_params"):
+        KernelNodeParams()
+    p = KernelNodeParams.__new__(KernelNodeParams)
+    assert "never initialised" in repr(p)
+    assert p.function == 0 and p.kernel_handle == 0 and p.args is None
+    assert p.attributes is None
+    with pytest.raises(ValueError, match="not read from a node"):
+        p.values("pointer")
+
+
+def test_a_node_made_with_new_refuses_the_kernel_methods():
+    nd = GraphNode.__new__(GraphNode)
+    with pytest.raises(ValueError, match="never initialised"):
+        nd.kernel_params()
+    with pytest.raises(ValueError, match="never initialised"):
+        nd.set_args({0: 1})
+
+
+def test_an_executable_made_with_new_refuses_argument_changes():
+    exe = GraphExec.__new__(GraphExec)
+    with pytest.raises(TypeError, match="node must be a GraphNode"):
+        exe.set_kernel_node_args(3, {})
+    with pytest.raises(ValueError, match="closed GraphExec"):
+        exe.set_kernel_node_args(GraphNode.__new__(GraphNode), {})
+
+
+def test_recapture_of_a_closed_graph_is_refused():
+    g = Graph.__new__(Graph)
+    with pytest.raises(ValueError, match="closed Graph"):
+        g.recapture(Stream.legacy)

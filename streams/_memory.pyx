@@ -528,10 +528,16 @@ cdef class _Buffer(HandleOwner):
 
     def close(self):
         """Free the memory (after any user still holding it).  Idempotent."""
-        if self._views and not streams_is_closed(&self._state):
-            raise BufferError(f"cannot close a {type(self).__name__} while {self._views} "
-                              "buffer view(s) (e.g. numpy arrays) still use it")
-        self._close_handle()
+        # The look at the views and the mark closed in one critical section,
+        # which __getbuffer__ takes too: no view is handed out between them
+        # (free-threaded CPython; the GIL elsewhere).  The release that may
+        # follow the mark runs detached, which ends the section: by then
+        # every new view is refused.
+        with cython.critical_section(self):
+            if self._views and not streams_is_closed(&self._state):
+                raise BufferError(f"cannot close a {type(self).__name__} while {self._views} "
+                                  "buffer view(s) (e.g. numpy arrays) still use it")
+            self._close_handle()
 
     def __repr__(self):
         if self.closed:
@@ -873,7 +879,9 @@ cdef class _HostBuffer(_Buffer):
     """Host memory with the buffer protocol (numpy.asarray works, no copy)."""
 
     def __getbuffer__(self, Py_buffer* view, int flags):
-        self._check_open()
+        with cython.critical_section(self):     # against close(): see _Buffer.close
+            self._check_open()
+            self._views += 1
         view.buf = self._ptr
         view.obj = self
         view.len = self._nbytes
@@ -889,10 +897,10 @@ cdef class _HostBuffer(_Buffer):
         view.strides = NULL
         view.suboffsets = NULL
         view.internal = NULL
-        self._views += 1
 
     def __releasebuffer__(self, Py_buffer* view):
-        self._views -= 1
+        with cython.critical_section(self):
+            self._views -= 1
 
     cdef void _release_memory(self) noexcept:
         rt.count(rt.STREAMS_CNT_BUFFER_FREED)

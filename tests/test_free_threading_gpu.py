@@ -388,3 +388,55 @@ def test_the_keep_the_gil_rule_counts_nothing_without_a_gil(closer):
     else:
         assert total >= 20
     s.synchronize()
+
+
+def test_host_buffer_views_race_close_in_a_child():
+    """Eight threads take numpy views of one pinned buffer and write through
+    them while another thread tries to close it: close() refuses
+    (BufferError) while a view is alive, a view is refused ("closed") once
+    it succeeded, and no write ever lands in freed memory (no crash)."""
+    out = _child("""
+        import threading
+        import numpy as np
+        import streams
+
+        THREADS, ROUNDS = 8, 200
+        bad = []
+        closed_at = []
+        for r in range(ROUNDS):
+            buf = streams.PinnedBuffer(4096)
+            start = threading.Barrier(THREADS + 1)
+
+            def viewer(i):
+                start.wait()
+                for k in range(20):
+                    try:
+                        a = np.asarray(buf)
+                    except ValueError as exc:
+                        if "closed" not in str(exc):
+                            bad.append(repr(exc))
+                        return
+                    except Exception as exc:
+                        bad.append(repr(exc))
+                        return
+                    a[i] = k            # the memory is alive while `a` is
+                    del a
+
+            workers = [threading.Thread(target=viewer, args=(i,)) for i in range(THREADS)]
+            for t in workers:
+                t.start()
+            start.wait()
+            while True:
+                try:
+                    buf.close()
+                    break
+                except BufferError:
+                    pass
+            for t in workers:
+                t.join()
+            assert buf.closed
+        assert not bad, bad[:5]
+        assert streams.debug_counters()["live_buffers"] == 0, streams.debug_counters()
+        print("OK")
+    """)
+    assert out.split() == ["OK"], out

@@ -179,14 +179,14 @@ pack() {
         "$py" -m pip install -q --only-binary=:all: "${REQUIREMENTS[@]}"
     fi
     tmp=$(mktemp -d)
-    mkdir -p "$BUNDLE_DIR" "$tmp/stage" "$tmp/c"
+    mkdir -p "$BUNDLE_DIR" "$tmp/stage" "$tmp/c/c"
     echo "== pack: $prefix, stripped"
     cp -a "$prefix" "$tmp/stage/$name"
     site="lib/python3.13t/site-packages"
     (cd "$tmp/stage/$name" &&
      rm -rf lib/python3.13t/test lib/python3.13t/idlelib lib/python3.13t/tkinter \
             lib/python3.13t/turtledemo lib/python3.13t/ensurepip \
-            lib/python3.13t/config-3.13t-*/libpython3.13t.a share \
+            lib/python3.13t/config-3.13t-*/libpython3.13t.a lib/libpython3.13t.a share \
             "$site"/nvidia "$site"/nvidia_* "$site"/pip "$site"/pip-* &&
      find . -name __pycache__ -type d -prune -exec rm -rf {} + &&
      find "$site" -path '*/tests' -type d -prune -exec rm -rf {} + &&
@@ -199,13 +199,14 @@ pack() {
         [ -f "${f%.pyx}.c" ] && [ "${f%.pyx}.c" -nt "$f" ] || fresh=0
     done
     if [ $fresh = 1 ]; then
-        cp "$ROOT"/streams/*.c "$tmp/c/"
-        sources_id > "$tmp/c/SOURCES"
+        cp "$ROOT"/streams/*.c "$tmp/c/c/"
+        sources_id > "$tmp/c/c/SOURCES"
     else
         echo "   (no fresh generated C here: Cython will run on the other side)"
     fi
     rm -f "$BUNDLE"
-    tar cf "$BUNDLE" -C "$tmp" PREFIX interp.tar.xz c
+    tar cJf "$tmp/c.tar.xz" -C "$tmp/c" c
+    tar cf "$BUNDLE" -C "$tmp" PREFIX interp.tar.xz c.tar.xz
     rm -rf "$tmp"
     ls -la "$BUNDLE"
     mib=$(( $(stat -c %s "$BUNDLE") / 1048576 ))
@@ -235,7 +236,11 @@ gpu() {
     py=$(py_of "$prefix")
     stamp="$prefix/.streams-bundle"
     want=$(cksum < "$bundle" | cut -d' ' -f1)
-    if [ ! -x "$py" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    if [ -x "$py" ] && [ ! -f "$stamp" ]; then
+        # An interpreter this script did not unpack (the machine that made
+        # the bundle): used as it is, never replaced.
+        echo "== using the interpreter already at $prefix"
+    elif [ ! -x "$py" ] || [ "$(cat "$stamp")" != "$want" ]; then
         echo "== unpacking the interpreter at $prefix"
         rm -rf "$prefix"
         mkdir -p "$(dirname "$prefix")"
@@ -248,7 +253,7 @@ gpu() {
     # was made is used when the sources are the same here.
     local cdir
     cdir=$(mktemp -d)
-    tar xf "$bundle" -C "$cdir" c 2>/dev/null || true
+    tar xOf "$bundle" c.tar.xz | tar xJf - -C "$cdir" 2>/dev/null || true
     if [ -f "$cdir/c/SOURCES" ] && [ "$(cat "$cdir/c/SOURCES")" = "$(sources_id)" ]; then
         echo "== using the bundle's generated C (sources unchanged)"
         cp "$cdir"/c/*.c "$ROOT/streams/"

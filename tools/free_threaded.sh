@@ -65,8 +65,8 @@ Suites: trixie
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 SRC
-        apt-get update -qq
     fi
+    apt-get update -qq
     # What CPython's configure looks for (the modules the suite uses:
     # ssl-less is fine, but zlib, ctypes (libffi), bz2, lzma and sqlite are not).
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \

@@ -139,6 +139,11 @@ class build_ext_with_cuda(build_ext):
                 # flags) that only the library may set.  A class that can be
                 # pickled says how (Device.__reduce__).
                 "auto_pickle": False,
+                # Free-threaded CPython (3.13t): the modules keep their shared
+                # state safe without the GIL (docs/safety.rst, "Free-threaded
+                # Python"), so importing them leaves the GIL off.  Without
+                # this, the import turns the GIL back on for the process.
+                "freethreading_compatible": True,
             },
             annotate=bool(os.environ.get("STREAMS_CYTHON_ANNOTATE")),
         )

@@ -170,7 +170,11 @@ build, pyx, include, pxd_root = sys.argv[1:5]
 ext = Extension(%r, [pyx], include_dirs=[include], extra_compile_args=["-O2"])
 setup(name="streams-cy-bench",
       ext_modules=cythonize([ext], include_path=[pxd_root], build_dir=build,
-                            compiler_directives={"language_level": 3}, quiet=True),
+                            # No module state of its own: a free-threaded
+                            # CPython may keep the GIL off when it loads it.
+                            compiler_directives={"language_level": 3,
+                                                 "freethreading_compatible": True},
+                            quiet=True),
       script_args=["build_ext", "--build-lib", build, "--build-temp", build + "/tmp"])
 """ % CY_MODULE
 

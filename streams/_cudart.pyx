@@ -9,12 +9,13 @@ a host callback, in a forked child) and turns a failure into ``CudaError``,
 so that no call site can forget either.  Releases of handles (``release_*``)
 never raise and are deferred to a safe thread when they cannot run now.
 """
+cimport cython
 from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
 from libc.stdint cimport uintptr_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memset
 
-from streams._platform cimport streams_sleep_ns
+from streams._platform cimport STREAMS_FREE_THREADED, streams_sleep_ns
 from streams.cudart cimport *
 
 cdef extern from "Python.h":
@@ -602,6 +603,8 @@ cdef QueueCount* queue_count() noexcept nogil:
 
 
 cdef Py_ssize_t queue_drain_begin() noexcept:
+    if STREAMS_FREE_THREADED:
+        return -1   # nothing is counted without a GIL (_stream.pyx, keep_gil_for)
     # Streams counted before this request find their count stale (another
     # epoch) and start again from zero; what they had stays in the total
     # until the synchronize answers, since it covers exactly that work.
@@ -613,6 +616,8 @@ cdef Py_ssize_t queue_drain_begin() noexcept:
 
 
 cdef void queue_drain_end(Py_ssize_t counted) noexcept:
+    if counted < 0:
+        return
     _queue_count.total = max(_queue_count.total - counted, 0)
 
 
@@ -1850,6 +1855,7 @@ cdef extern from "streams/floor.h" nogil:
 # The image stays referenced for the process: the floor's library, loaded
 # from it once, is never unloaded and the driver may read it again.
 cdef bytes _floor_ptx = None
+cdef object _floor_lock = object()
 
 
 cdef const char* _floor_image() except NULL:
@@ -1859,7 +1865,12 @@ cdef const char* _floor_image() except NULL:
         path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels",
                             "builtin.ptx")
         with open(path, "rb") as f:
-            _floor_ptx = f.read() + b"\0"
+            image = f.read() + b"\0"
+        # Set once, never replaced: a thread that read the first one keeps
+        # a live object (free-threaded CPython: two threads may get here).
+        with cython.critical_section(_floor_lock):
+            if _floor_ptx is None:
+                _floor_ptx = image
     return _floor_ptx
 
 

@@ -14,6 +14,7 @@ say) would crash the process there instead of raising.
 import sys as _sys
 import weakref as _weakref
 
+cimport cython
 from libc.stdint cimport uintptr_t
 
 cimport streams._cudart as rt
@@ -113,8 +114,12 @@ cdef enum:
 cdef dict _stream_readers = {}
 cdef dict _event_readers = {}
 # id(foreign stream) -> (weak reference, handle, device): cudaStreamGetDevice
-# once per object, the entry gone with the object.
+# once per object, the entry gone with the object.  The reader caches are
+# filled from any thread with single dict operations (two threads may work
+# out the same answer); the device table is changed under a critical section
+# of its own (free-threaded CPython; the GIL elsewhere).
 cdef dict _foreign_devices = {}
+cdef object _foreign_devices_lock = object()
 
 
 cdef bint _from_library(type t, str prefix):
@@ -243,9 +248,12 @@ cdef class _Forget:
     cdef object key
 
     def __call__(self, ref):
-        entry = _foreign_devices.get(self.key)
-        if entry is not None and (<tuple>entry)[0] is ref:
-            del _foreign_devices[self.key]
+        # Looked at and removed in one step: meanwhile another thread may
+        # put a new entry under the same id (the id of a new object).
+        with cython.critical_section(_foreign_devices_lock):
+            entry = _foreign_devices.get(self.key)
+            if entry is not None and (<tuple>entry)[0] is ref:
+                del _foreign_devices[self.key]
 
 
 cdef int foreign_stream_device(object obj, uintptr_t h) except -2:
@@ -267,7 +275,8 @@ cdef int foreign_stream_device(object obj, uintptr_t h) except -2:
         ref = _weakref.ref(obj, forget)
     except TypeError:
         return dev      # no weak references to it: looked up each time
-    _foreign_devices[key] = (ref, h, dev)
+    with cython.critical_section(_foreign_devices_lock):
+        _foreign_devices[key] = (ref, h, dev)
     return dev
 
 

@@ -1860,16 +1860,20 @@ cdef class GraphExec(HandleOwner):
             # Replays already queued may still use what the old nodes needed
             # (linked, not copied: updates in a loop stay linear).
             kept = tuple(graph._keep)
-            if kept:
-                self._keep = (self._keep, kept) if self._keep else kept
-                if self._marks == NULL:
-                    self._start_marks()
-            if self._boxed:
-                # Whether the old box goes now or with the executable, it
-                # holds the new one: what node updates put there lives as
-                # long as needed.
-                self._box.append(box)
-                self._box = box
+            # Under the executable's critical section, as every change of
+            # _keep, _box and _marks: launches, updates and close() of one
+            # executable may run in several threads (free-threaded CPython).
+            with cython.critical_section(self):
+                if kept:
+                    self._keep = (self._keep, kept) if self._keep else kept
+                    if self._marks == NULL:
+                        self._start_marks()
+                if self._boxed:
+                    # Whether the old box goes now or with the executable, it
+                    # holds the new one: what node updates put there lives as
+                    # long as needed.
+                    self._box.append(box)
+                    self._box = box
             return UpdateResult(True, "success", None)
         node = _wrap_node(graph, up.info.errorNode) if up.info.errorNode != NULL else None
         return UpdateResult(False, _UPDATE_RESULT_NAMES.get(up.info.result,
@@ -2158,22 +2162,27 @@ cdef class GraphExec(HandleOwner):
         # clear such a list, which only this object refers to, even after
         # __dealloc__ parked it; a tuple it cannot clear.  (_box is safe:
         # the user object's reference keeps the GC from taking it.)
-        if self._boxed:
-            self._box.append(obj)
-            return 0
-        if self._marks == NULL:
-            self._start_marks()
-        self._keep = (self._keep, obj)
+        with cython.critical_section(self):
+            if self._boxed:
+                self._box.append(obj)
+            else:
+                if self._marks == NULL:
+                    self._start_marks()
+                self._keep = (self._keep, obj)
         return 0
 
     cdef void _park(self) noexcept:
         # No user is left: hand what the replays use to the parking of
         # _cudart, which lets it go once every marked launch has ended.
-        cdef void* marks = self._marks
+        cdef void* marks
+        cdef object keep, box
+        with cython.critical_section(self):
+            marks = self._marks
+            self._marks = NULL
+            keep, box = self._keep, self._box
         if marks == NULL:
             return
-        self._marks = NULL
-        rt.park(marks, self._keep, self._box)
+        rt.park(marks, keep, box)
 
     def close(self):
         """Destroy the executable (launches already queued still run).  Idempotent.

@@ -8,6 +8,7 @@ fails it drops that reference and raises.  The trampoline (in the shim of
 graph node instead: a CUDA user object retained by the graph owns the
 reference, and every replay runs the callback.
 """
+import threading as _threading
 import weakref as _weakref
 
 cimport cython
@@ -98,23 +99,33 @@ cdef void _report(HostCall call, BaseException exc) noexcept:
 
 # ---- the capture registry -------------------------------------------------------------
 
+# Both tables change together, from any thread: under the critical section
+# of _capture_lock (free-threaded CPython; the GIL elsewhere).  A lock object
+# of their own, not one of the dicts: a dict operation inside locks its dict,
+# and a critical section is only whole while nothing inside it waits for a
+# lock held by the same thread.
+cdef object _capture_lock = object()
 cdef dict _captures = {}
 cdef dict _capture_of_stream = {}   # stream handle -> id of its latest registered capture
 
 
 cdef int register_capture(unsigned long long capture_id, ErrorSlot slot, object target,
                           Stream stream) except -1:
-    _captures[capture_id] = (slot, target)
-    _capture_of_stream[<uintptr_t>stream._handle] = capture_id
+    with cython.critical_section(_capture_lock):
+        _captures[capture_id] = (slot, target)
+        _capture_of_stream[<uintptr_t>stream._handle] = capture_id
     return 0
 
 
 cdef tuple take_capture(unsigned long long capture_id, Stream stream):
     """The (error slot, target graph) of a capture, forgotten; (None, None)."""
-    latest = _capture_of_stream.pop(<uintptr_t>stream._handle, 0)
-    if capture_id == 0:
-        capture_id = latest
-    return _captures.pop(capture_id, (None, None))
+    cdef tuple found
+    with cython.critical_section(_capture_lock):
+        latest = _capture_of_stream.pop(<uintptr_t>stream._handle, 0)
+        if capture_id == 0:
+            capture_id = latest
+        found = _captures.pop(capture_id, (None, None))
+    return found
 
 
 # ---- enqueueing ---------------------------------------------------------------------------
@@ -209,9 +220,14 @@ cdef int _enqueue_once(Stream stream, object callback, object arg, int kind,
     cdef HostCall call
     cdef PyObject* payload
     cdef int launched = 0
-    if stream._errors is None:
-        stream._errors = new_error_slot()
-    call = new_call(callback, arg, stream, stream._errors, kind)
+    cdef ErrorSlot errors
+    # One slot per stream, made by the first callback: two threads making
+    # the first at once must share it, or one's errors would be lost.
+    with cython.critical_section(stream):
+        if stream._errors is None:
+            stream._errors = new_error_slot()
+        errors = stream._errors
+    call = new_call(callback, arg, stream, errors, kind)
     payload = <PyObject*>call
     rt.payload_incref(payload)     # the reference that travels with the work item
     try:
@@ -267,11 +283,15 @@ cdef int _enqueue_captured(Stream stream, object callback, object arg,
     cdef bint moved = False
     cdef int launched = 0
     cdef HostCall call
-    slot, target = _captures.get(capture_id, (None, None))
-    if slot is None:
-        slot = new_error_slot()
-        register_capture(capture_id, slot, None, stream)
-        registered = True
+    # Looked up and, for the first enqueue into this capture, registered in
+    # one step: two threads enqueueing into one capture share its slot.
+    with cython.critical_section(_capture_lock):
+        slot, target = _captures.get(capture_id, (None, None))
+        if slot is None:
+            slot = new_error_slot()
+            _captures[capture_id] = (slot, None)
+            _capture_of_stream[<uintptr_t>stream._handle] = capture_id
+            registered = True
     call = new_call(callback, arg, None, slot, KIND_HOST_FUNC)
     call.persistent = True
     # The graph this capture makes (or extends) now holds a host callable:
@@ -297,11 +317,12 @@ cdef int _enqueue_captured(Stream stream, object callback, object arg,
 
 cdef int _forget_capture(unsigned long long capture_id, object slot, Stream stream) except -1:
     # A registration made for a capture that ended before it was used.
-    found = _captures.get(capture_id)
-    if found is not None and found[0] is slot:
-        del _captures[capture_id]
-        if _capture_of_stream.get(<uintptr_t>stream._handle) == capture_id:
-            del _capture_of_stream[<uintptr_t>stream._handle]
+    with cython.critical_section(_capture_lock):
+        found = _captures.get(capture_id)
+        if found is not None and found[0] is slot:
+            del _captures[capture_id]
+            if _capture_of_stream.get(<uintptr_t>stream._handle) == capture_id:
+                del _capture_of_stream[<uintptr_t>stream._handle]
     return 0
 
 
@@ -335,13 +356,18 @@ cdef bint _is_cffi(object obj):
 
 
 cdef object _ffi = None
+cdef object _ffi_lock = object()
 
 
 cdef object _cffi():
     global _ffi
     if _ffi is None:
         import _cffi_backend
-        _ffi = _cffi_backend.FFI()
+        made = _cffi_backend.FFI()
+        # Set once, never replaced (see _capture_lock for the lock object).
+        with cython.critical_section(_ffi_lock):
+            if _ffi is None:
+                _ffi = made
     return _ffi
 
 
@@ -647,6 +673,7 @@ cdef class _Doorbell:
 
 
 cdef object _bells = _weakref.WeakKeyDictionary()    # loop -> _Doorbell, or False: poll
+cdef object _bells_lock = _threading.Lock()
 
 
 cdef int _sweep() except -1:
@@ -667,6 +694,19 @@ cdef int _sweep() except -1:
 
 
 cdef object _doorbell(object loop):
+    found = _bells.get(loop)
+    if found is not None:
+        return found if found is not False else None
+    # Made, and the table swept, by one thread at a time: two sweeps at once
+    # would both let go of one closed loop's notifier.  A lock, not a
+    # critical section: the weak mapping runs Python code, and a critical
+    # section is let go of whenever its thread pauses for another.  Taken
+    # only the first time a loop awaits.
+    with _bells_lock:
+        return _new_doorbell(loop)
+
+
+cdef object _new_doorbell(object loop):
     cdef _Doorbell bell
     cdef streams_notifier* n
     found = _bells.get(loop)

@@ -26,7 +26,8 @@ from streams._foreign cimport (STREAM_LEGACY, STREAM_NULL, STREAM_PER_THREAD, ca
                                dlpack_stream_arg, framework_array_stream)
 from streams._handle cimport HandleOwner
 from streams._platform cimport streams_close_begin, streams_is_closed, streams_use_begin
-from streams._stream cimport Event, Stream, as_stream
+from streams._stream cimport (Event, Stream, as_stream, drop_dependent, note_dependent,
+                              settle_dependent, stream_tail)
 from streams.cudart cimport *
 
 from streams._cudart import CudaError as rt_CudaError
@@ -527,10 +528,16 @@ cdef class _Buffer(HandleOwner):
 
     def close(self):
         """Free the memory (after any user still holding it).  Idempotent."""
-        if self._views and not streams_is_closed(&self._state):
-            raise BufferError(f"cannot close a {type(self).__name__} while {self._views} "
-                              "buffer view(s) (e.g. numpy arrays) still use it")
-        self._close_handle()
+        # The look at the views and the mark closed in one critical section,
+        # which __getbuffer__ takes too: no view is handed out between them
+        # (free-threaded CPython; the GIL elsewhere).  The release that may
+        # follow the mark runs detached, which ends the section: by then
+        # every new view is refused.
+        with cython.critical_section(self):
+            if self._views and not streams_is_closed(&self._state):
+                raise BufferError(f"cannot close a {type(self).__name__} while {self._views} "
+                                  "buffer view(s) (e.g. numpy arrays) still use it")
+            self._close_handle()
 
     def __repr__(self):
         if self.closed:
@@ -576,6 +583,7 @@ cdef void _free_device_memory(void* ptr, int device, Stream stream, Stream free_
     cdef DeviceScope scope
     cdef cudaStream_t on = cudaStreamLegacy
     cdef cudaEvent_t tail = NULL
+    cdef Event tail_event = None    # keeps the tail alive while it is waited for
     cdef bint stream_used = False
     cdef void* frees = NULL
     try:
@@ -585,8 +593,10 @@ cdef void _free_device_memory(void* ptr, int device, Stream stream, Stream free_
             elif stream is not None and _try_use(stream):
                 stream_used = True
                 on = <cudaStream_t>stream._handle
-            elif stream is not None and stream._tail is not None:
-                tail = <cudaEvent_t>stream._tail._handle
+            elif stream is not None:
+                tail_event = stream_tail(stream)
+                if tail_event is not None:
+                    tail = <cudaEvent_t>tail_event._handle
             if pool is not None:
                 frees = (<MemoryPool>pool)._frees
             with nogil:
@@ -608,9 +618,7 @@ cdef void _free_device_memory(void* ptr, int device, Stream stream, Stream free_
     if free_on is not None:
         free_on._unuse()
     if stream is not None:
-        stream._dependents -= 1
-        if stream._dependents == 0 and stream.closed:
-            stream._tail = None
+        drop_dependent(stream)
     if pool is not None:
         (<MemoryPool>pool)._unuse()   # the last user of a closed pool releases it
 
@@ -644,9 +652,10 @@ cdef int _allocate(DeviceBuffer buf, size_t n, Stream s, MemoryPool pool) except
                                  f"{pool._device}: use a stream of device {pool._device}")
             pool._use()            # the buffer's, until its free is enqueued
             h = <cudaMemPool_t>pool._handle
-        # Counted before the GIL goes: a close() of `s` in another thread
-        # meanwhile then records where its work ends (Stream.close).
-        s._dependents += 1
+        # Counted before the enqueue, looked at after it: a close() of `s`
+        # in another thread meanwhile records where its work ends after
+        # this allocation, there or here (Stream.close).
+        note_dependent(s)
         try:
             if n:
                 with nogil:
@@ -658,8 +667,9 @@ cdef int _allocate(DeviceBuffer buf, size_t n, Stream s, MemoryPool pool) except
                             rt.malloc_from_pool_async(&p, n, h, <cudaStream_t>s._handle)
                     finally:
                         exit_device(&scope)
+            settle_dependent(s)
         except BaseException:
-            s._dependents -= 1
+            drop_dependent(s)
             if pool is not None:
                 pool._unuse()
             raise
@@ -765,16 +775,23 @@ cdef class DeviceBuffer(_Buffer):
             raise ValueError(f"stream: {on!r} is closed, so the free cannot be ordered after "
                              "its work; the buffer stays open (free it on an open stream "
                              "that waits for that work)")
-        if self._free_on is not None or self.closed:    # another close() got in first
+        # Claimed in one step: of two close(stream=...) calls at once (free-
+        # threaded CPython), one names the stream and the other just closes.
+        claimed = False
+        with cython.critical_section(self):
+            if self._free_on is None and not self.closed:
+                self._free_on = on
+                claimed = True
+        if not claimed:                 # another close() got in first
             on._unuse()
             _Buffer.close(self)
             return
-        self._free_on = on
         try:
             _Buffer.close(self)
         except BaseException:
             if not self.closed:     # refused (inside a host callback): stays open
-                self._free_on = None
+                with cython.critical_section(self):
+                    self._free_on = None
                 on._unuse()
             raise
 
@@ -799,10 +816,12 @@ cdef class DeviceBuffer(_Buffer):
         cdef Stream s = self._stream
         cdef DeviceScope scope
         cdef cudaEvent_t tail
+        cdef Event tail_event
         if not s.closed:
             return 1 if s._handle == NULL else <uintptr_t>s._handle
-        if s._tail is not None:
-            tail = <cudaEvent_t>s._tail._handle
+        tail_event = stream_tail(s)
+        if tail_event is not None:
+            tail = <cudaEvent_t>tail_event._handle
             with nogil:
                 enter_device(&scope, self._device)
                 try:
@@ -860,7 +879,9 @@ cdef class _HostBuffer(_Buffer):
     """Host memory with the buffer protocol (numpy.asarray works, no copy)."""
 
     def __getbuffer__(self, Py_buffer* view, int flags):
-        self._check_open()
+        with cython.critical_section(self):     # against close(): see _Buffer.close
+            self._check_open()
+            self._views += 1
         view.buf = self._ptr
         view.obj = self
         view.len = self._nbytes
@@ -876,10 +897,10 @@ cdef class _HostBuffer(_Buffer):
         view.strides = NULL
         view.suboffsets = NULL
         view.internal = NULL
-        self._views += 1
 
     def __releasebuffer__(self, Py_buffer* view):
-        self._views -= 1
+        with cython.critical_section(self):
+            self._views -= 1
 
     cdef void _release_memory(self) noexcept:
         rt.count(rt.STREAMS_CNT_BUFFER_FREED)
@@ -1020,6 +1041,7 @@ cdef MemoryPool _new_pool(void* handle, int dev, bint ipc, bint owned, void* fre
 
 
 cdef object _default_pools = {}     # device -> the MemoryPool of its default pool
+cdef object _default_pools_lock = object()  # its critical section (see _hostcall's _capture_lock)
 
 
 @cython.final
@@ -1093,8 +1115,14 @@ cdef class MemoryPool(HandleOwner):
             return pool
         with nogil:
             rt.device_get_default_mem_pool(&h, dev)
-        pool = _new_pool(<void*>h, dev, False, False, NULL)
-        _default_pools[dev] = pool
+        made = _new_pool(<void*>h, dev, False, False, NULL)
+        # Threads asking at once all get the first one made (a wrapper of
+        # the default pool owns nothing: the others just go).
+        with cython.critical_section(_default_pools_lock):
+            pool = _default_pools.get(dev)
+            if pool is None or (<MemoryPool>pool).closed:
+                pool = made
+                _default_pools[dev] = pool
         return pool
 
     @staticmethod
@@ -1190,7 +1218,7 @@ cdef class MemoryPool(HandleOwner):
         if not _try_use(s):
             self._unuse()
             raise ValueError(f"stream: {s!r} is closed")
-        s._dependents += 1
+        note_dependent(s)
         try:
             with nogil:
                 enter_device(&scope, self._device)
@@ -1198,8 +1226,9 @@ cdef class MemoryPool(HandleOwner):
                     rt.mem_pool_import_pointer(&p, <cudaMemPool_t>self._handle, &data)
                 finally:
                     exit_device(&scope)
+            settle_dependent(s)
         except BaseException:
-            s._dependents -= 1
+            drop_dependent(s)
             self._unuse()
             raise
         finally:

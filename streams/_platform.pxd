@@ -18,8 +18,14 @@ cdef extern from "streams/handle.h" nogil:
     int streams_held_use_end(unsigned int* state)
     int streams_close_begin(unsigned int* state)
     int streams_is_closed(const unsigned int* state)
+    int streams_closed_now(const unsigned int* state)
     void streams_open(unsigned int* state)
     void streams_mark_bit(unsigned long long* mask, int bit)
+    int streams_count_add(int* count, int delta)
+    int streams_count_get(const int* count)
+    # 1 on a free-threaded CPython (no GIL), 0 otherwise: a C constant, so
+    # a branch on it compiles away.
+    const bint STREAMS_FREE_THREADED
     void* streams_ptr_load(void* const* p)
     void streams_ptr_store(void** p, void* value)
 

@@ -22,11 +22,12 @@ from streams._foreign cimport (STREAM_LEGACY, STREAM_NULL, STREAM_PER_THREAD,
                                check_event_handle, check_stream_handle, foreign_event,
                                foreign_stream, foreign_stream_device)
 from streams._handle cimport HandleOwner
-from streams._platform cimport (streams_cpu_relax, streams_cpu_yield, streams_is_closed,
-                                streams_now_ns, streams_pool, streams_pool_close,
+from streams._platform cimport (STREAMS_FREE_THREADED, streams_closed_now, streams_count_add,
+                                streams_count_get, streams_cpu_relax, streams_cpu_yield,
+                                streams_is_closed, streams_now_ns, streams_pool, streams_pool_close,
                                 streams_pool_idle, streams_pool_new, streams_pool_put,
                                 streams_pool_ref, streams_pool_take, streams_pool_unref,
-                                streams_sleep_ns)
+                                streams_sleep_ns, streams_use_begin, streams_use_end)
 from streams.cudart cimport *
 
 from streams._args import StreamsEnum
@@ -426,7 +427,10 @@ cdef class Waitable(HandleOwner):
             # was counted on it stays counted.
             _forget_if_idle(<Stream>self)
         if self._close_handle(rt.enqueue_may_keep_gil()) == 1:
-            self._owner = None
+            # A reader of .owner in another thread takes its reference under
+            # the same critical section, never one this drop is freeing.
+            with cython.critical_section(self):
+                self._owner = None
 
     def __eq__(self, other):
         if not isinstance(other, Waitable) or (<Waitable>other)._kind != self._kind:
@@ -467,6 +471,20 @@ cdef class Waitable(HandleOwner):
 # libraries or the C-level API (`c_*`, which never holds the GIL) enqueue;
 # a queue that such work fills to within QUEUE_BUDGET of the driver's depth
 # behind a host wait can still block an enqueue that keeps the GIL.
+#
+# Free-threaded CPython (no GIL): the rule is not used; every enqueue made
+# from Python runs detached from the interpreter (`with nogil` releases the
+# thread state there).  The GIL is gone, but the deadlock is not: a thread
+# that stays attached while it blocks in the driver holds up every
+# stop-the-world pause (the cyclic GC, some type changes), and a thread
+# that wants to attach meanwhile (CUDA's callback thread entering Python
+# for a host callback the GPU waits for) waits for that pause to end: the
+# GPU, the callback and the pause then wait on one another.  Detached, a
+# blocked enqueue holds nothing another thread needs.  Detaching costs a
+# pair of atomic operations on the thread's own state, far less than the
+# process-wide counts of the budget would cost shared between threads, and
+# no count is kept: _queued stays 0, so query(), synchronize() and close()
+# forget nothing.
 cdef enum:
     QUEUE_BUDGET = 256
     QUEUE_PROBE = 64
@@ -512,7 +530,10 @@ cdef void _forget_if_idle(Stream stream) noexcept:
 
 cdef int keep_gil_for(Stream stream) except -1:
     cdef Py_ssize_t n
-    cdef unsigned long long epoch = _queue.epoch
+    cdef unsigned long long epoch
+    if STREAMS_FREE_THREADED:
+        return 0    # never attached while blocked in the driver (above)
+    epoch = _queue.epoch
     if stream._queue_epoch != epoch:
         stream._queued = 0
         stream._queue_epoch = epoch
@@ -535,6 +556,8 @@ cdef int keep_gil_for_foreign(void* stream) except -1:
     # one count for them all, forgotten when the one stream they went to is
     # seen idle (several: only by a device synchronize).
     cdef Py_ssize_t n
+    if STREAMS_FREE_THREADED:
+        return 0
     if _queue.foreign == 0:
         _queue.foreign_stream = stream
         _queue.foreign_mixed = False
@@ -625,7 +648,12 @@ def current_stream(device=None):
     if s is not None:
         return s
     if _current_source is not None:
-        return _current_source(dev)
+        # Replaced by follow_current_stream in another thread perhaps: the
+        # reference is taken under the lock the replacement takes.
+        with cython.critical_section(_current_source_lock):
+            source = _current_source
+        if source is not None:
+            return source(dev)
     return Stream.legacy
 
 
@@ -646,6 +674,7 @@ def _thread_currents(replace=None):
 # stream, streams._interop.follow_current_stream).  One global read when
 # unset, so the usual path costs nothing more.
 cdef object _current_source = None
+cdef object _current_source_lock = object()
 
 
 def _set_current_source(source):
@@ -653,8 +682,9 @@ def _set_current_source(source):
     global _current_source
     if source is not None and not callable(source):
         raise TypeError(f"source must be callable or None, not {type(source).__name__}")
-    previous = _current_source
-    _current_source = source
+    with cython.critical_section(_current_source_lock):
+        previous = _current_source
+        _current_source = source
     return previous
 
 
@@ -1276,7 +1306,11 @@ cdef class Stream(Waitable):
 
     @property
     def owner(self):
-        return self._owner
+        # close() drops _owner, perhaps in another thread: read it whole.
+        cdef object owner
+        with cython.critical_section(self):
+            owner = self._owner
+        return owner
 
     @property
     def sm_count(self):
@@ -1311,14 +1345,40 @@ cdef class Stream(Waitable):
         owner.  A call still running on the stream in another thread
         finishes first: the handle is released when it leaves.
         """
+        cdef bint last
         if self._special or streams_is_closed(&self._state):
             return
         rt.guard()
-        if self._dependents > 0 and self._tail is None:
-            # Buffers that will be freed after this stream's work: mark where
-            # that work ends while the stream can still be recorded on.
-            self._tail = self.record()
-        Waitable.close(self)
+        # Buffers allocated on this stream and not yet freed (_dependents)
+        # will be freed after its work: the tail marks where that work ends.
+        # An allocation in another thread counts itself, enqueues, and then
+        # looks whether the stream was closed meanwhile (settle_dependent);
+        # this close marks the stream closed and then reads the count.  Both
+        # sequentially consistent, so at least one of the two sees the
+        # other and marks the tail after the allocation.  This close holds a
+        # use of its own across that, so the handle is still alive to record
+        # on; the handle is then released when that use ends (here, unless a
+        # call in another thread is still inside).
+        if streams_use_begin(&self._state) != 0:
+            self._unuse()       # closed meanwhile by another thread
+            return
+        try:
+            Waitable.close(self)
+            if streams_count_get(&self._dependents) > 0:
+                mark_tail(self)
+        finally:
+            last = streams_use_end(&self._state)
+            if last and self._owns_handle:
+                # The release close() makes, checked (CudaError) as it is for
+                # every handle: this close was the last user.
+                if rt.enqueue_may_keep_gil():
+                    self._destroy()
+                else:
+                    with nogil:
+                        self._destroy()
+        if last:
+            with cython.critical_section(self):
+                self._owner = None
 
     def __repr__(self):
         cdef uintptr_t h = <uintptr_t>self._handle
@@ -1331,23 +1391,94 @@ cdef class Stream(Waitable):
         return f"<streams.Stream handle=0x{h:x} device={self._device} {kind}>"
 
 
+# ---- where a closed stream's work ends --------------------------------------------
+# Buffers allocated on a stream count themselves in its _dependents until
+# their free is enqueued.  A stream closed with some left records a tail
+# event, which those frees wait for on the legacy stream.  The count moves
+# from any thread (atomically); the tail is read and replaced under the
+# stream's critical section (free-threaded CPython; the GIL elsewhere), and
+# a reader keeps its own reference to the Event, so a replacement or the
+# last free clearing it cannot destroy the event under the reader.
+
+cdef void note_dependent(Stream s) noexcept nogil:
+    # Before an allocation is enqueued on s, the caller holding a use of s.
+    streams_count_add(&s._dependents, 1)
+
+
+cdef int settle_dependent(Stream s) except -1:
+    # After the allocation was enqueued on s, the caller's use still held.
+    if streams_closed_now(&s._state):
+        # A close() in another thread set CLOSED before this look and may
+        # have read the count before it moved: mark the tail after our
+        # allocation, on the handle our use keeps alive.
+        mark_tail(s)
+    return 0
+
+
+cdef int mark_tail(Stream s) except -1:
+    # Record where s's work ends now; the caller holds a use of s.  The
+    # record and the swap run in one critical section with the thread
+    # attached (a record of an event does not block: docs/safety.rst, the
+    # figures of tools/queue_depth.py), so of two threads marking at once
+    # the later record in stream order is the one kept.
+    cdef Event ev = new_event(s._device, cudaEventDisableTiming)
+    cdef Event old = None
+    with cython.critical_section(s):
+        if streams_count_get(&s._dependents) > 0:
+            rt.event_record(<cudaEvent_t>ev._handle, <cudaStream_t>s._handle, 0)
+            ev._recorded = True
+            old = s._tail
+            s._tail = ev
+    # `old` (and `ev` when nothing was left to order) goes here, outside
+    # the critical section: its close may detach.
+    return 0
+
+
+cdef Event stream_tail(Stream s):
+    # The tail event of a closed stream, or None; the caller's reference
+    # keeps it alive while it uses the handle.
+    cdef Event ev
+    with cython.critical_section(s):
+        ev = s._tail
+    return ev
+
+
+cdef void drop_dependent(Stream s) noexcept:
+    # A buffer's free was enqueued: the last one lets the tail go.
+    cdef Event old = None
+    if streams_count_add(&s._dependents, -1) == 0 and streams_is_closed(&s._state):
+        with cython.critical_section(s):
+            if streams_count_get(&s._dependents) == 0:
+                old = s._tail
+                s._tail = None
+
+
 cdef class ErrorSlot:
     """The first exception of the host callbacks of one stream or graph."""
     # The GC may clear it (no teardown), and must be able to: `first` holds
     # an exception, whose traceback may refer back to its stream or graph.
+    # Callbacks of one stream run on CUDA's thread while a synchronize in
+    # another thread takes the error: both under the slot's critical section
+    # (free-threaded CPython; the GIL elsewhere, where it compiles away).
 
     def __init__(self, *args, **kwargs):
         rt.refuse_construction(self, "streams and graphs make their own")
 
     cdef void keep_first(self, object callback, object exc) noexcept:
-        if self.first is None:
-            self.first = (callback, exc)
+        with cython.critical_section(self):
+            if self.first is None:
+                self.first = (callback, exc)
 
     cdef int raise_pending(self, str what) except -1:
+        cdef object first
         if self.first is None:
+            return 0    # a look at the pointer, no reference taken: the common case
+        with cython.critical_section(self):
+            first = self.first
+            self.first = None
+        if first is None:
             return 0
-        fn, exc = self.first
-        self.first = None
+        fn, exc = first
         raise HostCallbackError(f"{what} {fn!r} raised {type(exc).__name__}: {exc}") from exc
 
 
@@ -1557,7 +1688,10 @@ cdef class Event(Waitable):
     @property
     def owner(self):
         """What ``from_handle`` keeps alive (None for an owned event)."""
-        return self._owner
+        cdef object owner
+        with cython.critical_section(self):
+            owner = self._owner
+        return owner
 
     @staticmethod
     def from_ipc_handle(handle, device=None):
@@ -1654,29 +1788,51 @@ cdef class _HandlePool:
             raise TypeError(f"maxsize must be an int, not {type(maxsize).__name__}")
         if maxsize < 0 or maxsize > 1 << 20:
             raise ValueError(f"maxsize must be between 0 and {1 << 20}, got {maxsize}")
-        if self._pool != NULL:
+        cdef void* p = streams_pool_new(<size_t>maxsize)
+        cdef bint again = False
+        if p == NULL:
+            raise MemoryError()
+        with cython.critical_section(self):
+            if self._pool != NULL:
+                again = True
+            else:
+                self._kind = kind
+                self._device = device
+                self._maxsize = maxsize
+                self._pool = p
+        if again:
+            streams_pool_unref(<streams_pool*>p)
             raise RuntimeError(f"{type(self).__name__}.__init__ was called on a pool that was "
                                "already initialised: make a new one instead")
-        self._kind = kind
-        self._device = device
-        self._maxsize = maxsize
-        self._pool = <void*>streams_pool_new(<size_t>maxsize)
-        if self._pool == NULL:
-            raise MemoryError()
         return 0
 
+    # _pool is read and cleared under the pool object's critical section
+    # (free-threaded CPython; the GIL elsewhere): a close() in another thread
+    # cannot let the C pool go between a look at the pointer and its use.
+    # The C pool's own mutex, taken inside, is never held while waiting for
+    # anything else.
+
     cdef void* _take(self) except? NULL:
-        if self._pool == NULL:
+        cdef void* h = NULL
+        cdef bint is_open = False
+        with cython.critical_section(self):
+            if self._pool != NULL:
+                is_open = True
+                h = streams_pool_take(<streams_pool*>self._pool)
+        if not is_open:
             rt.raise_closed(self)
-        return streams_pool_take(<streams_pool*>self._pool)
+        return h
 
     cdef void* _lend(self) noexcept:
         # For an object whose handle goes back here: its reference to the
         # pool.  NULL, a plain owned handle, when another thread closed the
         # pool while acquire() made the handle with the GIL released.
-        if self._pool != NULL:
-            streams_pool_ref(<streams_pool*>self._pool)
-        return self._pool
+        cdef void* p
+        with cython.critical_section(self):
+            p = self._pool
+            if p != NULL:
+                streams_pool_ref(<streams_pool*>p)
+        return p
 
     @property
     def maxsize(self):
@@ -1686,9 +1842,11 @@ cdef class _HandlePool:
     @property
     def idle(self):
         """How many idle handles the pool holds now."""
-        if self._pool == NULL:
-            return 0
-        return streams_pool_idle(<streams_pool*>self._pool)
+        cdef size_t n = 0
+        with cython.critical_section(self):
+            if self._pool != NULL:
+                n = streams_pool_idle(<streams_pool*>self._pool)
+        return n
 
     @property
     def device_id(self):
@@ -1709,14 +1867,21 @@ cdef class _HandlePool:
     cdef void _shut(self) noexcept:
         # Never raises: the idle handles are released one by one (deferred
         # where CUDA cannot be called here).
+        # The pointer is taken in one step: of two close() calls at once,
+        # one shuts the C pool and the other finds nothing left to do.
         cdef void* h
-        streams_pool_close(<streams_pool*>self._pool)
-        h = streams_pool_take(<streams_pool*>self._pool)
+        cdef void* p
+        with cython.critical_section(self):
+            p = self._pool
+            self._pool = NULL
+        if p == NULL:
+            return
+        streams_pool_close(<streams_pool*>p)
+        h = streams_pool_take(<streams_pool*>p)
         while h != NULL:
             rt.release_handle(self._kind, h)
-            h = streams_pool_take(<streams_pool*>self._pool)
-        streams_pool_unref(<streams_pool*>self._pool)
-        self._pool = NULL
+            h = streams_pool_take(<streams_pool*>p)
+        streams_pool_unref(<streams_pool*>p)
 
     def __dealloc__(self):
         if self._pool != NULL:
@@ -1823,6 +1988,8 @@ cdef class EventPool(_HandlePool):
         return not (self._flags & cudaEventDisableTiming)
 
 
+# Filled from any thread by single dict operations: two threads at the
+# first call both import and store the same function.
 cdef dict _later_names = {}
 
 

@@ -39,6 +39,27 @@ def to_host(buf, stream):
     return host
 
 
+# A free-threaded CPython (3.13t): no GIL.
+FREE_THREADED = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+
+
+def refcount_back(obj, expected):
+    """Whether the references to ``obj`` are ``expected`` again (as
+    ``sys.getrefcount`` counted them in the caller) after host callbacks that
+    held it ran and ``synchronize()`` returned.
+
+    With a GIL, CUDA's callback thread drops the payloads before the
+    synchronize returns: exact at once.  On a free-threaded CPython an
+    object belongs to the thread that made it (biased reference counting):
+    a payload this thread made and CUDA's thread let go last is handed back
+    and freed by this thread at its next check for pending work, moments
+    later.  There the count is polled (up to 2 s) until it settles."""
+    if not FREE_THREADED:
+        # `obj` here holds one reference more than in the caller.
+        return sys.getrefcount(obj) - 1 == expected
+    return wait_for_refcount(obj, expected)
+
+
 def wait_for_refcount(obj, expected, timeout=2.0):
     """Whether the references to ``obj`` settle at ``expected`` within
     ``timeout``: graph-owned references are released on CUDA's thread and
@@ -118,16 +139,21 @@ def run_in_loop_without_readers(coro_fn):
 
 
 def env_importing_this_streams(extra=None):
-    """``os.environ`` (plus ``extra``) for a child Python that imports the
-    same ``streams`` as this process: an in-place build's folder goes first
-    on PYTHONPATH; an installed package needs nothing."""
+    """``os.environ`` (plus ``extra``; a value None removes the variable)
+    for a child Python that imports the same ``streams`` as this process: an
+    in-place build's folder goes first on PYTHONPATH; an installed package
+    needs nothing."""
     parent = Path(streams.__file__).resolve().parent.parent
     site_dirs = {Path(p).resolve() for p in
                  (sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"])}
     env = dict(os.environ)
     # A child that dies of a signal says where, in every thread.
     env.setdefault("PYTHONFAULTHANDLER", "1")
-    env.update(extra or {})
+    for key, value in (extra or {}).items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
     if parent not in site_dirs:
         env["PYTHONPATH"] = os.pathsep.join(
             [str(parent)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))

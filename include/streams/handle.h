@@ -78,6 +78,13 @@ static inline int streams_is_closed(const unsigned int *state) {
     return (__atomic_load_n(state, __ATOMIC_ACQUIRE) & STREAMS_H_CLOSED) != 0;
 }
 
+/* As streams_is_closed, sequentially consistent: for a look that must be
+ * ordered after the caller's own streams_count_add (streams/_stream.pyx,
+ * Stream.close and the allocations that count on the stream). */
+static inline int streams_closed_now(const unsigned int *state) {
+    return (__atomic_load_n(state, __ATOMIC_SEQ_CST) & STREAMS_H_CLOSED) != 0;
+}
+
 static inline void streams_open(unsigned int *state) {
     __atomic_store_n(state, 0u, __ATOMIC_RELEASE);
 }
@@ -91,6 +98,26 @@ static inline void *streams_ptr_load(void *const *p) {
 static inline void streams_ptr_store(void **p, void *value) {
     __atomic_store_n(p, value, __ATOMIC_RELEASE);
 }
+
+/* A count that threads change without a common lock (a stream's buffers
+ * whose free waits for its work): sequentially consistent, so that a
+ * change here and a look at an object's CLOSED bit order against a close()
+ * that sets the bit and then reads the count (streams/_memory.pyx). */
+static inline int streams_count_add(int *count, int delta) {
+    return __atomic_add_fetch(count, delta, __ATOMIC_SEQ_CST);
+}
+
+static inline int streams_count_get(const int *count) {
+    return __atomic_load_n(count, __ATOMIC_SEQ_CST);
+}
+
+/* 1 on a free-threaded CPython (3.13t, no GIL): Cython code asks it where
+ * a rule rests on the GIL (the enqueues that keep it, streams/_stream.pyx). */
+#ifdef Py_GIL_DISABLED
+#define STREAMS_FREE_THREADED 1
+#else
+#define STREAMS_FREE_THREADED 0
+#endif
 
 /* Remember that something (a device index) was used, from any thread. */
 static inline void streams_mark_bit(unsigned long long *mask, int bit) {

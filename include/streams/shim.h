@@ -261,8 +261,24 @@ static int streams_wait_trampolines_idle(long long timeout_ns) {
  * deleting a Python thread state for every callback costs microseconds, so
  * the first callback on such a thread keeps its thread state alive (the
  * same extra gilstate count pybind11 takes); it lives until the process
- * ends. */
+ * ends.
+ *
+ * Not on a free-threaded CPython: there an object belongs to the thread
+ * state that made it (biased reference counting), and another thread that
+ * drops its last reference hands it back to that thread state, which frees
+ * it the next time it runs Python.  A kept thread state of CUDA's thread
+ * runs Python only at the next callback, so what a callback made and
+ * someone else let go (an exception, the report given to
+ * sys.unraisablehook, which names the callback's payload) would stay alive
+ * until then: a leak for as long as no callback comes.  A thread state
+ * deleted after each callback gives its objects back at once, and later
+ * drops free them on the spot. */
 static _Thread_local int streams_tls_tstate_pinned = 0;
+#ifdef Py_GIL_DISABLED
+#define STREAMS_PIN_CALLBACK_TSTATE 0
+#else
+#define STREAMS_PIN_CALLBACK_TSTATE 1
+#endif
 
 static void streams_run_payload(void *payload, int status, int consume) {
     PyGILState_STATE gil;
@@ -276,7 +292,7 @@ static void streams_run_payload(void *payload, int status, int consume) {
         return;
     }
     gil = PyGILState_Ensure();
-    if (!streams_tls_tstate_pinned) {
+    if (STREAMS_PIN_CALLBACK_TSTATE && !streams_tls_tstate_pinned) {
         PyThreadState_Get()->gilstate_counter++;
         streams_tls_tstate_pinned = 1;
     }
@@ -702,7 +718,11 @@ static void streams_marks_free(streams_marks_t *m) {
 /* What gone executables still hold, until their marks say the replays
  * ended; and memory pools whose destroy waits for the frees of their
  * memory still queued (`release`, run once the marks are done).  Parked
- * and polled with the GIL held. */
+ * and polled with the GIL held (attached, on a free-threaded CPython, where
+ * several threads do it at once: the list is under streams_parked_lock,
+ * held to change the list and to ask the marks, which never waits for the
+ * GPU; what is let go is let go outside it).  Never taken on the status or
+ * enqueue paths. */
 typedef struct {
     streams_marks_t *marks;
     PyObject *keep[2];
@@ -710,21 +730,28 @@ typedef struct {
     void *arg;
     int kind;
 } streams_parked_t;
+static pthread_mutex_t streams_parked_lock = PTHREAD_MUTEX_INITIALIZER;
 static streams_parked_t *streams_parked = NULL;
 static size_t streams_parked_len = 0, streams_parked_cap = 0;
+static atomic_size_t streams_parked_now = 0;    /* streams_parked_len, read without the lock */
 
 static int streams_park_item(streams_parked_t item) {
     streams_parked_t *grown;
     size_t cap;
+    pthread_mutex_lock(&streams_parked_lock);
     if (streams_parked_len == streams_parked_cap) {
         cap = streams_parked_cap ? 2 * streams_parked_cap : 8;
         grown = (streams_parked_t *)realloc(streams_parked, cap * sizeof(*grown));
-        if (!grown)
+        if (!grown) {
+            pthread_mutex_unlock(&streams_parked_lock);
             return -1;
+        }
         streams_parked = grown;
         streams_parked_cap = cap;
     }
     streams_parked[streams_parked_len++] = item;
+    atomic_store_explicit(&streams_parked_now, streams_parked_len, memory_order_relaxed);
+    pthread_mutex_unlock(&streams_parked_lock);
     return 0;
 }
 
@@ -732,10 +759,15 @@ static int streams_park_item(streams_parked_t item) {
  * when out of memory: the caller then waits for the marks itself. */
 static int streams_park(streams_marks_t *m, PyObject *a, PyObject *b) {
     streams_parked_t item = {m, {a, b}, NULL, NULL, 0};
-    if (streams_park_item(item) != 0)
-        return -1;
+    /* Taken before the item is in the list: a poll in another thread may
+     * let it go at once. */
     Py_XINCREF(a);
     Py_XINCREF(b);
+    if (streams_park_item(item) != 0) {
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+        return -1;
+    }
     return 0;
 }
 
@@ -748,19 +780,27 @@ static int streams_park_release(streams_marks_t *m, streams_release_fn fn, void 
     return streams_park_item(item);
 }
 
-static size_t streams_parked_count(void) { return streams_parked_len; }
+static size_t streams_parked_count(void) {
+    return atomic_load_explicit(&streams_parked_now, memory_order_relaxed);
+}
 
 /* Let go of what the ended replays held; returns how many were let go.
  * The drops run after the list is consistent again: a drop may run a
  * finalizer that parks or polls. */
 static Py_ssize_t streams_poll_parked(void) {
     streams_parked_t *done_items;
-    size_t i, kept = 0, n_done = 0, total = streams_parked_len;
-    if (total == 0 || streams_guard_state() != 0 || streams_is_shutting_down())
+    size_t i, kept = 0, n_done = 0, total;
+    if (streams_parked_count() == 0 || streams_guard_state() != 0
+            || streams_is_shutting_down())
         return 0;
-    done_items = (streams_parked_t *)malloc(total * sizeof(*done_items));
-    if (!done_items)
+    pthread_mutex_lock(&streams_parked_lock);
+    total = streams_parked_len;
+    done_items = total ? (streams_parked_t *)malloc(total * sizeof(*done_items)) : NULL;
+    if (!done_items) {
+        pthread_mutex_unlock(&streams_parked_lock);
         return 0;
+    }
+    /* cudaEventQuery never waits for the GPU: the lock is held briefly. */
     for (i = 0; i < total; i++) {
         if (streams_marks_done(streams_parked[i].marks))
             done_items[n_done++] = streams_parked[i];
@@ -768,6 +808,8 @@ static Py_ssize_t streams_poll_parked(void) {
             streams_parked[kept++] = streams_parked[i];
     }
     streams_parked_len = kept;
+    atomic_store_explicit(&streams_parked_now, kept, memory_order_relaxed);
+    pthread_mutex_unlock(&streams_parked_lock);
     for (i = 0; i < n_done; i++) {
         streams_marks_free(done_items[i].marks);
         if (done_items[i].release)
@@ -909,6 +951,9 @@ static void streams_atfork_parent(void) {
 static void streams_atfork_child(void) {
     int i;
     pthread_mutex_init(&streams_deferred_lock, NULL);
+    /* Another thread may have held it at the fork; the child never polls
+     * the parent's parked items (CUDA is unusable there) but may park. */
+    pthread_mutex_init(&streams_parked_lock, NULL);
     /* The queued releases name the parent's handles: never run them. */
     streams_deferred = NULL;
     streams_deferred_len = streams_deferred_cap = 0;

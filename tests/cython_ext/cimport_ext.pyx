@@ -1,8 +1,10 @@
-# cython: language_level=3
+# cython: language_level=3, freethreading_compatible=True
 # A downstream extension that cimports streams, as another project would.
 # Built by tests/test_cimport.py with only streams.get_include() added to
 # include_dirs: no CUDA headers, no cudart.  Every class with a C-level API
 # is reached through `from streams cimport ...` and called without the GIL.
+# It keeps no shared state of its own, so it declares that a free-threaded
+# CPython may run it without the GIL (importing it leaves the GIL off).
 from libc.stdint cimport uintptr_t
 
 from streams cimport Event, Graph, GraphExec, Kernel, PreparedLaunch, Stream

@@ -1,0 +1,226 @@
+"""The package's shared tables and objects used from many threads at once,
+without a GPU.  On a free-threaded CPython (3.13t, no GIL: tools/free_threaded.sh
+runs this suite under one) the threads really run side by side; with a GIL
+the same tests check the same results, interleaved.
+
+Each hammer runs in a child Python: a missing lock can crash the process."""
+import sys
+import sysconfig
+import textwrap
+
+import pytest
+
+from _support import FREE_THREADED, run_python
+
+import streams
+
+THREADS = 8
+
+
+def run_hammer(body, timeout=120):
+    """Run ``body`` in a child; it prints ``OK`` last when every check held."""
+    code = textwrap.dedent("""
+        import sys, threading
+        import streams
+        from streams import Stream, Event
+
+        THREADS = %d
+
+        def hammer(work, rounds):
+            # `work(i, k)` in THREADS threads, `rounds` times each, all
+            # started at once; the exceptions they raised, by type name.
+            start = threading.Barrier(THREADS)
+            errors = []
+            lock = threading.Lock()
+
+            def run(i):
+                start.wait()
+                for k in range(rounds):
+                    try:
+                        work(i, k)
+                    except Exception as exc:
+                        with lock:
+                            errors.append(f"{type(exc).__name__}: {exc}")
+
+            threads = [threading.Thread(target=run, args=(i,)) for i in range(THREADS)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            return errors
+    """ % THREADS) + textwrap.dedent(body)
+    result = run_python(code, timeout=timeout)
+    assert result.returncode == 0, (result.stdout[-2000:], result.stderr[-3000:])
+    assert result.stdout.strip().splitlines()[-1] == "OK", (result.stdout[-2000:],
+                                                            result.stderr[-3000:])
+    return result
+
+
+def test_the_build_declares_free_threading_where_it_matters():
+    """On a free-threaded interpreter, importing every module of the package
+    leaves the GIL off: each extension declares that it runs without it."""
+    if not FREE_THREADED:
+        pytest.skip("a CPython with a GIL: nothing to declare")
+    result = run_python(textwrap.dedent("""
+        import sys, warnings
+        warnings.simplefilter("error", RuntimeWarning)
+        import streams, streams.testing
+        from streams import (_cudart, _handle, _args, _device, _foreign, _stream, _hostcall,
+                             _memory, _launch, _graph)
+        print("GIL", sys._is_gil_enabled())
+    """), timeout=60, extra_env={"PYTHON_GIL": None})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split() == ["GIL", "False"]
+
+
+def test_foreign_stream_readers_from_many_threads():
+    """The per-type cache of how a foreign stream gives its handle is filled
+    from 8 threads at once, for new types each round: every answer is the
+    stream the object names."""
+    run_hammer("""
+        def make_type(i, k):
+            # A new type each call: each is a first lookup in the cache.
+            if (i + k) % 3 == 0:
+                return type(f"P{i}_{k}", (), {"__cuda_stream__": lambda self: (0, 2)})
+            if (i + k) % 3 == 1:
+                return type(f"C{i}_{k}", (), {"cuda_stream": 1})
+            return type(f"N{i}_{k}", (), {})
+
+        def work(i, k):
+            t = make_type(i, k)
+            obj = t()
+            kind = (i + k) % 3
+            if kind == 2:
+                try:
+                    streams.as_stream(obj)
+                except TypeError:
+                    return
+                raise AssertionError("an object that names no stream was taken")
+            got = streams.as_stream(obj)
+            want = Stream.per_thread if kind == 0 else Stream.legacy
+            assert got == want and got.handle == want.handle, (got, want)
+
+        errors = hammer(work, 300)
+        assert not errors, errors[:5]
+        print("OK")
+    """)
+
+
+def test_special_streams_and_handles_from_many_threads():
+    """from_handle of the special handles, their properties, equality and
+    close(), from 8 threads: always equal to the singletons, never closed."""
+    run_hammer("""
+        specials = {0: Stream.null, 1: Stream.legacy, 2: Stream.per_thread}
+
+        def work(i, k):
+            h = (i + k) % 3
+            s = Stream.from_handle(h)
+            assert s == specials[h] and hash(s) == hash(specials[h]), (h, s)
+            assert s.handle == h
+            assert s.owner is None
+            assert not s.closed
+            s.close()           # a no-op for the special streams
+            assert not s.closed
+
+        errors = hammer(work, 2000)
+        assert not errors, errors[:5]
+        print("OK")
+    """)
+
+
+def test_new_made_objects_refuse_cleanly_from_many_threads():
+    """Objects made with __new__, shared by 8 threads that call their methods
+    and close them at once: every call refuses with a clean exception, none
+    crashes, and close() stays idempotent."""
+    run_hammer("""
+        objs = [Stream.__new__(Stream), Event.__new__(Event),
+                streams.StreamPool.__new__(streams.StreamPool),
+                streams.EventPool.__new__(streams.EventPool),
+                streams.DeviceBuffer.__new__(streams.DeviceBuffer),
+                streams.MemoryPool.__new__(streams.MemoryPool),
+                streams.Graph.__new__(streams.Graph),
+                streams.GraphExec.__new__(streams.GraphExec)]
+        calls = [
+            lambda o: o.close(),
+            lambda o: o.closed,
+            lambda o: repr(o),
+            lambda o: o.query() if hasattr(o, "query") else None,
+            lambda o: o.synchronize() if hasattr(o, "synchronize") else None,
+            lambda o: o.owner if hasattr(o, "owner") else None,
+            lambda o: o.idle if hasattr(o, "idle") else None,
+            lambda o: o.handle if hasattr(o, "handle") else None,
+        ]
+        allowed = ("ValueError", "TypeError", "RuntimeError", "CudaError")
+
+        def work(i, k):
+            obj = objs[(i + k) % len(objs)]
+            calls[(i * 7 + k) % len(calls)](obj)
+
+        errors = hammer(work, 3000)
+        bad = [e for e in errors if not e.startswith(allowed)]
+        assert not bad, bad[:5]
+        for o in objs:
+            o.close()
+        print("OK")
+    """)
+
+
+def test_debug_counters_and_queue_state_read_from_many_threads():
+    """The counters are read while other threads read them and drop
+    objects: every read is a complete dict with the same keys, and nothing
+    made leaks (the live counts are where they started)."""
+    run_hammer("""
+        import gc
+        from streams._stream import _queue_state
+        first = streams.debug_counters()
+        keys = set(first)
+
+        def work(i, k):
+            c = streams.debug_counters()
+            assert set(c) == keys
+            assert all(isinstance(v, (int, bool)) for v in c.values())
+            _queue_state()
+            Stream.__new__(Stream)      # made and dropped at once
+
+        errors = hammer(work, 2000)
+        assert not errors, errors[:5]
+        gc.collect()
+        last = streams.debug_counters()
+        live = [k for k in keys if k.startswith("live_") and last[k] != first[k]]
+        assert not live, [(k, first[k], last[k]) for k in live]
+        print("OK")
+    """)
+
+
+def test_imports_of_the_modules_race_cleanly():
+    """Eight threads import the package's modules at once, first thing in a
+    fresh interpreter: each gets the same, fully initialised modules."""
+    result = run_python(textwrap.dedent("""
+        import importlib, threading
+        names = ["streams", "streams._stream", "streams._memory", "streams._graph",
+                 "streams._hostcall", "streams._launch", "streams.testing"]
+        got = [None] * 8
+        start = threading.Barrier(8)
+
+        def run(i):
+            start.wait()
+            got[i] = [importlib.import_module(n) for n in names]
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(8)]
+        for t in threads: t.start()
+        for t in threads: t.join()
+        assert all(g == got[0] for g in got), got
+        import streams
+        assert streams.Stream.legacy is got[3][1].Stream.legacy
+        print("OK")
+    """), timeout=60)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split()[-1] == "OK"
+
+
+def test_free_threaded_flag_matches_the_interpreter():
+    """The tests' own idea of the build is the interpreter's."""
+    assert FREE_THREADED == bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+    if FREE_THREADED:
+        assert hasattr(sys, "_is_gil_enabled")
+    assert streams.Stream.legacy == streams.Stream.from_handle(1)

@@ -1,0 +1,451 @@
+"""Eight threads on shared and own streams, with results computed on the GPU.
+
+These run on any build; on a free-threaded CPython (tools/free_threaded.sh
+gpu) the threads enqueue, record, wait, call back, synchronize and close
+truly at once, so a structure that relied on the GIL shows here.  The
+scenarios that race close() with users run in a child Python: a missing
+lock there could crash the process."""
+import sys
+import textwrap
+import threading
+
+import pytest
+
+from _support import FREE_THREADED, N, run_python, to_host
+
+import streams
+from streams import Event, HostCallbackError, Stream
+from streams.testing import increment_u32, spin
+
+np = pytest.importorskip("numpy", reason="the results are checked with numpy")
+
+pytestmark = pytest.mark.gpu
+
+THREADS = 8
+
+
+def _child(code, timeout=240):
+    result = run_python(textwrap.dedent(code), timeout=timeout)
+    assert result.returncode == 0, (
+        f"child exited with {result.returncode}\n{result.stdout[-2000:]}\n{result.stderr[-3000:]}")
+    return result.stdout
+
+
+def _in_threads(work):
+    """``work(i)`` in THREADS threads started together; their exceptions."""
+    start = threading.Barrier(THREADS)
+    errors = []
+
+    def run(i):
+        start.wait()
+        try:
+            work(i)
+        except BaseException as exc:    # reported by the test, not lost in the thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(THREADS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors
+
+
+def test_eight_threads_enqueue_on_own_and_shared_streams(closer):
+    """Each thread increments its own buffer on its own stream and a shared
+    buffer on a shared stream, records an event on its stream that the
+    shared stream waits for, and counts its host callbacks: every increment
+    lands (the GPU's sums), every callback runs once."""
+    rounds = 200
+    shared = closer(Stream(non_blocking=True))
+    shared_buf = closer(streams.DeviceBuffer(N * 4, shared))
+    streams.memset_async(shared_buf, 0, stream=shared)
+    shared.synchronize()
+    own_streams = [closer(Stream(non_blocking=True)) for _ in range(THREADS)]
+    own_bufs = [closer(streams.DeviceBuffer(N * 4, s)) for s in own_streams]
+    for s, b in zip(own_streams, own_bufs):
+        streams.memset_async(b, 0, stream=s)
+        s.synchronize()
+    calls = [0] * THREADS
+
+    def work(i):
+        s, buf = own_streams[i], own_bufs[i]
+        ev = Event()
+        try:
+            for k in range(rounds):
+                increment_u32(s, buf.ptr, N)
+                if k % 10 == 0:
+                    ev.record(s)
+                    shared.wait_event(ev)
+                increment_u32(shared, shared_buf.ptr, N)
+                s.launch_host_func(lambda _, i=i: calls.__setitem__(i, calls[i] + 1), None)
+            s.synchronize()
+        finally:
+            ev.close()
+
+    errors = _in_threads(work)
+    assert not errors, errors
+    shared.synchronize()
+    assert calls == [rounds] * THREADS
+    assert (to_host(shared_buf, shared) == THREADS * rounds).all()
+    for s, b in zip(own_streams, own_bufs):
+        assert (to_host(b, s) == rounds).all()
+
+
+def test_one_stream_shared_by_eight_threads_with_a_synchronizer(closer):
+    """Eight threads enqueue increments and host callbacks on one stream
+    while a ninth synchronizes and queries it in a loop: the sum on the GPU
+    is every increment, the callbacks all ran, and every synchronize that
+    returned saw no error."""
+    rounds = 300
+    s = closer(Stream(non_blocking=True))
+    buf = closer(streams.DeviceBuffer(N * 4, s))
+    streams.memset_async(buf, 0, stream=s)
+    ran = []
+    lock = threading.Lock()
+    stop = threading.Event()
+    syncs = [0]
+    sync_errors = []
+
+    def synchronizer():
+        # At least once, and until the enqueuers are done.
+        while True:
+            try:
+                if s.synchronize() is not True:
+                    sync_errors.append("synchronize() did not answer True")
+                s.query()
+            except BaseException as exc:
+                sync_errors.append(exc)
+            syncs[0] += 1
+            if stop.is_set():
+                break
+
+    def cb(arg):
+        with lock:
+            ran.append(arg)
+
+    def work(i):
+        for k in range(rounds):
+            increment_u32(s, buf.ptr, N)
+            if k % 3 == 0:
+                s.launch_host_func(cb, (i, k))
+
+    sync_thread = threading.Thread(target=synchronizer)
+    sync_thread.start()
+    try:
+        errors = _in_threads(work)
+    finally:
+        stop.set()
+        sync_thread.join()
+    assert not errors and not sync_errors, (errors, sync_errors)
+    assert syncs[0] > 0
+    assert (to_host(buf, s) == THREADS * rounds).all()
+    per_thread = len(range(0, rounds, 3))
+    assert sorted(ran) == sorted((i, k) for i in range(THREADS) for k in range(0, rounds, 3))
+    assert len(ran) == THREADS * per_thread
+
+
+def test_callback_errors_from_eight_threads_are_delivered_once(monkeypatch):
+    """Raising callbacks enqueued by eight threads on one stream: each is
+    reported to sys.unraisablehook, and exactly one synchronize raises
+    HostCallbackError (the first error), the next is clean."""
+    reports = []
+    lock = threading.Lock()
+
+    def hook(r):
+        with lock:
+            reports.append(r.exc_type)
+
+    monkeypatch.setattr(sys, "unraisablehook", hook)
+    s = Stream(non_blocking=True)
+    try:
+        spin(s, 20_000)
+
+        def broken(arg):
+            raise ValueError(arg)
+
+        errors = _in_threads(lambda i: [s.launch_host_func(broken, (i, k)) for k in range(50)])
+        assert not errors, errors
+        with pytest.raises(HostCallbackError) as info:
+            s.synchronize()
+        assert isinstance(info.value.__cause__, ValueError)
+        assert s.synchronize() is True
+        assert reports == [ValueError] * (THREADS * 50)
+    finally:
+        s.close()
+
+
+def test_enqueues_race_close_in_a_child():
+    """Eight threads record, wait, launch and enqueue host callbacks on a
+    stream that another thread closes and synchronizes meanwhile: only
+    "closed" errors, every callback that was enqueued runs exactly once,
+    and every handle and payload is given back."""
+    out = _child("""
+        import threading
+        import streams
+        from streams import Event, Stream
+        from streams.testing import increment_u32, spin
+
+        THREADS, ROUNDS, CALLS = 8, 60, 40
+        ran = [0]
+        enqueued = [0]
+        bad = []
+        lock = threading.Lock()
+
+        def cb(_):
+            with lock:
+                ran[0] += 1
+
+        counter = streams.DeviceBuffer(4, Stream.legacy)
+        Stream.legacy.synchronize()     # allocated before other streams use it
+        for r in range(ROUNDS):
+            s = Stream(non_blocking=True)
+            other = Stream(non_blocking=True)
+            ev = Event()
+            spin(s, 300)
+            start = threading.Barrier(THREADS + 1)
+
+            def use(i):
+                start.wait()
+                for k in range(CALLS):
+                    try:
+                        op = (i + k) % 5
+                        if op == 0:
+                            ev.record(s)
+                        elif op == 1:
+                            other.wait_stream(s)
+                        elif op == 2:
+                            increment_u32(s, counter.ptr, 1)
+                        elif op == 3:
+                            s.launch_host_func(cb, None)
+                            with lock:
+                                enqueued[0] += 1
+                        else:
+                            s.query()
+                    except ValueError as exc:
+                        if "closed" not in str(exc):
+                            bad.append(repr(exc))
+                    except Exception as exc:
+                        bad.append(repr(exc))
+
+            workers = [threading.Thread(target=use, args=(i,)) for i in range(THREADS)]
+            for t in workers:
+                t.start()
+            start.wait()
+            try:
+                s.synchronize()
+            except ValueError:
+                pass
+            s.close()
+            for t in workers:
+                t.join()
+            other.synchronize()
+            other.close()
+            ev.close()
+        streams.synchronize_device()
+        counter.close()
+        streams.synchronize_device()
+        import gc, time
+        gc.collect()
+        deadline = time.monotonic() + 5
+        while True:
+            streams._cudart._drain_deferred()
+            c = streams.debug_counters()
+            if c["live_host_calls"] == 0 or time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
+        assert not bad, bad[:5]
+        assert ran[0] == enqueued[0], (ran[0], enqueued[0])
+        leaks = {k: v for k, v in c.items() if k in (
+            "live_streams", "live_events", "live_callbacks", "live_host_calls",
+            "live_buffers", "pending_one_shots") and v}
+        assert not leaks, leaks
+        print("OK", enqueued[0] > 0)
+    """)
+    assert out.split() == ["OK", "True"], out
+
+
+def test_allocations_race_close_of_their_stream_in_a_child():
+    """Eight threads allocate buffers on a stream (and fill them there) while
+    another thread closes it: each allocation either is refused as closed or
+    gives a buffer whose free, later, is ordered after the stream's work
+    (the tail the close or the allocation recorded); every buffer and event
+    is given back."""
+    out = _child("""
+        import threading
+        import numpy as np
+        import streams
+        from streams import DeviceBuffer, Stream
+        from streams.testing import fill_u32, spin
+
+        THREADS, ROUNDS = 8, 80
+        bad = []
+        made = [0]
+        lock = threading.Lock()
+        for r in range(ROUNDS):
+            s = Stream(non_blocking=True)
+            spin(s, 200)
+            start = threading.Barrier(THREADS + 1)
+            bufs = []
+
+            def alloc(i):
+                start.wait()
+                for k in range(4):
+                    try:
+                        b = DeviceBuffer(4096, s)
+                    except ValueError as exc:
+                        if "closed" not in str(exc):
+                            bad.append(repr(exc))
+                        continue
+                    except Exception as exc:
+                        bad.append(repr(exc))
+                        continue
+                    with lock:
+                        bufs.append(b)
+                        made[0] += 1
+
+            workers = [threading.Thread(target=alloc, args=(i,)) for i in range(THREADS)]
+            for t in workers:
+                t.start()
+            start.wait()
+            s.close()
+            for t in workers:
+                t.join()
+            # Each buffer given out is usable once its allocation is done.
+            streams.synchronize_device()
+            other = Stream()
+            host = np.empty(1024, dtype=np.uint32)
+            for b in bufs[:4]:
+                fill_u32(other, b.ptr, 7, 1024)
+                streams.memcpy_async(host, b, stream=other)
+                other.synchronize()
+                assert (host == 7).all()
+            other.close()
+            for b in bufs:
+                b.close()
+        streams.synchronize_device()
+        import gc
+        gc.collect()
+        c = streams.debug_counters()
+        assert not bad, bad[:5]
+        leaks = {k: c[k] for k in ("live_streams", "live_events", "live_buffers") if c[k]}
+        assert not leaks, leaks
+        print("OK", made[0] > 0)
+    """)
+    assert out.split() == ["OK", "True"], out
+
+
+def test_pools_shared_by_eight_threads_while_one_closes(closer):
+    """A StreamPool and an EventPool lent from eight threads, one of which
+    closes them midway: acquisitions before the close work, later ones
+    raise "closed", and every handle is given back."""
+    before = streams.debug_counters()
+    spool, epool = streams.StreamPool(maxsize=4), streams.EventPool(maxsize=4)
+    bad = []
+
+    def work(i):
+        for k in range(100):
+            if i == 0 and k == 50:
+                spool.close()
+                epool.close()
+            try:
+                s = spool.acquire()
+                e = epool.acquire()
+                e.record(s)
+                e.synchronize()
+                e.close()
+                s.close()
+            except ValueError as exc:
+                if "closed" not in str(exc):
+                    bad.append(exc)
+            except Exception as exc:
+                bad.append(exc)
+
+    errors = _in_threads(work)
+    assert not errors and not bad, (errors, bad)
+    assert spool.closed and epool.closed
+    after = streams.debug_counters()
+    assert after["live_streams"] == before["live_streams"]
+    assert after["live_events"] == before["live_events"]
+
+
+def test_default_pool_lookup_from_eight_threads_gives_one_object():
+    """MemoryPool.default() asked from eight threads at once: one wrapper."""
+    got = [None] * THREADS
+
+    def work(i):
+        got[i] = streams.MemoryPool.default()
+
+    errors = _in_threads(work)
+    assert not errors, errors
+    assert all(p is got[0] for p in got)
+
+
+def test_the_keep_the_gil_rule_counts_nothing_without_a_gil(closer):
+    """With a GIL, enqueues are counted for the keep-the-GIL rule; without
+    one (free-threaded CPython) every enqueue runs detached and nothing is
+    counted (streams/_stream.pyx, keep_gil_for)."""
+    from streams._stream import _queue_state
+    s = closer(Stream(non_blocking=True))
+    spin(s, 50_000)
+    ev = closer(Event())
+    for _ in range(20):
+        ev.record(s)
+    total, _foreign = _queue_state()
+    if FREE_THREADED:
+        assert total == 0
+    else:
+        assert total >= 20
+    s.synchronize()
+
+
+def test_host_buffer_views_race_close_in_a_child():
+    """Eight threads take numpy views of one pinned buffer and write through
+    them while another thread tries to close it: close() refuses
+    (BufferError) while a view is alive, a view is refused ("closed") once
+    it succeeded, and no write ever lands in freed memory (no crash)."""
+    out = _child("""
+        import threading
+        import numpy as np
+        import streams
+
+        THREADS, ROUNDS = 8, 200
+        bad = []
+        closed_at = []
+        for r in range(ROUNDS):
+            buf = streams.PinnedBuffer(4096)
+            start = threading.Barrier(THREADS + 1)
+
+            def viewer(i):
+                start.wait()
+                for k in range(20):
+                    try:
+                        a = np.asarray(buf)
+                    except ValueError as exc:
+                        if "closed" not in str(exc):
+                            bad.append(repr(exc))
+                        return
+                    except Exception as exc:
+                        bad.append(repr(exc))
+                        return
+                    a[i] = k            # the memory is alive while `a` is
+                    del a
+
+            workers = [threading.Thread(target=viewer, args=(i,)) for i in range(THREADS)]
+            for t in workers:
+                t.start()
+            start.wait()
+            while True:
+                try:
+                    buf.close()
+                    break
+                except BufferError:
+                    pass
+            for t in workers:
+                t.join()
+            assert buf.closed
+        assert not bad, bad[:5]
+        assert streams.debug_counters()["live_buffers"] == 0, streams.debug_counters()
+        print("OK")
+    """)
+    assert out.split() == ["OK"], out

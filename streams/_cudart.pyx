@@ -1993,7 +1993,19 @@ cdef str _version_str(int v):
     return f"{v // 1000}.{(v % 1000) // 10}"
 
 
+cdef object _green_lock = object()
+
+
 cdef int green_require() except -1:
+    # Resolved once, under the lock on free-threaded builds (the flag is set
+    # after the functions it publishes).
+    if _green_resolved:
+        return 0
+    with cython.critical_section(_green_lock):
+        return _green_resolve()
+
+
+cdef int _green_resolve() except -1:
     global _green_resolved
     cdef void* fns[_G_N]
     cdef int driver = 0, runtime = 0, i

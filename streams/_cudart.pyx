@@ -281,13 +281,15 @@ cdef int defer_release(release_fn fn, void* arg, object keep) except -1:
 
 
 cdef Py_ssize_t drain_deferred() noexcept:
-    return streams_drain_deferred() + streams_poll_parked()
+    cdef Py_ssize_t n = streams_drain_deferred() + streams_poll_parked()
+    flush_cleanup_warnings()
+    return n
 
 
 def _drain_deferred():
     """Run the releases that CUDA's threads queued, and let go of what gone
     graph executables held for replays that have ended, now (tests use this)."""
-    return streams_drain_deferred() + streams_poll_parked()
+    return drain_deferred()
 
 
 def _parked_count():
@@ -646,8 +648,16 @@ cdef cudaError_t _destroy_now(void* h, int kind) noexcept nogil:
 
 
 cdef void _destroy_quietly(void* h, int kind) noexcept nogil:
-    if _destroy_now(h, kind) != cudaSuccess:
+    # Nothing can be raised here: a failure is queued and reported as a
+    # CudaWarning by the next flush (cleanup_failed).
+    cdef int injected = injected_failure(kind)
+    cdef cudaError_t err = _destroy_now(h, kind)
+    if err != cudaSuccess:
         cudaGetLastError()
+    if injected:
+        err = <cudaError_t>injected
+    if err != cudaSuccess:
+        cleanup_failed(kind, h, <int>err)
 
 
 cdef int destroy_handle(int kind, void* h) except -1 nogil:
@@ -668,6 +678,15 @@ cdef void release_handle(int kind, void* h) noexcept nogil:
         streams_defer(_destroy_quietly, h, kind, NULL)
     else:
         streams_release_without_gil(_destroy_quietly, h, kind)
+        _flush_if_gil()
+
+
+cdef void _flush_if_gil() noexcept nogil:
+    # A release on a thread that holds the GIL reports its failure now;
+    # one without it leaves it to the next flush.
+    if PyGILState_Check():
+        with gil:
+            flush_cleanup_warnings()
 
 
 # ---- memory pools: destroyed once the frees of their memory have run ----------------
@@ -1228,9 +1247,18 @@ cdef struct _LibraryRelease:
 
 cdef void _unload_library_later(void* arg, int kind) noexcept nogil:
     cdef _LibraryRelease* rel = <_LibraryRelease*>arg
-    _sync_devices(rel.devices)
-    if cudaLibraryUnload(rel.lib) != cudaSuccess:
+    cdef int injected = injected_failure(CLEANUP_LIBRARY)
+    cdef cudaError_t err = _sync_devices(rel.devices)
+    cdef cudaError_t unload = cudaLibraryUnload(rel.lib)
+    if unload != cudaSuccess:
         cudaGetLastError()
+        err = unload
+    elif err != cudaSuccess:
+        cudaGetLastError()
+    if injected:
+        err = <cudaError_t>injected
+    if err != cudaSuccess:
+        cleanup_failed(CLEANUP_LIBRARY, <const void*>rel.lib, <int>err)
     free(rel)
 
 
@@ -1250,6 +1278,7 @@ cdef void release_library(cudaLibrary_t lib, unsigned long long devices) noexcep
         streams_defer(_unload_library_later, <void*>rel, 0, NULL)
     else:
         streams_release_without_gil(_unload_library_later, <void*>rel, 0)
+        _flush_if_gil()
 
 
 cdef int library_get_kernel(cudaKernel_t* out, cudaLibrary_t lib,
@@ -1895,3 +1924,190 @@ def floor_batch(op, n):
         raise CudaError(<int>error.err, None,
                         f"{error_message(<int>error.err)} (floor_batch {op!r}: {what})")
     raise RuntimeError(f"floor_batch {op!r}: {what}")
+
+
+# ==== adopted kernels and cleanup warnings (begin) ==========================================
+from cpython.pythread cimport (PyThread_type_lock, PyThread_allocate_lock, PyThread_acquire_lock,
+                               PyThread_release_lock)
+import warnings as _warnings
+
+cdef extern from "Python.h":
+    # Declared here without Cython's `except -1`: a failing warning is
+    # handled below, never propagated out of a release path.
+    int _warn_ex "PyErr_WarnEx"(PyObject* category, const char* message, Py_ssize_t level)
+    void _fetch_error "PyErr_Fetch"(PyObject** t, PyObject** v, PyObject** tb)
+    void _restore_error "PyErr_Restore"(PyObject* t, PyObject* v, PyObject* tb)
+    void _write_unraisable "PyErr_WriteUnraisable"(PyObject* obj)
+
+cdef extern from "Python.h" nogil:
+    int PyGILState_Check()
+
+
+class CudaWarning(RuntimeWarning):
+    """A CUDA call that releases something (a destroy, a free, an unload)
+    failed where no exception can be raised: in ``__dealloc__``, in a
+    deferred release, when the last user of a closed object left.  The
+    message names the object and the CUDA error.  Turned into an error by a
+    warnings filter, it is reported through ``sys.unraisablehook`` instead."""
+
+
+ctypedef int (*_func_get_name_fn)(const char** name, const void* func) noexcept nogil
+cdef void* _get_name_ptr[2]
+cdef int _get_name_state[2]        # 0 not looked up, 1 found, 2 missing
+_get_name_ptr[0] = NULL
+_get_name_ptr[1] = NULL
+_get_name_state[0] = 0
+_get_name_state[1] = 0
+
+
+cdef int func_get_name(const void* func, bint is_kernel, const char** out) except -1 nogil:
+    cdef void* fn = NULL
+    cdef int which = 1 if is_kernel else 0
+    cdef int r
+    guard()
+    if _get_name_state[which] == 0:
+        if streams_get_driver_entry(b"cuKernelGetName" if is_kernel else b"cuFuncGetName",
+                                    &fn) == cudaSuccess and fn != NULL:
+            _get_name_ptr[which] = fn
+            _get_name_state[which] = 1
+        else:
+            cudaGetLastError()
+            _get_name_state[which] = 2
+    if _get_name_state[which] != 1:
+        return 1
+    out[0] = NULL
+    r = (<_func_get_name_fn>_get_name_ptr[which])(out, func)
+    if r != 0 or out[0] == NULL:
+        return 1
+    return 0
+
+
+cdef void sync_devices_quietly(unsigned long long devices) noexcept nogil:
+    cdef cudaError_t err
+    cdef int injected = injected_failure(CLEANUP_DEVICE_SYNC)
+    if devices == 0 or not may_release():
+        return
+    err = _sync_devices(devices)
+    if err != cudaSuccess:
+        cudaGetLastError()
+    if injected:
+        err = <cudaError_t>injected
+    if err != cudaSuccess:
+        cleanup_failed(CLEANUP_DEVICE_SYNC, <const void*><uintptr_t>devices, <int>err)
+
+
+cdef struct _CleanupError:
+    int what
+    uintptr_t handle
+    int err
+
+cdef enum:
+    _CLEANUP_QUEUE = 64
+cdef _CleanupError _cleanup_queue[_CLEANUP_QUEUE]
+cdef int _cleanup_len = 0
+cdef unsigned long long _cleanup_lost = 0
+cdef int _inject_left[CLEANUP_KINDS]
+cdef int _inject_error[CLEANUP_KINDS]
+memset(_inject_left, 0, sizeof(_inject_left))
+memset(_inject_error, 0, sizeof(_inject_error))
+cdef PyThread_type_lock _cleanup_lock = PyThread_allocate_lock()
+
+# What each kind of release is called in a warning: the object, the call.
+cdef tuple _CLEANUP_WHAT = (
+    ("stream", "cudaStreamDestroy"), ("event", "cudaEventDestroy"),
+    ("graph", "cudaGraphDestroy"), ("graph executable", "cudaGraphExecDestroy"),
+    ("pinned host memory", "cudaFreeHost"), ("managed memory", "cudaFree"),
+    ("memory pool", "cudaMemPoolDestroy"), ("module", "cudaLibraryUnload"),
+    ("device memory", "cudaFreeAsync"),
+    ("adopted kernel's owner (devices 0x{h:x})", "cudaDeviceSynchronize"))
+_CLEANUP_KIND_NAMES = {"stream": HANDLE_STREAM, "event": HANDLE_EVENT, "graph": HANDLE_GRAPH,
+                       "graph_exec": HANDLE_GRAPH_EXEC, "host_memory": HANDLE_HOST_MEMORY,
+                       "managed_memory": HANDLE_MANAGED_MEMORY, "mem_pool": HANDLE_MEM_POOL,
+                       "module": CLEANUP_LIBRARY, "device_memory": CLEANUP_DEVICE_MEMORY,
+                       "device_sync": CLEANUP_DEVICE_SYNC}
+
+
+cdef void cleanup_failed(int what, const void* h, int err) noexcept nogil:
+    global _cleanup_len, _cleanup_lost
+    PyThread_acquire_lock(_cleanup_lock, 1)
+    if _cleanup_len < _CLEANUP_QUEUE:
+        _cleanup_queue[_cleanup_len].what = what
+        _cleanup_queue[_cleanup_len].handle = <uintptr_t>h
+        _cleanup_queue[_cleanup_len].err = err
+        _cleanup_len += 1
+    else:
+        _cleanup_lost += 1
+    PyThread_release_lock(_cleanup_lock)
+
+
+cdef int injected_failure(int what) noexcept nogil:
+    cdef int err = 0
+    if what < 0 or what >= CLEANUP_KINDS or _inject_left[what] == 0:
+        return 0      # the usual case, read without the lock
+    PyThread_acquire_lock(_cleanup_lock, 1)
+    if _inject_left[what] > 0:
+        _inject_left[what] -= 1
+        err = _inject_error[what]
+    PyThread_release_lock(_cleanup_lock)
+    return err
+
+
+cdef void _warn_cleanup(str text) noexcept:
+    cdef PyObject* t
+    cdef PyObject* v
+    cdef PyObject* tb
+    cdef bytes msg = text.encode("utf-8", "replace")
+    # An exception in flight (a __dealloc__ during unwinding) is kept.
+    _fetch_error(&t, &v, &tb)
+    if _warn_ex(<PyObject*>CudaWarning, msg, 1) < 0:
+        _write_unraisable(<PyObject*>text)
+    _restore_error(t, v, tb)
+
+
+cdef void flush_cleanup_warnings() noexcept:
+    cdef _CleanupError items[_CLEANUP_QUEUE]
+    cdef int n, i
+    cdef unsigned long long lost
+    global _cleanup_len, _cleanup_lost
+    if _cleanup_len == 0 or not streams_interpreter_alive():
+        return
+    PyThread_acquire_lock(_cleanup_lock, 1)
+    n = _cleanup_len
+    for i in range(n):
+        items[i] = _cleanup_queue[i]
+    _cleanup_len = 0
+    lost = _cleanup_lost
+    _cleanup_lost = 0
+    PyThread_release_lock(_cleanup_lock)
+    for i in range(n):
+        what, call = _CLEANUP_WHAT[items[i].what]
+        what = what.format(h=items[i].handle)
+        if items[i].what != CLEANUP_DEVICE_SYNC:
+            what = f"{what} 0x{items[i].handle:x}"
+        _warn_cleanup(f"streams: releasing {what} failed ({call}): "
+                      f"{error_name(items[i].err)}: {error_message(items[i].err)}")
+    if lost:
+        _warn_cleanup(f"streams: {lost} more release failure(s) were not recorded (too "
+                      "many at once)")
+
+
+def _flush_cleanup_warnings():
+    """Issue the CudaWarnings of the release failures queued so far (tests)."""
+    flush_cleanup_warnings()
+
+
+def _inject_cleanup_failure(kind, int error, int count):
+    """Make the next ``count`` releases of ``kind`` report ``error``."""
+    cdef int what
+    if kind not in _CLEANUP_KIND_NAMES:
+        raise ValueError(f"kind must be one of {sorted(_CLEANUP_KIND_NAMES)}, got {kind!r}")
+    if error <= 0:
+        raise ValueError(f"error must be a positive cudaError_t value, got {error}")
+    if count < 0:
+        raise ValueError(f"count must be >= 0, got {count}")
+    what = _CLEANUP_KIND_NAMES[kind]
+    PyThread_acquire_lock(_cleanup_lock, 1)
+    _inject_error[what] = error
+    _inject_left[what] = count
+    PyThread_release_lock(_cleanup_lock)
+# ==== adopted kernels and cleanup warnings (end) ============================================

@@ -297,4 +297,17 @@ cdef void flush_cleanup_warnings() noexcept
 # error the next release of `what` must report instead of its own (the real
 # release still runs), or 0.
 cdef int injected_failure(int what) noexcept nogil
+# A CUfunction (a context's function, which the runtime's calls cannot take:
+# they read an unknown pointer as a cudaKernel_t) goes through the driver,
+# reached with cudaGetDriverEntryPoint: cuLaunchKernelEx, cuFuncGetAttribute,
+# cuFuncSetAttribute, cuFuncGetParamInfo (CUDA 12.4; 2 where missing, 1 past
+# the last parameter, as func_get_param_info), cuGraphAddKernelNode and
+# cuGraphExecKernelNodeSetParams.  The launch config and attributes are the
+# runtime's (the driver's structs have their layout and numbering).
+cdef int launch_function(const cudaLaunchConfig_t* config, const void* func, void** args) except -1 nogil
+cdef int function_get_attributes(cudaFuncAttributes* out, const void* func) except -1 nogil
+cdef int function_set_max_dynamic_shared(const void* func, int value) except -1 nogil
+cdef int function_get_param_info(const void* func, size_t index, size_t* offset, size_t* size) except -1 nogil
+cdef int graph_add_function_node(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps, size_t n, const cudaKernelNodeParams* params) except -1 nogil
+cdef int graph_exec_function_node_set_params(cudaGraphExec_t ex, cudaGraphNode_t node, const cudaKernelNodeParams* params) except -1 nogil
 # ==== adopted kernels and cleanup warnings (end) ============================================

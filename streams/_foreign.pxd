@@ -41,7 +41,8 @@ cdef int framework_array_stream(object obj, uintptr_t* out) except -1
 
 # ---- handles of other libraries' code objects (Kernel.from_handle) ----
 # The int a raw handle argument stands for: an int, a ctypes pointer
-# (.value), or a cuda-bindings object (__int__ or getPtr()); checked as an
+# (.value), or a cuda-bindings object (its __int__; getPtr() is the address
+# of its storage, not the handle); checked as an
 # address (nonzero, aligned, in the user address space), else TypeError or
 # ValueError naming `argname`.
 cdef uintptr_t foreign_code_handle(object value, str argname) except? 0

@@ -355,18 +355,18 @@ cdef uintptr_t foreign_code_handle(object value, str argname) except? 0:
     # the same address rule keeps values that cannot be one away from it.
     cdef uintptr_t h
     if isinstance(value, bool) or isinstance(value, float):
-        raise TypeError(f"{argname} must be an int handle (or an object with __int__ or "
-                        f"getPtr()), not {type(value).__name__}")
+        raise TypeError(f"{argname} must be an int handle (or an object with __int__, or a "
+                        f"ctypes pointer), not {type(value).__name__}")
     if not isinstance(value, int):
-        if hasattr(value, "getPtr") and callable(value.getPtr):
-            value = value.getPtr()         # cuda.bindings' CUfunction, CUkernel, ...
-        elif hasattr(value, "value") and (value.value is None or isinstance(value.value, int)):
+        # cuda.bindings' CUfunction, CUkernel, ...: int() is the handle (their
+        # getPtr() is the address where the object stores it, not the handle).
+        if hasattr(value, "value") and (value.value is None or isinstance(value.value, int)):
             value = value.value or 0       # ctypes.c_void_p
         elif hasattr(value, "__int__"):
             value = int(value)
         else:
-            raise TypeError(f"{argname} must be an int handle (or an object with __int__ or "
-                            f"getPtr()), not {type(value).__name__}")
+            raise TypeError(f"{argname} must be an int handle (or an object with __int__, or "
+                            f"a ctypes pointer), not {type(value).__name__}")
         if isinstance(value, bool) or not isinstance(value, int):
             raise TypeError(f"{argname} did not give an int handle (got "
                             f"{type(value).__name__})")

@@ -31,7 +31,7 @@ cdef class Kernel(LaunchTarget):
     cdef unsigned short _param_size[MAX_KERNEL_ARGS]
     cdef object _signature_names
     # 0: a kernel of a Module; adopted (Kernel.from_handle): 1 a CUkernel or
-    # cudaKernel_t, 2 a CUfunction, 3 unknown (the caller did not say).
+    # cudaKernel_t (the runtime's calls), 2 a CUfunction (the driver's).
     cdef int _adopted
 
     cdef int _check_usable(self) except -1

@@ -17,6 +17,7 @@ from cpython.float cimport PyFloat_AS_DOUBLE
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_AsUnsignedLongLong
 from cpython.ref cimport Py_DECREF
 from libc.stdint cimport uintptr_t
+from libc.string cimport memset
 
 cimport streams._cudart as rt
 from streams._args cimport as_dim3, as_int, as_nbytes, as_uint
@@ -406,6 +407,25 @@ cdef class Module(HandleOwner):
         return f"<streams.Module 0x{<uintptr_t>self._handle:x}{state}>"
 
 
+cdef str _handle_kind(object handle):
+    """"kernel" or "function" from the type of a cuda-bindings handle
+    object; ValueError for anything that does not say."""
+    name = type(handle).__name__
+    if name in ("CUkernel", "cudaKernel_t"):
+        return "kernel"
+    if name in ("CUfunction", "cudaFunction_t"):
+        return "function"
+    raise ValueError(f"kind= is needed for a handle given as {name}: 'kernel' for a CUkernel "
+                     "or cudaKernel_t (cuLibraryGetKernel, cuda.core), 'function' for a "
+                     "CUfunction (cuModuleGetFunction: CuPy, Numba, Triton); CUDA cannot "
+                     "tell them apart safely")
+
+
+def _handle_kind_for_tests(handle):
+    """What from_handle reads a handle object's kind as (tests)."""
+    return _handle_kind(handle)
+
+
 cdef int _set_signature(Kernel k, object signature) except -1:
     """Parse ``signature`` (None, a comma-separated str, or a sequence of C
     type names) into the kernel's kinds; ValueError/TypeError naming it."""
@@ -464,7 +484,10 @@ cdef int _read_parameters(Kernel k) except -1:
     k._nparams = -1
     for i in range(MAX_KERNEL_ARGS + 1):
         with nogil:
-            r = rt.func_get_param_info(k._func, i, &offset, &size)
+            if k._adopted == 2:
+                r = rt.function_get_param_info(k._func, i, &offset, &size)
+            else:
+                r = rt.func_get_param_info(k._func, i, &offset, &size)
         if r == 2:
             return 0    # this runtime cannot tell: signatures are the only check
         if r == 1:
@@ -740,7 +763,10 @@ cdef cudaFuncAttributes _kernel_attributes(Kernel k) except *:
     k._module._use()
     try:
         with nogil:
-            rt.func_get_attributes(&attrs, <const void*>k._func)
+            if k._adopted == 2:
+                rt.function_get_attributes(&attrs, <const void*>k._func)
+            else:
+                rt.func_get_attributes(&attrs, <const void*>k._func)
     finally:
         k._module._unuse()
     return attrs
@@ -754,6 +780,7 @@ cdef int _launch_packed(Kernel k, Stream stream, dim3 grid, dim3 block, void** a
     # keeps the GIL throughout (held), a check of each closed flag
     # (HandleOwner._hold).
     cdef DeviceScope scope
+    cdef cudaLaunchConfig_t plain
     cdef int dev
     k._module._use_as(held)
     try:
@@ -762,7 +789,17 @@ cdef int _launch_packed(Kernel k, Stream stream, dim3 grid, dim3 block, void** a
             dev = stream.c_device()
             enter_device(&scope, dev)
             try:
-                if config == NULL:
+                if k._adopted == 2:
+                    # A CUfunction: the driver's launch (the runtime's would
+                    # read it as a cudaKernel_t).
+                    if config == NULL:
+                        memset(&plain, 0, sizeof(plain))
+                        plain.gridDim, plain.blockDim = grid, block
+                        plain.dynamicSmemBytes = shared_mem
+                        plain.stream = <cudaStream_t>stream._handle
+                        config = &plain
+                    rt.launch_function(config, <const void*>k._func, args)
+                elif config == NULL:
                     rt.launch_kernel(<const void*>k._func, grid, block, args, shared_mem,
                                      <cudaStream_t>stream._handle)
                 else:
@@ -797,20 +834,24 @@ cdef class Kernel(LaunchTarget):
         ``cudaKernel_t`` (a library kernel, usable on every device), or a
         ``CUfunction`` (bound to the context it was loaded in).
 
-        ``handle`` is an int, or an object that gives one (``__int__``,
-        ``getPtr()`` of cuda-bindings, a ctypes pointer).  ``signature`` as
+        ``handle`` is an int, or an object that gives one: a cuda-bindings
+        handle (its ``int()``), a ctypes pointer.  ``signature`` as
         for ``Module.get_kernel``; without one, CUDA's report of the
         parameters is the check.  ``owner`` is the object whose lifetime
         keeps the code loaded (a CuPy ``RawKernel``, a cuda.core
         ``ObjectCode``, ...): the kernel, and every prepared launch, graph
         and executable that uses it, keep it alive, and it is let go only
-        once the work launched with the kernel is done.  ``kind``
-        ("kernel" or "function") says which handle it is, when known: CUDA
-        offers no safe way to tell from the value alone (it names the
-        kernel with it).  A value that is no live kernel or function of
-        this process is refused where CUDA reports it
-        (``cudaFuncGetAttributes``); a dangling handle is undefined
-        behaviour, as for every raw handle (docs/safety.rst).
+        once the work launched with the kernel is done.
+
+        ``kind`` says which handle it is: "kernel" (launched through the
+        runtime, as a Module's kernels are) or "function" (launched through
+        the driver: the runtime would read it as a kernel).  A cuda-bindings
+        ``CUkernel``/``cudaKernel_t`` or ``CUfunction``/``cudaFunction_t``
+        object says it itself; a plain int needs ``kind=``, because CUDA
+        cannot tell the two apart safely (each query takes one kind and
+        reads the other as if it were one).  A handle CUDA refuses is a
+        ValueError; a dangling or mislabelled one is undefined behaviour,
+        as for every raw handle (docs/safety.rst).
         """
         cdef uintptr_t h = foreign_code_handle(handle, "handle")
         cdef Kernel k = Kernel.__new__(Kernel)
@@ -818,30 +859,34 @@ cdef class Kernel(LaunchTarget):
         cdef cudaFuncAttributes attrs
         cdef const char* c_name = NULL
         cdef int named = 1
-        cdef bint is_kernel = kind == "kernel"
-        if kind is not None and (not isinstance(kind, str) or kind not in ("kernel",
-                                                                          "function")):
+        cdef bint is_kernel
+        if kind is None:
+            kind = _handle_kind(handle)
+        elif not isinstance(kind, str) or kind not in ("kernel", "function"):
             raise ValueError(f"kind must be 'kernel', 'function' or None, got {kind!r}")
+        is_kernel = kind == "kernel"
         _set_signature(k, signature)
         require_device()
         rt.drain_deferred()
         try:
             with nogil:
-                rt.func_get_attributes(&attrs, <const void*>h)
+                if is_kernel:
+                    rt.func_get_attributes(&attrs, <const void*>h)
+                else:
+                    rt.function_get_attributes(&attrs, <const void*>h)
         except CudaError as exc:
-            raise ValueError(f"handle=0x{h:x} is not a kernel this process's CUDA runtime "
-                             f"can launch ({exc})") from exc
-        if kind is not None:
-            with nogil:
-                named = rt.func_get_name(<const void*>h, is_kernel, &c_name)
+            raise ValueError(f"handle=0x{h:x} is not a live {kind} of this process "
+                             f"({exc})") from exc
+        with nogil:
+            named = rt.func_get_name(<const void*>h, is_kernel, &c_name)
         holder = Module.__new__(Module)
         holder._owner = owner
         holder._opened(False)
         k._func = <void*>h
         k._module = holder
         k._name = (<bytes>c_name).decode("utf-8", "replace") if named == 0 else \
-            f"kernel 0x{h:x}"
-        k._adopted = 3 if kind is None else (1 if is_kernel else 2)
+            f"{kind} 0x{h:x}"
+        k._adopted = 1 if is_kernel else 2
         _read_parameters(k)
         return k
 
@@ -933,11 +978,11 @@ cdef class Kernel(LaunchTarget):
 
     @property
     def kind(self):
-        """"kernel" (a library kernel: CUkernel, cudaKernel_t, or a Module's),
-        "function" (a CUfunction), or None (adopted without ``kind=``)."""
+        """"kernel" (a library kernel: CUkernel, cudaKernel_t, or a Module's)
+        or "function" (a CUfunction, launched through the driver)."""
         if self._module is None:
             return None
-        return ("kernel", "kernel", "function", None)[self._adopted]
+        return "function" if self._adopted == 2 else "kernel"
 
     @property
     def handle(self):
@@ -981,8 +1026,11 @@ cdef class Kernel(LaunchTarget):
         self._module._use()
         try:
             with nogil:
-                rt.func_set_attribute(<const void*>self._func,
-                                      cudaFuncAttributeMaxDynamicSharedMemorySize, v)
+                if self._adopted == 2:
+                    rt.function_set_max_dynamic_shared(<const void*>self._func, v)
+                else:
+                    rt.func_set_attribute(<const void*>self._func,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize, v)
         finally:
             self._module._unuse()
 

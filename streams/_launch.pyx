@@ -1416,7 +1416,8 @@ cdef int _load_nvrtc() except -1:
             if lib != NULL:
                 break
             err = dlerror()
-            tried.append(f"{path} ({err.decode('utf-8', 'replace') if err != NULL else 'not loadable'})")
+            why = err.decode("utf-8", "replace") if err != NULL else "not loadable"
+            tried.append(f"{path} ({why})")
         if lib == NULL:
             how = ("STREAMS_NVRTC names it" if env else
                    "install it with `pip install cuda-streams[nvrtc]` (the nvidia-cuda-nvrtc "

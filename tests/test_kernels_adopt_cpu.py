@@ -232,7 +232,7 @@ def test_nvrtc_candidates_follow_the_build():
     assert found[-1] == "libnvrtc.so"
 
 
-# ---- failed releases: streams.CudaWarning ---------------------------------------------------------
+# ---- failed releases: streams.CudaWarning -------------------------------------------------------
 
 def test_cuda_warning_is_exported_and_a_runtime_warning():
     assert issubclass(CudaWarning, RuntimeWarning)

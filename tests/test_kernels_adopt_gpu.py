@@ -81,23 +81,25 @@ def run_every_path(kernel, stream):
     try:
         for b in bufs:
             streams.memset_async(b, 0, 4 * N, stream=stream)
-        stream.launch(kernel, GRID, BLOCK, bufs[0], 3, N)
+        stream.launch(kernel, GRID, BLOCK, bufs[0], np.uint32(3), np.uint64(N))
         assert (to_host(bufs[0], stream) == expected(3)).all()
 
-        stream.launch_ex(kernel, LaunchConfig(GRID, BLOCK, priority=0), bufs[1], 5, N)
+        stream.launch_ex(kernel, LaunchConfig(GRID, BLOCK, priority=0), bufs[1], np.uint32(5),
+                         np.uint64(N))
         assert (to_host(bufs[1], stream) == expected(5)).all()
 
-        prepared = kernel.prepare(GRID, BLOCK, bufs[2], 7, N)
+        prepared = kernel.prepare(GRID, BLOCK, bufs[2], np.uint32(7), np.uint64(N))
         prepared.launch(stream)
         assert (to_host(bufs[2], stream) == expected(7)).all()
 
         g = Graph()
         try:
-            node = g.add_kernel_node(kernel, GRID, BLOCK, bufs[3], 9, N)
+            node = g.add_kernel_node(kernel, GRID, BLOCK, bufs[3], np.uint32(9), np.uint64(N))
             with g.instantiate() as ex:
                 ex.launch(stream)
                 assert (to_host(bufs[3], stream) == expected(9)).all()
-                ex.set_kernel_node(node, kernel, GRID, BLOCK, bufs[4], 11, N)
+                ex.set_kernel_node(node, kernel, GRID, BLOCK, bufs[4], np.uint32(11),
+                                   np.uint64(N))
                 ex.launch(stream)
                 assert (to_host(bufs[4], stream) == expected(11)).all()
         finally:
@@ -194,7 +196,7 @@ def test_adopt_cuda_core_kernel(stream):
     del k
 
 
-# ---- numba-cuda ------------------------------------------------------------------------------------
+# ---- numba-cuda ----------------------------------------------------------------------------------
 
 def test_adopt_numba_kernel(stream):
     cuda = pytest.importorskip("numba.cuda", reason="numba-cuda is not installed: its kernels "
@@ -248,7 +250,7 @@ def test_owner_dropped_early_stays_alive_while_the_kernel_is_used(stream):
     buf = DeviceBuffer(4 * N, stream)
     try:
         g = Graph()
-        g.add_kernel_node(k, GRID, BLOCK, buf, 21, N)
+        g.add_kernel_node(k, GRID, BLOCK, buf, np.uint32(21), np.uint64(N))
         ex = g.instantiate()
         g.close()
         del g, k
@@ -275,7 +277,7 @@ def test_owner_released_only_after_the_launched_work(stream):
     buf = DeviceBuffer(4 * N, stream)
     try:
         streams.testing.spin(stream, 100_000)      # 100 ms ahead of the kernel
-        stream.launch(k, GRID, BLOCK, buf, 31, N)
+        stream.launch(k, GRID, BLOCK, buf, np.uint32(31), np.uint64(N))
         del k
         gc.collect()
         assert alive() is None
@@ -292,7 +294,8 @@ def test_owner_in_a_reference_cycle(stream):
     k = Kernel.from_handle(owner.handle, kind="kernel", owner=owner)
     owner.kernel = k           # owner -> kernel -> stand-in module -> owner
     alive = weakref.ref(owner)
-    prepared = k.prepare(GRID, BLOCK, DeviceBuffer(4 * N, stream), 1, N)
+    prepared = k.prepare(GRID, BLOCK, DeviceBuffer(4 * N, stream), np.uint32(1),
+                         np.uint64(N))
     del owner, k
     gc.collect()
     assert alive() is not None

@@ -1960,18 +1960,34 @@ _get_name_state[0] = 0
 _get_name_state[1] = 0
 
 
+cdef void* _driver_entry_since(const char* symbol, unsigned int version) noexcept nogil:
+    # A driver function newer than CUDA 12.0: asked for at the ABI of the
+    # version that introduced it (at 12.0's, cudaGetDriverEntryPointByVersion
+    # answers that it is not there yet); a runtime older than 12.5 has no
+    # versioned lookup, and its cudaGetDriverEntryPoint gives the newest.
+    # NULL where the driver lacks it.
+    cdef void* fn = NULL
+    if streams_get_driver_entry_at(symbol, &fn, version) == cudaSuccess and fn != NULL:
+        return fn
+    cudaGetLastError()
+    fn = NULL
+    if streams_get_driver_entry(symbol, &fn) == cudaSuccess and fn != NULL:
+        return fn
+    cudaGetLastError()
+    return NULL
+
+
 cdef int func_get_name(const void* func, bint is_kernel, const char** out) except -1 nogil:
     cdef void* fn = NULL
     cdef int which = 1 if is_kernel else 0
     cdef int r
     guard()
     if _get_name_state[which] == 0:
-        if streams_get_driver_entry(b"cuKernelGetName" if is_kernel else b"cuFuncGetName",
-                                    &fn) == cudaSuccess and fn != NULL:
+        fn = _driver_entry_since(b"cuKernelGetName" if is_kernel else b"cuFuncGetName", 12030)
+        if fn != NULL:
             _get_name_ptr[which] = fn
             _get_name_state[which] = 1
         else:
-            cudaGetLastError()
             _get_name_state[which] = 2
     if _get_name_state[which] != 1:
         return 1
@@ -2259,9 +2275,8 @@ cdef int function_get_param_info(const void* func, size_t index, size_t* offset,
     cdef int r
     guard()
     if fn == NULL:
-        if streams_get_driver_entry(_FUNCTION_FN_NAMES[_FN_GET_PARAM_INFO], &fn) != cudaSuccess \
-                or fn == NULL:
-            cudaGetLastError()
+        fn = _driver_entry_since(_FUNCTION_FN_NAMES[_FN_GET_PARAM_INFO], 12040)
+        if fn == NULL:
             return 2     # a driver older than CUDA 12.4
         _function_fns[_FN_GET_PARAM_INFO] = fn
     _bind_primary_context()

@@ -1187,6 +1187,10 @@ def _shutdown():
     """atexit hook: stop callbacks from entering Python, then let those
     already on their way finish (bounded), so that no CUDA thread is left
     waiting for the GIL while the interpreter finalizes."""
+    # Release failures still queued (from threads without the GIL) are
+    # reported while warnings can still be shown; later releases are
+    # skipped at shutdown, so nothing more can fail.
+    flush_cleanup_warnings()
     streams_mark_shutting_down()
     with nogil:
         streams_wait_trampolines_idle(2000000000)

@@ -314,3 +314,13 @@ def test_inject_cleanup_failure_arguments():
     with pytest.raises(ValueError, match="count must be >= 0"):
         streams.testing.inject_cleanup_failure("event", 400, -1)
     streams.testing.inject_cleanup_failure("event", streams.CudaError(400), 0)   # cancels
+
+
+def test_a_failure_queued_before_exit_is_warned_at_exit():
+    # Queued as a release on a thread without the GIL would leave it; the
+    # atexit hook reports it while warnings can still be shown.
+    proc = run_python(
+        "import streams\n"
+        "streams._cudart._queue_cleanup_failure('graph', 0x40000, 400)\n", timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "CudaWarning" in proc.stderr and "graph 0x40000" in proc.stderr

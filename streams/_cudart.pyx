@@ -2004,9 +2004,10 @@ cdef int func_get_name(const void* func, bint is_kernel, const char** out) excep
 
 cdef void sync_devices_quietly(unsigned long long devices) noexcept nogil:
     cdef cudaError_t err
-    cdef int injected = injected_failure(CLEANUP_DEVICE_SYNC)
+    cdef int injected
     if devices == 0 or not may_release():
         return
+    injected = injected_failure(CLEANUP_DEVICE_SYNC)
     err = _sync_devices(devices)
     if err != cudaSuccess:
         cudaGetLastError()

@@ -1400,8 +1400,8 @@ cdef int _load_nvrtc() except -1:
     cdef void* lib = NULL
     cdef bytes bpath
     cdef const char* err
-    if _nvrtc_loaded:
-        return 0
+    # Always under the lock, the first check too: with free threading a
+    # reader must not see the flag before the pointers it guards.
     with _nvrtc_lock:
         if _nvrtc_loaded:
             return 0
@@ -1441,7 +1441,7 @@ cdef int _load_nvrtc() except -1:
                                                                    path)
         _nvrtc.version = <_nvrtc_version_t>_nvrtc_symbol(lib, b"nvrtcVersion", path)
         _nvrtc_path = path
-        _nvrtc_loaded = True     # last: a racing reader sees every pointer set
+        _nvrtc_loaded = True
     return 0
 
 

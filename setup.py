@@ -77,6 +77,12 @@ class DistributionForCudaMajor(Distribution):
         self.metadata.classifiers = [
             c.replace("NVIDIA CUDA :: 13", f"NVIDIA CUDA :: {CUDA_MAJOR}")
             for c in (self.metadata.classifiers or [])]
+        if CUDA_MAJOR == "12" and self.extras_require:
+            # The nvrtc extra: the CUDA 12 wheel of NVRTC.
+            self.extras_require = {
+                extra: [r.replace("nvidia-cuda-nvrtc==13.*", "nvidia-cuda-nvrtc-cu12==12.*")
+                        for r in reqs]
+                for extra, reqs in self.extras_require.items()}
 
 
 class sdist_with_cuda_major(sdist):

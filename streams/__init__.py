@@ -10,7 +10,7 @@ import os as _os
 
 # The layers, each built on the ones before it (see docs/architecture.rst).
 # Every public name imported here is exported (__all__, at the end).
-from streams._cudart import (CudaError, HostCallbackError, debug_build, debug_counters,
+from streams._cudart import (CudaError, CudaWarning, HostCallbackError, debug_build, debug_counters,
                              driver_version, runtime_version)
 from streams._args import StreamsEnum
 from streams._device import (Device, can_access_peer, device_count, disable_peer_access,
@@ -24,8 +24,8 @@ from streams import _hostcall  # noqa: F401  (registers the host-callback paths)
 from streams._memory import (DeviceBuffer, IpcBufferDescriptor, ManagedBuffer, MemoryPool,
                              PinnedBuffer, memcpy_async, memcpy_batch_async, memcpy_peer_async,
                              memset_async)
-from streams._launch import (Kernel, LaunchConfig, Module, PreparedLaunch, builtin_kernel,
-                             builtin_ptx)
+from streams._launch import (CompileError, Kernel, LaunchConfig, Module, PreparedLaunch,
+                             builtin_kernel, builtin_ptx)
 from streams._graph import (CaptureInfo, ConditionHandle, Graph, GraphAllocation, GraphExec,
                             GraphMemoryInfo, GraphNode, KernelNodeParams, NodeType, UpdateResult,
                             capture_mode,

@@ -13,6 +13,7 @@ from _typeshed import SupportsWrite
 
 from streams._cudart import (
     CudaError as CudaError,
+    CudaWarning as CudaWarning,
     HostCallbackError as HostCallbackError,
     debug_build as debug_build,
     debug_counters as debug_counters,
@@ -60,6 +61,7 @@ from streams._memory import (
     memset_async as memset_async,
 )
 from streams._launch import (
+    CompileError as CompileError,
     Kernel as Kernel,
     LaunchConfig as LaunchConfig,
     Module as Module,
@@ -103,7 +105,9 @@ __all__ = [
     "CaptureMode",
     "CaptureStatus",
     "ConditionHandle",
+    "CompileError",
     "CudaError",
+    "CudaWarning",
     "Device",
     "DeviceBuffer",
     "Event",

@@ -345,3 +345,44 @@ cdef int graph_exec_kernel_node_set(cudaGraphExec_t ex, cudaGraphNode_t node,
 cdef int graph_kernel_node_set(cudaGraphNode_t node,
                                const streams_kernel_node_params* params) except -1 nogil
 # ---- kernel nodes through the driver: end ----
+
+# ==== adopted kernels and cleanup warnings (begin) ==========================================
+# The name CUDA gives a library kernel (is_kernel: the driver's cuKernelGetName)
+# or a context's function (cuFuncGetName), both CUDA 12.3: 0 with `out` set,
+# 1 where this driver cannot tell.
+cdef int func_get_name(const void* func, bint is_kernel, const char** out) except -1 nogil
+# A device synchronize of each device in the bit set `devices`, never raising:
+# what an adopted kernel's owner waits for before it is let go.  A failure is
+# reported as a CudaWarning (cleanup_failed).
+cdef void sync_devices_quietly(unsigned long long devices) noexcept nogil
+# What a failed cleanup was: the HANDLE_* kinds above, and these.
+cdef enum:
+    CLEANUP_LIBRARY = HANDLE_KINDS      # cudaLibraryUnload (and its device synchronize)
+    CLEANUP_DEVICE_MEMORY               # cudaFreeAsync of a DeviceBuffer
+    CLEANUP_DEVICE_SYNC                 # an adopted kernel's owner let go
+    CLEANUP_KINDS
+# A release that failed, on any thread, GIL or not: queued, and reported as
+# a streams.CudaWarning by the next flush (a release on a thread that holds
+# the GIL, drain_deferred, the next library call).
+cdef void cleanup_failed(int what, const void* h, int err) noexcept nogil
+# With the GIL held: warn for every queued failure.  Never raises (a warning
+# that filters turn into an error goes to sys.unraisablehook).
+cdef void flush_cleanup_warnings() noexcept
+# Test-only fault injection (streams.testing.inject_cleanup_failure): the
+# error the next release of `what` must report instead of its own (the real
+# release still runs), or 0.
+cdef int injected_failure(int what) noexcept nogil
+# A CUfunction (a context's function, which the runtime's calls cannot take:
+# they read an unknown pointer as a cudaKernel_t) goes through the driver,
+# reached with cudaGetDriverEntryPoint: cuLaunchKernelEx, cuFuncGetAttribute,
+# cuFuncSetAttribute, cuFuncGetParamInfo (CUDA 12.4; 2 where missing, 1 past
+# the last parameter, as func_get_param_info), cuGraphAddKernelNode and
+# cuGraphExecKernelNodeSetParams.  The launch config and attributes are the
+# runtime's (the driver's structs have their layout and numbering).
+cdef int launch_function(const cudaLaunchConfig_t* config, const void* func, void** args) except -1 nogil
+cdef int function_get_attributes(cudaFuncAttributes* out, const void* func) except -1 nogil
+cdef int function_set_max_dynamic_shared(const void* func, int value) except -1 nogil
+cdef int function_get_param_info(const void* func, size_t index, size_t* offset, size_t* size) except -1 nogil
+cdef int graph_add_function_node(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps, size_t n, const cudaKernelNodeParams* params) except -1 nogil
+cdef int graph_exec_function_node_set_params(cudaGraphExec_t ex, cudaGraphNode_t node, const cudaKernelNodeParams* params) except -1 nogil
+# ==== adopted kernels and cleanup warnings (end) ============================================

@@ -282,13 +282,15 @@ cdef int defer_release(release_fn fn, void* arg, object keep) except -1:
 
 
 cdef Py_ssize_t drain_deferred() noexcept:
-    return streams_drain_deferred() + streams_poll_parked()
+    cdef Py_ssize_t n = streams_drain_deferred() + streams_poll_parked()
+    flush_cleanup_warnings()
+    return n
 
 
 def _drain_deferred():
     """Run the releases that CUDA's threads queued, and let go of what gone
     graph executables held for replays that have ended, now (tests use this)."""
-    return streams_drain_deferred() + streams_poll_parked()
+    return drain_deferred()
 
 
 def _parked_count():
@@ -660,8 +662,16 @@ cdef cudaError_t _destroy_now(void* h, int kind) noexcept nogil:
 
 
 cdef void _destroy_quietly(void* h, int kind) noexcept nogil:
-    if _destroy_now(h, kind) != cudaSuccess:
+    # Nothing can be raised here: a failure is queued and reported as a
+    # CudaWarning by the next flush (cleanup_failed).
+    cdef int injected = injected_failure(kind)
+    cdef cudaError_t err = _destroy_now(h, kind)
+    if err != cudaSuccess:
         cudaGetLastError()
+    if injected:
+        err = <cudaError_t>injected
+    if err != cudaSuccess:
+        cleanup_failed(kind, h, <int>err)
 
 
 cdef int destroy_handle(int kind, void* h) except -1 nogil:
@@ -682,6 +692,15 @@ cdef void release_handle(int kind, void* h) noexcept nogil:
         streams_defer(_destroy_quietly, h, kind, NULL)
     else:
         streams_release_without_gil(_destroy_quietly, h, kind)
+        _flush_if_gil()
+
+
+cdef void _flush_if_gil() noexcept nogil:
+    # A release on a thread that holds the GIL reports its failure now;
+    # one without it leaves it to the next flush.
+    if PyGILState_Check():
+        with gil:
+            flush_cleanup_warnings()
 
 
 # ---- memory pools: destroyed once the frees of their memory have run ----------------
@@ -1182,6 +1201,10 @@ def _shutdown():
     """atexit hook: stop callbacks from entering Python, then let those
     already on their way finish (bounded), so that no CUDA thread is left
     waiting for the GIL while the interpreter finalizes."""
+    # Release failures still queued (from threads without the GIL) are
+    # reported while warnings can still be shown; later releases are
+    # skipped at shutdown, so nothing more can fail.
+    flush_cleanup_warnings()
     streams_mark_shutting_down()
     with nogil:
         streams_wait_trampolines_idle(2000000000)
@@ -1242,9 +1265,18 @@ cdef struct _LibraryRelease:
 
 cdef void _unload_library_later(void* arg, int kind) noexcept nogil:
     cdef _LibraryRelease* rel = <_LibraryRelease*>arg
-    _sync_devices(rel.devices)
-    if cudaLibraryUnload(rel.lib) != cudaSuccess:
+    cdef int injected = injected_failure(CLEANUP_LIBRARY)
+    cdef cudaError_t err = _sync_devices(rel.devices)
+    cdef cudaError_t unload = cudaLibraryUnload(rel.lib)
+    if unload != cudaSuccess:
         cudaGetLastError()
+        err = unload
+    elif err != cudaSuccess:
+        cudaGetLastError()
+    if injected:
+        err = <cudaError_t>injected
+    if err != cudaSuccess:
+        cleanup_failed(CLEANUP_LIBRARY, <const void*>rel.lib, <int>err)
     free(rel)
 
 
@@ -1264,6 +1296,7 @@ cdef void release_library(cudaLibrary_t lib, unsigned long long devices) noexcep
         streams_defer(_unload_library_later, <void*>rel, 0, NULL)
     else:
         streams_release_without_gil(_unload_library_later, <void*>rel, 0)
+        _flush_if_gil()
 
 
 cdef int library_get_kernel(cudaKernel_t* out, cudaLibrary_t lib,
@@ -2333,3 +2366,410 @@ cdef int graph_kernel_node_set(cudaGraphNode_t node,
     return check(<cudaError_t>(<streams_kernel_node_set_fn>_kernel_node_fns[_K_SET])(
         <void*>node, params))
 # ---- kernel nodes through the driver: end ----
+
+# ==== adopted kernels and cleanup warnings (begin) ==========================================
+from cpython.pythread cimport (PyThread_type_lock, PyThread_allocate_lock, PyThread_acquire_lock,
+                               PyThread_release_lock)
+import warnings as _warnings
+
+cdef extern from "Python.h":
+    # Declared here without Cython's `except -1`: a failing warning is
+    # handled below, never propagated out of a release path.
+    int _warn_ex "PyErr_WarnEx"(PyObject* category, const char* message, Py_ssize_t level)
+    void _fetch_error "PyErr_Fetch"(PyObject** t, PyObject** v, PyObject** tb)
+    void _restore_error "PyErr_Restore"(PyObject* t, PyObject* v, PyObject* tb)
+    void _write_unraisable "PyErr_WriteUnraisable"(PyObject* obj)
+
+cdef extern from "Python.h" nogil:
+    int PyGILState_Check()
+
+
+class CudaWarning(RuntimeWarning):
+    """A CUDA call that releases something (a destroy, a free, an unload)
+    failed where no exception can be raised: in ``__dealloc__``, in a
+    deferred release, when the last user of a closed object left.  The
+    message names the object and the CUDA error.  Turned into an error by a
+    warnings filter, it is reported through ``sys.unraisablehook`` instead."""
+
+
+ctypedef int (*_func_get_name_fn)(const char** name, const void* func) noexcept nogil
+cdef void* _get_name_ptr[2]
+cdef int _get_name_state[2]        # 0 not looked up, 1 found, 2 missing
+_get_name_ptr[0] = NULL
+_get_name_ptr[1] = NULL
+_get_name_state[0] = 0
+_get_name_state[1] = 0
+
+
+cdef void* _driver_entry_since(const char* symbol, unsigned int version) noexcept nogil:
+    # A driver function newer than CUDA 12.0: asked for at the ABI of the
+    # version that introduced it (at 12.0's, cudaGetDriverEntryPointByVersion
+    # answers that it is not there yet); a runtime older than 12.5 has no
+    # versioned lookup, and its cudaGetDriverEntryPoint gives the newest.
+    # NULL where the driver lacks it.
+    cdef void* fn = NULL
+    if streams_get_driver_entry_at(symbol, &fn, version) == cudaSuccess and fn != NULL:
+        return fn
+    cudaGetLastError()
+    fn = NULL
+    if streams_get_driver_entry(symbol, &fn) == cudaSuccess and fn != NULL:
+        return fn
+    cudaGetLastError()
+    return NULL
+
+
+cdef int func_get_name(const void* func, bint is_kernel, const char** out) except -1 nogil:
+    cdef void* fn = NULL
+    cdef int which = 1 if is_kernel else 0
+    cdef int r
+    guard()
+    if _get_name_state[which] == 0:
+        fn = _driver_entry_since(b"cuKernelGetName" if is_kernel else b"cuFuncGetName", 12030)
+        if fn != NULL:
+            _get_name_ptr[which] = fn
+            _get_name_state[which] = 1
+        else:
+            _get_name_state[which] = 2
+    if _get_name_state[which] != 1:
+        return 1
+    out[0] = NULL
+    r = (<_func_get_name_fn>_get_name_ptr[which])(out, func)
+    if r != 0 or out[0] == NULL:
+        return 1
+    return 0
+
+
+cdef void sync_devices_quietly(unsigned long long devices) noexcept nogil:
+    cdef cudaError_t err
+    cdef int injected
+    if devices == 0 or not may_release():
+        return
+    injected = injected_failure(CLEANUP_DEVICE_SYNC)
+    err = _sync_devices(devices)
+    if err != cudaSuccess:
+        cudaGetLastError()
+    if injected:
+        err = <cudaError_t>injected
+    if err != cudaSuccess:
+        cleanup_failed(CLEANUP_DEVICE_SYNC, <const void*><uintptr_t>devices, <int>err)
+
+
+cdef struct _CleanupError:
+    int what
+    uintptr_t handle
+    int err
+
+cdef enum:
+    _CLEANUP_QUEUE = 64
+cdef _CleanupError _cleanup_queue[_CLEANUP_QUEUE]
+cdef int _cleanup_len = 0
+cdef unsigned long long _cleanup_lost = 0
+cdef int _inject_left[CLEANUP_KINDS]
+cdef int _inject_error[CLEANUP_KINDS]
+memset(_inject_left, 0, sizeof(_inject_left))
+memset(_inject_error, 0, sizeof(_inject_error))
+cdef PyThread_type_lock _cleanup_lock = PyThread_allocate_lock()
+
+# What each kind of release is called in a warning: the object, the call.
+# What each kind of release is called in a warning: the object, the call.
+# Keyed by kind (not a tuple in enum order): a kind added to the enum must
+# get its words here, and tests/test_kernels_adopt_cpu.py checks every one has.
+_CLEANUP_WHAT = {
+    HANDLE_STREAM: ("stream", "cudaStreamDestroy"),
+    HANDLE_EVENT: ("event", "cudaEventDestroy"),
+    HANDLE_GRAPH: ("graph", "cudaGraphDestroy"),
+    HANDLE_GRAPH_EXEC: ("graph executable", "cudaGraphExecDestroy"),
+    HANDLE_HOST_MEMORY: ("pinned host memory", "cudaFreeHost"),
+    HANDLE_MANAGED_MEMORY: ("managed memory", "cudaFree"),
+    HANDLE_MEM_POOL: ("memory pool", "cudaMemPoolDestroy"),
+    HANDLE_GREEN_CTX: ("green context", "cuGreenCtxDestroy"),
+    CLEANUP_LIBRARY: ("module", "cudaLibraryUnload"),
+    CLEANUP_DEVICE_MEMORY: ("device memory", "cudaFreeAsync"),
+    CLEANUP_DEVICE_SYNC: ("adopted kernel's owner (devices 0x{h:x})", "cudaDeviceSynchronize"),
+}
+_CLEANUP_KIND_NAMES = {"stream": HANDLE_STREAM, "event": HANDLE_EVENT, "graph": HANDLE_GRAPH,
+                       "graph_exec": HANDLE_GRAPH_EXEC, "host_memory": HANDLE_HOST_MEMORY,
+                       "managed_memory": HANDLE_MANAGED_MEMORY, "mem_pool": HANDLE_MEM_POOL,
+                       "green_context": HANDLE_GREEN_CTX,
+                       "module": CLEANUP_LIBRARY, "device_memory": CLEANUP_DEVICE_MEMORY,
+                       "device_sync": CLEANUP_DEVICE_SYNC}
+
+
+cdef void cleanup_failed(int what, const void* h, int err) noexcept nogil:
+    global _cleanup_len, _cleanup_lost
+    PyThread_acquire_lock(_cleanup_lock, 1)
+    if _cleanup_len < _CLEANUP_QUEUE:
+        _cleanup_queue[_cleanup_len].what = what
+        _cleanup_queue[_cleanup_len].handle = <uintptr_t>h
+        _cleanup_queue[_cleanup_len].err = err
+        _cleanup_len += 1
+    else:
+        _cleanup_lost += 1
+    PyThread_release_lock(_cleanup_lock)
+
+
+cdef int injected_failure(int what) noexcept nogil:
+    cdef int err = 0
+    if what < 0 or what >= CLEANUP_KINDS or _inject_left[what] == 0:
+        return 0      # the usual case, read without the lock
+    PyThread_acquire_lock(_cleanup_lock, 1)
+    if _inject_left[what] > 0:
+        _inject_left[what] -= 1
+        err = _inject_error[what]
+    PyThread_release_lock(_cleanup_lock)
+    return err
+
+
+cdef void _warn_cleanup(str text) noexcept:
+    cdef PyObject* t
+    cdef PyObject* v
+    cdef PyObject* tb
+    cdef bytes msg = text.encode("utf-8", "replace")
+    # An exception in flight (a __dealloc__ during unwinding) is kept.
+    _fetch_error(&t, &v, &tb)
+    if _warn_ex(<PyObject*>CudaWarning, msg, 1) < 0:
+        _write_unraisable(<PyObject*>text)
+    _restore_error(t, v, tb)
+
+
+cdef void flush_cleanup_warnings() noexcept:
+    cdef _CleanupError items[_CLEANUP_QUEUE]
+    cdef int n, i
+    cdef unsigned long long lost
+    global _cleanup_len, _cleanup_lost
+    if _cleanup_len == 0 or not streams_interpreter_alive():
+        return
+    PyThread_acquire_lock(_cleanup_lock, 1)
+    n = _cleanup_len
+    for i in range(n):
+        items[i] = _cleanup_queue[i]
+    _cleanup_len = 0
+    lost = _cleanup_lost
+    _cleanup_lost = 0
+    PyThread_release_lock(_cleanup_lock)
+    for i in range(n):
+        what, call = _CLEANUP_WHAT.get(items[i].what, (f"handle of kind {items[i].what}",
+                                                       "its release"))
+        what = what.format(h=items[i].handle)
+        if items[i].what != CLEANUP_DEVICE_SYNC:
+            what = f"{what} 0x{items[i].handle:x}"
+        _warn_cleanup(f"streams: releasing {what} failed ({call}): "
+                      f"{error_name(items[i].err)}: {error_message(items[i].err)}")
+    if lost:
+        _warn_cleanup(f"streams: {lost} more release failure(s) were not recorded (too "
+                      "many at once)")
+
+
+def _flush_cleanup_warnings():
+    """Issue the CudaWarnings of the release failures queued so far (tests)."""
+    flush_cleanup_warnings()
+
+
+def _cleanup_kind_names():
+    """The kinds of release that inject_cleanup_failure knows."""
+    return tuple(_CLEANUP_KIND_NAMES)
+
+
+def _queue_cleanup_failure(kind, handle, int error):
+    """Queue a failure as a release of ``kind`` on ``handle`` would (tests of
+    the reporting, with no CUDA involved); the next flush warns."""
+    cdef uintptr_t h = handle
+    if kind not in _CLEANUP_KIND_NAMES:
+        raise ValueError(f"kind must be one of {sorted(_CLEANUP_KIND_NAMES)}, got {kind!r}")
+    cleanup_failed(_CLEANUP_KIND_NAMES[kind], <const void*>h, error)
+
+
+def _inject_cleanup_failure(kind, int error, int count):
+    """Make the next ``count`` releases of ``kind`` report ``error``."""
+    cdef int what
+    if kind not in _CLEANUP_KIND_NAMES:
+        raise ValueError(f"kind must be one of {sorted(_CLEANUP_KIND_NAMES)}, got {kind!r}")
+    if error <= 0:
+        raise ValueError(f"error must be a positive cudaError_t value, got {error}")
+    if count < 0:
+        raise ValueError(f"count must be >= 0, got {count}")
+    what = _CLEANUP_KIND_NAMES[kind]
+    PyThread_acquire_lock(_cleanup_lock, 1)
+    _inject_error[what] = error
+    _inject_left[what] = count
+    PyThread_release_lock(_cleanup_lock)
+# ---- CUfunction handles, through the driver ----
+# The driver's structs, as cuda.h lays them out (CUlaunchConfig;
+# CUDA_KERNEL_NODE_PARAMS_v2, the ABI of the 12.0 entry points).
+cdef struct _CULaunchConfig:
+    unsigned int gridDimX, gridDimY, gridDimZ
+    unsigned int blockDimX, blockDimY, blockDimZ
+    unsigned int sharedMemBytes
+    void* hStream
+    void* attrs
+    unsigned int numAttrs
+
+cdef struct _CUKernelNodeParams:
+    void* func
+    unsigned int gridDimX, gridDimY, gridDimZ
+    unsigned int blockDimX, blockDimY, blockDimZ
+    unsigned int sharedMemBytes
+    void** kernelParams
+    void** extra
+    void* kern
+    void* ctx
+
+ctypedef int (*_cu_launch_ex_fn)(const _CULaunchConfig* config, const void* f, void** params,
+                                 void** extra) noexcept nogil
+ctypedef int (*_cu_func_get_attribute_fn)(int* out, int attrib, const void* f) noexcept nogil
+ctypedef int (*_cu_func_set_attribute_fn)(const void* f, int attrib, int value) noexcept nogil
+ctypedef int (*_cu_func_get_param_info_fn)(const void* f, size_t index, size_t* offset,
+                                           size_t* size) noexcept nogil
+ctypedef int (*_cu_graph_add_kernel_fn)(cudaGraphNode_t* out, cudaGraph_t g,
+                                        const cudaGraphNode_t* deps, size_t n,
+                                        const _CUKernelNodeParams* params) noexcept nogil
+ctypedef int (*_cu_exec_kernel_set_fn)(cudaGraphExec_t ex, cudaGraphNode_t node,
+                                       const _CUKernelNodeParams* params) noexcept nogil
+
+cdef enum:
+    _FN_LAUNCH_EX
+    _FN_GET_ATTRIBUTE
+    _FN_SET_ATTRIBUTE
+    _FN_GET_PARAM_INFO
+    _FN_GRAPH_ADD_KERNEL
+    _FN_EXEC_KERNEL_SET
+    _FN_COUNT
+# Resolved once, at first use; a racing second resolution writes the same.
+cdef void* _function_fns[_FN_COUNT]
+memset(_function_fns, 0, sizeof(_function_fns))
+cdef const char* _FUNCTION_FN_NAMES[_FN_COUNT]
+_FUNCTION_FN_NAMES[:] = [b"cuLaunchKernelEx", b"cuFuncGetAttribute", b"cuFuncSetAttribute",
+                         b"cuFuncGetParamInfo", b"cuGraphAddKernelNode",
+                         b"cuGraphExecKernelNodeSetParams"]
+# CUfunction_attribute (cuda.h)
+cdef enum:
+    _CU_FUNC_MAX_THREADS = 0
+    _CU_FUNC_SHARED_SIZE = 1
+    _CU_FUNC_CONST_SIZE = 2
+    _CU_FUNC_LOCAL_SIZE = 3
+    _CU_FUNC_NUM_REGS = 4
+    _CU_FUNC_PTX_VERSION = 5
+    _CU_FUNC_BINARY_VERSION = 6
+    _CU_FUNC_MAX_DYNAMIC_SHARED = 8
+
+
+cdef void* _function_fn(int which) except NULL nogil:
+    cdef void* fn = _function_fns[which]
+    if fn == NULL:
+        check(streams_get_driver_entry(_FUNCTION_FN_NAMES[which], &fn))
+        _function_fns[which] = fn
+    return fn
+
+
+cdef int _bind_primary_context() except -1 nogil:
+    # A driver call runs in the thread's current context, which a thread
+    # gets from the runtime only at its first call that uses the device.
+    cdef int dev = 0
+    check(cudaGetDevice(&dev))
+    return check(cudaSetDevice(dev))
+
+
+cdef int launch_function(const cudaLaunchConfig_t* config, const void* func,
+                         void** args) except -1 nogil:
+    cdef _CULaunchConfig cfg
+    cdef void* fn
+    guard()
+    if config.dynamicSmemBytes >> 32:
+        with gil:
+            raise ValueError(f"shared_mem={config.dynamicSmemBytes} does not fit a C unsigned "
+                             "int")
+    fn = _function_fn(_FN_LAUNCH_EX)
+    _bind_primary_context()
+    cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = (config.gridDim.x, config.gridDim.y,
+                                                config.gridDim.z)
+    cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = (config.blockDim.x, config.blockDim.y,
+                                                   config.blockDim.z)
+    cfg.sharedMemBytes = <unsigned int>config.dynamicSmemBytes
+    cfg.hStream = <void*>config.stream
+    cfg.attrs = <void*>config.attrs
+    cfg.numAttrs = config.numAttrs
+    return check(<cudaError_t>(<_cu_launch_ex_fn>fn)(&cfg, func, args, NULL))
+
+
+cdef int _function_attribute(int* out, int attrib, const void* func) except -1 nogil:
+    return check(<cudaError_t>(<_cu_func_get_attribute_fn>_function_fn(_FN_GET_ATTRIBUTE))(
+        out, attrib, func))
+
+
+cdef int function_get_attributes(cudaFuncAttributes* out, const void* func) except -1 nogil:
+    cdef int v = 0
+    guard()
+    _bind_primary_context()
+    memset(out, 0, sizeof(cudaFuncAttributes))
+    _function_attribute(&v, _CU_FUNC_SHARED_SIZE, func)
+    out.sharedSizeBytes = <size_t>v
+    _function_attribute(&v, _CU_FUNC_CONST_SIZE, func)
+    out.constSizeBytes = <size_t>v
+    _function_attribute(&v, _CU_FUNC_LOCAL_SIZE, func)
+    out.localSizeBytes = <size_t>v
+    _function_attribute(&out.maxThreadsPerBlock, _CU_FUNC_MAX_THREADS, func)
+    _function_attribute(&out.numRegs, _CU_FUNC_NUM_REGS, func)
+    _function_attribute(&out.ptxVersion, _CU_FUNC_PTX_VERSION, func)
+    _function_attribute(&out.binaryVersion, _CU_FUNC_BINARY_VERSION, func)
+    _function_attribute(&out.maxDynamicSharedSizeBytes, _CU_FUNC_MAX_DYNAMIC_SHARED, func)
+    return 0
+
+
+cdef int function_set_max_dynamic_shared(const void* func, int value) except -1 nogil:
+    guard()
+    _bind_primary_context()
+    return check(<cudaError_t>(<_cu_func_set_attribute_fn>_function_fn(_FN_SET_ATTRIBUTE))(
+        func, _CU_FUNC_MAX_DYNAMIC_SHARED, value))
+
+
+cdef int function_get_param_info(const void* func, size_t index, size_t* offset,
+                                 size_t* size) except -1 nogil:
+    cdef void* fn = _function_fns[_FN_GET_PARAM_INFO]
+    cdef int r
+    guard()
+    if fn == NULL:
+        fn = _driver_entry_since(_FUNCTION_FN_NAMES[_FN_GET_PARAM_INFO], 12040)
+        if fn == NULL:
+            return 2     # a driver older than CUDA 12.4
+        _function_fns[_FN_GET_PARAM_INFO] = fn
+    _bind_primary_context()
+    r = (<_cu_func_get_param_info_fn>fn)(func, index, offset, size)
+    if r == 0:
+        return 0
+    if r == 1:          # CUDA_ERROR_INVALID_VALUE: past the last parameter
+        return 1
+    return check(<cudaError_t>r)
+
+
+cdef void _function_node_params(_CUKernelNodeParams* out,
+                                const cudaKernelNodeParams* p) noexcept nogil:
+    out.func = p.func
+    out.gridDimX, out.gridDimY, out.gridDimZ = p.gridDim.x, p.gridDim.y, p.gridDim.z
+    out.blockDimX, out.blockDimY, out.blockDimZ = p.blockDim.x, p.blockDim.y, p.blockDim.z
+    out.sharedMemBytes = p.sharedMemBytes
+    out.kernelParams = p.kernelParams
+    out.extra = NULL
+    out.kern = NULL
+    out.ctx = NULL
+
+
+cdef int graph_add_function_node(cudaGraphNode_t* out, cudaGraph_t g,
+                                 const cudaGraphNode_t* deps, size_t n,
+                                 const cudaKernelNodeParams* params) except -1 nogil:
+    cdef _CUKernelNodeParams p
+    guard()
+    _function_node_params(&p, params)
+    _bind_primary_context()
+    return check(<cudaError_t>(<_cu_graph_add_kernel_fn>_function_fn(_FN_GRAPH_ADD_KERNEL))(
+        out, g, deps, n, &p))
+
+
+cdef int graph_exec_function_node_set_params(cudaGraphExec_t ex, cudaGraphNode_t node,
+                                             const cudaKernelNodeParams* params) except -1 nogil:
+    cdef _CUKernelNodeParams p
+    guard()
+    _function_node_params(&p, params)
+    _bind_primary_context()
+    return check(<cudaError_t>(<_cu_exec_kernel_set_fn>_function_fn(_FN_EXEC_KERNEL_SET))(
+        ex, node, &p))
+# ==== adopted kernels and cleanup warnings (end) ============================================

@@ -38,3 +38,11 @@ cdef uintptr_t foreign_event(object obj, str argname) except? 1
 # on the tensor's device (what its own __dlpack__ orders after), set in
 # `out`; 0 when `obj` is no CUDA tensor of PyTorch.
 cdef int framework_array_stream(object obj, uintptr_t* out) except -1
+
+# ---- handles of other libraries' code objects (Kernel.from_handle) ----
+# The int a raw handle argument stands for: an int, a ctypes pointer
+# (.value), or a cuda-bindings object (its __int__; getPtr() is the address
+# of its storage, not the handle); checked as an
+# address (nonzero, aligned, in the user address space), else TypeError or
+# ValueError naming `argname`.
+cdef uintptr_t foreign_code_handle(object value, str argname) except? 0

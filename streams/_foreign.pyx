@@ -355,3 +355,36 @@ cdef int framework_array_stream(object obj, uintptr_t* out) except -1:
     if out[0] > STREAM_PER_THREAD:
         check_stream_handle(out[0], "torch.cuda.current_stream().cuda_stream")
     return 1
+
+
+# ---- handles of other libraries' code objects --------------------------------------------
+
+cdef uintptr_t foreign_code_handle(object value, str argname) except? 0:
+    # A kernel or function handle is dereferenced by CUDA as a stream is:
+    # the same address rule keeps values that cannot be one away from it.
+    cdef uintptr_t h
+    if isinstance(value, bool) or isinstance(value, float):
+        raise TypeError(f"{argname} must be an int handle (or an object with __int__, or a "
+                        f"ctypes pointer), not {type(value).__name__}")
+    if not isinstance(value, int):
+        # cuda.bindings' CUfunction, CUkernel, ...: int() is the handle (their
+        # getPtr() is the address where the object stores it, not the handle).
+        if hasattr(value, "value") and (value.value is None or isinstance(value.value, int)):
+            value = value.value or 0       # ctypes.c_void_p
+        elif hasattr(value, "__int__"):
+            value = int(value)
+        else:
+            raise TypeError(f"{argname} must be an int handle (or an object with __int__, or "
+                            f"a ctypes pointer), not {type(value).__name__}")
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{argname} did not give an int handle (got "
+                            f"{type(value).__name__})")
+    if value < 0 or value >= (1 << 64):
+        raise ValueError(f"{argname}={value} does not fit in a pointer")
+    h = as_pointer_int(value, argname)
+    if h == 0:
+        raise ValueError(f"{argname} is NULL (0): not a kernel handle")
+    if h < _LOWEST_HANDLE or h >= _HIGHEST_HANDLE or h % sizeof(void*) != 0:
+        raise ValueError(f"{argname}=0x{h:x} cannot be a CUDA kernel or function handle "
+                         "(handles are aligned addresses of the process)")
+    return h

@@ -244,6 +244,12 @@ cdef int _add_kernel(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t*
     return rt.graph_add_kernel_node(out, g, deps, n, <cudaKernelNodeParams*>arg)
 
 
+cdef int _add_function(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps,
+                       size_t n, void* arg) except -1 nogil:
+    # An adopted CUfunction: the driver's kernel node (Kernel.from_handle).
+    return rt.graph_add_function_node(out, g, deps, n, <cudaKernelNodeParams*>arg)
+
+
 cdef int _add_memset(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps,
                      size_t n, void* arg) except -1 nogil:
     return rt.graph_add_memset_node(out, g, deps, n, <cudaMemsetParams*>arg)
@@ -1503,7 +1509,8 @@ cdef class Graph(HandleOwner):
         k = _kernel_node_params(kernel, grid, block, args, shared_mem, &params, &pack)
         try:
             module_use = keep_module(k._module)
-            node = _add_node(self, dependencies, _add_kernel, &params)
+            node = _add_node(self, dependencies,
+                             _add_function if k._adopted == 2 else _add_kernel, &params)
             self._use()
             try:
                 try:
@@ -1958,8 +1965,10 @@ cdef class GraphExec(HandleOwner):
         cdef cudaKernelNodeParams params
         cdef ArgPack pack
         cdef Kernel k
+        cdef bint function
         _check_conditions(nd._graph, args)
         k = _kernel_node_params(kernel, grid, block, args, shared_mem, &params, &pack)
+        function = k._adopted == 2
         try:
             # Boxed before CUDA has the new parameters: a launch may use them
             # as soon as the call returns.
@@ -1968,8 +1977,12 @@ cdef class GraphExec(HandleOwner):
             self._enter(nd)
             try:
                 with nogil:
-                    rt.graph_exec_kernel_node_set_params(<cudaGraphExec_t>self._handle,
-                                                         <cudaGraphNode_t>nd._handle, &params)
+                    if function:
+                        rt.graph_exec_function_node_set_params(
+                            <cudaGraphExec_t>self._handle, <cudaGraphNode_t>nd._handle, &params)
+                    else:
+                        rt.graph_exec_kernel_node_set_params(
+                            <cudaGraphExec_t>self._handle, <cudaGraphNode_t>nd._handle, &params)
             finally:
                 self._leave(nd)
             if self._kernel_args is not None:

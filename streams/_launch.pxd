@@ -12,6 +12,11 @@ cdef class Module(HandleOwner):
     cdef void* _handle           # cudaLibrary_t
     cdef bytes _image            # the driver may read it again when loading lazily
     cdef unsigned long long _devices   # bit d: a kernel of it was launched on device d
+    # Set on the stand-in module of an adopted kernel (Kernel.from_handle,
+    # no library of its own): the object that owns the kernel's code, kept
+    # alive as long as the module is.
+    cdef object _owner
+    cdef dict _lowered          # from_source's name expressions: their lowered names
     cdef int _destroy(self) except -1 nogil
     cdef void _release(self) noexcept nogil
 
@@ -25,6 +30,9 @@ cdef class Kernel(LaunchTarget):
     cdef int _nparams            # parameters CUDA reports; -1 when it cannot tell
     cdef unsigned short _param_size[MAX_KERNEL_ARGS]
     cdef object _signature_names
+    # 0: a kernel of a Module; adopted (Kernel.from_handle): 1 a CUkernel or
+    # cudaKernel_t (the runtime's calls), 2 a CUfunction (the driver's).
+    cdef int _adopted
 
     cdef int _check_usable(self) except -1
     cdef void* c_handle(self) noexcept nogil

@@ -3,7 +3,7 @@
 
 import os
 from collections.abc import Iterable
-from typing import Literal, SupportsFloat, SupportsIndex, final
+from typing import Literal, SupportsFloat, SupportsIndex, SupportsInt, TypedDict, final
 
 from typing_extensions import Self, TypeAlias
 
@@ -20,6 +20,24 @@ _BuiltinKernel: TypeAlias = Literal[
     "empty", "spin", "fill_u32", "increment_u32", "set_condition", "set_condition_lt"
 ]
 
+# What Kernel.from_handle takes: an int, an object with __int__
+# (cuda.bindings), or a ctypes pointer.
+_RawHandle: TypeAlias = SupportsInt | SupportsIndex | object
+
+class _SourceCacheInfo(TypedDict):
+    hits: int
+    misses: int
+    entries: int
+
+class _NvrtcInfo(TypedDict):
+    version: tuple[int, int]
+    path: str
+
+class CompileError(RuntimeError):
+    message: str
+    log: str
+    def __init__(self, message: str, log: str = "") -> None: ...
+
 @final
 class Module(HandleOwner):
     @staticmethod
@@ -30,6 +48,12 @@ class Module(HandleOwner):
     def from_fatbin(data: bytes | bytearray | memoryview) -> Module: ...
     @staticmethod
     def from_file(path: _StrOrBytesPath) -> Module: ...
+    @staticmethod
+    def from_source(source: str | bytes, options: Iterable[str] = (), name_expressions: Iterable[str] = (), arch: str | None = None) -> Module: ...
+    @staticmethod
+    def source_cache_info() -> _SourceCacheInfo: ...
+    @staticmethod
+    def clear_source_cache() -> None: ...
     # signature: C types such as "int32", "float32", "pointer" (a list, or
     # one comma-separated string).
     def get_kernel(self, name: str, signature: str | Iterable[str] | None = None) -> Kernel: ...
@@ -38,6 +62,8 @@ class Module(HandleOwner):
 
 @final
 class Kernel(LaunchTarget):
+    @staticmethod
+    def from_handle(handle: _RawHandle, signature: str | Iterable[str] | None = None, owner: object = None, kind: Literal["kernel", "function"] | None = None) -> Kernel: ...
     @property
     def name(self) -> str: ...
     @property
@@ -47,8 +73,13 @@ class Kernel(LaunchTarget):
     def num_params(self) -> int | None: ...
     @property
     def param_sizes(self) -> tuple[int, ...] | None: ...
+    # None for an adopted kernel (from_handle).
     @property
-    def module(self) -> Module: ...
+    def module(self) -> Module | None: ...
+    @property
+    def owner(self) -> object: ...
+    @property
+    def kind(self) -> Literal["kernel", "function"]: ...
     @property
     def handle(self) -> int: ...
     @property
@@ -119,6 +150,12 @@ class PreparedLaunch:
 
 def builtin_ptx(name: Literal["builtin", "conditional"] = "builtin") -> str: ...
 def builtin_kernel(name: _BuiltinKernel) -> Kernel: ...
+def nvrtc_info() -> _NvrtcInfo: ...
+
+# Private: compilation without loading (tests; needs no GPU with arch given).
+def _compile(source: str | bytes, options: Iterable[str] = (), name_expressions: Iterable[str] = (), arch: str | None = None) -> tuple[bytes, bool, dict[str, str]]: ...
+def _nvrtc_candidates() -> list[str]: ...
+def _handle_kind_for_tests(handle: object) -> str: ...
 
 # Private: used by streams.testing.
 def _spin(stream: Stream, microseconds: float) -> None: ...

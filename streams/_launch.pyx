@@ -17,10 +17,12 @@ from cpython.float cimport PyFloat_AS_DOUBLE
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_AsUnsignedLongLong
 from cpython.ref cimport Py_DECREF
 from libc.stdint cimport uintptr_t
+from libc.string cimport memset
 
 cimport streams._cudart as rt
 from streams._args cimport as_dim3, as_int, as_nbytes, as_uint
 from streams._device cimport DeviceScope, enter_device, exit_device, require_device
+from streams._foreign cimport foreign_code_handle
 from streams._memory cimport (SPAN_DEVICE, SPAN_NO_WAIT, SPAN_NULL_OK, Span, release_span,
                               resolve_span)
 from streams._handle cimport HandleOwner
@@ -29,6 +31,7 @@ from streams._stream cimport Event, LaunchTarget, Stream, as_stream, keep_gil_fo
 from streams.cudart cimport *
 
 from streams._cudart import CudaError
+from streams._cudart import runtime_version as rt_runtime_version
 
 cdef enum _ArgType:
     _T_I8, _T_I16, _T_I32, _T_I64, _T_U8, _T_U16, _T_U32, _T_U64, _T_F32, _T_F64, _T_PTR, _T_COND
@@ -223,7 +226,11 @@ cdef void release_pack(ArgPack* pack) noexcept:
 
 # ---- modules --------------------------------------------------------------------------------
 
+# no_gc_clear: an adopted kernel's stand-in module lets its owner go in
+# __dealloc__, once the work launched with the kernel is done; the GC must
+# not drop the owner first ("Reference cycles" in docs/architecture.rst).
 @cython.final
+@cython.no_gc_clear
 cdef class Module(HandleOwner):
     """Code loaded with the CUDA library API (``cudaLibraryLoadData``).
 
@@ -285,6 +292,42 @@ cdef class Module(HandleOwner):
         m._opened(True)
         return m
 
+    @staticmethod
+    def from_source(source, options=(), name_expressions=(), arch=None):
+        """Compile CUDA C++ ``source`` with NVRTC and load it.
+
+        ``options`` are NVRTC's (``"-std=c++17"``, ``"-DN=4"``, ...);
+        ``name_expressions`` name template instances (``"add<float>"``) that
+        ``get_kernel`` then finds by that name.  ``arch``: ``"sm_XY"``
+        (a cubin) or ``"compute_XY"`` (PTX, compiled by the driver);
+        default: the current device's ``sm_XY``.  NVRTC is loaded at first
+        use: ``STREAMS_NVRTC`` (a path), the ``nvidia-cuda-nvrtc`` wheel
+        (``pip install cuda-streams[nvrtc]``), the toolkit's (``CUDA_HOME``,
+        ``/usr/local/cuda``) or the system's ``libnvrtc.so``; none found is
+        a RuntimeError.  A failed compilation raises ``CompileError``
+        carrying NVRTC's log.  Compilations are cached in memory by
+        (source, options, arch, name_expressions): the same call again loads
+        the cached image without compiling (``Module.source_cache_info()``).
+        """
+        cdef Module m
+        image, ptx, lowered = _compile_cached(source, options, name_expressions, arch)
+        m = _load_image(image, False)
+        m._lowered = lowered
+        return m
+
+    @staticmethod
+    def source_cache_info():
+        """``{"hits", "misses", "entries"}`` of ``from_source``'s cache."""
+        with _source_cache_lock:
+            return {"hits": _source_cache_stats[0], "misses": _source_cache_stats[1],
+                    "entries": len(_source_cache)}
+
+    @staticmethod
+    def clear_source_cache():
+        """Forget every compilation ``from_source`` cached."""
+        with _source_cache_lock:
+            _source_cache.clear()
+
     def get_kernel(self, name, signature=None):
         """The kernel ``name`` (an ``extern "C"`` or mangled entry name).
 
@@ -299,26 +342,8 @@ cdef class Module(HandleOwner):
         cdef const char* c_name
         if not isinstance(name, str):
             raise TypeError(f"name must be a str, not {type(name).__name__}")
-        k._nsig = -1
-        if signature is not None:
-            if isinstance(signature, str):
-                signature = tuple(s.strip() for s in signature.split(",")) if signature.strip() \
-                    else ()
-            try:
-                signature = tuple(signature)
-            except TypeError:
-                raise TypeError(f"signature must be a sequence of C type names, not "
-                                f"{type(signature).__name__}") from None
-            if len(signature) > MAX_KERNEL_ARGS:
-                raise ValueError(f"signature has more than {MAX_KERNEL_ARGS} parameters")
-            for i, t in enumerate(signature):
-                if not isinstance(t, str) or t not in _ARG_TYPE_NAMES:
-                    raise ValueError(f"signature[{i}]: unknown C type {t!r}; use one of "
-                                     f"{sorted(set(_ARG_TYPE_LABEL.values()))}")
-                k._kinds[i] = _ARG_TYPE_NAMES[t]
-            k._nsig = len(signature)
-            k._signature_names = tuple(_ARG_TYPE_LABEL[_ARG_TYPE_NAMES[t]] for t in signature)
-        bname = name.encode("utf-8")
+        _set_signature(k, signature)
+        bname = (self._lowered.get(name, name) if self._lowered else name).encode("utf-8")
         c_name = bname
         self._use()
         try:
@@ -339,10 +364,29 @@ cdef class Module(HandleOwner):
 
     # ---- the handle's life (HandleOwner) -----------------------------------
     cdef int _destroy(self) except -1 nogil:
+        if self._handle == NULL:
+            return 0        # an adopted kernel's stand-in: nothing of ours to unload
         return rt.library_unload(<cudaLibrary_t>self._handle, self._devices)
 
     cdef void _release(self) noexcept nogil:
-        rt.release_library(<cudaLibrary_t>self._handle, self._devices)
+        if self._handle != NULL:
+            rt.release_library(<cudaLibrary_t>self._handle, self._devices)
+
+    def __dealloc__(self):
+        # An adopted kernel's owner may unload the code when it goes: it
+        # goes once the work launched with the kernel has finished (the
+        # devices it ran on synchronized, as close() does for a library).
+        # Inside a host callback CUDA cannot be called: the owner is held
+        # by the deferred queue until a safe thread synchronizes.
+        cdef unsigned long long devices = self._devices
+        if self._owner is None or devices == 0:
+            return
+        if rt.may_defer():
+            rt.defer_release(_sync_owner_devices, <void*><uintptr_t>devices, self._owner)
+        elif rt.may_release():
+            with nogil:
+                rt.sync_devices_quietly(devices)
+            rt.flush_cleanup_warnings()
 
     @property
     def handle(self):
@@ -361,6 +405,55 @@ cdef class Module(HandleOwner):
     def __repr__(self):
         state = " (closed)" if self.closed else ""
         return f"<streams.Module 0x{<uintptr_t>self._handle:x}{state}>"
+
+
+cdef str _handle_kind(object handle):
+    """"kernel" or "function" from the type of a cuda-bindings handle
+    object; ValueError for anything that does not say."""
+    name = type(handle).__name__
+    if name in ("CUkernel", "cudaKernel_t"):
+        return "kernel"
+    if name in ("CUfunction", "cudaFunction_t"):
+        return "function"
+    raise ValueError(f"kind= is needed for a handle given as {name}: 'kernel' for a CUkernel "
+                     "or cudaKernel_t (cuLibraryGetKernel, cuda.core), 'function' for a "
+                     "CUfunction (cuModuleGetFunction: CuPy, Numba, Triton); CUDA cannot "
+                     "tell them apart safely")
+
+
+def _handle_kind_for_tests(handle):
+    """What from_handle reads a handle object's kind as (tests)."""
+    return _handle_kind(handle)
+
+
+cdef int _set_signature(Kernel k, object signature) except -1:
+    """Parse ``signature`` (None, a comma-separated str, or a sequence of C
+    type names) into the kernel's kinds; ValueError/TypeError naming it."""
+    k._nsig = -1
+    if signature is None:
+        return 0
+    if isinstance(signature, str):
+        signature = tuple(s.strip() for s in signature.split(",")) if signature.strip() \
+            else ()
+    try:
+        signature = tuple(signature)
+    except TypeError:
+        raise TypeError(f"signature must be a sequence of C type names, not "
+                        f"{type(signature).__name__}") from None
+    if len(signature) > MAX_KERNEL_ARGS:
+        raise ValueError(f"signature has more than {MAX_KERNEL_ARGS} parameters")
+    for i, t in enumerate(signature):
+        if not isinstance(t, str) or t not in _ARG_TYPE_NAMES:
+            raise ValueError(f"signature[{i}]: unknown C type {t!r}; use one of "
+                             f"{sorted(set(_ARG_TYPE_LABEL.values()))}")
+        k._kinds[i] = _ARG_TYPE_NAMES[t]
+    k._nsig = len(signature)
+    k._signature_names = tuple(_ARG_TYPE_LABEL[_ARG_TYPE_NAMES[t]] for t in signature)
+    return 0
+
+
+cdef void _sync_owner_devices(void* arg, int kind) noexcept nogil:
+    rt.sync_devices_quietly(<unsigned long long><uintptr_t>arg)
 
 
 cdef Module _load_image(bytes image, bint resident):
@@ -391,7 +484,10 @@ cdef int _read_parameters(Kernel k) except -1:
     k._nparams = -1
     for i in range(MAX_KERNEL_ARGS + 1):
         with nogil:
-            r = rt.func_get_param_info(k._func, i, &offset, &size)
+            if k._adopted == 2:
+                r = rt.function_get_param_info(k._func, i, &offset, &size)
+            else:
+                r = rt.func_get_param_info(k._func, i, &offset, &size)
         if r == 2:
             return 0    # this runtime cannot tell: signatures are the only check
         if r == 1:
@@ -667,7 +763,10 @@ cdef cudaFuncAttributes _kernel_attributes(Kernel k) except *:
     k._module._use()
     try:
         with nogil:
-            rt.func_get_attributes(&attrs, <const void*>k._func)
+            if k._adopted == 2:
+                rt.function_get_attributes(&attrs, <const void*>k._func)
+            else:
+                rt.func_get_attributes(&attrs, <const void*>k._func)
     finally:
         k._module._unuse()
     return attrs
@@ -681,6 +780,7 @@ cdef int _launch_packed(Kernel k, Stream stream, dim3 grid, dim3 block, void** a
     # keeps the GIL throughout (held), a check of each closed flag
     # (HandleOwner._hold).
     cdef DeviceScope scope
+    cdef cudaLaunchConfig_t plain
     cdef int dev
     k._module._use_as(held)
     try:
@@ -689,7 +789,17 @@ cdef int _launch_packed(Kernel k, Stream stream, dim3 grid, dim3 block, void** a
             dev = stream.c_device()
             enter_device(&scope, dev)
             try:
-                if config == NULL:
+                if k._adopted == 2:
+                    # A CUfunction: the driver's launch (the runtime's would
+                    # read it as a cudaKernel_t).
+                    if config == NULL:
+                        memset(&plain, 0, sizeof(plain))
+                        plain.gridDim, plain.blockDim = grid, block
+                        plain.dynamicSmemBytes = shared_mem
+                        plain.stream = <cudaStream_t>stream._handle
+                        config = &plain
+                    rt.launch_function(config, <const void*>k._func, args)
+                elif config == NULL:
                     rt.launch_kernel(<const void*>k._func, grid, block, args, shared_mem,
                                      <cudaStream_t>stream._handle)
                 else:
@@ -706,15 +816,79 @@ cdef int _launch_packed(Kernel k, Stream stream, dim3 grid, dim3 block, void** a
 
 @cython.final
 cdef class Kernel(LaunchTarget):
-    """A kernel of a Module; launch it with ``Stream.launch`` or ``prepare``."""
+    """A kernel of a Module, or of another library (``Kernel.from_handle``);
+    launch it with ``Stream.launch``, ``prepare`` or a graph kernel node."""
 
     def __init__(self, *args, **kwargs):
-        rt.refuse_construction(self, "use Module.get_kernel()")
+        rt.refuse_construction(self, "use Module.get_kernel() or Kernel.from_handle()")
 
     cdef int _check_usable(self) except -1:
         if self._module is None:
-            raise ValueError("this Kernel was never initialised (use Module.get_kernel())")
+            raise ValueError("this Kernel was never initialised (use Module.get_kernel() or "
+                             "Kernel.from_handle())")
         return 0
+
+    @staticmethod
+    def from_handle(handle, signature=None, owner=None, kind=None):
+        """Adopt a kernel another library loaded: a ``CUkernel`` or
+        ``cudaKernel_t`` (a library kernel, usable on every device), or a
+        ``CUfunction`` (bound to the context it was loaded in).
+
+        ``handle`` is an int, or an object that gives one: a cuda-bindings
+        handle (its ``int()``), a ctypes pointer.  ``signature`` as
+        for ``Module.get_kernel``; without one, CUDA's report of the
+        parameters is the check.  ``owner`` is the object whose lifetime
+        keeps the code loaded (a CuPy ``RawKernel``, a cuda.core
+        ``ObjectCode``, ...): the kernel, and every prepared launch, graph
+        and executable that uses it, keep it alive, and it is let go only
+        once the work launched with the kernel is done.
+
+        ``kind`` says which handle it is: "kernel" (launched through the
+        runtime, as a Module's kernels are) or "function" (launched through
+        the driver: the runtime would read it as a kernel).  A cuda-bindings
+        ``CUkernel``/``cudaKernel_t`` or ``CUfunction``/``cudaFunction_t``
+        object says it itself; a plain int needs ``kind=``, because CUDA
+        cannot tell the two apart safely (each query takes one kind and
+        reads the other as if it were one).  A handle CUDA refuses is a
+        ValueError; a dangling or mislabelled one is undefined behaviour,
+        as for every raw handle (docs/safety.rst).
+        """
+        cdef uintptr_t h = foreign_code_handle(handle, "handle")
+        cdef Kernel k = Kernel.__new__(Kernel)
+        cdef Module holder
+        cdef cudaFuncAttributes attrs
+        cdef const char* c_name = NULL
+        cdef int named = 1
+        cdef bint is_kernel
+        if kind is None:
+            kind = _handle_kind(handle)
+        elif not isinstance(kind, str) or kind not in ("kernel", "function"):
+            raise ValueError(f"kind must be 'kernel', 'function' or None, got {kind!r}")
+        is_kernel = kind == "kernel"
+        _set_signature(k, signature)
+        require_device()
+        rt.drain_deferred()
+        try:
+            with nogil:
+                if is_kernel:
+                    rt.func_get_attributes(&attrs, <const void*>h)
+                else:
+                    rt.function_get_attributes(&attrs, <const void*>h)
+        except CudaError as exc:
+            raise ValueError(f"handle=0x{h:x} is not a live {kind} of this process "
+                             f"({exc})") from exc
+        with nogil:
+            named = rt.func_get_name(<const void*>h, is_kernel, &c_name)
+        holder = Module.__new__(Module)
+        holder._owner = owner
+        holder._opened(False)
+        k._func = <void*>h
+        k._module = holder
+        k._name = (<bytes>c_name).decode("utf-8", "replace") if named == 0 else \
+            f"{kind} 0x{h:x}"
+        k._adopted = 1 if is_kernel else 2
+        _read_parameters(k)
+        return k
 
     cdef void* c_handle(self) noexcept nogil:
         return self._func
@@ -792,7 +966,23 @@ cdef class Kernel(LaunchTarget):
 
     @property
     def module(self):
-        return self._module
+        """The Module it came from (None for an adopted kernel)."""
+        return None if self._adopted else self._module
+
+    @property
+    def owner(self):
+        """The ``owner`` given to ``from_handle`` (None otherwise)."""
+        if self._module is None:
+            return None
+        return self._module._owner
+
+    @property
+    def kind(self):
+        """"kernel" (a library kernel: CUkernel, cudaKernel_t, or a Module's)
+        or "function" (a CUfunction, launched through the driver)."""
+        if self._module is None:
+            return None
+        return "function" if self._adopted == 2 else "kernel"
 
     @property
     def handle(self):
@@ -836,8 +1026,11 @@ cdef class Kernel(LaunchTarget):
         self._module._use()
         try:
             with nogil:
-                rt.func_set_attribute(<const void*>self._func,
-                                      cudaFuncAttributeMaxDynamicSharedMemorySize, v)
+                if self._adopted == 2:
+                    rt.function_set_max_dynamic_shared(<const void*>self._func, v)
+                else:
+                    rt.func_set_attribute(<const void*>self._func,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize, v)
         finally:
             self._module._unuse()
 
@@ -888,6 +1081,8 @@ cdef class Kernel(LaunchTarget):
         return p
 
     def __repr__(self):
+        if self._adopted:
+            return f"<streams.Kernel {self._name!r} (adopted)>"
         return f"<streams.Kernel {self._name!r}>"
 
 
@@ -1104,3 +1299,302 @@ def _fill_u32(Stream stream not None, ptr, value, count):
 def _increment_u32(Stream stream not None, ptr, count):
     _load_builtins()
     _k_increment_u32._launch_on(stream, 256, 256, (ptr, count), 0, None, True)
+
+
+# ---- runtime compilation (NVRTC, loaded at first use) -------------------------------------
+# NVRTC is a separate library of the toolkit (or the nvidia-cuda-nvrtc
+# wheel): loaded with dlopen when from_source first needs it, so importing
+# streams costs nothing and needs no NVRTC.  Only the calls below are used.
+from posix.dlfcn cimport RTLD_LOCAL, RTLD_NOW, dlerror, dlopen, dlsym
+from libc.stdlib cimport free as _c_free, malloc as _c_malloc
+
+ctypedef int (*_nvrtc_create_t)(void** prog, const char* src, const char* name, int nheaders,
+                                const char* const* headers,
+                                const char* const* include_names) noexcept nogil
+ctypedef int (*_nvrtc_compile_t)(void* prog, int nopts, const char* const* opts) noexcept nogil
+ctypedef int (*_nvrtc_size_t)(void* prog, size_t* size) noexcept nogil
+ctypedef int (*_nvrtc_data_t)(void* prog, char* out) noexcept nogil
+ctypedef int (*_nvrtc_add_name_t)(void* prog, const char* expr) noexcept nogil
+ctypedef int (*_nvrtc_lowered_t)(void* prog, const char* expr, const char** out) noexcept nogil
+ctypedef int (*_nvrtc_destroy_t)(void** prog) noexcept nogil
+ctypedef const char* (*_nvrtc_error_string_t)(int result) noexcept nogil
+ctypedef int (*_nvrtc_version_t)(int* major, int* minor) noexcept nogil
+
+cdef struct _Nvrtc:
+    _nvrtc_create_t create
+    _nvrtc_compile_t compile
+    _nvrtc_size_t log_size
+    _nvrtc_data_t log
+    _nvrtc_size_t cubin_size
+    _nvrtc_data_t cubin
+    _nvrtc_size_t ptx_size
+    _nvrtc_data_t ptx
+    _nvrtc_add_name_t add_name
+    _nvrtc_lowered_t lowered
+    _nvrtc_destroy_t destroy
+    _nvrtc_error_string_t error_string
+    _nvrtc_version_t version
+
+cdef _Nvrtc _nvrtc
+cdef bint _nvrtc_loaded = False
+cdef object _nvrtc_path = None
+cdef object _nvrtc_lock = _threading.Lock()
+# What from_source compiled: key -> (image, is_ptx, lowered names).
+cdef dict _source_cache = {}
+cdef list _source_cache_stats = [0, 0]     # hits, misses
+cdef object _source_cache_lock = _threading.Lock()
+cdef Py_ssize_t _SOURCE_CACHE_MAX = 128
+
+
+class CompileError(RuntimeError):
+    """NVRTC refused the source of ``Module.from_source``.
+
+    ``log`` is NVRTC's compilation log (the messages with their lines);
+    ``str()`` of the error includes it.
+    """
+
+    def __init__(self, message, log=""):
+        super().__init__(f"{message}\n{log}" if log else message)
+        self.message = message
+        self.log = log
+
+
+def _nvrtc_candidates():
+    """Where NVRTC may be, best first: STREAMS_NVRTC alone when it is set;
+    else the wheel's, the toolkit's and the system's, this build's CUDA
+    major version first."""
+    import importlib.util
+    env = _os.environ.get("STREAMS_NVRTC")
+    if env:
+        return [env]
+    major = rt_runtime_version() // 1000
+    majors = [major] + [m for m in (13, 12) if m != major]
+    found = []
+    spec = importlib.util.find_spec("nvidia")
+    roots = list(spec.submodule_search_locations or ()) if spec is not None else []
+    for m in majors:
+        sub = "cu13/lib" if m >= 13 else "cuda_nvrtc/lib"
+        for root in roots:
+            found.append(_os.path.join(root, sub, f"libnvrtc.so.{m}"))
+    homes = [_os.environ.get("CUDA_HOME"), _os.environ.get("CUDA_PATH"), "/usr/local/cuda"]
+    for home in homes:
+        if home:
+            for m in majors:
+                found.append(_os.path.join(home, "lib64", f"libnvrtc.so.{m}"))
+            found.append(_os.path.join(home, "lib64", "libnvrtc.so"))
+    for m in majors:
+        found.append(f"libnvrtc.so.{m}")      # the dynamic loader's search
+    found.append("libnvrtc.so")
+    return found
+
+
+cdef void* _nvrtc_symbol(void* lib, const char* name, str path) except NULL:
+    cdef void* fn = dlsym(lib, name)
+    if fn == NULL:
+        raise RuntimeError(f"{path} has no {name.decode()}: not an NVRTC library")
+    return fn
+
+
+cdef int _load_nvrtc() except -1:
+    global _nvrtc_loaded, _nvrtc_path
+    cdef void* lib = NULL
+    cdef bytes bpath
+    cdef const char* err
+    # Always under the lock, the first check too: with free threading a
+    # reader must not see the flag before the pointers it guards.
+    with _nvrtc_lock:
+        if _nvrtc_loaded:
+            return 0
+        tried = []
+        env = _os.environ.get("STREAMS_NVRTC")
+        for path in _nvrtc_candidates():
+            if _os.sep in path and not _os.path.isfile(path):
+                tried.append(f"{path} (no such file)")
+                continue
+            bpath = _os.fsencode(path)
+            lib = dlopen(bpath, RTLD_NOW | RTLD_LOCAL)
+            if lib != NULL:
+                break
+            err = dlerror()
+            why = err.decode("utf-8", "replace") if err != NULL else "not loadable"
+            tried.append(f"{path} ({why})")
+        if lib == NULL:
+            how = ("STREAMS_NVRTC names it" if env else
+                   "install it with `pip install cuda-streams[nvrtc]` (the nvidia-cuda-nvrtc "
+                   "wheel), set CUDA_HOME to a CUDA toolkit, or set STREAMS_NVRTC to the path "
+                   "of libnvrtc.so")
+            raise RuntimeError(f"NVRTC (libnvrtc.so), needed by Module.from_source, was not "
+                               f"found or could not be loaded; {how}. Tried: "
+                               + "; ".join(tried))
+        _nvrtc.create = <_nvrtc_create_t>_nvrtc_symbol(lib, b"nvrtcCreateProgram", path)
+        _nvrtc.compile = <_nvrtc_compile_t>_nvrtc_symbol(lib, b"nvrtcCompileProgram", path)
+        _nvrtc.log_size = <_nvrtc_size_t>_nvrtc_symbol(lib, b"nvrtcGetProgramLogSize", path)
+        _nvrtc.log = <_nvrtc_data_t>_nvrtc_symbol(lib, b"nvrtcGetProgramLog", path)
+        _nvrtc.cubin_size = <_nvrtc_size_t>_nvrtc_symbol(lib, b"nvrtcGetCUBINSize", path)
+        _nvrtc.cubin = <_nvrtc_data_t>_nvrtc_symbol(lib, b"nvrtcGetCUBIN", path)
+        _nvrtc.ptx_size = <_nvrtc_size_t>_nvrtc_symbol(lib, b"nvrtcGetPTXSize", path)
+        _nvrtc.ptx = <_nvrtc_data_t>_nvrtc_symbol(lib, b"nvrtcGetPTX", path)
+        _nvrtc.add_name = <_nvrtc_add_name_t>_nvrtc_symbol(lib, b"nvrtcAddNameExpression", path)
+        _nvrtc.lowered = <_nvrtc_lowered_t>_nvrtc_symbol(lib, b"nvrtcGetLoweredName", path)
+        _nvrtc.destroy = <_nvrtc_destroy_t>_nvrtc_symbol(lib, b"nvrtcDestroyProgram", path)
+        _nvrtc.error_string = <_nvrtc_error_string_t>_nvrtc_symbol(lib, b"nvrtcGetErrorString",
+                                                                   path)
+        _nvrtc.version = <_nvrtc_version_t>_nvrtc_symbol(lib, b"nvrtcVersion", path)
+        _nvrtc_path = path
+        _nvrtc_loaded = True
+    return 0
+
+
+def nvrtc_info():
+    """NVRTC's version and where it was loaded from, loading it if needed:
+    ``{"version": (major, minor), "path": str}``."""
+    cdef int major = 0, minor = 0
+    _load_nvrtc()
+    _nvrtc.version(&major, &minor)
+    return {"version": (major, minor), "path": _nvrtc_path}
+
+
+cdef str _nvrtc_error(int result):
+    cdef const char* text = _nvrtc.error_string(result)
+    return text.decode("utf-8", "replace") if text != NULL else f"NVRTC error {result}"
+
+
+cdef str _default_arch():
+    cdef int dev, major = 0, minor = 0
+    require_device()
+    with nogil:
+        dev = rt.get_device()
+        rt.device_get_attribute(&major, cudaDevAttrComputeCapabilityMajor, dev)
+        rt.device_get_attribute(&minor, cudaDevAttrComputeCapabilityMinor, dev)
+    return f"sm_{major}{minor}"
+
+
+cdef tuple _str_tuple(object value, str argname):
+    if isinstance(value, (str, bytes)):
+        raise TypeError(f"{argname} must be a sequence of str, not a single "
+                        f"{type(value).__name__}")
+    try:
+        items = tuple(value)
+    except TypeError:
+        raise TypeError(f"{argname} must be a sequence of str, not "
+                        f"{type(value).__name__}") from None
+    for i, item in enumerate(items):
+        if not isinstance(item, str):
+            raise TypeError(f"{argname}[{i}] must be a str, not {type(item).__name__}")
+        if "\0" in item:
+            raise ValueError(f"{argname}[{i}] contains a NUL character")
+    return items
+
+
+def _compile(source, options=(), name_expressions=(), arch=None):
+    """Compile without loading: ``(image bytes, is_ptx, {expression: lowered name})``.
+    The image of PTX ends with its NUL.  Needs no GPU when ``arch`` is given."""
+    return _compile_cached(source, options, name_expressions, arch)
+
+
+cdef tuple _compile_cached(object source, object options, object name_expressions,
+                           object arch):
+    if isinstance(source, bytes):
+        source = source.decode("utf-8")
+    if not isinstance(source, str):
+        raise TypeError(f"source must be a str of CUDA C++, not {type(source).__name__}")
+    if "\0" in source:
+        raise ValueError("source contains a NUL character")
+    opts = _str_tuple(options, "options")
+    names = _str_tuple(name_expressions, "name_expressions")
+    if arch is not None:
+        if not isinstance(arch, str):
+            raise TypeError(f"arch must be a str such as 'sm_90' or 'compute_90', not "
+                            f"{type(arch).__name__}")
+        if not (arch.startswith("sm_") or arch.startswith("compute_")) or \
+                not arch.split("_", 1)[1][:2].isdigit():
+            raise ValueError(f"arch must look like 'sm_90' or 'compute_90', got {arch!r}")
+    for o in opts:
+        if o.startswith(("-arch", "--gpu-architecture")):
+            raise ValueError(f"options: pass the architecture as arch=, not {o!r}")
+    _load_nvrtc()
+    if arch is None:
+        arch = _default_arch()
+    key = (source, opts, arch, names)
+    with _source_cache_lock:
+        hit = _source_cache.get(key)
+        if hit is not None:
+            _source_cache_stats[0] += 1
+            return hit
+    result = _nvrtc_compile(source, opts + (f"--gpu-architecture={arch}",), names,
+                            arch.startswith("compute_"))
+    with _source_cache_lock:
+        _source_cache_stats[1] += 1
+        if len(_source_cache) >= _SOURCE_CACHE_MAX:
+            del _source_cache[next(iter(_source_cache))]    # the oldest
+        _source_cache[key] = result
+    return result
+
+
+cdef tuple _nvrtc_compile(str source, tuple opts, tuple names, bint to_ptx):
+    cdef void* prog = NULL
+    cdef int r, compiled, n = len(opts)
+    cdef bytes bsrc = source.encode("utf-8")
+    cdef const char* c_src = bsrc
+    cdef list bopts = [o.encode("utf-8") for o in opts]
+    cdef const char** c_opts = <const char**>_c_malloc((n + 1) * sizeof(char*))
+    cdef size_t size = 0
+    cdef bytearray out
+    cdef const char* lowered_name
+    cdef bytes bname
+    cdef const char* c_name
+    if c_opts == NULL:
+        raise MemoryError()
+    try:
+        for i in range(n):
+            bname = bopts[i]
+            c_opts[i] = bname
+        r = _nvrtc.create(&prog, c_src, b"streams_source.cu", 0, NULL, NULL)
+        if r != 0:
+            raise RuntimeError(f"nvrtcCreateProgram failed: {_nvrtc_error(r)}")
+        try:
+            for expr in names:
+                bname = expr.encode("utf-8")
+                r = _nvrtc.add_name(prog, bname)
+                if r != 0:
+                    raise ValueError(f"name_expressions: NVRTC refused {expr!r}: "
+                                     f"{_nvrtc_error(r)}")
+            with nogil:
+                compiled = _nvrtc.compile(prog, n, c_opts)
+            log = ""
+            if _nvrtc.log_size(prog, &size) == 0 and size > 1:
+                out = bytearray(size)
+                if _nvrtc.log(prog, out) == 0:
+                    log = bytes(out).rstrip(b"\0").decode("utf-8", "replace")
+            if compiled != 0:
+                raise CompileError(f"NVRTC could not compile the source "
+                                   f"({_nvrtc_error(compiled)})", log)
+            if to_ptx:
+                r = _nvrtc.ptx_size(prog, &size)
+            else:
+                r = _nvrtc.cubin_size(prog, &size)
+            if r != 0 or size == 0:
+                raise RuntimeError(f"NVRTC returned no {'PTX' if to_ptx else 'cubin'}: "
+                                   f"{_nvrtc_error(r)}")
+            out = bytearray(size)
+            r = _nvrtc.ptx(prog, out) if to_ptx else _nvrtc.cubin(prog, out)
+            if r != 0:
+                raise RuntimeError(f"NVRTC could not hand over its output: {_nvrtc_error(r)}")
+            image = bytes(out)
+            if to_ptx and not image.endswith(b"\0"):
+                image += b"\0"
+            lowered = {}
+            for expr in names:
+                bname = expr.encode("utf-8")
+                c_name = bname
+                lowered_name = NULL
+                r = _nvrtc.lowered(prog, c_name, &lowered_name)
+                if r != 0 or lowered_name == NULL:
+                    raise ValueError(f"name_expressions: no lowered name for {expr!r} "
+                                     f"({_nvrtc_error(r)})")
+                lowered[expr] = (<bytes>lowered_name).decode("utf-8")
+            return (image, bool(to_ptx), lowered)
+        finally:
+            _nvrtc.destroy(&prog)
+    finally:
+        _c_free(c_opts)

@@ -586,6 +586,7 @@ cdef void _free_device_memory(void* ptr, int device, Stream stream, Stream free_
     cdef Event tail_event = None    # keeps the tail alive while it is waited for
     cdef bint stream_used = False
     cdef void* frees = NULL
+    cdef int injected = 0
     try:
         if ptr != NULL:
             if free_on is not None:
@@ -605,14 +606,21 @@ cdef void _free_device_memory(void* ptr, int device, Stream stream, Stream free_
                     if tail != NULL:
                         rt.stream_wait_event(on, tail, 0)
                     rt.free_async(ptr, on)
+                    injected = rt.injected_failure(rt.CLEANUP_DEVICE_MEMORY)
+                    if injected:
+                        rt.cleanup_failed(rt.CLEANUP_DEVICE_MEMORY, ptr, injected)
                     if frees != NULL:
                         # Before the pool use ends: the pool is destroyed
                         # only once this free has run.
                         rt.marks_record(frees, on)
                 finally:
                     exit_device(&scope)
+    except rt_CudaError as exc:
+        # Released where nothing can be raised: a CudaWarning names it.
+        rt.cleanup_failed(rt.CLEANUP_DEVICE_MEMORY, ptr, exc.code)
     except BaseException:
         PyErr_WriteUnraisable(stream)
+    rt.flush_cleanup_warnings()
     if stream_used:
         stream._unuse()
     if free_on is not None:

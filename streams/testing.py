@@ -3,7 +3,12 @@ from streams import _cudart, _launch
 from streams._stream import Stream
 
 __all__ = ["spin", "launch_empty", "fill_u32", "increment_u32", "BUILTIN_PTX",
-           "builtin_module", "native_increment"]
+           "builtin_module", "native_increment", "inject_cleanup_failure",
+           "CLEANUP_KINDS"]
+
+#: What inject_cleanup_failure can make fail: each kind of release.
+CLEANUP_KINDS = ("stream", "event", "graph", "graph_exec", "host_memory", "managed_memory",
+                 "mem_pool", "green_context", "module", "device_memory", "device_sync")
 
 #: The address of a native host function, ``void fn(void* data)``, compiled
 #: into the package: it adds 1 to the unsigned 64-bit counter ``data``
@@ -51,3 +56,26 @@ def fill_u32(stream, ptr, value, count):
 def increment_u32(stream, ptr, count):
     """Add 1 to ``count`` uint32 at device pointer ``ptr``."""
     _launch._increment_u32(stream, ptr, count)
+
+
+def inject_cleanup_failure(kind, error, count=1):
+    """Make the next ``count`` releases of ``kind`` (one of
+    :data:`CLEANUP_KINDS`) report CUDA error ``error`` (a ``cudaError_t``
+    value, or a :class:`streams.CudaError`) instead of their own.
+
+    The real release still runs (nothing leaks); only its report changes:
+    a release where no exception can be raised (``__dealloc__``, the last
+    user of a closed object leaving, a deferred release) then issues a
+    :class:`streams.CudaWarning`.  ``count=0`` cancels what is left.  For
+    tests of that reporting: available in every build, only from here.
+    """
+    if isinstance(error, _cudart.CudaError):
+        error = error.code
+    if isinstance(error, bool) or not isinstance(error, int):
+        raise TypeError(f"error must be an int cudaError_t or a CudaError, not "
+                        f"{type(error).__name__}")
+    if isinstance(count, bool) or not isinstance(count, int):
+        raise TypeError(f"count must be an int, not {type(count).__name__}")
+    if count > 2**31 - 1:
+        raise ValueError(f"count must fit a C int, got {count}")
+    _cudart._inject_cleanup_failure(kind, error, count)

@@ -45,6 +45,7 @@ import sys
 import threading
 import time
 import traceback
+import weakref
 from pathlib import Path
 
 import pytest
@@ -58,8 +59,8 @@ from _support import run_python_args  # noqa: E402
 
 import streams  # noqa: E402
 from streams import (  # noqa: E402
-    CudaError, DeviceBuffer, Event, Graph, GraphExec, HostCallbackError, ManagedBuffer,
-    MemoryPool, PinnedBuffer, Stream)
+    CudaError, DeviceBuffer, Event, Graph, GraphExec, HostCallbackError, Kernel, LaunchConfig,
+    ManagedBuffer, MemoryPool, Module, PinnedBuffer, Stream)
 
 BUDGET = float(os.environ.get("STREAMS_FUZZ_SECONDS", "60"))
 CHECK_DEVICE_MEMORY = os.environ.get("STREAMS_FUZZ_DEVICE_MEMORY") == "1"
@@ -291,6 +292,116 @@ class _CAI:
             "version": 3, "stream": stream}
 
 
+class _FuzzOwner:
+    """Another library's code object, as far as an adopted kernel can tell:
+    it unloads its module when it goes (as CuPy's and cuda.core's do)."""
+
+    def __init__(self):
+        self.module = streams.testing.builtin_module()
+        self.handle = self.module.get_kernel("streams_fill_u32").handle
+
+    def __del__(self):
+        # A failure goes to sys.unraisablehook: the invariant reports it.
+        self.module.close()
+
+
+class AdoptM:
+    """A kernel adopted with Kernel.from_handle: the model holds the kernel,
+    and its owner only until the fuzzer drops it early."""
+
+    def __init__(self, kernel, owner, cycle):
+        self.kernel, self.owner, self.cycle = kernel, owner, cycle
+        self.owner_ref = weakref.ref(owner)
+        self.execs = []             # graph executables that hold the kernel
+
+    def __repr__(self):
+        return f"<adopted kernel{' in a cycle' if self.cycle else ''}>"
+
+
+# Module.from_source: a template instance found by its name expression.
+FUZZ_SOURCE = r"""
+template <typename T>
+__global__ void fuzz_fill(T* p, T value, unsigned long long n)
+{
+    unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) p[i] = value;
+}
+"""
+FUZZ_EXPR = "fuzz_fill<unsigned int>"
+_NVRTC = []
+
+
+def have_nvrtc():
+    if not _NVRTC:
+        try:
+            streams._launch.nvrtc_info()
+            _NVRTC.append(True)
+        except RuntimeError:
+            _NVRTC.append(False)
+    return _NVRTC[0]
+
+
+class CompM:
+    def __init__(self, module):
+        self.obj = module
+        self.kernel = module.get_kernel(FUZZ_EXPR, signature="pointer, uint32, uint64")
+        self.closed = False
+
+
+def in_thread(fn):
+    """fn() on another thread; its exception, if any, raised here."""
+    out, errors = [], []
+
+    def run():
+        try:
+            out.append(fn())
+        except BaseException as exc:     # noqa: BLE001 - re-raised below
+            errors.append(exc)
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join()
+    if errors:
+        raise errors[0]
+    return out[0]
+
+
+def fill_and_read(kernel, value, via, holders=None):
+    """Fill a fresh buffer with ``kernel`` (pointer, uint32, uint64) through
+    ``via`` on a fresh stream and return what the GPU wrote.  An executable
+    that must outlive the call goes to ``holders``."""
+    s = Stream(non_blocking=True)
+    buf = DeviceBuffer(NBYTES, stream=s)
+    try:
+        if via == "launch":
+            s.launch(kernel, 1, N, buf, value, N)
+        elif via == "launch_ex":
+            s.launch_ex(kernel, LaunchConfig(1, N), buf, value, N)
+        elif via == "prepare":
+            kernel.prepare(1, N, buf, value, N).launch(s)
+        else:
+            g = Graph()
+            try:
+                g.add_kernel_node(kernel, 1, N, buf, value, N)
+                ex = g.instantiate()
+            finally:
+                g.close()
+            ex.launch(s)
+            if via == "exec" and holders is not None:
+                holders.append(ex)
+            else:
+                s.synchronize()
+                ex.close()
+        got = np.empty(N, dtype=np.uint32)
+        streams.memcpy_async(got, buf, stream=s)
+        s.synchronize()
+        return got
+    finally:
+        s.synchronize()
+        buf.close()
+        s.close()
+
+
 class GpuObjectGraph(RuleBasedStateMachine):
     # Objects are kept in plain lists (not Bundles): hypothesis must hold no
     # reference that would outlive a drop or the teardown's leak check.
@@ -309,6 +420,7 @@ class GpuObjectGraph(RuleBasedStateMachine):
         self.mods, self.graphs, self.execs, self.preps, self.pools = [], [], [], [], []
         self.graveyard = []          # closed objects: every use must raise ValueError
         self.dropped_mods = []
+        self.adopted, self.compiled = [], []     # Kernel.from_handle, Module.from_source
         self.old_nodes = []          # nodes of closed graphs
         self.keys = 0
         # The model's own choices (fill values, close orders): the same for
@@ -1564,6 +1676,106 @@ class GpuObjectGraph(RuleBasedStateMachine):
             expect_closed(lambda: sm.obj.launch(obj, 1, 1, None, 0, 0),
                           "kernel of a closed Module")
 
+    # ---- adopted kernels (Kernel.from_handle) ---------------------------------------------------
+
+    @precondition(lambda self: len(self.adopted) < 3)
+    @rule(owner_early=st.booleans(), cycle=st.booleans())
+    def adopt_kernel(self, owner_early, cycle):
+        owner = _FuzzOwner()
+        k = Kernel.from_handle(owner.handle, kind="kernel", owner=owner,
+                               signature="pointer, uint32, uint64")
+        assert k.owner is owner and k.module is None and k.kind == "kernel"
+        a = AdoptM(k, owner, cycle)
+        if cycle:
+            owner.kernel = k        # owner -> kernel -> stand-in module -> owner
+        if owner_early:
+            a.owner = None          # only the kernel keeps it now
+        del owner, k
+        gc.collect()
+        assert a.owner_ref() is not None, "an adopted kernel lost its owner"
+        self.adopted.append(a)
+
+    @precondition(lambda self: self.adopted)
+    @rule(a=st.integers(0, 64), via=st.sampled_from(["launch", "launch_ex", "prepare", "graph",
+                                                     "exec"]),
+          value=st.integers(0, UINT32_MAX), threaded=st.booleans())
+    def launch_adopted(self, a, via, value, threaded):
+        am = self.pick(self.adopted, a)
+        assert am.owner_ref() is not None, f"{am}: the owner went while the kernel lives"
+        run = lambda: fill_and_read(am.kernel, value, via, am.execs)   # noqa: E731
+        got = in_thread(run) if threaded else run()
+        assert (got == value).all(), f"{am} via {via}: wrote {got[0]:#x}, not {value:#x}"
+
+    @precondition(lambda self: [a for a in self.adopted if a.execs])
+    @rule(a=st.integers(0, 64), value=st.integers(0, UINT32_MAX))
+    def relaunch_adopted_exec(self, a, value):
+        # An executable keeps the kernel (and so its owner) after the
+        # kernel object itself may be gone.
+        am = self.pick([x for x in self.adopted if x.execs], a)
+        s = Stream(non_blocking=True)
+        try:
+            am.execs[-1].launch(s)
+            s.synchronize()
+        finally:
+            s.close()
+
+    @precondition(lambda self: self.adopted)
+    @rule(a=st.integers(0, 64), keep_execs=st.booleans())
+    def drop_adopted(self, a, keep_execs):
+        am = self.adopted.pop(a % len(self.adopted))
+        ref, execs = am.owner_ref, am.execs
+        am.kernel = am.owner = None
+        am.execs = []
+        gc.collect()
+        if keep_execs and execs:
+            assert ref() is not None, "a graph executable that holds the kernel lost its owner"
+            s = Stream(non_blocking=True)
+            try:
+                execs[-1].launch(s)
+                s.synchronize()
+            finally:
+                s.close()
+        for ex in execs:
+            ex.close()
+        del execs
+        streams.synchronize_device()
+        streams._cudart._drain_deferred()
+        gc.collect()
+        assert ref() is None, f"{am}: its owner outlived every user of the kernel"
+
+    # ---- compiled modules (Module.from_source) ----------------------------------------------
+
+    @precondition(lambda self: have_nvrtc() and len([c for c in self.compiled if not c.closed]) < 2)
+    @rule(variant=st.integers(0, 2), threaded=st.booleans())
+    def compile_module(self, variant, threaded):
+        source = FUZZ_SOURCE + f"\n// variant {variant}\n"
+        make = lambda: Module.from_source(source, name_expressions=(FUZZ_EXPR,))  # noqa: E731
+        self.compiled.append(CompM(in_thread(make) if threaded else make()))
+
+    @precondition(lambda self: self.compiled)
+    @rule(c=st.integers(0, 64), via=st.sampled_from(["launch", "launch_ex", "prepare", "graph"]),
+          value=st.integers(0, UINT32_MAX), threaded=st.booleans())
+    def launch_compiled(self, c, via, value, threaded):
+        cm = self.pick(self.compiled, c)
+        run = lambda: fill_and_read(cm.kernel, value, via)   # noqa: E731
+        if cm.closed:
+            expect_closed(run, "kernel of a closed compiled module")
+            return
+        got = in_thread(run) if threaded else run()
+        assert (got == value).all(), f"compiled kernel via {via}: wrote {got[0]:#x}"
+
+    @precondition(lambda self: [c for c in self.compiled if not c.closed])
+    @rule(c=st.integers(0, 64), how=st.sampled_from(["close", "drop"]))
+    def close_compiled(self, c, how):
+        cm = self.pick([x for x in self.compiled if not x.closed], c)
+        if how == "close":
+            cm.obj.close()
+            cm.closed = True         # its kernel stays in the model: using it must raise
+        else:
+            self.compiled.remove(cm)
+            cm.obj = cm.kernel = None
+            gc.collect()
+
     @rule()
     def sync_all(self):
         """A check point: everything done, every buffer as the model says,
@@ -1625,6 +1837,16 @@ class GpuObjectGraph(RuleBasedStateMachine):
         for m in self.mods + self.dropped_mods:
             if not m.closed:
                 step(m.obj.close)
+        for am in self.adopted:
+            for ex in am.execs:
+                step(ex.close)
+            am.kernel = am.owner = None
+            am.execs = []
+        for cm in self.compiled:
+            if not cm.closed:
+                step(cm.obj.close)
+        owners = [am.owner_ref for am in self.adopted]
+        self.adopted, self.compiled = [], []
         for pool in self.pools:
             step(pool.close)
         for sm in list(self.streams):
@@ -1634,6 +1856,13 @@ class GpuObjectGraph(RuleBasedStateMachine):
         self.streams, self.bufs, self.zombies, self.events = [], [], [], []
         self.mods, self.graphs, self.execs, self.preps, self.pools = [], [], [], [], []
         self.graveyard, self.old_nodes, self.dropped_mods = [], [], []
+        streams.synchronize_device()
+        streams._cudart._drain_deferred()
+        gc.collect()
+        left = [ref for ref in owners if ref() is not None]
+        if left:
+            errors.append(AssertionError(f"{len(left)} adopted kernel owner(s) outlived "
+                                         "every user of their kernel"))
 
     def check_given_back(self):
         keys = LEAK_KEYS + (DEBUG_KEYS if self.before["debug_build"] else [])
@@ -1919,7 +2148,7 @@ def test_teardown_checks_with_no_model_object_left(monkeypatch):
 
     machine = GpuObjectGraph.__new__(GpuObjectGraph)
     for name in ("streams", "bufs", "zombies", "events", "mods", "execs", "preps", "pools",
-                 "graveyard", "dropped_mods", "old_nodes", "defaults"):
+                 "graveyard", "dropped_mods", "old_nodes", "defaults", "adopted", "compiled"):
         setattr(machine, name, [])
     machine.rng = random.Random(25)
     graph = FakeGraph()

@@ -33,6 +33,7 @@ cdef class Graph(HandleOwner):
     cdef GraphNode _add_event_node(self, Event ev, object dependencies, bint record)
     cdef tuple _add_conditional(self, object cond, int kind, unsigned int size,
                                 object dependencies)
+    cdef str _one_executable_only(self)
 
 
 cdef class GraphNode:

@@ -1329,6 +1329,12 @@ cdef class Graph(HandleOwner):
             else:
                 with nogil:
                     _instantiate(<cudaGraph_t>self._handle, &ex, flags)
+        except CudaError as exc:
+            if exc.code == cudaErrorNotSupported:
+                why = self._one_executable_only()
+                if why:
+                    raise CudaError(exc.code, exc.name, f"{exc.message} ({why})") from None
+            raise
         finally:
             self._unuse()
         result = GraphExec.__new__(GraphExec)
@@ -1347,6 +1353,24 @@ cdef class Graph(HandleOwner):
         if up is not None:
             result.upload(up)
         return result
+
+    cdef str _one_executable_only(self):
+        # CUDA refuses a second executable of a graph with memory or
+        # conditional nodes while the first exists, with a bare
+        # cudaErrorNotSupported (seen with conditional nodes on an H200,
+        # driver 580): say which rule it is.
+        try:
+            kinds = {node.type for node in self.nodes}
+        except CudaError:
+            return None
+        found = [name for kind, name in ((NodeType.CONDITIONAL, "conditional"),
+                                         (NodeType.MEM_ALLOC, "memory"))
+                 if kind in kinds]
+        if not found:
+            return None
+        return (f"a graph with {' and '.join(found)} nodes can have one executable at a "
+                "time: close the other one first; one closed while its launches still "
+                "run is destroyed when they finish")
 
     def clone(self):
         """A copy of the graph (what its nodes need stays alive for the clone too)."""

@@ -22,9 +22,9 @@ from streams._foreign cimport (STREAM_LEGACY, STREAM_NULL, STREAM_PER_THREAD,
                                check_event_handle, check_stream_handle, foreign_event,
                                foreign_stream, foreign_stream_device)
 from streams._handle cimport HandleOwner
-from streams._platform cimport (STREAMS_FREE_THREADED, streams_closed_now, streams_count_add,
-                                streams_count_get, streams_cpu_relax, streams_cpu_yield,
-                                streams_is_closed, streams_now_ns, streams_pool, streams_pool_close,
+from streams._platform cimport (STREAMS_FREE_THREADED, streams_close_begin, streams_closed_now,
+                                streams_count_add, streams_count_get, streams_cpu_relax,
+                                streams_cpu_yield, streams_is_closed, streams_now_ns, streams_pool, streams_pool_close,
                                 streams_pool_idle, streams_pool_new, streams_pool_put,
                                 streams_pool_ref, streams_pool_take, streams_pool_unref,
                                 streams_sleep_ns, streams_use_begin, streams_use_end)
@@ -323,6 +323,14 @@ cdef class Waitable(HandleOwner):
 
     def __cinit__(self, *args, **kwargs):
         self._device = -1
+
+    def __dealloc__(self):
+        # HandleOwner.__dealloc__ would release the handle only after
+        # Cython has cleared this class's fields, and `_owner` may be what
+        # keeps the handle valid (a green context's stream: its context,
+        # which must outlive cudaStreamDestroy).  So the handle goes first.
+        if self._owns_handle and streams_close_begin(&self._state) == 1:
+            self._release()
 
     cdef int c_query(self) except -1 nogil:
         self._use()

@@ -105,6 +105,31 @@ def test_if_without_else_skips_on_zero(stream, device_buffer, closer):
     close_all(body, g)
 
 
+def test_a_conditional_graph_has_one_executable_at_a_time(stream, device_buffer, closer):
+    """CUDA refuses a second executable of a graph with a conditional node
+    while the first lives (cudaErrorNotSupported, found by the fuzzer on an
+    H200): the error says which rule it is, and once the first is closed a
+    new one instantiates and runs."""
+    flag, out = device_buffer(), device_buffer()
+    g = closer(Graph())
+    cond = g.create_condition()
+    setter = g.add_kernel_node("set_condition", 1, 1, cond, flag)
+    _, body = g.add_if(cond, dependencies=[setter])
+    closer(body)
+    body.add_kernel_node("increment_u32", GRID, BLOCK, out, N)
+    first = g.instantiate()
+    with pytest.raises(streams.CudaError, match="one executable at a time") as info:
+        g.instantiate()
+    assert info.value.name == "cudaErrorNotSupported"
+    assert "conditional" in info.value.message
+    first.close()
+    with g.instantiate(auto_free_on_launch=True) as ex:
+        set_u32(flag, 1, stream)
+        ex.launch(stream)
+        assert (to_host(out, stream) == 1).all()
+    close_all(body, g)
+
+
 def test_switch_selects_one_of_four_bodies(stream, device_buffer, closer):
     flag, out = device_buffer(), device_buffer()
     g = closer(Graph())

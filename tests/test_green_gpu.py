@@ -152,7 +152,7 @@ def test_work_on_a_partition_runs_on_at_most_its_sms(device, kernels):
         assert ctx.sm_count == n and ctx.device == device.index
         s = ctx.create_stream()
         assert s.sm_count == n
-        assert s.device == device.index
+        assert s.device.index == device.index
         seen = _smids(s, kernels.smid, blocks)
         assert 1 <= len(seen) <= n, (seen, n)
         s.close()
@@ -312,6 +312,39 @@ def test_the_context_lives_while_its_streams_do(device):
     s.close()
     gc.collect()
     assert streams.debug_counters()["live_green_contexts"] == before
+
+
+@pytest.mark.parametrize("how", ["dropped", "cycle"])
+def test_a_dropped_stream_goes_before_its_context(device, how):
+    """A green context's stream dropped (not closed) after its context was
+    closed: its handle is destroyed before the context it holds.  Before:
+    the stream's fields, its hold on the context among them, were cleared
+    first, so cudaStreamDestroy found the context destroyed (a CudaWarning,
+    and a leaked stream)."""
+    import warnings
+    r = device.sm_resource()
+    (part,), _ = device.split_sm(r.min_partition_size, groups=1)
+    base = streams.debug_counters()
+    ctx = GreenContext(part)
+    s = ctx.create_stream()
+    streams.memset_async(DeviceBuffer(64, s), 0, stream=s)
+    s.synchronize()
+    ctx.close()
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        if how == "cycle":
+            box = [s]
+            box.append(box)
+            del box
+        del s
+        gc.collect()
+        streams._cudart._drain_deferred()
+        streams._cudart._flush_cleanup_warnings()
+    assert not [w for w in got if issubclass(w.category, streams.CudaWarning)], \
+        [str(w.message) for w in got]
+    c = streams.debug_counters()
+    assert c["live_green_contexts"] == base["live_green_contexts"]
+    assert c["live_streams"] == base["live_streams"]
 
 
 def test_misuse_raises(device):

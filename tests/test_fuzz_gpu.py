@@ -1738,7 +1738,10 @@ class GpuObjectGraph(RuleBasedStateMachine):
                 s.close()
         for ex in execs:
             ex.close()
+        # The loop variable would keep the last (closed) executable, and with
+        # it what its graph's nodes held: the kernel's owner among them.
         del execs
+        ex = None
         streams.synchronize_device()
         streams._cudart._drain_deferred()
         gc.collect()
@@ -1794,15 +1797,25 @@ class GpuObjectGraph(RuleBasedStateMachine):
     def teardown(self):
         """Check, close everything, and check that everything was given back."""
         errors = []
-        self.check_and_close_all(errors)
-        # The check runs only once check_and_close_all has returned: its loop
-        # variables (the last holder, buffer, stream, module), left bound after
-        # their loops, would keep model objects alive through the check.  A
-        # holder's model keeps its GraphNodes, each node its Graph (closed or
-        # not), and a graph keeps its kernel nodes' buffers in use, so their
-        # memory was never freed while the check looked (seed 206:
-        # "live_buffers 16 -> 17", the last holder a graph with a fill node).
+        owners = self.check_and_close_all(errors)
+        # The checks run only once check_and_close_all has returned: its loop
+        # variables (the last holder, buffer, stream, module, executable),
+        # left bound after their loops, would keep model objects alive through
+        # the check.  A holder's model keeps its GraphNodes, each node its
+        # Graph (closed or not), and a graph keeps its kernel nodes' buffers
+        # in use, so their memory was never freed while the check looked
+        # (seed 206: "live_buffers 16 -> 17", the last holder a graph with a
+        # fill node).  Likewise the last adopted kernel's executable, closed
+        # but still bound to the loop variable, held its graph's holds, the
+        # stand-in module and so the owner ("1 adopted kernel owner(s)
+        # outlived every user of their kernel").
+        streams.synchronize_device()
+        streams._cudart._drain_deferred()
         gc.collect()
+        left = [ref for ref in owners if ref() is not None]
+        if left:
+            errors.append(AssertionError(f"{len(left)} adopted kernel owner(s) outlived "
+                                         "every user of their kernel"))
         try:
             self.check_given_back()
         except BaseException as exc:
@@ -1813,7 +1826,9 @@ class GpuObjectGraph(RuleBasedStateMachine):
 
     def check_and_close_all(self, errors):
         """Check what the model says, then close everything and forget the
-        model; what fails goes to ``errors`` and the rest is still closed."""
+        model; what fails goes to ``errors`` and the rest is still closed.
+        Returns weak references to the adopted kernels' owners, which must
+        be gone once the caller has settled what the library defers."""
 
         def step(fn):
             try:
@@ -1857,13 +1872,7 @@ class GpuObjectGraph(RuleBasedStateMachine):
         self.streams, self.bufs, self.zombies, self.events = [], [], [], []
         self.mods, self.graphs, self.execs, self.preps, self.pools = [], [], [], [], []
         self.graveyard, self.old_nodes, self.dropped_mods = [], [], []
-        streams.synchronize_device()
-        streams._cudart._drain_deferred()
-        gc.collect()
-        left = [ref for ref in owners if ref() is not None]
-        if left:
-            errors.append(AssertionError(f"{len(left)} adopted kernel owner(s) outlived "
-                                         "every user of their kernel"))
+        return owners
 
     def check_given_back(self):
         keys = LEAK_KEYS + (DEBUG_KEYS if self.before["debug_build"] else [])

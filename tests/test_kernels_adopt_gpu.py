@@ -207,15 +207,23 @@ def test_adopt_numba_kernel(stream):
         pytest.skip("numba-cuda sees no GPU here")
     sig = types.void(types.CPointer(types.uint32), types.uint32, types.uint64)
 
-    @cuda.jit(sig)
     def numba_fill(out, value, n):
         i = cuda.grid(1)
         if i < n:
             out[i] = value + types.uint32(i)
 
-    compiled = numba_fill.overloads[sig.args]
-    cufunc = compiled._codelibrary.get_cufunc()
-    handle = cufunc.handle
+    # Only numba's own compile and load may turn the test into a skip: a
+    # numba-cuda that is out of step with the installed numpy (numpy 2 removed
+    # names such as np.row_stack that some numba-cuda releases still import)
+    # cannot build a kernel at all, and that is not ours to test. Everything
+    # from Kernel.from_handle on runs outside this guard and fails normally.
+    try:
+        numba_fill = cuda.jit(sig)(numba_fill)
+        compiled = numba_fill.overloads[sig.args]
+        handle = compiled._codelibrary.get_cufunc().handle
+    except Exception as exc:
+        pytest.skip(f"numba-cuda cannot compile a kernel in this environment "
+                    f"({type(exc).__name__}: {exc})")
     # numba's handle is a cuda-bindings CUfunction or a ctypes pointer.
     k = Kernel.from_handle(handle, kind="function", owner=numba_fill)
     assert k.kind == "function" and k.owner is numba_fill and k.module is None
@@ -305,3 +313,70 @@ def test_owner_in_a_reference_cycle(stream):
     gc.collect()
     gc.collect()
     assert alive() is None
+
+
+def _green_stream_or_none():
+    """A stream of a green context on a partition of the current device, and
+    the context; (None, None) where the driver has no green contexts."""
+    dev = streams.Device(streams.get_device())
+    try:
+        whole = dev.sm_resource()
+        parts, _ = dev.split_sm(whole.min_partition_size, groups=1)
+        ctx = streams.GreenContext(parts[0])
+    except NotImplementedError:
+        return None, None
+    return ctx.create_stream(priority=0), ctx
+
+
+def test_owners_go_once_launches_and_executables_are_gone(stream):
+    """The fuzzer's case, step by step: with a green context's stream open,
+    an owner in a cycle with its kernel, launched directly and from an
+    executable, and a second adopted kernel never launched.  Once the kernels
+    and the (closed) executable are dropped and the device is settled, both
+    owners are gone; the executable keeps the first while it lives."""
+    green, ctx = _green_stream_or_none()
+    side = streams.Stream(non_blocking=True)
+    buf = DeviceBuffer(4 * N, stream)
+    try:
+        if green is not None:
+            green.synchronize()
+        first = Owner()
+        k1 = Kernel.from_handle(first.handle, kind="kernel", owner=first)
+        first.kernel = k1          # owner -> kernel -> stand-in module -> owner
+        first_alive = weakref.ref(first)
+        del first
+        stream.launch(k1, GRID, BLOCK, buf, np.uint32(41), np.uint64(N))
+        assert (to_host(buf, stream) == expected(41)).all()
+
+        second = Owner()
+        k2 = Kernel.from_handle(second.handle, kind="kernel", owner=second)
+        second_alive = weakref.ref(second)
+        del second
+
+        g = Graph()
+        try:
+            g.add_kernel_node(k1, GRID, BLOCK, buf, np.uint32(43), np.uint64(N))
+            ex = g.instantiate()
+        finally:
+            g.close()
+        del g
+        ex.launch(side)
+        assert (to_host(buf, side) == expected(43)).all()
+
+        del k1, k2
+        gc.collect()
+        assert first_alive() is not None, "a graph executable that holds the kernel keeps its owner"
+        assert second_alive() is None, "an owner whose kernel was never launched goes with it"
+        ex.close()
+        del ex
+        streams.synchronize_device()
+        streams._cudart._drain_deferred()
+        gc.collect()
+        assert first_alive() is None, "the owner must go once nothing uses the kernel"
+    finally:
+        side.synchronize()
+        buf.close()
+        side.close()
+        if green is not None:
+            green.close()
+            ctx.close()

@@ -2040,42 +2040,61 @@ cdef int green_require() except -1:
 
 cdef int _green_resolve() except -1:
     global _green_resolved
-    cdef void* fns[_G_N]
-    cdef int driver = 0, runtime = 0, i
-    cdef cudaError_t err = cudaSuccess
+    cdef int driver = 0, runtime = 0
     if _green_resolved:
         return 0
     guard()
-    with nogil:
-        if cudaDriverGetVersion(&driver) != cudaSuccess:
-            cudaGetLastError()
-            driver = 0
-        cudaRuntimeGetVersion(&runtime)
+    _versions(&driver, &runtime)
     if (STREAMS_HAVE_RUNTIME_GREEN and runtime >= STREAMS_RUNTIME_GREEN_VERSION
             and driver >= STREAMS_RUNTIME_GREEN_VERSION):
         _green_runtime_chosen()
         return 0
+    _resolve_driver_table(_GREEN_NAMES, _green_fns, _G_N, STREAMS_GREEN_VERSION,
+                          "green contexts need a driver for CUDA 12.5 or newer and streams "
+                          "built against a CUDA 12.5 or newer runtime (the driver's "
+                          "cuGreenCtxCreate and cuGreenCtxStreamCreate, reached with "
+                          "cudaGetDriverEntryPointByVersion)")
+    _green_resolved = True
+    return 0
+
+
+cdef int _versions(int* driver, int* runtime) except -1:
     with nogil:
-        for i in range(_G_N):
+        if cudaDriverGetVersion(driver) != cudaSuccess:
+            cudaGetLastError()
+            driver[0] = 0
+        cudaRuntimeGetVersion(runtime)
+    return 0
+
+
+cdef int _resolve_driver_table(const char** names, void** table, int n, int version,
+                               str needs) except -1:
+    """Fill ``table`` with the driver's ``names`` at the ABI of CUDA
+    ``version``: all of them, or none and NotImplementedError saying what
+    ``needs`` and what this driver and build have.  The caller publishes
+    the table (its resolved flag) after this returns."""
+    cdef void* fns[32]
+    cdef int driver = 0, runtime = 0, i
+    cdef cudaError_t err = cudaSuccess
+    if n > 32:
+        raise ValueError("at most 32 driver functions per table")
+    _versions(&driver, &runtime)
+    with nogil:
+        for i in range(n):
             fns[i] = NULL
             if err == cudaSuccess:
-                if driver >= STREAMS_GREEN_VERSION:
-                    err = streams_get_driver_entry_at(_GREEN_NAMES[i], &fns[i],
-                                                      STREAMS_GREEN_VERSION)
+                if driver >= version:
+                    err = streams_get_driver_entry_at(names[i], &fns[i], version)
                 else:
                     err = cudaErrorNotSupported
         if err != cudaSuccess:
             cudaGetLastError()
     if err != cudaSuccess:
         raise NotImplementedError(
-            "green contexts need a driver for CUDA 12.5 or newer and streams built against "
-            "a CUDA 12.5 or newer runtime (the driver's cuGreenCtxCreate and "
-            "cuGreenCtxStreamCreate, reached with cudaGetDriverEntryPointByVersion): this "
-            f"driver supports CUDA {_version_str(driver)}, this build uses the CUDA "
-            f"{_version_str(runtime)} runtime (CUDA said: {error_name(<int>err)})")
-    for i in range(_G_N):
-        _green_fns[i] = fns[i]
-    _green_resolved = True
+            f"{needs}: this driver supports CUDA {_version_str(driver)}, this build uses the "
+            f"CUDA {_version_str(runtime)} runtime (CUDA said: {error_name(<int>err)})")
+    for i in range(n):
+        table[i] = fns[i]
     return 0
 
 
@@ -2247,39 +2266,27 @@ cdef void* _kernel_node_fns[_K_N]
 cdef bint _kernel_node_resolved = False
 
 
+cdef object _kernel_node_lock = object()
+
+
 cdef int kernel_node_require() except -1:
+    if _kernel_node_resolved:
+        return 0
+    with cython.critical_section(_kernel_node_lock):
+        return _kernel_node_resolve()
+
+
+cdef int _kernel_node_resolve() except -1:
     global _kernel_node_resolved
-    cdef void* fns[_K_N]
-    cdef int driver = 0, runtime = 0, i
-    cdef cudaError_t err = cudaSuccess
     if _kernel_node_resolved:
         return 0
     guard()
-    with nogil:
-        if cudaDriverGetVersion(&driver) != cudaSuccess:
-            cudaGetLastError()
-            driver = 0
-        cudaRuntimeGetVersion(&runtime)
-        for i in range(_K_N):
-            fns[i] = NULL
-            if err == cudaSuccess:
-                if driver >= STREAMS_KERNEL_NODE_VERSION:
-                    err = streams_get_driver_entry_at(_KERNEL_NODE_NAMES[i], &fns[i],
-                                                      STREAMS_KERNEL_NODE_VERSION)
-                else:
-                    err = cudaErrorNotSupported
-        if err != cudaSuccess:
-            cudaGetLastError()
-    if err != cudaSuccess:
-        raise NotImplementedError(
-            "reading and changing the kernel nodes of any graph needs a driver for CUDA 12.4 "
-            "or newer and streams built against a CUDA 12.5 or newer runtime (the driver's "
-            "cuGraphKernelNodeGetParams and cuFuncGetParamInfo, reached with "
-            "cudaGetDriverEntryPointByVersion): this driver supports CUDA "
-            f"{_version_str(driver)}, this build uses the CUDA {_version_str(runtime)} "
-            f"runtime (CUDA said: {error_name(<int>err)})")
-    for i in range(_K_N):
-        _kernel_node_fns[i] = fns[i]
+    _resolve_driver_table(_KERNEL_NODE_NAMES, _kernel_node_fns, _K_N,
+                          STREAMS_KERNEL_NODE_VERSION,
+                          "reading and changing the kernel nodes of any graph needs a driver "
+                          "for CUDA 12.4 or newer and streams built against a CUDA 12.5 or "
+                          "newer runtime (the driver's cuGraphKernelNodeGetParams and "
+                          "cuFuncGetParamInfo, reached with cudaGetDriverEntryPointByVersion)")
     _kernel_node_resolved = True
     return 0
 

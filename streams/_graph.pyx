@@ -2217,6 +2217,11 @@ cdef class GraphExec(HandleOwner):
             marks = self._marks
             self._marks = NULL
             keep, box = self._keep, self._box
+            if marks != NULL:
+                # The parking holds them now: a closed executable that is
+                # still referenced lets them go with its replays, not only
+                # when the object itself goes.
+                self._keep = ()
         if marks == NULL:
             return
         rt.park(marks, keep, box)

@@ -287,6 +287,34 @@ def test_memset_memcpy_and_kernel_nodes_move_data():
     s.close()
 
 
+@pytest.mark.timing     # the replay must still be queued after the host calls
+def test_a_closed_executable_lets_go_after_its_replays_while_still_referenced():
+    """What an executable's replays use (here a buffer its kernel node
+    writes) is let go once the executable is closed and its launches ended,
+    even while the closed object is still referenced.  Before: it stayed
+    until the object itself went."""
+    import gc
+    import weakref
+    s = Stream()
+    buf = streams.DeviceBuffer(4096, s)
+    gone = weakref.ref(buf)
+    g = Graph()
+    g.add_kernel_node("fill_u32", 1, 256, buf, 3, 256)
+    ex = g.instantiate()
+    g.close()
+    del buf
+    spin(s, 50_000)                    # 50 ms
+    ex.launch(s)
+    ex.close()
+    gc.collect()
+    assert gone() is not None          # the replay is still queued
+    s.synchronize()
+    streams._cudart._drain_deferred()
+    gc.collect()
+    assert ex.closed and gone() is None
+    s.close()
+
+
 def test_host_node_refcount_follows_graph_clone_and_exec():
     def fn(arg):
         pass

@@ -12,6 +12,7 @@ from streams.cudart cimport *
 
 cdef extern from "streams/counters.h":
     enum:
+        STREAMS_MAX_DEVICES
         STREAMS_CNT_STREAM_CREATED
         STREAMS_CNT_STREAM_DESTROYED
         STREAMS_CNT_EVENT_CREATED

@@ -18,17 +18,12 @@ from libc.string cimport memset
 from streams._platform cimport STREAMS_FREE_THREADED, streams_sleep_ns
 from streams.cudart cimport *
 
-cdef extern from "Python.h":
-    int Py_AddPendingCall(int (*func)(void*) noexcept, void* arg)
-
 cdef extern from "streams/shim.h" nogil:
     int streams_guard_state()
     int streams_cuda_touched
     int streams_install_fork_handler()
     void streams_mark_shutting_down()
     void streams_clear_shutting_down()
-    int streams_is_shutting_down()
-    int streams_py_finalizing()
     int streams_interpreter_alive()
     int streams_wait_trampolines_idle(long long timeout_ns)
     long long streams_now_ns()

@@ -39,7 +39,8 @@ from streams._hostcall cimport (HostCall, KIND_HOST_FUNC, native_host_func, new_
                                 new_error_slot, register_capture, take_capture)
 from streams._launch cimport ArgPack, Kernel, keep_module, keep_pack_users, pack_args, \
     release_pack, set_condition_type
-from streams._memory cimport SPAN_DEVICE, Span, hold_memory, release_span, resolve_span
+from streams._memory cimport (SPAN_DEVICE, Span, _check_fits, hold_memory, init_span, release_span,
+                              resolve_span)
 from streams._handle cimport HandleOwner
 from streams._platform cimport (streams_close_begin, streams_is_closed, streams_ptr_load,
                                 streams_ptr_store)
@@ -732,8 +733,7 @@ cdef int _memset_params(object ptr, object value, object nbytes, cudaMemsetParam
     if v < 0 or v > 255:
         raise ValueError(f"value must be a byte (0-255), got {v}")
     resolve_span(ptr, span, 0, None, "ptr")
-    if span.nbytes != <size_t>-1 and count > span.nbytes:
-        raise ValueError(f"nbytes={count} is more than ptr holds ({span.nbytes})")
+    _check_fits(count, span, "ptr")
     params.dst = span.ptr
     params.pitch = 0
     params.value = <unsigned int>v
@@ -749,10 +749,8 @@ cdef size_t _memcpy_spans(object dst, object src, object nbytes, Span* d,
     cdef size_t count = as_nbytes(nbytes, "nbytes")
     resolve_span(dst, d, 0, None, "dst")
     resolve_span(src, s, 0, None, "src")
-    if s.nbytes != <size_t>-1 and count > s.nbytes:
-        raise ValueError(f"nbytes={count} is more than src holds ({s.nbytes})")
-    if d.nbytes != <size_t>-1 and count > d.nbytes:
-        raise ValueError(f"nbytes={count} is more than dst holds ({d.nbytes})")
+    _check_fits(count, s, "src")
+    _check_fits(count, d, "dst")
     return count
 
 
@@ -975,8 +973,7 @@ cdef bytes _arg_bytes(object value, size_t size, object fmt, list holds, str wha
     if size != sizeof(void*):
         raise TypeError(f"{what}: a {type(value).__name__} for a parameter of {size} bytes "
                         "(memory is passed as a pointer, 8 bytes)")
-    span.user = NULL
-    span.has_view = False
+    init_span(&span)
     try:
         resolve_span(value, &span, SPAN_DEVICE, None, what)
         address = <uintptr_t>span.ptr
@@ -1541,8 +1538,7 @@ cdef class Graph(HandleOwner):
         cdef cudaGraphNode_t node
         cdef cudaMemsetParams params
         cdef Span span
-        span.user = NULL
-        span.has_view = False
+        init_span(&span)
         try:
             _memset_params(ptr, value, nbytes, &params, &span)
             node = _add_node(self, dependencies, _add_memset, &params)
@@ -1558,10 +1554,8 @@ cdef class Graph(HandleOwner):
         cdef cudaGraphNode_t node
         cdef _Copy copy
         cdef Span d, s
-        d.user = NULL
-        d.has_view = False
-        s.user = NULL
-        s.has_view = False
+        init_span(&d)
+        init_span(&s)
         try:
             copy.count = _memcpy_spans(dst, src, nbytes, &d, &s)
             copy.dst = d.ptr
@@ -2028,8 +2022,7 @@ cdef class GraphExec(HandleOwner):
         cdef GraphNode nd = self._node_of(node, "node")
         cdef cudaMemsetParams params
         cdef Span span
-        span.user = NULL
-        span.has_view = False
+        init_span(&span)
         try:
             _memset_params(ptr, value, nbytes, &params, &span)
             self._hold_for_replays(_hold(ptr))
@@ -2047,10 +2040,8 @@ cdef class GraphExec(HandleOwner):
         cdef GraphNode nd = self._node_of(node, "node")
         cdef Span d, s
         cdef size_t count
-        d.user = NULL
-        d.has_view = False
-        s.user = NULL
-        s.has_view = False
+        init_span(&d)
+        init_span(&s)
         try:
             count = _memcpy_spans(dst, src, nbytes, &d, &s)
             self._hold_for_replays((_hold(dst), _hold(src)))

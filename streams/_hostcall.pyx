@@ -12,7 +12,8 @@ import threading as _threading
 import weakref as _weakref
 
 cimport cython
-from cpython.ref cimport PyObject
+from cpython.exc cimport PyErr_Restore, PyErr_WriteUnraisable
+from cpython.ref cimport PyObject, Py_INCREF
 from libc.stdint cimport uintptr_t
 
 cimport streams._cudart as rt
@@ -21,11 +22,6 @@ from streams._stream cimport ErrorSlot, Event, Stream, Waitable, set_host_call_e
 from streams.cudart cimport *
 
 from streams._cudart import CudaError
-
-cdef extern from "Python.h":
-    void PyErr_Restore(PyObject* type, PyObject* value, PyObject* traceback)
-    void PyErr_WriteUnraisable(object obj)
-    void Py_INCREF(object o)
 
 
 @cython.final

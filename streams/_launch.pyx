@@ -20,7 +20,7 @@ from libc.stdint cimport uintptr_t
 from libc.string cimport memset
 
 cimport streams._cudart as rt
-from streams._args cimport as_dim3, as_int, as_nbytes, as_uint
+from streams._args cimport as_bool, as_dim3, as_int, as_nbytes, as_uint
 from streams._device cimport DeviceScope, enter_device, exit_device, require_device
 from streams._foreign cimport foreign_code_handle
 from streams._memory cimport (SPAN_DEVICE, SPAN_NO_WAIT, SPAN_NULL_OK, Span, release_span,
@@ -586,9 +586,9 @@ cdef class LaunchConfig:
         if self._has_cluster:
             as_dim3(cluster, &d, "cluster")
             self._cluster[0], self._cluster[1], self._cluster[2] = d.x, d.y, d.z
-        self._cooperative = _flag(cooperative, "cooperative")
-        self._pss = _flag(programmatic_stream_serialization, "programmatic_stream_serialization")
-        self._trigger_at_block_start = _flag(trigger_at_block_start, "trigger_at_block_start")
+        self._cooperative = as_bool(cooperative, "cooperative")
+        self._pss = as_bool(programmatic_stream_serialization, "programmatic_stream_serialization")
+        self._trigger_at_block_start = as_bool(trigger_at_block_start, "trigger_at_block_start")
         self._programmatic_event = _launch_event(programmatic_event, "programmatic_event")
         self._has_programmatic_event = self._programmatic_event is not None
         if self._trigger_at_block_start and self._programmatic_event is None:
@@ -678,12 +678,6 @@ cdef LaunchConfig _usable_config(object config):
         raise ValueError("this LaunchConfig was never initialised (make one with "
                          "LaunchConfig(grid, block, ...))")
     return <LaunchConfig>config
-
-
-cdef bint _flag(object value, str argname) except -1:
-    if not isinstance(value, (bool, int)):
-        raise TypeError(f"{argname} must be a bool, not {type(value).__name__}")
-    return bool(value)
 
 
 cdef int _launch_configured(Kernel k, Stream stream, LaunchConfig c,

@@ -34,4 +34,9 @@ enum {
 };
 #define STREAMS_CNT_FIRST_DEBUG STREAMS_CNT_PAYLOAD_INCREF
 
+/* The most devices the package tracks per device (the shim's markers and
+ * sync threads, streams._device's priority cache): here because this is
+ * the header every module sees through _cudart.pxd. */
+#define STREAMS_MAX_DEVICES 64
+
 #endif /* STREAMS_COUNTERS_H */

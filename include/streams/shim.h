@@ -34,8 +34,6 @@
 #define STREAMS_UNLIKELY(x) (x)
 #endif
 
-#define STREAMS_MAX_DEVICES 64
-
 /* Set by the shim while a Python host callback runs on this thread. */
 static _Thread_local int streams_tls_in_callback = 0;
 /* 1 once any CUDA call went through the call layer; read by the fork handler. */

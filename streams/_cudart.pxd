@@ -98,8 +98,14 @@ cdef void release_pool(void* pool, void* frees) noexcept nogil
 cdef int raise_cuda_error(cudaError_t err) except -1
 cdef int check(cudaError_t err) except -1 nogil
 cdef int guard() except -1 nogil
-cdef bint may_release() noexcept nogil
-cdef bint may_defer() noexcept nogil
+# What a release (that never raises) may do here: call CUDA now, defer to a
+# safe thread (inside a host callback), or skip, leaving the handle to the
+# process's end (a forked child, interpreter teardown).
+cdef enum:
+    RELEASE_NOW
+    RELEASE_DEFER
+    RELEASE_SKIP
+cdef int release_decision() noexcept nogil
 cdef bint may_release_any_thread() noexcept nogil
 cdef str error_name(int code)
 cdef int raise_closed(object obj) except -1

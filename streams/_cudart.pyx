@@ -19,6 +19,10 @@ from streams._platform cimport STREAMS_FREE_THREADED, streams_sleep_ns
 from streams.cudart cimport *
 
 cdef extern from "streams/shim.h" nogil:
+    enum:
+        STREAMS_GUARD_OK
+        STREAMS_GUARD_IN_CALLBACK
+        STREAMS_GUARD_FORKED
     int streams_guard_state()
     int streams_cuda_touched
     int streams_install_fork_handler()
@@ -196,7 +200,7 @@ cdef int check(cudaError_t err) except -1 nogil:
 
 
 cdef int _raise_guard(int state) except -1:
-    if state == 1:
+    if state == STREAMS_GUARD_IN_CALLBACK:
         raise RuntimeError(
             "CUDA calls are not allowed inside a host callback (CUDA forbids them there and "
             "they can deadlock); do the work after synchronize(), or enqueue it from another "
@@ -209,7 +213,7 @@ cdef int _raise_guard(int state) except -1:
 cdef int guard() except -1 nogil:
     global streams_cuda_touched
     cdef int state = streams_guard_state()
-    if state == 0:
+    if state == STREAMS_GUARD_OK:
         # Written once: a store on every call would keep the line of these
         # flags bouncing between the cores of threads that call CUDA.
         if not streams_cuda_touched:
@@ -219,13 +223,21 @@ cdef int guard() except -1 nogil:
         return _raise_guard(state)
 
 
-cdef bint may_release() noexcept nogil:
-    return streams_guard_state() == 0 and streams_interpreter_alive()
+cdef inline int _release_decision() noexcept nogil:
+    # The one answer every release path asks.  Forked child or interpreter
+    # teardown: skip (leave it to the process's end: CUDA or Python cannot
+    # be touched).  Inside a host callback: defer (later, on a safe thread).
+    # Otherwise: now.
+    cdef int state = streams_guard_state()
+    if state == STREAMS_GUARD_FORKED or not streams_interpreter_alive():
+        return RELEASE_SKIP
+    if state == STREAMS_GUARD_IN_CALLBACK:
+        return RELEASE_DEFER
+    return RELEASE_NOW
 
 
-cdef bint may_defer() noexcept nogil:
-    # Inside a host callback, with the interpreter alive: queue it.
-    return streams_guard_state() == 1 and streams_interpreter_alive()
+cdef int release_decision() noexcept nogil:
+    return _release_decision()
 
 
 cdef bint may_release_any_thread() noexcept nogil:
@@ -327,7 +339,7 @@ cdef void park(void* marks, object a, object b) noexcept:
     if streams_park(m, <PyObject*>a if a is not None else NULL,
                     <PyObject*>b if b is not None else NULL) == 0:
         return
-    if streams_guard_state() == 0:
+    if streams_guard_state() == STREAMS_GUARD_OK:
         with nogil:
             while not streams_marks_done(m):
                 streams_sleep_ns(20000)
@@ -677,17 +689,13 @@ cdef int destroy_handle(int kind, void* h) except -1 nogil:
 
 
 cdef void release_handle(int kind, void* h) noexcept nogil:
-    # Forked child or interpreter teardown: leave it to the process's end.
-    # Inside a host callback: later, on a safe thread.
-    cdef int state = streams_guard_state()
+    cdef int decision = _release_decision()
     streams_count(_DESTROYED[kind])
-    if state == 2 or not streams_interpreter_alive():
-        return
-    if state == 1:
-        streams_defer(_destroy_quietly, h, kind, NULL)
-    else:
+    if decision == RELEASE_NOW:
         streams_release_without_gil(_destroy_quietly, h, kind)
         _flush_if_gil()
+    elif decision == RELEASE_DEFER:
+        streams_defer(_destroy_quietly, h, kind, NULL)
 
 
 cdef void _flush_if_gil() noexcept nogil:
@@ -732,17 +740,18 @@ cdef int destroy_pool(void* pool, void* frees) except -1 nogil:
 
 
 cdef void release_pool(void* pool, void* frees) noexcept nogil:
-    # Forked child or interpreter teardown: leave both to the process's end.
-    # Inside a host callback the marks cannot be queried: park, and the
-    # next safe drain looks.
-    cdef int state = streams_guard_state()
-    if state == 2 or not streams_interpreter_alive():
+    # Skipped: both are left to the process's end.  Deferred (inside a host
+    # callback) the marks cannot be queried: park, and the next safe drain
+    # looks.
+    cdef int decision = _release_decision()
+    if decision == RELEASE_SKIP:
         streams_count(_DESTROYED[HANDLE_MEM_POOL])
         return
-    if frees != NULL and (state == 1 or not streams_marks_done(<streams_marks_t*>frees)):
+    if frees != NULL and (decision == RELEASE_DEFER or
+                          not streams_marks_done(<streams_marks_t*>frees)):
         if _park_pool(pool, frees):
             return
-        if state == 1:
+        if decision == RELEASE_DEFER:
             streams_count(_DESTROYED[HANDLE_MEM_POOL])
             return      # no memory to park, no CUDA here: leak, safely
     streams_marks_free(<streams_marks_t*>frees)
@@ -1277,21 +1286,21 @@ cdef void _unload_library_later(void* arg, int kind) noexcept nogil:
 
 cdef void release_library(cudaLibrary_t lib, unsigned long long devices) noexcept nogil:
     cdef _LibraryRelease* rel
-    cdef int state = streams_guard_state()
+    cdef int decision = _release_decision()
     streams_count(STREAMS_CNT_MODULE_DESTROYED)
     streams_count(STREAMS_CNT_MODULE_UNLOAD)
-    if state == 2 or not streams_interpreter_alive():
+    if decision == RELEASE_SKIP:
         return
     rel = <_LibraryRelease*>malloc(sizeof(_LibraryRelease))
     if rel == NULL:
         return   # out of memory: the library stays loaded, which is safe
     rel.lib = lib
     rel.devices = devices
-    if state == 1:
-        streams_defer(_unload_library_later, <void*>rel, 0, NULL)
-    else:
+    if decision == RELEASE_NOW:
         streams_release_without_gil(_unload_library_later, <void*>rel, 0)
         _flush_if_gil()
+    else:
+        streams_defer(_unload_library_later, <void*>rel, 0, NULL)
 
 
 cdef int library_get_kernel(cudaKernel_t* out, cudaLibrary_t lib,
@@ -1501,9 +1510,20 @@ cdef int memcpy_batch_async(void** dsts, void** srcs, size_t* sizes, size_t coun
     return check(streams_cudaMemcpyBatchAsync(dsts, srcs, sizes, count, s))
 
 
-# Resolved once, at first use; a racing second resolution writes the same.
-cdef void* _driver_fns[5]
-cdef const char* _DRIVER_NAMES[5]
+# The driver functions reached through the entry-point table, in the order
+# of _DRIVER_NAMES; each 32-bit value operation is followed by its 64-bit
+# form.  Resolved once, at first use; a racing second resolution writes the
+# same.
+cdef enum _DriverFn:
+    DRIVER_WAIT_VALUE32
+    DRIVER_WAIT_VALUE64
+    DRIVER_WRITE_VALUE32
+    DRIVER_WRITE_VALUE64
+    DRIVER_NODE_GET_TYPE
+    DRIVER_FN_COUNT
+
+cdef void* _driver_fns[DRIVER_FN_COUNT]
+cdef const char* _DRIVER_NAMES[DRIVER_FN_COUNT]
 _DRIVER_NAMES[:] = [b"cuStreamWaitValue32", b"cuStreamWaitValue64", b"cuStreamWriteValue32",
                     b"cuStreamWriteValue64", b"cuGraphNodeGetType"]
 ctypedef int (*_node_type_fn)(cudaGraphNode_t node, int* out) noexcept nogil
@@ -1536,12 +1556,12 @@ cdef int _value_op(int which, cudaStream_t s, unsigned long long addr,
 
 cdef int stream_wait_value(cudaStream_t s, unsigned long long addr, unsigned long long value,
                            unsigned int flags, bint wide) except -1 nogil:
-    return _value_op(0, s, addr, value, flags, wide)
+    return _value_op(DRIVER_WAIT_VALUE32, s, addr, value, flags, wide)
 
 
 cdef int stream_write_value(cudaStream_t s, unsigned long long addr, unsigned long long value,
                             unsigned int flags, bint wide) except -1 nogil:
-    return _value_op(2, s, addr, value, flags, wide)
+    return _value_op(DRIVER_WRITE_VALUE32, s, addr, value, flags, wide)
 
 
 cdef int launch_notify(cudaStream_t s, void* node) except -1 nogil:
@@ -1603,7 +1623,7 @@ cdef int graph_node_get_type(cudaGraphNode_t node, cudaGraphNodeType* out) excep
         # type of a conditional node (seen: 12.9 on driver 580, an H100).
         # The driver's own answer uses the numbering cudart's enum shares.
         cudaGetLastError()
-        err = <cudaError_t>(<_node_type_fn>_driver_fn(4))(node, &t)
+        err = <cudaError_t>(<_node_type_fn>_driver_fn(DRIVER_NODE_GET_TYPE))(node, &t)
         if err == cudaSuccess:
             out[0] = <cudaGraphNodeType>t
     return check(err)
@@ -2318,7 +2338,7 @@ cdef int kernel_param_info(void* func, void* kern, size_t index, size_t* offset,
 cdef const char* kernel_name(void* func, void* kern) noexcept nogil:
     cdef const char* name = NULL
     cdef int err
-    if not _kernel_node_resolved or streams_guard_state() != 0:
+    if not _kernel_node_resolved or streams_guard_state() != STREAMS_GUARD_OK:
         return NULL
     if func != NULL:
         err = (<streams_get_name_fn>_kernel_node_fns[_K_FUNC_NAME])(&name, func)
@@ -2332,7 +2352,7 @@ cdef const char* kernel_name(void* func, void* kern) noexcept nogil:
 
 cdef int kernel_attribute(void* func, void* kern, int attribute, int* out) noexcept nogil:
     cdef int err, dev = 0
-    if not _kernel_node_resolved or streams_guard_state() != 0:
+    if not _kernel_node_resolved or streams_guard_state() != STREAMS_GUARD_OK:
         return 0
     if func != NULL:
         err = (<streams_func_attribute_fn>_kernel_node_fns[_K_FUNC_ATTR])(out, attribute, func)
@@ -2437,7 +2457,7 @@ cdef int func_get_name(const void* func, bint is_kernel, const char** out) excep
 cdef void sync_devices_quietly(unsigned long long devices) noexcept nogil:
     cdef cudaError_t err
     cdef int injected
-    if devices == 0 or not may_release():
+    if devices == 0 or _release_decision() != RELEASE_NOW:
         return
     injected = injected_failure(CLEANUP_DEVICE_SYNC)
     err = _sync_devices(devices)

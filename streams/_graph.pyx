@@ -1753,7 +1753,12 @@ cdef class Graph(HandleOwner):
         return f"<streams.Graph 0x{<uintptr_t>self._handle:x}>"
 
 
-cdef int _enqueue_exec(GraphExec exe, Stream stream, bint launch, bint held) except -1 nogil:
+cdef enum _ExecOp:
+    EXEC_UPLOAD
+    EXEC_LAUNCH
+
+
+cdef int _enqueue_exec(GraphExec exe, Stream stream, _ExecOp op, bint held) except -1 nogil:
     # With the stream's device current, as for a kernel launch (-1, the
     # special streams: the current device's).  held: the caller keeps the
     # GIL throughout, so each use is a check of the closed flag
@@ -1766,7 +1771,7 @@ cdef int _enqueue_exec(GraphExec exe, Stream stream, bint launch, bint held) exc
         try:
             enter_device(&scope, stream._device)
             try:
-                if not launch:
+                if op == EXEC_UPLOAD:
                     return rt.graph_upload(<cudaGraphExec_t>exe._handle,
                                            <cudaStream_t>stream._handle)
                 rt.graph_launch(<cudaGraphExec_t>exe._handle, <cudaStream_t>stream._handle)
@@ -1803,10 +1808,10 @@ cdef class GraphExec(HandleOwner):
         return self._handle
 
     cdef int c_launch(self, Stream stream) except -1 nogil:
-        return _enqueue_exec(self, stream, 1, False)
+        return _enqueue_exec(self, stream, EXEC_LAUNCH, False)
 
     cdef int c_upload(self, Stream stream) except -1 nogil:
-        return _enqueue_exec(self, stream, 0, False)
+        return _enqueue_exec(self, stream, EXEC_UPLOAD, False)
 
     def launch(self, stream=None):
         """Enqueue one replay on ``stream`` (default: the current stream).
@@ -1818,7 +1823,7 @@ cdef class GraphExec(HandleOwner):
         if self._errors is not None and self._errors.first is not None:
             self._errors.raise_pending("graph host callback")
         if keep_gil_for(s):
-            _enqueue_exec(self, s, 1, True)
+            _enqueue_exec(self, s, EXEC_LAUNCH, True)
         else:
             with nogil:
                 self.c_launch(s)

@@ -379,11 +379,13 @@ cdef class Module(HandleOwner):
         # Inside a host callback CUDA cannot be called: the owner is held
         # by the deferred queue until a safe thread synchronizes.
         cdef unsigned long long devices = self._devices
+        cdef int decision
         if self._owner is None or devices == 0:
             return
-        if rt.may_defer():
+        decision = rt.release_decision()
+        if decision == rt.RELEASE_DEFER:
             rt.defer_release(_sync_owner_devices, <void*><uintptr_t>devices, self._owner)
-        elif rt.may_release():
+        elif decision == rt.RELEASE_NOW:
             with nogil:
                 rt.sync_devices_quietly(devices)
             rt.flush_cleanup_warnings()

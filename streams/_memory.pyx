@@ -800,17 +800,18 @@ cdef class DeviceBuffer(_Buffer):
 
     cdef void _release_memory(self) noexcept:
         cdef _PendingFree pending
+        cdef int decision = rt.release_decision()
         rt.count(rt.STREAMS_CNT_BUFFER_FREED)
-        if self._ptr != NULL and rt.may_defer():
+        if self._ptr != NULL and decision == rt.RELEASE_DEFER:
             pending = _PendingFree.__new__(_PendingFree)
             pending.ptr, pending.device = self._ptr, self._device
             pending.stream, pending.free_on, pending.pool = self._stream, self._free_on, self._pool
             rt.defer_release(_free_pending, <void*>pending, pending)
         else:
-            # Forked child or interpreter teardown: the memory is left to
-            # the process's end, but what the buffer holds is let go.
-            _free_device_memory(self._ptr if rt.may_release() else NULL, self._device,
-                                self._stream, self._free_on, self._pool)
+            # Skipped: the memory is left to the process's end, but what
+            # the buffer holds is let go.
+            _free_device_memory(self._ptr if decision == rt.RELEASE_NOW else NULL,
+                                self._device, self._stream, self._free_on, self._pool)
         self._ptr = NULL
 
     cdef uintptr_t _order_handle(self) except? 0:

@@ -164,10 +164,15 @@ cdef int _check_same_device(int event_device, int stream_device) except -1:
     return 0
 
 
-cdef int _enqueue_raw(int what, Waitable ours, void* foreign, unsigned int flags) except -1:
-    # A record (what 0) or wait (1) between one of ours, a stream or an
-    # event, and another library's raw handle (its object stays alive in
-    # the caller), the GIL kept when that cannot deadlock.
+cdef enum _RawOp:
+    RAW_RECORD
+    RAW_WAIT
+
+
+cdef int _enqueue_raw(_RawOp what, Waitable ours, void* foreign, unsigned int flags) except -1:
+    # A record or a wait between one of ours, a stream or an event, and
+    # another library's raw handle (its object stays alive in the caller),
+    # the GIL kept when that cannot deadlock.
     cdef void* stream
     cdef void* event
     cdef int keep = (keep_gil_for(<Stream>ours) if ours._kind == rt.HANDLE_STREAM
@@ -178,7 +183,7 @@ cdef int _enqueue_raw(int what, Waitable ours, void* foreign, unsigned int flags
             stream = ours._handle if ours._kind == rt.HANDLE_STREAM else foreign
             event = foreign if ours._kind == rt.HANDLE_STREAM else ours._handle
             with nogil:
-                if what == 0:
+                if what == RAW_RECORD:
                     rt.event_record(<cudaEvent_t>event, <cudaStream_t>stream, flags)
                 else:
                     rt.stream_wait_event(<cudaStream_t>stream, <cudaEvent_t>event, flags)
@@ -189,7 +194,7 @@ cdef int _enqueue_raw(int what, Waitable ours, void* foreign, unsigned int flags
     try:
         stream = ours._handle if ours._kind == rt.HANDLE_STREAM else foreign
         event = foreign if ours._kind == rt.HANDLE_STREAM else ours._handle
-        if what == 0:
+        if what == RAW_RECORD:
             return rt.event_record(<cudaEvent_t>event, <cudaStream_t>stream, flags)
         return rt.stream_wait_event(<cudaStream_t>stream, <cudaEvent_t>event, flags)
     finally:
@@ -908,7 +913,7 @@ cdef class Stream(Waitable):
             if h == 0:
                 self._check_open()
                 return
-            _enqueue_raw(1, self, <void*>h, flags)
+            _enqueue_raw(RAW_WAIT, self, <void*>h, flags)
             return
         ev = <Event>event
         if not external:
@@ -1563,7 +1568,7 @@ cdef class Event(Waitable):
             # Another library's stream: its handle, no wrapper (the caller
             # keeps the object alive for this call).
             foreign_stream(stream, "stream", &h, False)
-            _enqueue_raw(0, self, <void*>h, flags)
+            _enqueue_raw(RAW_RECORD, self, <void*>h, flags)
             self._recorded = True
             return self
         s = as_stream(stream, "stream")
@@ -1599,7 +1604,7 @@ cdef class Event(Waitable):
         cdef uintptr_t h
         if stream is not None and not isinstance(stream, Stream):
             foreign_stream(stream, "stream", &h, False)
-            _enqueue_raw(1, self, <void*>h, 0)
+            _enqueue_raw(RAW_WAIT, self, <void*>h, 0)
             return self
         _wait_event(as_stream(stream, "stream"), self)
         return self

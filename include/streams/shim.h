@@ -59,18 +59,21 @@ static inline unsigned long long streams_async_frees_so_far(void) {
  * The guard reads it too (below). */
 static atomic_int streams_trampolines_active = 0;
 
-/* 0: the caller may call CUDA; 1: inside a host callback; 2: forked child.
+/* What the calling thread may do with CUDA: call it; nothing (a host
+ * callback, where CUDA forbids calls); nothing ever again (a forked child).
  * A thread counts itself in streams_trampolines_active before it flags
  * itself as in a callback, so while the count is 0 no thread is flagged:
  * the guard of every CUDA call then skips the thread-local read, which in
  * a shared object is a call of __tls_get_addr. */
+enum { STREAMS_GUARD_OK = 0, STREAMS_GUARD_IN_CALLBACK = 1, STREAMS_GUARD_FORKED = 2 };
+
 static inline int streams_guard_state(void) {
     if (STREAMS_UNLIKELY(atomic_load_explicit(&streams_trampolines_active,
                                               memory_order_relaxed) != 0)
         && streams_tls_in_callback)
-        return 1;
-    if (STREAMS_UNLIKELY(streams_forked_child)) return 2;
-    return 0;
+        return STREAMS_GUARD_IN_CALLBACK;
+    if (STREAMS_UNLIKELY(streams_forked_child)) return STREAMS_GUARD_FORKED;
+    return STREAMS_GUARD_OK;
 }
 
 static inline void streams_mark_shutting_down(void) {

@@ -25,7 +25,7 @@ from streams._device cimport DeviceScope, enter_device, exit_device, require_dev
 from streams._foreign cimport foreign_code_handle
 from streams._memory cimport (SPAN_DEVICE, SPAN_NO_WAIT, SPAN_NULL_OK, Span, release_span,
                               resolve_span)
-from streams._handle cimport HandleOwner
+from streams._handle cimport HandleOwner, keep_in_use
 from streams._platform cimport streams_mark_bit
 from streams._stream cimport Event, LaunchTarget, Stream, as_stream, keep_gil_for
 from streams.cudart cimport *
@@ -1073,7 +1073,7 @@ cdef class Kernel(LaunchTarget):
         p._nargs = n
         p._kernel = self
         p._keepalive = args
-        p._users = (keep_pack_users(&pack), keep_module(self._module))
+        p._users = (keep_pack_users(&pack), keep_in_use(self._module))
         return p
 
     def __repr__(self):
@@ -1107,26 +1107,6 @@ cdef object keep_pack_users(ArgPack* pack):
         Py_DECREF(<object>pack.users[i])
     pack.nusers = 0     # handed over
     return uses
-
-
-# no_gc_clear: its __dealloc__ gives the use back, so the GC must not set
-# `module` to None first ("Reference cycles" in docs/architecture.rst).
-@cython.final
-@cython.no_gc_clear
-cdef class _ModuleUse:
-    """Holds a module loaded (in use) while a graph can run its kernels."""
-    cdef Module module
-
-    def __dealloc__(self):
-        if self.module is not None:
-            self.module._unuse()
-
-
-cdef object keep_module(Module module):
-    cdef _ModuleUse use = _ModuleUse.__new__(_ModuleUse)
-    module._use()
-    use.module = module
-    return use
 
 
 @cython.final

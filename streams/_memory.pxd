@@ -42,9 +42,10 @@ cdef void release_span(Span* span) noexcept
 cdef int _check_fits(size_t n, Span* span, str argname) except -1
 # ``nbytes`` (which must fit in ``span``), or all of it when None.
 cdef size_t _span_length(object nbytes, Span* span, str argname) except? 0
-# Hold a streams buffer in use (its memory stays until the holder goes): what
-# graphs keep for their memset and memcpy nodes.  None for other objects.
-cdef object hold_memory(object obj)
+# Keep a streams buffer in use (its memory stays until the keep-alive goes):
+# what graphs keep for their memset and memcpy nodes.  Other objects are
+# returned as they are (kept alive by reference).
+cdef object keep_memory(object obj)
 
 
 cdef class _Buffer(HandleOwner):

@@ -25,7 +25,7 @@ from streams._device cimport (DeviceScope, current_device, enter_device, exit_de
                               resolve_device)
 from streams._foreign cimport (STREAM_LEGACY, STREAM_NULL, STREAM_PER_THREAD, cai_stream,
                                dlpack_stream_arg, framework_array_stream)
-from streams._handle cimport HandleOwner
+from streams._handle cimport HandleOwner, keep_in_use
 from streams._platform cimport streams_close_begin, streams_is_closed, streams_use_begin
 from streams._stream cimport (Event, Stream, as_stream, drop_dependent, note_dependent,
                               settle_dependent, stream_tail)
@@ -434,26 +434,10 @@ cdef void release_span(Span* span) noexcept:
         Py_DECREF(buf)
 
 
-# no_gc_clear: its __dealloc__ gives the use back, so the GC must not set
-# `buffer` to None first ("Reference cycles" in docs/architecture.rst).
-@cython.final
-@cython.no_gc_clear
-cdef class _MemoryHold:
-    cdef _Buffer buffer
-
-    def __dealloc__(self):
-        if self.buffer is not None:
-            self.buffer._unuse()
-
-
-cdef object hold_memory(object obj):
-    cdef _MemoryHold hold
+cdef object keep_memory(object obj):
     if not isinstance(obj, _Buffer):
         return obj
-    (<_Buffer>obj)._use()
-    hold = _MemoryHold.__new__(_MemoryHold)
-    hold.buffer = <_Buffer>obj
-    return hold
+    return keep_in_use(<_Buffer>obj)
 
 
 def _address_of(obj, argname="ptr"):

@@ -10,7 +10,7 @@ from cpython.ref cimport PyObject
 
 from streams.cudart cimport *
 
-cdef extern from "streams/counters.h":
+cdef extern from "counters.h":
     enum:
         STREAMS_MAX_DEVICES
         STREAMS_CNT_STREAM_CREATED
@@ -146,7 +146,7 @@ cdef int stream_attach_mem_async(cudaStream_t h, void* p, size_t length, unsigne
 cdef int stream_begin_capture(cudaStream_t h, cudaStreamCaptureMode mode) except -1 nogil
 cdef int stream_begin_capture_to_graph(cudaStream_t h, cudaGraph_t g, const cudaGraphNode_t* deps, size_t n, cudaStreamCaptureMode mode) except -1 nogil
 cdef int stream_end_capture(cudaStream_t h, cudaGraph_t* out) except -1 nogil
-# The capture fence (include/streams/shim.h): an enqueue's read hold, from
+# The capture fence (src/cudart/fence.h): an enqueue's read hold, from
 # its "is this stream capturing?" to its launch; captures begin and end
 # (above) in a write hold.  Taken without the GIL, never held while taking it.
 cdef int fence_enter() except -1 nogil
@@ -188,7 +188,7 @@ cdef int launch_native_host_func(cudaStream_t h, host_fn fn, void* data, PyObjec
                                  int sync_mode) except -1 nogil
 cdef int graph_add_native_host_node(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps, size_t n, host_fn fn, void* data) except -1 nogil
 cdef int graph_exec_native_host_node_set_params(cudaGraphExec_t ex, cudaGraphNode_t node, host_fn fn, void* data) except -1 nogil
-# The address of streams_testing_native_increment (include/streams/shim.h).
+# The address of streams_testing_native_increment (src/cudart/shim.h).
 cdef host_fn testing_native_increment() noexcept nogil
 cdef int stream_add_callback(cudaStream_t h, PyObject* payload) except -1 nogil
 cdef int graph_attach_payload(cudaGraph_t g, PyObject* payload) except -1
@@ -231,7 +231,7 @@ cdef int memcpy_batch_async(void** dsts, void** srcs, size_t* sizes, size_t coun
 # The driver's cuStreamWaitValue32/64 and cuStreamWriteValue32/64.
 cdef int stream_wait_value(cudaStream_t s, unsigned long long addr, unsigned long long value, unsigned int flags, bint wide) except -1 nogil
 cdef int stream_write_value(cudaStream_t s, unsigned long long addr, unsigned long long value, unsigned int flags, bint wide) except -1 nogil
-# The asyncio doorbell (include/streams/notify.h) as a host function on s.
+# The asyncio doorbell (src/notify.h) as a host function on s.
 cdef int launch_notify(cudaStream_t s, void* node) except -1 nogil
 cdef int memcpy_peer_async(void* dst, int dst_device, const void* src, int src_device, size_t n, cudaStream_t s) except -1 nogil
 cdef int graph_create(cudaGraph_t* out) except -1 nogil
@@ -255,7 +255,7 @@ cdef int graph_upload(cudaGraphExec_t ex, cudaStream_t s) except -1 nogil
 cdef int graph_exec_update(cudaGraphExec_t ex, cudaGraph_t g, cudaGraphExecUpdateResultInfo* info) except -1 nogil
 # ---- graphs (issue 15) ----
 cdef int graph_attach_owned(cudaGraph_t g, PyObject* obj, cudaUserObject_t* out) except -1
-# Marks (include/streams/shim.h): an event after each launch of an executable
+# Marks (src/cudart/marks.h): an event after each launch of an executable
 # that holds Python objects; when it goes, park() keeps `a` and `b` until
 # every marked launch has ended (drain_deferred lets them go).
 cdef void* marks_new() except NULL
@@ -283,9 +283,9 @@ cdef int graph_node_get_enabled(cudaGraphExec_t ex, cudaGraphNode_t node, unsign
 
 # ---- green contexts: begin ----
 # Spatial partitions of a device's SMs, through the driver's green-context
-# entry points (include/streams/green.h); each raises NotImplementedError
+# entry points (src/green.h); each raises NotImplementedError
 # naming the versions where the driver or this build's runtime has none.
-cdef extern from "streams/green.h" nogil:
+cdef extern from "green.h" nogil:
     ctypedef struct streams_dev_resource:
         int type
         unsigned int sm_count
@@ -318,10 +318,10 @@ cdef int stream_sm_count(cudaStream_t s, long long* out) except -1 nogil
 # ---- green contexts: end ----
 
 # ---- kernel nodes through the driver: begin ----
-# A kernel node as the driver records it (include/streams/kernel_node.h):
+# A kernel node as the driver records it (src/kernel_node.h):
 # read, and changed in a graph or an executable, for nodes of any origin
 # (a capture of another library's launch too).
-cdef extern from "streams/kernel_node.h" nogil:
+cdef extern from "kernel_node.h" nogil:
     ctypedef struct streams_kernel_node_params:
         void* func
         unsigned int grid[3]

@@ -2,7 +2,7 @@
 """The one owner of the CUDA runtime in streams.
 
 This is the only extension of the package that links ``libcudart_static.a``
-and the C shim (include/streams/shim.h): one runtime per process.  Every
+and the C shim (src/cudart/shim.h): one runtime per process.  Every
 other module calls CUDA through the thin ``nogil`` wrappers declared in
 ``_cudart.pxd``, each of which refuses the call where CUDA forbids it (inside
 a host callback, in a forked child) and turns a failure into ``CudaError``,
@@ -18,7 +18,7 @@ from libc.string cimport memset
 from streams._platform cimport STREAMS_FREE_THREADED, streams_sleep_ns
 from streams.cudart cimport *
 
-cdef extern from "streams/shim.h" nogil:
+cdef extern from "cudart/shim.h" nogil:
     enum:
         STREAMS_GUARD_OK
         STREAMS_GUARD_IN_CALLBACK
@@ -69,7 +69,7 @@ cdef extern from "streams/shim.h" nogil:
     int streams_devsync_wait(int dev, unsigned long long ticket, long long slice_ns,
                              cudaError_t* err, long long* in_flight_ns)
 
-cdef extern from "streams/shim.h":
+cdef extern from "cudart/shim.h":
     Py_ssize_t streams_drain_deferred()
     ctypedef struct streams_marks_t:
         pass
@@ -86,7 +86,7 @@ cdef extern from "streams/shim.h":
     ctypedef void (*streams_dispatch_fn)(PyObject* payload, int status) noexcept
     streams_dispatch_fn streams_dispatch
 
-cdef extern from "streams/compat.h" nogil:
+cdef extern from "cuda_versions.h" nogil:
     cudaError_t streams_cudaStreamGetCaptureInfo(
         cudaStream_t stream, cudaStreamCaptureStatus* captureStatus_out,
         unsigned long long* id_out, cudaGraph_t* graph_out,
@@ -120,7 +120,7 @@ cdef extern from "streams/compat.h" nogil:
     ctypedef int (*streams_stream_value64_fn)(cudaStream_t stream, unsigned long long addr,
                                               unsigned long long value, unsigned int flags)
 
-cdef extern from "streams/notify.h" nogil:
+cdef extern from "notify.h" nogil:
     void streams_notify_host_fn(void* node)
 
 
@@ -305,7 +305,7 @@ def _parked_count():
     return streams_parked_count()
 
 
-# ---- marks: where the replays of a graph executable end (include/streams/shim.h) -------
+# ---- marks: where the replays of a graph executable end (src/cudart/marks.h) --------
 
 cdef void* marks_new() except NULL:
     cdef streams_marks_t* m = streams_marks_new()
@@ -1880,91 +1880,6 @@ if streams_install_fork_handler() != 0:
     raise ImportError("streams: pthread_atfork failed")
 
 
-# ---- in-process floor (benchmarks, python -m streams) ----
-# The floor of the launch-overhead measurements, in the process measured:
-# each operation's raw cudart calls in C loops (include/streams/floor.h),
-# through this module's static cudart, the one streams calls.  A floor in
-# another process has another context and other clocks, and was seen to
-# run slower than streams itself.
-
-from libc.limits cimport LONG_MAX
-
-cdef extern from "streams/floor.h" nogil:
-    enum: STREAMS_FLOOR_OP_COUNT
-    const char* streams_floor_op_names[]
-    ctypedef struct streams_floor_error_t:
-        cudaError_t err
-        char what[256]
-    int streams_floor_find_op(const char* name)
-    int streams_floor_uses_kernels(int op)
-    long long streams_floor_batch(int op, long n, const char* ptx, int* drained,
-                                  streams_floor_error_t* error)
-
-# The image stays referenced for the process: the floor's library, loaded
-# from it once, is never unloaded and the driver may read it again.
-cdef bytes _floor_ptx = None
-cdef object _floor_lock = object()
-
-
-cdef const char* _floor_image() except NULL:
-    global _floor_ptx
-    import os
-    if _floor_ptx is None:
-        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels",
-                            "builtin.ptx")
-        with open(path, "rb") as f:
-            image = f.read() + b"\0"
-        # Set once, never replaced: a thread that read the first one keeps
-        # a live object (free-threaded CPython: two threads may get here).
-        with cython.critical_section(_floor_lock):
-            if _floor_ptx is None:
-                _floor_ptx = image
-    return _floor_ptx
-
-
-def floor_batch(op, n):
-    """Nanoseconds that ``n`` calls of operation ``op`` take in C, here.
-
-    ``op`` is an operation of the benchmark (``benchmarks/ops.py``:
-    ``"stream_query"``, ``"kernel_launch"``, ...).  The calls are the raw
-    cudart calls of that operation, each checked, made with the GIL
-    released on streams, events and graphs this call creates and destroys,
-    and timed with ``CLOCK_MONOTONIC``; the kernels are the package's
-    built-in PTX.  Raises ValueError for an unknown ``op`` or ``n < 1``
-    (before any CUDA call) and CudaError when a call fails.
-    """
-    cdef int code
-    cdef long calls
-    cdef long long elapsed
-    cdef int drained = 0
-    cdef const char* image = NULL
-    cdef streams_floor_error_t error
-    if not isinstance(op, str):
-        raise TypeError(f"op must be a str, not {type(op).__name__}")
-    code = streams_floor_find_op(op.encode("utf-8", "replace"))
-    if code < 0:
-        known = ", ".join(streams_floor_op_names[i].decode("ascii")
-                          for i in range(STREAMS_FLOOR_OP_COUNT))
-        raise ValueError(f"floor_batch has no operation {op!r}; it has: {known}")
-    if isinstance(n, bool) or not isinstance(n, int):
-        raise TypeError(f"n must be an int, not {type(n).__name__}")
-    if n < 1 or n > LONG_MAX:
-        raise ValueError(f"n must be >= 1 (and fit a C long), got {n}")
-    calls = n
-    guard()
-    if streams_floor_uses_kernels(code):
-        image = _floor_image()
-    with nogil:
-        elapsed = streams_floor_batch(code, calls, image, &drained, &error)
-    if elapsed >= 0:
-        return elapsed
-    what = error.what.decode("utf-8", "replace")
-    if error.err != cudaSuccess:
-        raise CudaError(<int>error.err, None,
-                        f"{error_message(<int>error.err)} (floor_batch {op!r}: {what})")
-    raise RuntimeError(f"floor_batch {op!r}: {what}")
-
-
 # ---- green contexts: begin ----
 # The runtime's own green-context API (cudaGreenCtxCreate and the
 # execution-context calls, CUDA 13.1) where this build's runtime and the
@@ -1973,7 +1888,7 @@ def floor_batch(op, n):
 # STREAMS_GREEN_VERSION, so that the CUDA 12 build and a CUDA 13 build on a
 # 13.0 driver have them too.  The choice is made once per process, before
 # the first context: a context is always destroyed by the API that made it.
-cdef extern from "streams/green.h" nogil:
+cdef extern from "green.h" nogil:
     ctypedef int (*streams_device_get_dev_resource_fn)(int dev, streams_dev_resource* out,
                                                        int type)
     ctypedef int (*streams_sm_split_fn)(streams_dev_resource* result, unsigned int* groups,
@@ -1998,7 +1913,7 @@ cdef extern from "streams/green.h" nogil:
         STREAMS_GREEN_VERSION
         STREAMS_STREAM_RESOURCE_VERSION
 
-cdef extern from "streams/green_rt.h" nogil:
+cdef extern from "green_rt.h" nogil:
     cudaError_t streams_rt_device_sm_resource(int dev, streams_dev_resource* out)
     cudaError_t streams_rt_sm_split(streams_dev_resource* result, unsigned int* groups,
                                     const streams_dev_resource* input,
@@ -2228,7 +2143,7 @@ cdef int stream_sm_count(cudaStream_t s, long long* out) except -1 nogil:
 # ---- kernel nodes through the driver: begin ----
 # The driver's kernel-node calls, at the ABI of CUDA 12.4 (the parameter
 # layout of a kernel came then), resolved together at first use.
-cdef extern from "streams/kernel_node.h" nogil:
+cdef extern from "kernel_node.h" nogil:
     ctypedef int (*streams_kernel_node_get_fn)(void* node, streams_kernel_node_params* out)
     ctypedef int (*streams_exec_kernel_node_set_fn)(void* ex, void* node,
                                                     const streams_kernel_node_params* params)
@@ -2788,3 +2703,8 @@ cdef int graph_exec_function_node_set_params(cudaGraphExec_t ex, cudaGraphNode_t
     return check(<cudaError_t>(<_cu_exec_kernel_set_fn>_function_fn(_FN_EXEC_KERNEL_SET))(
         ex, node, &p))
 # ==== adopted kernels and cleanup warnings (end) ============================================
+
+# ---- in-process floor (benchmarks, python -m streams) ----
+# In this translation unit, which links the static cudart that streams calls:
+# a floor in another extension would have a cudart of its own.
+include "_floor.pxi"

@@ -55,7 +55,7 @@ from streams._stream import CaptureMode, CaptureStatus
 import struct as _struct
 import weakref as _weakref
 
-cdef extern from "streams/compat.h":
+cdef extern from "cuda_versions.h":
     cudaGraphConditionalNodeType streams_cudaGraphCondTypeSwitch
 
 

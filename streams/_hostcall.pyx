@@ -525,8 +525,8 @@ set_host_call_enqueue(_enqueue)
 
 
 # ---- asyncio -----------------------------------------------------------------------------------
-# ``await stream`` / ``await event``: a host function (include/streams/
-# notify.h) rings an eventfd that the running loop watches.  It runs on
+# ``await stream`` / ``await event``: a host function (src/notify.h)
+# rings an eventfd that the running loop watches.  It runs on
 # CUDA's callback thread without the GIL and without CUDA calls, so it can
 # neither deadlock with Python nor stall other callbacks.  One doorbell per
 # loop, found through a weak mapping: when the loop goes, so does its
@@ -534,7 +534,7 @@ set_host_call_enqueue(_enqueue)
 # still queued has run.
 
 
-cdef extern from "streams/notify.h" nogil:
+cdef extern from "notify.h" nogil:
     ctypedef struct streams_notifier:
         pass
     ctypedef struct streams_wait_node:

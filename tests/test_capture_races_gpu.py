@@ -8,7 +8,7 @@ payload (a one-shot work item, or the capture's graph).  A capture begun
 between the check and cudaLaunchHostFunc put a one-shot payload into a
 graph: its second replay used it after free.  A capture ended there left the
 enqueue attaching the payload to a graph that may be gone.  The capture
-fence (include/streams/shim.h) keeps captures streams begins or ends out of
+fence (src/cudart/fence.h) keeps captures streams begins or ends out of
 that window; one-shot tickets keep a capture streams cannot see (here one
 begun through the driver API) from calling a freed payload.
 """

@@ -2,7 +2,7 @@
  * payloads, and, in a debug build (STREAMS_DEBUG_REFCOUNTS=1 when
  * building), every reference the C paths take or drop on a payload or a
  * DLPack export and every allocation and module.  The counters themselves
- * live in streams._cudart (shim.h); this header only names them, so that
+ * live in streams._cudart (src/cudart/counting.h); this header only names them, so that
  * every module can count through _cudart. */
 #ifndef STREAMS_COUNTERS_H
 #define STREAMS_COUNTERS_H

@@ -8,6 +8,14 @@ other module calls CUDA through the thin ``nogil`` wrappers declared in
 a host callback, in a forked child) and turns a failure into ``CudaError``,
 so that no call site can forget either.  Releases of handles (``release_*``)
 never raise and are deferred to a safe thread when they cannot run now.
+
+The wrappers follow the chapters of the CUDA runtime API reference (device,
+stream and capture, event, execution, memory, stream-ordered allocator, peer
+access, graph, library), after the package's machinery they are written in
+(errors, the guard, counters, deferred releases), each chapter under a
+``###`` banner; ``_cudart.pxd`` declares them in the same order.  Green
+contexts, kernel nodes and adopted kernels through the driver follow, in
+sections of their own, then the in-process floor of the benchmarks.
 """
 cimport cython
 from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
@@ -124,6 +132,7 @@ cdef extern from "notify.h" nogil:
     void streams_notify_host_fn(void* node)
 
 
+### The package's machinery: errors, the guard, counters, deferred releases, handles #######
 # ---- errors ------------------------------------------------------------------
 
 class CudaError(RuntimeError):
@@ -444,141 +453,6 @@ def debug_counters():
     return counters
 
 
-# ---- versions and devices ------------------------------------------------------------
-
-cdef str _runtime_version_str():
-    cdef int v = 0
-    cudaRuntimeGetVersion(&v)
-    return f"{v // 1000}.{(v % 1000) // 10}"
-
-
-def runtime_version():
-    """The CUDA runtime version this package was built with, e.g. ``13000``."""
-    cdef int v = 0
-    check(cudaRuntimeGetVersion(&v))
-    return v
-
-
-def driver_version():
-    """The CUDA version the installed driver supports, e.g. ``13000``; 0 without a driver."""
-    cdef int v = 0
-    cdef cudaError_t err
-    with nogil:
-        err = cudaDriverGetVersion(&v)
-    if err != cudaSuccess:
-        cudaGetLastError()
-        return 0
-    return v
-
-
-cdef int get_device_count() except -1 nogil:
-    cdef int n = 0
-    cdef cudaError_t err
-    guard()
-    err = cudaGetDeviceCount(&n)
-    if err == cudaErrorNoDevice or err == cudaErrorInsufficientDriver:
-        cudaGetLastError()
-        return 0
-    check(err)
-    return n
-
-
-cdef int no_device_error() except -1:
-    """Raise the plain-words CudaError of a process that sees no usable GPU."""
-    cdef int n = 0
-    cdef cudaError_t err
-    with nogil:
-        err = cudaGetDeviceCount(&n)
-    if err == cudaSuccess:
-        err = cudaErrorNoDevice
-    return raise_cuda_error(err)
-
-
-cdef int get_device() except -1 nogil:
-    cdef int dev = 0
-    guard()
-    check(cudaGetDevice(&dev))
-    return dev
-
-
-cdef int set_device(int dev) except -1 nogil:
-    guard()
-    return check(cudaSetDevice(dev))
-
-
-cdef int device_get_attribute(int* value, cudaDeviceAttr attr, int dev) except -1 nogil:
-    guard()
-    return check(cudaDeviceGetAttribute(value, attr, dev))
-
-
-cdef int device_get_name(char* out, size_t size, int dev) except -1 nogil:
-    cdef cudaDeviceProp prop
-    cdef size_t i
-    guard()
-    check(cudaGetDeviceProperties(&prop, dev))
-    for i in range(size - 1):
-        out[i] = prop.name[i]
-        if prop.name[i] == 0:
-            break
-    out[size - 1] = 0
-    return 0
-
-
-cdef int device_get_stream_priority_range(int* least, int* greatest) except -1 nogil:
-    guard()
-    return check(cudaDeviceGetStreamPriorityRange(least, greatest))
-
-
-cdef int device_can_access_peer(int dev, int peer) except -1 nogil:
-    cdef int can = 0
-    guard()
-    check(cudaDeviceCanAccessPeer(&can, dev, peer))
-    return 1 if can else 0
-
-
-cdef int device_set_peer_access(int peer, bint enable) except -1 nogil:
-    # The state asked for being already there is not an error here.
-    cdef cudaError_t err, unchanged
-    guard()
-    if enable:
-        err = cudaDeviceEnablePeerAccess(peer, 0)
-        unchanged = cudaErrorPeerAccessAlreadyEnabled
-    else:
-        err = cudaDeviceDisablePeerAccess(peer)
-        unchanged = cudaErrorPeerAccessNotEnabled
-    if err == unchanged:
-        cudaGetLastError()
-        return 0
-    check(err)
-    return 1
-
-
-cdef int ctx_reset_persisting_l2_cache() except -1 nogil:
-    guard()
-    return check(cudaCtxResetPersistingL2Cache())
-
-
-cdef unsigned long long device_synchronize_request(int dev) except 0 nogil:
-    cdef cudaError_t err = cudaSuccess
-    cdef unsigned long long ticket
-    guard()
-    ticket = streams_devsync_request(dev, &err)
-    if ticket == 0:
-        check(err)
-        with gil:
-            raise RuntimeError("could not start the device-synchronize helper thread")
-    return ticket
-
-
-cdef int device_synchronize_wait(int dev, unsigned long long ticket, long long slice_ns,
-                                 long long* in_flight_ns) except -1 nogil:
-    cdef cudaError_t err = cudaSuccess
-    cdef int done = streams_devsync_wait(dev, ticket, slice_ns, &err, in_flight_ns)
-    if done:
-        check(err)
-    return done
-
-
 # ---- when an enqueue may keep the GIL -------------------------------------------------
 # An enqueue (record, wait, launch) can block in the driver when the stream's
 # queue is full, until the GPU drains it.  If the GPU is then held up by a
@@ -710,8 +584,8 @@ cdef void _flush_if_gil() noexcept nogil:
 # cudaMemPoolDestroy is documented to wait by itself for allocations still
 # out and frees still queued, but a pool destroyed with one of its
 # allocations out, that allocation freed later, then more stream-ordered
-# work on that stream killed the process (SIGSEGV inside CUDA, H100; issue
-# 25).  So the package never takes that path: each buffer holds its pool in
+# work on that stream killed the process (SIGSEGV inside CUDA, H100; the
+# reproduction is tests/test_memory_lifetimes_gpu.py).  So the package never takes that path: each buffer holds its pool in
 # use until its free is enqueued, every free is marked on its stream, and
 # the pool is destroyed once those marks are done.
 
@@ -758,8 +632,117 @@ cdef void release_pool(void* pool, void* frees) noexcept nogil:
     release_handle(HANDLE_MEM_POOL, pool)
 
 
-# ---- streams --------------------------------------------------------------------------
+### Versions and device management #########################################################
+cdef str _runtime_version_str():
+    cdef int v = 0
+    cudaRuntimeGetVersion(&v)
+    return f"{v // 1000}.{(v % 1000) // 10}"
 
+
+def runtime_version():
+    """The CUDA runtime version this package was built with, e.g. ``13000``."""
+    cdef int v = 0
+    check(cudaRuntimeGetVersion(&v))
+    return v
+
+
+def driver_version():
+    """The CUDA version the installed driver supports, e.g. ``13000``; 0 without a driver."""
+    cdef int v = 0
+    cdef cudaError_t err
+    with nogil:
+        err = cudaDriverGetVersion(&v)
+    if err != cudaSuccess:
+        cudaGetLastError()
+        return 0
+    return v
+
+
+cdef int get_device_count() except -1 nogil:
+    cdef int n = 0
+    cdef cudaError_t err
+    guard()
+    err = cudaGetDeviceCount(&n)
+    if err == cudaErrorNoDevice or err == cudaErrorInsufficientDriver:
+        cudaGetLastError()
+        return 0
+    check(err)
+    return n
+
+
+cdef int no_device_error() except -1:
+    """Raise the plain-words CudaError of a process that sees no usable GPU."""
+    cdef int n = 0
+    cdef cudaError_t err
+    with nogil:
+        err = cudaGetDeviceCount(&n)
+    if err == cudaSuccess:
+        err = cudaErrorNoDevice
+    return raise_cuda_error(err)
+
+
+cdef int get_device() except -1 nogil:
+    cdef int dev = 0
+    guard()
+    check(cudaGetDevice(&dev))
+    return dev
+
+
+cdef int set_device(int dev) except -1 nogil:
+    guard()
+    return check(cudaSetDevice(dev))
+
+
+cdef int device_get_attribute(int* value, cudaDeviceAttr attr, int dev) except -1 nogil:
+    guard()
+    return check(cudaDeviceGetAttribute(value, attr, dev))
+
+
+cdef int device_get_name(char* out, size_t size, int dev) except -1 nogil:
+    cdef cudaDeviceProp prop
+    cdef size_t i
+    guard()
+    check(cudaGetDeviceProperties(&prop, dev))
+    for i in range(size - 1):
+        out[i] = prop.name[i]
+        if prop.name[i] == 0:
+            break
+    out[size - 1] = 0
+    return 0
+
+
+cdef int device_get_stream_priority_range(int* least, int* greatest) except -1 nogil:
+    guard()
+    return check(cudaDeviceGetStreamPriorityRange(least, greatest))
+
+
+cdef int ctx_reset_persisting_l2_cache() except -1 nogil:
+    guard()
+    return check(cudaCtxResetPersistingL2Cache())
+
+
+cdef unsigned long long device_synchronize_request(int dev) except 0 nogil:
+    cdef cudaError_t err = cudaSuccess
+    cdef unsigned long long ticket
+    guard()
+    ticket = streams_devsync_request(dev, &err)
+    if ticket == 0:
+        check(err)
+        with gil:
+            raise RuntimeError("could not start the device-synchronize helper thread")
+    return ticket
+
+
+cdef int device_synchronize_wait(int dev, unsigned long long ticket, long long slice_ns,
+                                 long long* in_flight_ns) except -1 nogil:
+    cdef cudaError_t err = cudaSuccess
+    cdef int done = streams_devsync_wait(dev, ticket, slice_ns, &err, in_flight_ns)
+    if done:
+        check(err)
+    return done
+
+
+### Stream management, and stream capture ##################################################
 cdef int stream_create(cudaStream_t* out, unsigned int flags, int priority,
                        bint default_priority) except -1 nogil:
     cdef cudaError_t err
@@ -775,8 +758,6 @@ cdef int stream_create(cudaStream_t* out, unsigned int flags, int priority,
     check(err)
     streams_count(STREAMS_CNT_STREAM_CREATED)
     return 0
-
-
 
 
 cdef int stream_query(cudaStream_t h) except -1 nogil:
@@ -928,8 +909,7 @@ cdef int thread_exchange_capture_mode(cudaStreamCaptureMode* mode) except -1 nog
     return check(cudaThreadExchangeStreamCaptureMode(mode))
 
 
-# ---- events -----------------------------------------------------------------------------
-
+### Event management #######################################################################
 cdef int event_create(cudaEvent_t* out, unsigned int flags) except -1 nogil:
     guard()
     check(cudaEventCreateWithFlags(out, flags))
@@ -977,6 +957,7 @@ cdef int ipc_open_event_handle(cudaEvent_t* out, cudaIpcEventHandle_t handle) ex
     return 0
 
 
+### Execution control: host functions, function attributes, kernel launches ################
 # ---- host functions ---------------------------------------------------------------------
 
 cdef void set_dispatcher(dispatch_fn fn) noexcept:
@@ -1108,25 +1089,6 @@ cdef int launch_native_host_func(cudaStream_t h, host_fn fn, void* data, PyObjec
     return 0
 
 
-cdef int graph_add_native_host_node(cudaGraphNode_t* out, cudaGraph_t g,
-                                    const cudaGraphNode_t* deps, size_t n, host_fn fn,
-                                    void* data) except -1 nogil:
-    cdef cudaHostNodeParams params
-    guard()
-    params.fn = <cudaHostFn_t>fn
-    params.userData = data
-    return check(cudaGraphAddHostNode(out, g, deps, n, &params))
-
-
-cdef int graph_exec_native_host_node_set_params(cudaGraphExec_t ex, cudaGraphNode_t node,
-                                                host_fn fn, void* data) except -1 nogil:
-    cdef cudaHostNodeParams params
-    guard()
-    params.fn = <cudaHostFn_t>fn
-    params.userData = data
-    return check(cudaGraphExecHostNodeSetParams(ex, node, &params))
-
-
 cdef host_fn testing_native_increment() noexcept nogil:
     return <host_fn>streams_testing_native_increment
 
@@ -1147,41 +1109,6 @@ cdef int stream_add_callback(cudaStream_t h, PyObject* payload) except -1 nogil:
     if err != cudaSuccess:
         return _ticket_failed(ticket, err)
     return 0
-
-
-cdef int graph_attach_reference(cudaGraph_t g, PyObject* obj, bint* moved) except -1 nogil:
-    """Give graph ``g`` a CUDA user object owning a reference to ``obj`` that
-    the caller took.  ``moved`` tells whether the reference went to a user
-    object (which then drops it, even when this raises); if not, it is still
-    the caller's to drop."""
-    cdef cudaUserObject_t uo = NULL
-    cdef cudaError_t err
-    moved[0] = False
-    guard()
-    err = cudaUserObjectCreate(&uo, <void*>obj, streams_user_object_release, 1,
-                               cudaUserObjectNoDestructorSync)
-    if err != cudaSuccess:
-        return check(err)
-    moved[0] = True
-    err = cudaGraphRetainUserObject(g, uo, 1, cudaGraphUserObjectMove)
-    if err != cudaSuccess:
-        cudaUserObjectRelease(uo, 1)
-        return check(err)
-    return 0
-
-
-cdef int graph_attach_payload(cudaGraph_t g, PyObject* payload) except -1:
-    """Give graph ``g`` a CUDA user object owning one reference to ``payload``."""
-    return graph_attach_owned(g, payload, NULL)
-
-
-cdef int graph_add_host_node(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps,
-                             size_t n, PyObject* payload) except -1 nogil:
-    cdef cudaHostNodeParams params
-    guard()
-    params.fn = streams_graph_host_fn_trampoline
-    params.userData = <void*>payload
-    return check(cudaGraphAddHostNode(out, g, deps, n, &params))
 
 
 def _ticket_issue():
@@ -1214,100 +1141,7 @@ def _shutdown():
         streams_wait_trampolines_idle(2000000000)
 
 
-# ---- kernels and libraries ------------------------------------------------------------
-
-cdef int library_load_data(cudaLibrary_t* out, const void* image, bint resident) except -1 nogil:
-    guard()
-    check(cudaLibraryLoadData(out, image, NULL, NULL, 0, NULL, NULL, 0))
-    if not resident:   # the package's built-in kernels stay for the process
-        streams_count(STREAMS_CNT_MODULE_CREATED)
-        streams_count(STREAMS_CNT_MODULE_LOAD)
-    return 0
-
-
-cdef int library_load_from_file(cudaLibrary_t* out, const char* path) except -1 nogil:
-    guard()
-    check(cudaLibraryLoadFromFile(out, path, NULL, NULL, 0, NULL, NULL, 0))
-    streams_count(STREAMS_CNT_MODULE_CREATED)
-    streams_count(STREAMS_CNT_MODULE_LOAD)
-    return 0
-
-
-cdef cudaError_t _sync_devices(unsigned long long devices) noexcept nogil:
-    # A library must not go while kernels of it are queued or running: wait
-    # for every device one of its kernels was launched on.
-    cdef int cur = -1, dev
-    cdef cudaError_t err = cudaSuccess, e
-    if devices == 0:
-        return cudaSuccess
-    if cudaGetDevice(&cur) != cudaSuccess:
-        return cudaGetLastError()
-    for dev in range(64):
-        if devices & ((<unsigned long long>1) << dev):
-            e = cudaSetDevice(dev)
-            if e == cudaSuccess:
-                e = cudaDeviceSynchronize()
-            if e != cudaSuccess and err == cudaSuccess:
-                err = e
-    cudaSetDevice(cur)
-    return err
-
-
-cdef int library_unload(cudaLibrary_t lib, unsigned long long devices) except -1 nogil:
-    guard()
-    check(_sync_devices(devices))
-    check(cudaLibraryUnload(lib))
-    streams_count(STREAMS_CNT_MODULE_DESTROYED)
-    streams_count(STREAMS_CNT_MODULE_UNLOAD)
-    return 0
-
-
-cdef struct _LibraryRelease:
-    cudaLibrary_t lib
-    unsigned long long devices
-
-
-cdef void _unload_library_later(void* arg, int kind) noexcept nogil:
-    cdef _LibraryRelease* rel = <_LibraryRelease*>arg
-    cdef int injected = injected_failure(CLEANUP_LIBRARY)
-    cdef cudaError_t err = _sync_devices(rel.devices)
-    cdef cudaError_t unload = cudaLibraryUnload(rel.lib)
-    if unload != cudaSuccess:
-        cudaGetLastError()
-        err = unload
-    elif err != cudaSuccess:
-        cudaGetLastError()
-    if injected:
-        err = <cudaError_t>injected
-    if err != cudaSuccess:
-        cleanup_failed(CLEANUP_LIBRARY, <const void*>rel.lib, <int>err)
-    free(rel)
-
-
-cdef void release_library(cudaLibrary_t lib, unsigned long long devices) noexcept nogil:
-    cdef _LibraryRelease* rel
-    cdef int decision = _release_decision()
-    streams_count(STREAMS_CNT_MODULE_DESTROYED)
-    streams_count(STREAMS_CNT_MODULE_UNLOAD)
-    if decision == RELEASE_SKIP:
-        return
-    rel = <_LibraryRelease*>malloc(sizeof(_LibraryRelease))
-    if rel == NULL:
-        return   # out of memory: the library stays loaded, which is safe
-    rel.lib = lib
-    rel.devices = devices
-    if decision == RELEASE_NOW:
-        streams_release_without_gil(_unload_library_later, <void*>rel, 0)
-        _flush_if_gil()
-    else:
-        streams_defer(_unload_library_later, <void*>rel, 0, NULL)
-
-
-cdef int library_get_kernel(cudaKernel_t* out, cudaLibrary_t lib,
-                            const char* name) except -1 nogil:
-    guard()
-    return check(cudaLibraryGetKernel(out, lib, name))
-
+# ---- kernels -----------------------------------------------------------------------------
 
 cdef int func_get_attributes(cudaFuncAttributes* out, const void* func) except -1 nogil:
     guard()
@@ -1349,27 +1183,18 @@ cdef int launch_kernel_ex(const cudaLaunchConfig_t* config, const void* func,
     return check(cudaLaunchKernelExC(config, func, args))
 
 
-# ---- memory -----------------------------------------------------------------------------
-
-cdef int malloc_async(void** out, size_t n, cudaStream_t s) except -1 nogil:
+cdef int launch_notify(cudaStream_t s, void* node) except -1 nogil:
+    cdef unsigned long long ticket
+    cdef cudaError_t err
     guard()
-    check(cudaMallocAsync(out, n, s))
-    streams_count(STREAMS_CNT_MEMORY_ALLOC)
+    ticket = _ticket(node)
+    err = cudaLaunchHostFunc(s, streams_notify_ticket_fn, <void*><uintptr_t>ticket)
+    if err != cudaSuccess:
+        return _ticket_failed(ticket, err)
     return 0
 
 
-cdef int free_async(void* p, cudaStream_t s) except -1 nogil:
-    guard()
-    check(cudaFreeAsync(p, s))
-    streams_count(STREAMS_CNT_MEMORY_FREE)
-    streams_note_async_free()
-    return 0
-
-
-cdef unsigned long long async_frees() noexcept nogil:
-    return streams_async_frees_so_far()
-
-
+### Memory management, and stream memory operations ########################################
 cdef int host_alloc(void** out, size_t n) except -1 nogil:
     guard()
     check(cudaHostAlloc(out, n, cudaHostAllocDefault))
@@ -1404,7 +1229,97 @@ cdef int memcpy_async(void* dst, const void* src, size_t n, cudaStream_t s) exce
     return check(cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, s))
 
 
-# ---- memory pools and extended launches (issue 16) ----
+cdef int memcpy_batch_async(void** dsts, void** srcs, size_t* sizes, size_t count,
+                            cudaStream_t s) except -1 nogil:
+    guard()
+    if not STREAMS_HAVE_MEMCPY_BATCH:
+        return -2
+    return check(streams_cudaMemcpyBatchAsync(dsts, srcs, sizes, count, s))
+
+
+# ---- stream memory operations (the driver's, through its entry points) -------------------
+
+# The driver functions reached through the entry-point table, in the order
+# of _DRIVER_NAMES; each 32-bit value operation is followed by its 64-bit
+# form.  Resolved once, at first use; a racing second resolution writes the
+# same.
+cdef enum _DriverFn:
+    DRIVER_WAIT_VALUE32
+    DRIVER_WAIT_VALUE64
+    DRIVER_WRITE_VALUE32
+    DRIVER_WRITE_VALUE64
+    DRIVER_NODE_GET_TYPE
+    DRIVER_FN_COUNT
+
+
+cdef void* _driver_fns[DRIVER_FN_COUNT]
+
+
+cdef const char* _DRIVER_NAMES[DRIVER_FN_COUNT]
+_DRIVER_NAMES[:] = [b"cuStreamWaitValue32", b"cuStreamWaitValue64", b"cuStreamWriteValue32",
+                    b"cuStreamWriteValue64", b"cuGraphNodeGetType"]
+
+
+ctypedef int (*_node_type_fn)(cudaGraphNode_t node, int* out) noexcept nogil
+
+
+cdef void* _driver_fn(int which) except NULL nogil:
+    cdef void* fn = _driver_fns[which]
+    if fn == NULL:
+        check(streams_get_driver_entry(_DRIVER_NAMES[which], &fn))
+        _driver_fns[which] = fn
+    return fn
+
+
+cdef int _value_op(int which, cudaStream_t s, unsigned long long addr,
+                   unsigned long long value, unsigned int flags, bint wide) except -1 nogil:
+    cdef void* fn
+    cdef int dev = 0
+    guard()
+    fn = _driver_fn(which + (1 if wide else 0))
+    # The driver call needs a current context, which a thread gets from
+    # the runtime only at its first call that uses the device: bind the
+    # current device's primary context now (a no-op when it is bound).
+    check(cudaGetDevice(&dev))
+    check(cudaSetDevice(dev))
+    if wide:
+        return check(<cudaError_t>(<streams_stream_value64_fn>fn)(s, addr, value, flags))
+    return check(<cudaError_t>(<streams_stream_value32_fn>fn)(s, addr, <unsigned int>value,
+                                                             flags))
+
+
+cdef int stream_wait_value(cudaStream_t s, unsigned long long addr, unsigned long long value,
+                           unsigned int flags, bint wide) except -1 nogil:
+    return _value_op(DRIVER_WAIT_VALUE32, s, addr, value, flags, wide)
+
+
+cdef int stream_write_value(cudaStream_t s, unsigned long long addr, unsigned long long value,
+                            unsigned int flags, bint wide) except -1 nogil:
+    return _value_op(DRIVER_WRITE_VALUE32, s, addr, value, flags, wide)
+
+
+### Stream-ordered memory allocator: asynchronous allocations and memory pools #############
+cdef int malloc_async(void** out, size_t n, cudaStream_t s) except -1 nogil:
+    guard()
+    check(cudaMallocAsync(out, n, s))
+    streams_count(STREAMS_CNT_MEMORY_ALLOC)
+    return 0
+
+
+cdef int free_async(void* p, cudaStream_t s) except -1 nogil:
+    guard()
+    check(cudaFreeAsync(p, s))
+    streams_count(STREAMS_CNT_MEMORY_FREE)
+    streams_note_async_free()
+    return 0
+
+
+cdef unsigned long long async_frees() noexcept nogil:
+    return streams_async_frees_so_far()
+
+
+# ---- memory pools ------------------------------------------------------------------------
+
 # Stream-ordered pools and their IPC, batched copies, the driver's stream
 # memory operations (reached through cudart's entry points: no libcuda link)
 # and the asyncio doorbell host function.
@@ -1502,77 +1417,29 @@ cdef int mem_pool_import_pointer(void** out, cudaMemPool_t pool,
     return 0
 
 
-cdef int memcpy_batch_async(void** dsts, void** srcs, size_t* sizes, size_t count,
-                            cudaStream_t s) except -1 nogil:
+### Peer device memory access ##############################################################
+cdef int device_can_access_peer(int dev, int peer) except -1 nogil:
+    cdef int can = 0
     guard()
-    if not STREAMS_HAVE_MEMCPY_BATCH:
-        return -2
-    return check(streams_cudaMemcpyBatchAsync(dsts, srcs, sizes, count, s))
+    check(cudaDeviceCanAccessPeer(&can, dev, peer))
+    return 1 if can else 0
 
 
-# The driver functions reached through the entry-point table, in the order
-# of _DRIVER_NAMES; each 32-bit value operation is followed by its 64-bit
-# form.  Resolved once, at first use; a racing second resolution writes the
-# same.
-cdef enum _DriverFn:
-    DRIVER_WAIT_VALUE32
-    DRIVER_WAIT_VALUE64
-    DRIVER_WRITE_VALUE32
-    DRIVER_WRITE_VALUE64
-    DRIVER_NODE_GET_TYPE
-    DRIVER_FN_COUNT
-
-cdef void* _driver_fns[DRIVER_FN_COUNT]
-cdef const char* _DRIVER_NAMES[DRIVER_FN_COUNT]
-_DRIVER_NAMES[:] = [b"cuStreamWaitValue32", b"cuStreamWaitValue64", b"cuStreamWriteValue32",
-                    b"cuStreamWriteValue64", b"cuGraphNodeGetType"]
-ctypedef int (*_node_type_fn)(cudaGraphNode_t node, int* out) noexcept nogil
-
-
-cdef void* _driver_fn(int which) except NULL nogil:
-    cdef void* fn = _driver_fns[which]
-    if fn == NULL:
-        check(streams_get_driver_entry(_DRIVER_NAMES[which], &fn))
-        _driver_fns[which] = fn
-    return fn
-
-
-cdef int _value_op(int which, cudaStream_t s, unsigned long long addr,
-                   unsigned long long value, unsigned int flags, bint wide) except -1 nogil:
-    cdef void* fn
-    cdef int dev = 0
+cdef int device_set_peer_access(int peer, bint enable) except -1 nogil:
+    # The state asked for being already there is not an error here.
+    cdef cudaError_t err, unchanged
     guard()
-    fn = _driver_fn(which + (1 if wide else 0))
-    # The driver call needs a current context, which a thread gets from
-    # the runtime only at its first call that uses the device: bind the
-    # current device's primary context now (a no-op when it is bound).
-    check(cudaGetDevice(&dev))
-    check(cudaSetDevice(dev))
-    if wide:
-        return check(<cudaError_t>(<streams_stream_value64_fn>fn)(s, addr, value, flags))
-    return check(<cudaError_t>(<streams_stream_value32_fn>fn)(s, addr, <unsigned int>value,
-                                                             flags))
-
-
-cdef int stream_wait_value(cudaStream_t s, unsigned long long addr, unsigned long long value,
-                           unsigned int flags, bint wide) except -1 nogil:
-    return _value_op(DRIVER_WAIT_VALUE32, s, addr, value, flags, wide)
-
-
-cdef int stream_write_value(cudaStream_t s, unsigned long long addr, unsigned long long value,
-                            unsigned int flags, bint wide) except -1 nogil:
-    return _value_op(DRIVER_WRITE_VALUE32, s, addr, value, flags, wide)
-
-
-cdef int launch_notify(cudaStream_t s, void* node) except -1 nogil:
-    cdef unsigned long long ticket
-    cdef cudaError_t err
-    guard()
-    ticket = _ticket(node)
-    err = cudaLaunchHostFunc(s, streams_notify_ticket_fn, <void*><uintptr_t>ticket)
-    if err != cudaSuccess:
-        return _ticket_failed(ticket, err)
-    return 0
+    if enable:
+        err = cudaDeviceEnablePeerAccess(peer, 0)
+        unchanged = cudaErrorPeerAccessAlreadyEnabled
+    else:
+        err = cudaDeviceDisablePeerAccess(peer)
+        unchanged = cudaErrorPeerAccessNotEnabled
+    if err == unchanged:
+        cudaGetLastError()
+        return 0
+    check(err)
+    return 1
 
 
 cdef int memcpy_peer_async(void* dst, int dst_device, const void* src, int src_device, size_t n,
@@ -1581,8 +1448,7 @@ cdef int memcpy_peer_async(void* dst, int dst_device, const void* src, int src_d
     return check(cudaMemcpyPeerAsync(dst, dst_device, src, src_device, n, s))
 
 
-# ---- graphs -----------------------------------------------------------------------------
-
+### Graph management #######################################################################
 cdef int graph_create(cudaGraph_t* out) except -1 nogil:
     guard()
     check(cudaGraphCreate(out, 0))
@@ -1697,8 +1563,6 @@ cdef int graph_instantiate(cudaGraphExec_t* out, cudaGraph_t g,
     return 0
 
 
-
-
 cdef int graph_launch(cudaGraphExec_t ex, cudaStream_t s) except -1 nogil:
     guard()
     return check(cudaGraphLaunch(ex, s))
@@ -1723,7 +1587,64 @@ cdef int graph_exec_update(cudaGraphExec_t ex, cudaGraph_t g,
     return check(err)
 
 
-# ---- graphs (issue 15) ----
+# ---- host nodes (their payloads: see host functions above) -------------------------------
+
+cdef int graph_add_native_host_node(cudaGraphNode_t* out, cudaGraph_t g,
+                                    const cudaGraphNode_t* deps, size_t n, host_fn fn,
+                                    void* data) except -1 nogil:
+    cdef cudaHostNodeParams params
+    guard()
+    params.fn = <cudaHostFn_t>fn
+    params.userData = data
+    return check(cudaGraphAddHostNode(out, g, deps, n, &params))
+
+
+cdef int graph_exec_native_host_node_set_params(cudaGraphExec_t ex, cudaGraphNode_t node,
+                                                host_fn fn, void* data) except -1 nogil:
+    cdef cudaHostNodeParams params
+    guard()
+    params.fn = <cudaHostFn_t>fn
+    params.userData = data
+    return check(cudaGraphExecHostNodeSetParams(ex, node, &params))
+
+
+cdef int graph_attach_reference(cudaGraph_t g, PyObject* obj, bint* moved) except -1 nogil:
+    """Give graph ``g`` a CUDA user object owning a reference to ``obj`` that
+    the caller took.  ``moved`` tells whether the reference went to a user
+    object (which then drops it, even when this raises); if not, it is still
+    the caller's to drop."""
+    cdef cudaUserObject_t uo = NULL
+    cdef cudaError_t err
+    moved[0] = False
+    guard()
+    err = cudaUserObjectCreate(&uo, <void*>obj, streams_user_object_release, 1,
+                               cudaUserObjectNoDestructorSync)
+    if err != cudaSuccess:
+        return check(err)
+    moved[0] = True
+    err = cudaGraphRetainUserObject(g, uo, 1, cudaGraphUserObjectMove)
+    if err != cudaSuccess:
+        cudaUserObjectRelease(uo, 1)
+        return check(err)
+    return 0
+
+
+cdef int graph_attach_payload(cudaGraph_t g, PyObject* payload) except -1:
+    """Give graph ``g`` a CUDA user object owning one reference to ``payload``."""
+    return graph_attach_owned(g, payload, NULL)
+
+
+cdef int graph_add_host_node(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps,
+                             size_t n, PyObject* payload) except -1 nogil:
+    cdef cudaHostNodeParams params
+    guard()
+    params.fn = streams_graph_host_fn_trampoline
+    params.userData = <void*>payload
+    return check(cudaGraphAddHostNode(out, g, deps, n, &params))
+
+
+# ---- user objects, conditional and memory nodes, executable updates ----------------------
+
 # Conditional and memory nodes, node-by-node updates of executables, and
 # the user objects that keep what an executable needs alive.
 
@@ -1869,6 +1790,100 @@ cdef int graph_node_get_enabled(cudaGraphExec_t ex, cudaGraphNode_t node,
                                 unsigned int* enabled) except -1 nogil:
     guard()
     return check(cudaGraphNodeGetEnabled(ex, node, enabled))
+
+
+### Library management #####################################################################
+cdef int library_load_data(cudaLibrary_t* out, const void* image, bint resident) except -1 nogil:
+    guard()
+    check(cudaLibraryLoadData(out, image, NULL, NULL, 0, NULL, NULL, 0))
+    if not resident:   # the package's built-in kernels stay for the process
+        streams_count(STREAMS_CNT_MODULE_CREATED)
+        streams_count(STREAMS_CNT_MODULE_LOAD)
+    return 0
+
+
+cdef int library_load_from_file(cudaLibrary_t* out, const char* path) except -1 nogil:
+    guard()
+    check(cudaLibraryLoadFromFile(out, path, NULL, NULL, 0, NULL, NULL, 0))
+    streams_count(STREAMS_CNT_MODULE_CREATED)
+    streams_count(STREAMS_CNT_MODULE_LOAD)
+    return 0
+
+
+cdef cudaError_t _sync_devices(unsigned long long devices) noexcept nogil:
+    # A library must not go while kernels of it are queued or running: wait
+    # for every device one of its kernels was launched on.
+    cdef int cur = -1, dev
+    cdef cudaError_t err = cudaSuccess, e
+    if devices == 0:
+        return cudaSuccess
+    if cudaGetDevice(&cur) != cudaSuccess:
+        return cudaGetLastError()
+    for dev in range(64):
+        if devices & ((<unsigned long long>1) << dev):
+            e = cudaSetDevice(dev)
+            if e == cudaSuccess:
+                e = cudaDeviceSynchronize()
+            if e != cudaSuccess and err == cudaSuccess:
+                err = e
+    cudaSetDevice(cur)
+    return err
+
+
+cdef int library_unload(cudaLibrary_t lib, unsigned long long devices) except -1 nogil:
+    guard()
+    check(_sync_devices(devices))
+    check(cudaLibraryUnload(lib))
+    streams_count(STREAMS_CNT_MODULE_DESTROYED)
+    streams_count(STREAMS_CNT_MODULE_UNLOAD)
+    return 0
+
+
+cdef struct _LibraryRelease:
+    cudaLibrary_t lib
+    unsigned long long devices
+
+
+cdef void _unload_library_later(void* arg, int kind) noexcept nogil:
+    cdef _LibraryRelease* rel = <_LibraryRelease*>arg
+    cdef int injected = injected_failure(CLEANUP_LIBRARY)
+    cdef cudaError_t err = _sync_devices(rel.devices)
+    cdef cudaError_t unload = cudaLibraryUnload(rel.lib)
+    if unload != cudaSuccess:
+        cudaGetLastError()
+        err = unload
+    elif err != cudaSuccess:
+        cudaGetLastError()
+    if injected:
+        err = <cudaError_t>injected
+    if err != cudaSuccess:
+        cleanup_failed(CLEANUP_LIBRARY, <const void*>rel.lib, <int>err)
+    free(rel)
+
+
+cdef void release_library(cudaLibrary_t lib, unsigned long long devices) noexcept nogil:
+    cdef _LibraryRelease* rel
+    cdef int decision = _release_decision()
+    streams_count(STREAMS_CNT_MODULE_DESTROYED)
+    streams_count(STREAMS_CNT_MODULE_UNLOAD)
+    if decision == RELEASE_SKIP:
+        return
+    rel = <_LibraryRelease*>malloc(sizeof(_LibraryRelease))
+    if rel == NULL:
+        return   # out of memory: the library stays loaded, which is safe
+    rel.lib = lib
+    rel.devices = devices
+    if decision == RELEASE_NOW:
+        streams_release_without_gil(_unload_library_later, <void*>rel, 0)
+        _flush_if_gil()
+    else:
+        streams_defer(_unload_library_later, <void*>rel, 0, NULL)
+
+
+cdef int library_get_kernel(cudaKernel_t* out, cudaLibrary_t lib,
+                            const char* name) except -1 nogil:
+    guard()
+    return check(cudaLibraryGetKernel(out, lib, name))
 
 
 # ---- module state -------------------------------------------------------------------------

@@ -1,9 +1,9 @@
 """Host callbacks and asyncio waits enqueued while other threads begin and
-end captures (issue 25, item 6), and an invalidated capture into a
-conditional node's body (item 7).  Every scenario that crashed the process
-runs in a child, with a hard timeout, so that the suite reports it.
+end captures, and an invalidated capture into a conditional node's body.
+Every scenario that crashed the process runs in a child, with a hard
+timeout, so that the suite reports it.
 
-Item 6: whether a stream is being captured decides who owns a callback's
+Host callbacks racing captures: whether a stream is being captured decides who owns a callback's
 payload (a one-shot work item, or the capture's graph).  A capture begun
 between the check and cudaLaunchHostFunc put a one-shot payload into a
 graph: its second replay used it after free.  A capture ended there left the

@@ -123,7 +123,7 @@ busy.close()
 
 
 def test_executable_in_a_cycle_keeps_its_buffers_for_replays_in_flight():
-    # Issue 25, item 1.  Old code: the GC cleared the executable's tuple of
+    # Old code: the GC cleared the executable's tuple of
     # holds before its __dealloc__ could park it, so the buffer was freed on
     # its idle stream while the replay still waited behind the spin on
     # another; the next allocation got the block and the replay overwrote it.
@@ -180,7 +180,7 @@ real.close()
 
 
 def test_buffer_in_a_cycle_is_freed_on_its_stream():
-    # Issue 25, item 2.  Old code: the GC cleared the buffer's stream first;
+    # Old code: the GC cleared the buffer's stream first;
     # the free then raised AttributeError (reported as unraisable) and the
     # 256 MiB stayed allocated, and the zero-byte buffer decremented the
     # word beside None where a stream keeps its count of buffers

@@ -55,7 +55,9 @@ def find_cuda():
 
 
 class build_py_with_headers(build_py):
-    """Ship include/streams/*.h inside the package, for streams.get_include()."""
+    """Ship include/streams/*.h inside the package, for streams.get_include():
+    exactly the headers a project that cimports streams compiles (the
+    private ones are in src/, which only the sdist carries)."""
 
     def run(self):
         super().run()
@@ -175,7 +177,10 @@ def _extension(name):
     return Extension(
         full,
         sources=[f"streams/{name}.pyx"],
-        include_dirs=[os.path.join(HERE, "include")],
+        # include/: the headers shipped for cimporters; src/: the private
+        # ones (the shim of the call layer, the floor, the counters' names),
+        # built with the package and never shipped.
+        include_dirs=[os.path.join(HERE, "include"), os.path.join(HERE, "src")],
         libraries=["rt", "dl", "pthread"] if owner else [],
         extra_compile_args=["-O2", "-std=gnu11", "-Wno-unused-function"],
         # Keep cudart's symbols private to the call layer.

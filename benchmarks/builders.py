@@ -1,5 +1,5 @@
 """The two contenders that are compiled on demand: the C program
-(``c_floor/bench.c``, the loops of include/streams/floor.h in a process of
+(``c_floor/bench.c``, the loops of src/floor.h in a process of
 their own) and the Cython contender (``cy_bench.pyx``).
 
 Both are built into a cache folder and rebuilt only when an input changes;
@@ -114,12 +114,18 @@ def compiler_version(cc):
 
 def build_c_floor(cache_dir=None, force=False, root=None):
     """Compile benchmarks/c_floor/bench.c with the floor's loops
-    (include/streams/floor.h); returns ``(executable, None)`` or
+    (src/floor.h); returns ``(executable, None)`` or
     ``(None, why)``.  Rebuilt only when an input changes.  ``root``: the
     source checkout (default: the one this package is in)."""
     src = os.path.join(root or CHECKOUT, "benchmarks", "c_floor", "bench.c")
     include = os.path.join(root or CHECKOUT, "include")
-    headers = [os.path.join(include, "streams", n) for n in ("floor.h", "clock.h")]
+    private = os.path.join(root or CHECKOUT, "src")
+    if os.path.isfile(os.path.join(private, "floor.h")):
+        headers = [os.path.join(private, n) for n in ("floor.h", "cuda_versions.h")]
+    else:   # a checkout from before the private headers moved to src/
+        private = None
+        headers = [os.path.join(include, "streams", "floor.h")]
+    headers.append(os.path.join(include, "streams", "clock.h"))
     for path in [src] + headers:
         if not os.path.isfile(path):
             return None, f"{path} not found"
@@ -145,7 +151,8 @@ def build_c_floor(cache_dir=None, force=False, root=None):
         f.write("/* Written by benchmarks/builders.py from streams.testing.BUILTIN_PTX; "
                 "do not edit. */\n"
                 "static const char streams_builtin_ptx[] =\n" + c_string_literal(ptx) + ";\n")
-    cmd = (cc + C_FLAGS + ["-I", build, "-I", include] + [a for i in incs for a in ("-I", i)]
+    cmd = (cc + C_FLAGS + ["-I", build, "-I", include] + (["-I", private] if private else [])
+           + [a for i in incs for a in ("-I", i)]
            + [src, lib] + C_LIBS + ["-o", exe + ".tmp"])
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)

@@ -4,7 +4,7 @@ contenders, and the sizes of a full and a quick run."""
 _PY_CY = {"streams-py": 1.25, "streams-cy": 1.05}
 GRAPH_KERNELS = 10
 PRODUCERS = 8       # threads of host_func_throughput_8threads
-COPIES = 8          # copies of memcpy_loop_8 and memcpy_batch_8 (include/streams/floor.h)
+COPIES = 8          # copies of memcpy_loop_8 and memcpy_batch_8 (src/floor.h)
 COPY_BYTES = 4096
 
 #: A streams cell this far below its in-process floor, which makes the same
@@ -132,7 +132,7 @@ FLOOR_OF = {"event_record_torch_stream": "event_record"}
 
 
 def floor_op(op):
-    """The name of ``op``'s loop in the floor (include/streams/floor.h)."""
+    """The name of ``op``'s loop in the floor (src/floor.h)."""
     return FLOOR_OF.get(op, op)
 
 
@@ -171,7 +171,7 @@ class Contender:
 
 CONTENDERS = (
     Contender("c", "C program", None,
-              "benchmarks/c_floor/bench.c: the floor's C loops (include/streams/floor.h) in a "
+              "benchmarks/c_floor/bench.c: the floor's C loops (src/floor.h) in a "
               "process of their own (gcc, static cudart), a second reference"),
     Contender("streams-py", "streams (Py)", "streams", "streams from Python"),
     # Before/after in one run: another build of streams (an in-place build of

@@ -9,7 +9,7 @@ after a warm-up batch, in rounds that go round-robin over the contenders,
 so that clock or thermal drift hits every column alike.  A cell is the
 median of the per-batch means, with the p10-p90 spread, and its ratio to
 its floor: the same CUDA calls made from a plain C loop in the same process
-(include/streams/floor.h, as streams._cudart.floor_batch), batch by batch
+(src/floor.h, as streams._cudart.floor_batch), batch by batch
 next to the contender's.  The C program (benchmarks/c_floor/bench.c) runs
 those loops in a process of its own, as a second reference.
 

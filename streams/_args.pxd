@@ -20,3 +20,9 @@ cdef uintptr_t as_pointer_int(object value, str argname) except? 0
 cdef object as_enum(object cls, object value, str argname)
 cdef int as_dim3(object value, dim3* out, str argname) except -1
 cdef int as_int(object value, str argname) except? -1
+# A flag: a bool (or an int, read as one).  Inline: Stream.launch reads
+# wait_producers with it on every launch.
+cdef inline bint as_bool(object value, str argname) except -1:
+    if not isinstance(value, (bool, int)):
+        raise TypeError(f"{argname} must be a bool, not {type(value).__name__}")
+    return bool(value)

@@ -5,13 +5,19 @@
 # functions never raise: they release now, later on a safe thread (inside a
 # host callback), or never (interpreter teardown, forked child).
 #
+# In the chapters of the CUDA runtime API reference, after the package's
+# machinery, each under a ### banner, as in _cudart.pyx; green contexts,
+# kernel nodes and adopted kernels through the driver follow in sections of
+# their own.
+#
 # Internal to the package: it cimports the CUDA headers' declarations.
 from cpython.ref cimport PyObject
 
 from streams.cudart cimport *
 
-cdef extern from "streams/counters.h":
+cdef extern from "counters.h":
     enum:
+        STREAMS_MAX_DEVICES
         STREAMS_CNT_STREAM_CREATED
         STREAMS_CNT_STREAM_DESTROYED
         STREAMS_CNT_EVENT_CREATED
@@ -49,11 +55,11 @@ cdef extern from "streams/counters.h":
         STREAMS_CNT_GREEN_CTX_CREATED
         STREAMS_CNT_GREEN_CTX_DESTROYED
 
+### The package's machinery: errors, the guard, counters, deferred releases, handles #######
 # A release run later on a safe thread, with the GIL held.
 ctypedef void (*release_fn)(void* arg, int kind) noexcept nogil
 # Runs a Python host callback's payload (streams._hostcall registers it).
 ctypedef void (*dispatch_fn)(PyObject* payload, int status) noexcept
-
 # The kinds of handle destroyed through one path: destroy_handle raises on
 # a CUDA error (close()); release_handle never raises, and defers where CUDA
 # cannot be called (inside a host callback) or skips where it must not be
@@ -93,12 +99,17 @@ cdef void release_handle(int kind, void* h) noexcept nogil
 # destroy_pool raises (close()); release_pool never does.
 cdef int destroy_pool(void* pool, void* frees) except -1 nogil
 cdef void release_pool(void* pool, void* frees) noexcept nogil
-
 cdef int raise_cuda_error(cudaError_t err) except -1
 cdef int check(cudaError_t err) except -1 nogil
 cdef int guard() except -1 nogil
-cdef bint may_release() noexcept nogil
-cdef bint may_defer() noexcept nogil
+# What a release (that never raises) may do here: call CUDA now, defer to a
+# safe thread (inside a host callback), or skip, leaving the handle to the
+# process's end (a forked child, interpreter teardown).
+cdef enum:
+    RELEASE_NOW
+    RELEASE_DEFER
+    RELEASE_SKIP
+cdef int release_decision() noexcept nogil
 cdef bint may_release_any_thread() noexcept nogil
 cdef str error_name(int code)
 cdef int raise_closed(object obj) except -1
@@ -108,6 +119,15 @@ cdef void payload_incref(PyObject* payload) noexcept
 cdef void payload_decref(PyObject* payload) noexcept
 cdef int defer_release(release_fn fn, void* arg, object keep) except -1
 cdef Py_ssize_t drain_deferred() noexcept
+# Marks (src/cudart/marks.h): an event after each launch of an executable
+# that holds Python objects; when it goes, park() keeps `a` and `b` until
+# every marked launch has ended (drain_deferred lets them go).
+cdef void* marks_new() except NULL
+cdef void marks_free(void* marks) noexcept nogil
+cdef int marks_record(void* marks, cudaStream_t s) except -1 nogil
+cdef void park(void* marks, object a, object b) noexcept
+
+### Versions and device management #########################################################
 cdef int get_device_count() except -1 nogil
 cdef int no_device_error() except -1
 cdef int get_device() except -1 nogil
@@ -115,14 +135,11 @@ cdef int set_device(int dev) except -1 nogil
 cdef int device_get_attribute(int* value, cudaDeviceAttr attr, int dev) except -1 nogil
 cdef int device_get_name(char* out, size_t size, int dev) except -1 nogil
 cdef int device_get_stream_priority_range(int* least, int* greatest) except -1 nogil
-# 1 when `dev` can map `peer`'s memory (0 for dev == peer, as CUDA answers).
-cdef int device_can_access_peer(int dev, int peer) except -1 nogil
-# Enable or disable the current device's access to `peer`: 1 when the call
-# changed the state, 0 when it already was so.
-cdef int device_set_peer_access(int peer, bint enable) except -1 nogil
 cdef int ctx_reset_persisting_l2_cache() except -1 nogil
 cdef unsigned long long device_synchronize_request(int dev) except 0 nogil
 cdef int device_synchronize_wait(int dev, unsigned long long ticket, long long slice_ns, long long* in_flight_ns) except -1 nogil
+
+### Stream management, and stream capture ##################################################
 cdef int stream_create(cudaStream_t* out, unsigned int flags, int priority, bint default_priority) except -1 nogil
 cdef int stream_query(cudaStream_t h) except -1 nogil
 cdef int stream_synchronize(cudaStream_t h) except -1 nogil
@@ -139,7 +156,7 @@ cdef int stream_attach_mem_async(cudaStream_t h, void* p, size_t length, unsigne
 cdef int stream_begin_capture(cudaStream_t h, cudaStreamCaptureMode mode) except -1 nogil
 cdef int stream_begin_capture_to_graph(cudaStream_t h, cudaGraph_t g, const cudaGraphNode_t* deps, size_t n, cudaStreamCaptureMode mode) except -1 nogil
 cdef int stream_end_capture(cudaStream_t h, cudaGraph_t* out) except -1 nogil
-# The capture fence (include/streams/shim.h): an enqueue's read hold, from
+# The capture fence (src/cudart/fence.h): an enqueue's read hold, from
 # its "is this stream capturing?" to its launch; captures begin and end
 # (above) in a write hold.  Taken without the GIL, never held while taking it.
 cdef int fence_enter() except -1 nogil
@@ -151,6 +168,8 @@ cdef int stream_is_capturing(cudaStream_t h, cudaStreamCaptureStatus* out) excep
 cdef int stream_get_capture_info(cudaStream_t h, cudaStreamCaptureStatus* status, unsigned long long* cid, cudaGraph_t* graph, const cudaGraphNode_t** deps, const cudaGraphEdgeData** edges, size_t* n) except -1 nogil
 cdef int stream_update_capture_dependencies(cudaStream_t h, cudaGraphNode_t* deps, size_t n, unsigned int flags) except -1 nogil
 cdef int thread_exchange_capture_mode(cudaStreamCaptureMode* mode) except -1 nogil
+
+### Event management #######################################################################
 cdef int event_create(cudaEvent_t* out, unsigned int flags) except -1 nogil
 cdef int event_record(cudaEvent_t ev, cudaStream_t s, unsigned int flags) except -1 nogil
 cdef int event_query(cudaEvent_t h) except -1 nogil
@@ -158,6 +177,8 @@ cdef int event_synchronize(cudaEvent_t h) except -1 nogil
 cdef int event_elapsed_time(float* ms, cudaEvent_t start, cudaEvent_t end) except -1 nogil
 cdef int ipc_get_event_handle(cudaIpcEventHandle_t* out, cudaEvent_t h) except -1 nogil
 cdef int ipc_open_event_handle(cudaEvent_t* out, cudaIpcEventHandle_t handle) except -1 nogil
+
+### Execution control: host functions, function attributes, kernel launches ################
 cdef void set_dispatcher(dispatch_fn fn) noexcept
 # sync_mode: 0 blocking (cudaLaunchHostFunc), 1 spin-wait (the driver's
 # cuLaunchHostFunc of CUDA 13.1; NotImplementedError where it is missing).
@@ -179,34 +200,38 @@ ctypedef void (*host_fn)(void* data) noexcept nogil
 # first replay only, never with a freed record).
 cdef int launch_native_host_func(cudaStream_t h, host_fn fn, void* data, PyObject* keep,
                                  int sync_mode) except -1 nogil
-cdef int graph_add_native_host_node(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps, size_t n, host_fn fn, void* data) except -1 nogil
-cdef int graph_exec_native_host_node_set_params(cudaGraphExec_t ex, cudaGraphNode_t node, host_fn fn, void* data) except -1 nogil
-# The address of streams_testing_native_increment (include/streams/shim.h).
+# The address of streams_testing_native_increment (src/cudart/shim.h).
 cdef host_fn testing_native_increment() noexcept nogil
 cdef int stream_add_callback(cudaStream_t h, PyObject* payload) except -1 nogil
-cdef int graph_attach_payload(cudaGraph_t g, PyObject* payload) except -1
-cdef int graph_attach_reference(cudaGraph_t g, PyObject* obj, bint* moved) except -1 nogil
-cdef int graph_add_host_node(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps, size_t n, PyObject* payload) except -1 nogil
-cdef int library_load_data(cudaLibrary_t* out, const void* image, bint resident) except -1 nogil
-cdef int library_load_from_file(cudaLibrary_t* out, const char* path) except -1 nogil
-cdef int library_unload(cudaLibrary_t lib, unsigned long long devices) except -1 nogil
-cdef void release_library(cudaLibrary_t lib, unsigned long long devices) noexcept nogil
-cdef int library_get_kernel(cudaKernel_t* out, cudaLibrary_t lib, const char* name) except -1 nogil
+# ---- kernels -----------------------------------------------------------------------------
+
 cdef int func_get_attributes(cudaFuncAttributes* out, const void* func) except -1 nogil
 cdef int func_set_attribute(const void* func, cudaFuncAttribute attr, int value) except -1 nogil
 cdef int func_get_param_info(const void* func, size_t index, size_t* offset, size_t* size) except -1 nogil
 cdef int launch_kernel(const void* func, dim3 grid, dim3 block, void** args, size_t shared, cudaStream_t s) except -1 nogil
 cdef int launch_kernel_ex(const cudaLaunchConfig_t* config, const void* func, void** args) except -1 nogil
-cdef int malloc_async(void** out, size_t n, cudaStream_t s) except -1 nogil
-cdef int free_async(void* p, cudaStream_t s) except -1 nogil
+# The asyncio doorbell (src/notify.h) as a host function on s.
+cdef int launch_notify(cudaStream_t s, void* node) except -1 nogil
+
+### Memory management, and stream memory operations ########################################
 cdef int host_alloc(void** out, size_t n) except -1 nogil
-# How many stream-ordered frees the package has made so far.
-cdef unsigned long long async_frees() noexcept nogil
 cdef int malloc_managed(void** out, size_t n, unsigned int flags) except -1 nogil
 cdef int pointer_get_attributes(cudaPointerAttributes* out, const void* p) except -1 nogil
 cdef int memset_async(void* p, int value, size_t n, cudaStream_t s) except -1 nogil
 cdef int memcpy_async(void* dst, const void* src, size_t n, cudaStream_t s) except -1 nogil
-# ---- memory pools and extended launches (issue 16) ----
+# 0, or -2 when this build's runtime is older than CUDA 12.8 (no batched copies).
+cdef int memcpy_batch_async(void** dsts, void** srcs, size_t* sizes, size_t count, cudaStream_t s) except -1 nogil
+# The driver's cuStreamWaitValue32/64 and cuStreamWriteValue32/64.
+cdef int stream_wait_value(cudaStream_t s, unsigned long long addr, unsigned long long value, unsigned int flags, bint wide) except -1 nogil
+cdef int stream_write_value(cudaStream_t s, unsigned long long addr, unsigned long long value, unsigned int flags, bint wide) except -1 nogil
+
+### Stream-ordered memory allocator: asynchronous allocations and memory pools #############
+cdef int malloc_async(void** out, size_t n, cudaStream_t s) except -1 nogil
+cdef int free_async(void* p, cudaStream_t s) except -1 nogil
+# How many stream-ordered frees the package has made so far.
+cdef unsigned long long async_frees() noexcept nogil
+# ---- memory pools ------------------------------------------------------------------------
+
 cdef int mem_pool_create(cudaMemPool_t* out, int dev, bint ipc, size_t max_size) except -1 nogil
 cdef int device_get_default_mem_pool(cudaMemPool_t* out, int dev) except -1 nogil
 cdef int malloc_from_pool_async(void** out, size_t n, cudaMemPool_t pool, cudaStream_t s) except -1 nogil
@@ -219,14 +244,16 @@ cdef int mem_pool_export_fd(cudaMemPool_t pool, int* fd) except -1 nogil
 cdef int mem_pool_import_fd(cudaMemPool_t* out, int fd) except -1 nogil
 cdef int mem_pool_export_pointer(cudaMemPoolPtrExportData* out, void* p) except -1 nogil
 cdef int mem_pool_import_pointer(void** out, cudaMemPool_t pool, cudaMemPoolPtrExportData* data) except -1 nogil
-# 0, or -2 when this build's runtime is older than CUDA 12.8 (no batched copies).
-cdef int memcpy_batch_async(void** dsts, void** srcs, size_t* sizes, size_t count, cudaStream_t s) except -1 nogil
-# The driver's cuStreamWaitValue32/64 and cuStreamWriteValue32/64.
-cdef int stream_wait_value(cudaStream_t s, unsigned long long addr, unsigned long long value, unsigned int flags, bint wide) except -1 nogil
-cdef int stream_write_value(cudaStream_t s, unsigned long long addr, unsigned long long value, unsigned int flags, bint wide) except -1 nogil
-# The asyncio doorbell (include/streams/notify.h) as a host function on s.
-cdef int launch_notify(cudaStream_t s, void* node) except -1 nogil
+
+### Peer device memory access ##############################################################
+# 1 when `dev` can map `peer`'s memory (0 for dev == peer, as CUDA answers).
+cdef int device_can_access_peer(int dev, int peer) except -1 nogil
+# Enable or disable the current device's access to `peer`: 1 when the call
+# changed the state, 0 when it already was so.
+cdef int device_set_peer_access(int peer, bint enable) except -1 nogil
 cdef int memcpy_peer_async(void* dst, int dst_device, const void* src, int src_device, size_t n, cudaStream_t s) except -1 nogil
+
+### Graph management #######################################################################
 cdef int graph_create(cudaGraph_t* out) except -1 nogil
 cdef void count_graph_adopted() noexcept nogil
 cdef int graph_clone(cudaGraph_t* out, cudaGraph_t g) except -1 nogil
@@ -246,15 +273,16 @@ cdef int graph_instantiate(cudaGraphExec_t* out, cudaGraph_t g, unsigned long lo
 cdef int graph_launch(cudaGraphExec_t ex, cudaStream_t s) except -1 nogil
 cdef int graph_upload(cudaGraphExec_t ex, cudaStream_t s) except -1 nogil
 cdef int graph_exec_update(cudaGraphExec_t ex, cudaGraph_t g, cudaGraphExecUpdateResultInfo* info) except -1 nogil
-# ---- graphs (issue 15) ----
+# ---- host nodes (their payloads: see host functions above) -------------------------------
+
+cdef int graph_add_native_host_node(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps, size_t n, host_fn fn, void* data) except -1 nogil
+cdef int graph_exec_native_host_node_set_params(cudaGraphExec_t ex, cudaGraphNode_t node, host_fn fn, void* data) except -1 nogil
+cdef int graph_attach_payload(cudaGraph_t g, PyObject* payload) except -1
+cdef int graph_attach_reference(cudaGraph_t g, PyObject* obj, bint* moved) except -1 nogil
+cdef int graph_add_host_node(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps, size_t n, PyObject* payload) except -1 nogil
+# ---- user objects, conditional and memory nodes, executable updates ----------------------
+
 cdef int graph_attach_owned(cudaGraph_t g, PyObject* obj, cudaUserObject_t* out) except -1
-# Marks (include/streams/shim.h): an event after each launch of an executable
-# that holds Python objects; when it goes, park() keeps `a` and `b` until
-# every marked launch has ended (drain_deferred lets them go).
-cdef void* marks_new() except NULL
-cdef void marks_free(void* marks) noexcept nogil
-cdef int marks_record(void* marks, cudaStream_t s) except -1 nogil
-cdef void park(void* marks, object a, object b) noexcept
 cdef int graph_release_user_object(cudaGraph_t g, cudaUserObject_t uo) except -1 nogil
 cdef int graph_destroy_node(cudaGraphNode_t node) except -1 nogil
 cdef int graph_conditional_handle_create(cudaGraphConditionalHandle* out, cudaGraph_t g, unsigned int default_value, unsigned int flags) except -1 nogil
@@ -274,11 +302,18 @@ cdef int graph_exec_event_node_set_event(cudaGraphExec_t ex, cudaGraphNode_t nod
 cdef int graph_node_set_enabled(cudaGraphExec_t ex, cudaGraphNode_t node, bint enabled) except -1 nogil
 cdef int graph_node_get_enabled(cudaGraphExec_t ex, cudaGraphNode_t node, unsigned int* enabled) except -1 nogil
 
+### Library management #####################################################################
+cdef int library_load_data(cudaLibrary_t* out, const void* image, bint resident) except -1 nogil
+cdef int library_load_from_file(cudaLibrary_t* out, const char* path) except -1 nogil
+cdef int library_unload(cudaLibrary_t lib, unsigned long long devices) except -1 nogil
+cdef void release_library(cudaLibrary_t lib, unsigned long long devices) noexcept nogil
+cdef int library_get_kernel(cudaKernel_t* out, cudaLibrary_t lib, const char* name) except -1 nogil
+
 # ---- green contexts: begin ----
 # Spatial partitions of a device's SMs, through the driver's green-context
-# entry points (include/streams/green.h); each raises NotImplementedError
+# entry points (src/green.h); each raises NotImplementedError
 # naming the versions where the driver or this build's runtime has none.
-cdef extern from "streams/green.h" nogil:
+cdef extern from "green.h" nogil:
     ctypedef struct streams_dev_resource:
         int type
         unsigned int sm_count
@@ -311,10 +346,10 @@ cdef int stream_sm_count(cudaStream_t s, long long* out) except -1 nogil
 # ---- green contexts: end ----
 
 # ---- kernel nodes through the driver: begin ----
-# A kernel node as the driver records it (include/streams/kernel_node.h):
+# A kernel node as the driver records it (src/kernel_node.h):
 # read, and changed in a graph or an executable, for nodes of any origin
 # (a capture of another library's launch too).
-cdef extern from "streams/kernel_node.h" nogil:
+cdef extern from "kernel_node.h" nogil:
     ctypedef struct streams_kernel_node_params:
         void* func
         unsigned int grid[3]

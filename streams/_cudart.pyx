@@ -2,12 +2,20 @@
 """The one owner of the CUDA runtime in streams.
 
 This is the only extension of the package that links ``libcudart_static.a``
-and the C shim (include/streams/shim.h): one runtime per process.  Every
+and the C shim (src/cudart/shim.h): one runtime per process.  Every
 other module calls CUDA through the thin ``nogil`` wrappers declared in
 ``_cudart.pxd``, each of which refuses the call where CUDA forbids it (inside
 a host callback, in a forked child) and turns a failure into ``CudaError``,
 so that no call site can forget either.  Releases of handles (``release_*``)
 never raise and are deferred to a safe thread when they cannot run now.
+
+The wrappers follow the chapters of the CUDA runtime API reference (device,
+stream and capture, event, execution, memory, stream-ordered allocator, peer
+access, graph, library), after the package's machinery they are written in
+(errors, the guard, counters, deferred releases), each chapter under a
+``###`` banner; ``_cudart.pxd`` declares them in the same order.  Green
+contexts, kernel nodes and adopted kernels through the driver follow, in
+sections of their own, then the in-process floor of the benchmarks.
 """
 cimport cython
 from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
@@ -18,17 +26,16 @@ from libc.string cimport memset
 from streams._platform cimport STREAMS_FREE_THREADED, streams_sleep_ns
 from streams.cudart cimport *
 
-cdef extern from "Python.h":
-    int Py_AddPendingCall(int (*func)(void*) noexcept, void* arg)
-
-cdef extern from "streams/shim.h" nogil:
+cdef extern from "cudart/shim.h" nogil:
+    enum:
+        STREAMS_GUARD_OK
+        STREAMS_GUARD_IN_CALLBACK
+        STREAMS_GUARD_FORKED
     int streams_guard_state()
     int streams_cuda_touched
     int streams_install_fork_handler()
     void streams_mark_shutting_down()
     void streams_clear_shutting_down()
-    int streams_is_shutting_down()
-    int streams_py_finalizing()
     int streams_interpreter_alive()
     int streams_wait_trampolines_idle(long long timeout_ns)
     long long streams_now_ns()
@@ -70,7 +77,7 @@ cdef extern from "streams/shim.h" nogil:
     int streams_devsync_wait(int dev, unsigned long long ticket, long long slice_ns,
                              cudaError_t* err, long long* in_flight_ns)
 
-cdef extern from "streams/shim.h":
+cdef extern from "cudart/shim.h":
     Py_ssize_t streams_drain_deferred()
     ctypedef struct streams_marks_t:
         pass
@@ -87,7 +94,7 @@ cdef extern from "streams/shim.h":
     ctypedef void (*streams_dispatch_fn)(PyObject* payload, int status) noexcept
     streams_dispatch_fn streams_dispatch
 
-cdef extern from "streams/compat.h" nogil:
+cdef extern from "cuda_versions.h" nogil:
     cudaError_t streams_cudaStreamGetCaptureInfo(
         cudaStream_t stream, cudaStreamCaptureStatus* captureStatus_out,
         unsigned long long* id_out, cudaGraph_t* graph_out,
@@ -121,10 +128,11 @@ cdef extern from "streams/compat.h" nogil:
     ctypedef int (*streams_stream_value64_fn)(cudaStream_t stream, unsigned long long addr,
                                               unsigned long long value, unsigned int flags)
 
-cdef extern from "streams/notify.h" nogil:
+cdef extern from "notify.h" nogil:
     void streams_notify_host_fn(void* node)
 
 
+### The package's machinery: errors, the guard, counters, deferred releases, handles #######
 # ---- errors ------------------------------------------------------------------
 
 class CudaError(RuntimeError):
@@ -201,7 +209,7 @@ cdef int check(cudaError_t err) except -1 nogil:
 
 
 cdef int _raise_guard(int state) except -1:
-    if state == 1:
+    if state == STREAMS_GUARD_IN_CALLBACK:
         raise RuntimeError(
             "CUDA calls are not allowed inside a host callback (CUDA forbids them there and "
             "they can deadlock); do the work after synchronize(), or enqueue it from another "
@@ -214,7 +222,7 @@ cdef int _raise_guard(int state) except -1:
 cdef int guard() except -1 nogil:
     global streams_cuda_touched
     cdef int state = streams_guard_state()
-    if state == 0:
+    if state == STREAMS_GUARD_OK:
         # Written once: a store on every call would keep the line of these
         # flags bouncing between the cores of threads that call CUDA.
         if not streams_cuda_touched:
@@ -224,13 +232,21 @@ cdef int guard() except -1 nogil:
         return _raise_guard(state)
 
 
-cdef bint may_release() noexcept nogil:
-    return streams_guard_state() == 0 and streams_interpreter_alive()
+cdef inline int _release_decision() noexcept nogil:
+    # The one answer every release path asks.  Forked child or interpreter
+    # teardown: skip (leave it to the process's end: CUDA or Python cannot
+    # be touched).  Inside a host callback: defer (later, on a safe thread).
+    # Otherwise: now.
+    cdef int state = streams_guard_state()
+    if state == STREAMS_GUARD_FORKED or not streams_interpreter_alive():
+        return RELEASE_SKIP
+    if state == STREAMS_GUARD_IN_CALLBACK:
+        return RELEASE_DEFER
+    return RELEASE_NOW
 
 
-cdef bint may_defer() noexcept nogil:
-    # Inside a host callback, with the interpreter alive: queue it.
-    return streams_guard_state() == 1 and streams_interpreter_alive()
+cdef int release_decision() noexcept nogil:
+    return _release_decision()
 
 
 cdef bint may_release_any_thread() noexcept nogil:
@@ -298,7 +314,7 @@ def _parked_count():
     return streams_parked_count()
 
 
-# ---- marks: where the replays of a graph executable end (include/streams/shim.h) -------
+# ---- marks: where the replays of a graph executable end (src/cudart/marks.h) --------
 
 cdef void* marks_new() except NULL:
     cdef streams_marks_t* m = streams_marks_new()
@@ -332,7 +348,7 @@ cdef void park(void* marks, object a, object b) noexcept:
     if streams_park(m, <PyObject*>a if a is not None else NULL,
                     <PyObject*>b if b is not None else NULL) == 0:
         return
-    if streams_guard_state() == 0:
+    if streams_guard_state() == STREAMS_GUARD_OK:
         with nogil:
             while not streams_marks_done(m):
                 streams_sleep_ns(20000)
@@ -435,141 +451,6 @@ def debug_counters():
                                               STREAMS_CNT_MODULE_UNLOAD)[2]
         counters["payloads_leaked"] = streams_counter(STREAMS_CNT_PAYLOAD_LEAKED)
     return counters
-
-
-# ---- versions and devices ------------------------------------------------------------
-
-cdef str _runtime_version_str():
-    cdef int v = 0
-    cudaRuntimeGetVersion(&v)
-    return f"{v // 1000}.{(v % 1000) // 10}"
-
-
-def runtime_version():
-    """The CUDA runtime version this package was built with, e.g. ``13000``."""
-    cdef int v = 0
-    check(cudaRuntimeGetVersion(&v))
-    return v
-
-
-def driver_version():
-    """The CUDA version the installed driver supports, e.g. ``13000``; 0 without a driver."""
-    cdef int v = 0
-    cdef cudaError_t err
-    with nogil:
-        err = cudaDriverGetVersion(&v)
-    if err != cudaSuccess:
-        cudaGetLastError()
-        return 0
-    return v
-
-
-cdef int get_device_count() except -1 nogil:
-    cdef int n = 0
-    cdef cudaError_t err
-    guard()
-    err = cudaGetDeviceCount(&n)
-    if err == cudaErrorNoDevice or err == cudaErrorInsufficientDriver:
-        cudaGetLastError()
-        return 0
-    check(err)
-    return n
-
-
-cdef int no_device_error() except -1:
-    """Raise the plain-words CudaError of a process that sees no usable GPU."""
-    cdef int n = 0
-    cdef cudaError_t err
-    with nogil:
-        err = cudaGetDeviceCount(&n)
-    if err == cudaSuccess:
-        err = cudaErrorNoDevice
-    return raise_cuda_error(err)
-
-
-cdef int get_device() except -1 nogil:
-    cdef int dev = 0
-    guard()
-    check(cudaGetDevice(&dev))
-    return dev
-
-
-cdef int set_device(int dev) except -1 nogil:
-    guard()
-    return check(cudaSetDevice(dev))
-
-
-cdef int device_get_attribute(int* value, cudaDeviceAttr attr, int dev) except -1 nogil:
-    guard()
-    return check(cudaDeviceGetAttribute(value, attr, dev))
-
-
-cdef int device_get_name(char* out, size_t size, int dev) except -1 nogil:
-    cdef cudaDeviceProp prop
-    cdef size_t i
-    guard()
-    check(cudaGetDeviceProperties(&prop, dev))
-    for i in range(size - 1):
-        out[i] = prop.name[i]
-        if prop.name[i] == 0:
-            break
-    out[size - 1] = 0
-    return 0
-
-
-cdef int device_get_stream_priority_range(int* least, int* greatest) except -1 nogil:
-    guard()
-    return check(cudaDeviceGetStreamPriorityRange(least, greatest))
-
-
-cdef int device_can_access_peer(int dev, int peer) except -1 nogil:
-    cdef int can = 0
-    guard()
-    check(cudaDeviceCanAccessPeer(&can, dev, peer))
-    return 1 if can else 0
-
-
-cdef int device_set_peer_access(int peer, bint enable) except -1 nogil:
-    # The state asked for being already there is not an error here.
-    cdef cudaError_t err, unchanged
-    guard()
-    if enable:
-        err = cudaDeviceEnablePeerAccess(peer, 0)
-        unchanged = cudaErrorPeerAccessAlreadyEnabled
-    else:
-        err = cudaDeviceDisablePeerAccess(peer)
-        unchanged = cudaErrorPeerAccessNotEnabled
-    if err == unchanged:
-        cudaGetLastError()
-        return 0
-    check(err)
-    return 1
-
-
-cdef int ctx_reset_persisting_l2_cache() except -1 nogil:
-    guard()
-    return check(cudaCtxResetPersistingL2Cache())
-
-
-cdef unsigned long long device_synchronize_request(int dev) except 0 nogil:
-    cdef cudaError_t err = cudaSuccess
-    cdef unsigned long long ticket
-    guard()
-    ticket = streams_devsync_request(dev, &err)
-    if ticket == 0:
-        check(err)
-        with gil:
-            raise RuntimeError("could not start the device-synchronize helper thread")
-    return ticket
-
-
-cdef int device_synchronize_wait(int dev, unsigned long long ticket, long long slice_ns,
-                                 long long* in_flight_ns) except -1 nogil:
-    cdef cudaError_t err = cudaSuccess
-    cdef int done = streams_devsync_wait(dev, ticket, slice_ns, &err, in_flight_ns)
-    if done:
-        check(err)
-    return done
 
 
 # ---- when an enqueue may keep the GIL -------------------------------------------------
@@ -682,17 +563,13 @@ cdef int destroy_handle(int kind, void* h) except -1 nogil:
 
 
 cdef void release_handle(int kind, void* h) noexcept nogil:
-    # Forked child or interpreter teardown: leave it to the process's end.
-    # Inside a host callback: later, on a safe thread.
-    cdef int state = streams_guard_state()
+    cdef int decision = _release_decision()
     streams_count(_DESTROYED[kind])
-    if state == 2 or not streams_interpreter_alive():
-        return
-    if state == 1:
-        streams_defer(_destroy_quietly, h, kind, NULL)
-    else:
+    if decision == RELEASE_NOW:
         streams_release_without_gil(_destroy_quietly, h, kind)
         _flush_if_gil()
+    elif decision == RELEASE_DEFER:
+        streams_defer(_destroy_quietly, h, kind, NULL)
 
 
 cdef void _flush_if_gil() noexcept nogil:
@@ -707,8 +584,8 @@ cdef void _flush_if_gil() noexcept nogil:
 # cudaMemPoolDestroy is documented to wait by itself for allocations still
 # out and frees still queued, but a pool destroyed with one of its
 # allocations out, that allocation freed later, then more stream-ordered
-# work on that stream killed the process (SIGSEGV inside CUDA, H100; issue
-# 25).  So the package never takes that path: each buffer holds its pool in
+# work on that stream killed the process (SIGSEGV inside CUDA, H100; the
+# reproduction is tests/test_memory_lifetimes_gpu.py).  So the package never takes that path: each buffer holds its pool in
 # use until its free is enqueued, every free is marked on its stream, and
 # the pool is destroyed once those marks are done.
 
@@ -737,25 +614,135 @@ cdef int destroy_pool(void* pool, void* frees) except -1 nogil:
 
 
 cdef void release_pool(void* pool, void* frees) noexcept nogil:
-    # Forked child or interpreter teardown: leave both to the process's end.
-    # Inside a host callback the marks cannot be queried: park, and the
-    # next safe drain looks.
-    cdef int state = streams_guard_state()
-    if state == 2 or not streams_interpreter_alive():
+    # Skipped: both are left to the process's end.  Deferred (inside a host
+    # callback) the marks cannot be queried: park, and the next safe drain
+    # looks.
+    cdef int decision = _release_decision()
+    if decision == RELEASE_SKIP:
         streams_count(_DESTROYED[HANDLE_MEM_POOL])
         return
-    if frees != NULL and (state == 1 or not streams_marks_done(<streams_marks_t*>frees)):
+    if frees != NULL and (decision == RELEASE_DEFER or
+                          not streams_marks_done(<streams_marks_t*>frees)):
         if _park_pool(pool, frees):
             return
-        if state == 1:
+        if decision == RELEASE_DEFER:
             streams_count(_DESTROYED[HANDLE_MEM_POOL])
             return      # no memory to park, no CUDA here: leak, safely
     streams_marks_free(<streams_marks_t*>frees)
     release_handle(HANDLE_MEM_POOL, pool)
 
 
-# ---- streams --------------------------------------------------------------------------
+### Versions and device management #########################################################
+cdef str _runtime_version_str():
+    cdef int v = 0
+    cudaRuntimeGetVersion(&v)
+    return f"{v // 1000}.{(v % 1000) // 10}"
 
+
+def runtime_version():
+    """The CUDA runtime version this package was built with, e.g. ``13000``."""
+    cdef int v = 0
+    check(cudaRuntimeGetVersion(&v))
+    return v
+
+
+def driver_version():
+    """The CUDA version the installed driver supports, e.g. ``13000``; 0 without a driver."""
+    cdef int v = 0
+    cdef cudaError_t err
+    with nogil:
+        err = cudaDriverGetVersion(&v)
+    if err != cudaSuccess:
+        cudaGetLastError()
+        return 0
+    return v
+
+
+cdef int get_device_count() except -1 nogil:
+    cdef int n = 0
+    cdef cudaError_t err
+    guard()
+    err = cudaGetDeviceCount(&n)
+    if err == cudaErrorNoDevice or err == cudaErrorInsufficientDriver:
+        cudaGetLastError()
+        return 0
+    check(err)
+    return n
+
+
+cdef int no_device_error() except -1:
+    """Raise the plain-words CudaError of a process that sees no usable GPU."""
+    cdef int n = 0
+    cdef cudaError_t err
+    with nogil:
+        err = cudaGetDeviceCount(&n)
+    if err == cudaSuccess:
+        err = cudaErrorNoDevice
+    return raise_cuda_error(err)
+
+
+cdef int get_device() except -1 nogil:
+    cdef int dev = 0
+    guard()
+    check(cudaGetDevice(&dev))
+    return dev
+
+
+cdef int set_device(int dev) except -1 nogil:
+    guard()
+    return check(cudaSetDevice(dev))
+
+
+cdef int device_get_attribute(int* value, cudaDeviceAttr attr, int dev) except -1 nogil:
+    guard()
+    return check(cudaDeviceGetAttribute(value, attr, dev))
+
+
+cdef int device_get_name(char* out, size_t size, int dev) except -1 nogil:
+    cdef cudaDeviceProp prop
+    cdef size_t i
+    guard()
+    check(cudaGetDeviceProperties(&prop, dev))
+    for i in range(size - 1):
+        out[i] = prop.name[i]
+        if prop.name[i] == 0:
+            break
+    out[size - 1] = 0
+    return 0
+
+
+cdef int device_get_stream_priority_range(int* least, int* greatest) except -1 nogil:
+    guard()
+    return check(cudaDeviceGetStreamPriorityRange(least, greatest))
+
+
+cdef int ctx_reset_persisting_l2_cache() except -1 nogil:
+    guard()
+    return check(cudaCtxResetPersistingL2Cache())
+
+
+cdef unsigned long long device_synchronize_request(int dev) except 0 nogil:
+    cdef cudaError_t err = cudaSuccess
+    cdef unsigned long long ticket
+    guard()
+    ticket = streams_devsync_request(dev, &err)
+    if ticket == 0:
+        check(err)
+        with gil:
+            raise RuntimeError("could not start the device-synchronize helper thread")
+    return ticket
+
+
+cdef int device_synchronize_wait(int dev, unsigned long long ticket, long long slice_ns,
+                                 long long* in_flight_ns) except -1 nogil:
+    cdef cudaError_t err = cudaSuccess
+    cdef int done = streams_devsync_wait(dev, ticket, slice_ns, &err, in_flight_ns)
+    if done:
+        check(err)
+    return done
+
+
+### Stream management, and stream capture ##################################################
 cdef int stream_create(cudaStream_t* out, unsigned int flags, int priority,
                        bint default_priority) except -1 nogil:
     cdef cudaError_t err
@@ -771,8 +758,6 @@ cdef int stream_create(cudaStream_t* out, unsigned int flags, int priority,
     check(err)
     streams_count(STREAMS_CNT_STREAM_CREATED)
     return 0
-
-
 
 
 cdef int stream_query(cudaStream_t h) except -1 nogil:
@@ -924,8 +909,7 @@ cdef int thread_exchange_capture_mode(cudaStreamCaptureMode* mode) except -1 nog
     return check(cudaThreadExchangeStreamCaptureMode(mode))
 
 
-# ---- events -----------------------------------------------------------------------------
-
+### Event management #######################################################################
 cdef int event_create(cudaEvent_t* out, unsigned int flags) except -1 nogil:
     guard()
     check(cudaEventCreateWithFlags(out, flags))
@@ -973,6 +957,7 @@ cdef int ipc_open_event_handle(cudaEvent_t* out, cudaIpcEventHandle_t handle) ex
     return 0
 
 
+### Execution control: host functions, function attributes, kernel launches ################
 # ---- host functions ---------------------------------------------------------------------
 
 cdef void set_dispatcher(dispatch_fn fn) noexcept:
@@ -1104,25 +1089,6 @@ cdef int launch_native_host_func(cudaStream_t h, host_fn fn, void* data, PyObjec
     return 0
 
 
-cdef int graph_add_native_host_node(cudaGraphNode_t* out, cudaGraph_t g,
-                                    const cudaGraphNode_t* deps, size_t n, host_fn fn,
-                                    void* data) except -1 nogil:
-    cdef cudaHostNodeParams params
-    guard()
-    params.fn = <cudaHostFn_t>fn
-    params.userData = data
-    return check(cudaGraphAddHostNode(out, g, deps, n, &params))
-
-
-cdef int graph_exec_native_host_node_set_params(cudaGraphExec_t ex, cudaGraphNode_t node,
-                                                host_fn fn, void* data) except -1 nogil:
-    cdef cudaHostNodeParams params
-    guard()
-    params.fn = <cudaHostFn_t>fn
-    params.userData = data
-    return check(cudaGraphExecHostNodeSetParams(ex, node, &params))
-
-
 cdef host_fn testing_native_increment() noexcept nogil:
     return <host_fn>streams_testing_native_increment
 
@@ -1143,41 +1109,6 @@ cdef int stream_add_callback(cudaStream_t h, PyObject* payload) except -1 nogil:
     if err != cudaSuccess:
         return _ticket_failed(ticket, err)
     return 0
-
-
-cdef int graph_attach_reference(cudaGraph_t g, PyObject* obj, bint* moved) except -1 nogil:
-    """Give graph ``g`` a CUDA user object owning a reference to ``obj`` that
-    the caller took.  ``moved`` tells whether the reference went to a user
-    object (which then drops it, even when this raises); if not, it is still
-    the caller's to drop."""
-    cdef cudaUserObject_t uo = NULL
-    cdef cudaError_t err
-    moved[0] = False
-    guard()
-    err = cudaUserObjectCreate(&uo, <void*>obj, streams_user_object_release, 1,
-                               cudaUserObjectNoDestructorSync)
-    if err != cudaSuccess:
-        return check(err)
-    moved[0] = True
-    err = cudaGraphRetainUserObject(g, uo, 1, cudaGraphUserObjectMove)
-    if err != cudaSuccess:
-        cudaUserObjectRelease(uo, 1)
-        return check(err)
-    return 0
-
-
-cdef int graph_attach_payload(cudaGraph_t g, PyObject* payload) except -1:
-    """Give graph ``g`` a CUDA user object owning one reference to ``payload``."""
-    return graph_attach_owned(g, payload, NULL)
-
-
-cdef int graph_add_host_node(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps,
-                             size_t n, PyObject* payload) except -1 nogil:
-    cdef cudaHostNodeParams params
-    guard()
-    params.fn = streams_graph_host_fn_trampoline
-    params.userData = <void*>payload
-    return check(cudaGraphAddHostNode(out, g, deps, n, &params))
 
 
 def _ticket_issue():
@@ -1210,100 +1141,7 @@ def _shutdown():
         streams_wait_trampolines_idle(2000000000)
 
 
-# ---- kernels and libraries ------------------------------------------------------------
-
-cdef int library_load_data(cudaLibrary_t* out, const void* image, bint resident) except -1 nogil:
-    guard()
-    check(cudaLibraryLoadData(out, image, NULL, NULL, 0, NULL, NULL, 0))
-    if not resident:   # the package's built-in kernels stay for the process
-        streams_count(STREAMS_CNT_MODULE_CREATED)
-        streams_count(STREAMS_CNT_MODULE_LOAD)
-    return 0
-
-
-cdef int library_load_from_file(cudaLibrary_t* out, const char* path) except -1 nogil:
-    guard()
-    check(cudaLibraryLoadFromFile(out, path, NULL, NULL, 0, NULL, NULL, 0))
-    streams_count(STREAMS_CNT_MODULE_CREATED)
-    streams_count(STREAMS_CNT_MODULE_LOAD)
-    return 0
-
-
-cdef cudaError_t _sync_devices(unsigned long long devices) noexcept nogil:
-    # A library must not go while kernels of it are queued or running: wait
-    # for every device one of its kernels was launched on.
-    cdef int cur = -1, dev
-    cdef cudaError_t err = cudaSuccess, e
-    if devices == 0:
-        return cudaSuccess
-    if cudaGetDevice(&cur) != cudaSuccess:
-        return cudaGetLastError()
-    for dev in range(64):
-        if devices & ((<unsigned long long>1) << dev):
-            e = cudaSetDevice(dev)
-            if e == cudaSuccess:
-                e = cudaDeviceSynchronize()
-            if e != cudaSuccess and err == cudaSuccess:
-                err = e
-    cudaSetDevice(cur)
-    return err
-
-
-cdef int library_unload(cudaLibrary_t lib, unsigned long long devices) except -1 nogil:
-    guard()
-    check(_sync_devices(devices))
-    check(cudaLibraryUnload(lib))
-    streams_count(STREAMS_CNT_MODULE_DESTROYED)
-    streams_count(STREAMS_CNT_MODULE_UNLOAD)
-    return 0
-
-
-cdef struct _LibraryRelease:
-    cudaLibrary_t lib
-    unsigned long long devices
-
-
-cdef void _unload_library_later(void* arg, int kind) noexcept nogil:
-    cdef _LibraryRelease* rel = <_LibraryRelease*>arg
-    cdef int injected = injected_failure(CLEANUP_LIBRARY)
-    cdef cudaError_t err = _sync_devices(rel.devices)
-    cdef cudaError_t unload = cudaLibraryUnload(rel.lib)
-    if unload != cudaSuccess:
-        cudaGetLastError()
-        err = unload
-    elif err != cudaSuccess:
-        cudaGetLastError()
-    if injected:
-        err = <cudaError_t>injected
-    if err != cudaSuccess:
-        cleanup_failed(CLEANUP_LIBRARY, <const void*>rel.lib, <int>err)
-    free(rel)
-
-
-cdef void release_library(cudaLibrary_t lib, unsigned long long devices) noexcept nogil:
-    cdef _LibraryRelease* rel
-    cdef int state = streams_guard_state()
-    streams_count(STREAMS_CNT_MODULE_DESTROYED)
-    streams_count(STREAMS_CNT_MODULE_UNLOAD)
-    if state == 2 or not streams_interpreter_alive():
-        return
-    rel = <_LibraryRelease*>malloc(sizeof(_LibraryRelease))
-    if rel == NULL:
-        return   # out of memory: the library stays loaded, which is safe
-    rel.lib = lib
-    rel.devices = devices
-    if state == 1:
-        streams_defer(_unload_library_later, <void*>rel, 0, NULL)
-    else:
-        streams_release_without_gil(_unload_library_later, <void*>rel, 0)
-        _flush_if_gil()
-
-
-cdef int library_get_kernel(cudaKernel_t* out, cudaLibrary_t lib,
-                            const char* name) except -1 nogil:
-    guard()
-    return check(cudaLibraryGetKernel(out, lib, name))
-
+# ---- kernels -----------------------------------------------------------------------------
 
 cdef int func_get_attributes(cudaFuncAttributes* out, const void* func) except -1 nogil:
     guard()
@@ -1345,27 +1183,18 @@ cdef int launch_kernel_ex(const cudaLaunchConfig_t* config, const void* func,
     return check(cudaLaunchKernelExC(config, func, args))
 
 
-# ---- memory -----------------------------------------------------------------------------
-
-cdef int malloc_async(void** out, size_t n, cudaStream_t s) except -1 nogil:
+cdef int launch_notify(cudaStream_t s, void* node) except -1 nogil:
+    cdef unsigned long long ticket
+    cdef cudaError_t err
     guard()
-    check(cudaMallocAsync(out, n, s))
-    streams_count(STREAMS_CNT_MEMORY_ALLOC)
+    ticket = _ticket(node)
+    err = cudaLaunchHostFunc(s, streams_notify_ticket_fn, <void*><uintptr_t>ticket)
+    if err != cudaSuccess:
+        return _ticket_failed(ticket, err)
     return 0
 
 
-cdef int free_async(void* p, cudaStream_t s) except -1 nogil:
-    guard()
-    check(cudaFreeAsync(p, s))
-    streams_count(STREAMS_CNT_MEMORY_FREE)
-    streams_note_async_free()
-    return 0
-
-
-cdef unsigned long long async_frees() noexcept nogil:
-    return streams_async_frees_so_far()
-
-
+### Memory management, and stream memory operations ########################################
 cdef int host_alloc(void** out, size_t n) except -1 nogil:
     guard()
     check(cudaHostAlloc(out, n, cudaHostAllocDefault))
@@ -1400,7 +1229,97 @@ cdef int memcpy_async(void* dst, const void* src, size_t n, cudaStream_t s) exce
     return check(cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, s))
 
 
-# ---- memory pools and extended launches (issue 16) ----
+cdef int memcpy_batch_async(void** dsts, void** srcs, size_t* sizes, size_t count,
+                            cudaStream_t s) except -1 nogil:
+    guard()
+    if not STREAMS_HAVE_MEMCPY_BATCH:
+        return -2
+    return check(streams_cudaMemcpyBatchAsync(dsts, srcs, sizes, count, s))
+
+
+# ---- stream memory operations (the driver's, through its entry points) -------------------
+
+# The driver functions reached through the entry-point table, in the order
+# of _DRIVER_NAMES; each 32-bit value operation is followed by its 64-bit
+# form.  Resolved once, at first use; a racing second resolution writes the
+# same.
+cdef enum _DriverFn:
+    DRIVER_WAIT_VALUE32
+    DRIVER_WAIT_VALUE64
+    DRIVER_WRITE_VALUE32
+    DRIVER_WRITE_VALUE64
+    DRIVER_NODE_GET_TYPE
+    DRIVER_FN_COUNT
+
+
+cdef void* _driver_fns[DRIVER_FN_COUNT]
+
+
+cdef const char* _DRIVER_NAMES[DRIVER_FN_COUNT]
+_DRIVER_NAMES[:] = [b"cuStreamWaitValue32", b"cuStreamWaitValue64", b"cuStreamWriteValue32",
+                    b"cuStreamWriteValue64", b"cuGraphNodeGetType"]
+
+
+ctypedef int (*_node_type_fn)(cudaGraphNode_t node, int* out) noexcept nogil
+
+
+cdef void* _driver_fn(int which) except NULL nogil:
+    cdef void* fn = _driver_fns[which]
+    if fn == NULL:
+        check(streams_get_driver_entry(_DRIVER_NAMES[which], &fn))
+        _driver_fns[which] = fn
+    return fn
+
+
+cdef int _value_op(int which, cudaStream_t s, unsigned long long addr,
+                   unsigned long long value, unsigned int flags, bint wide) except -1 nogil:
+    cdef void* fn
+    cdef int dev = 0
+    guard()
+    fn = _driver_fn(which + (1 if wide else 0))
+    # The driver call needs a current context, which a thread gets from
+    # the runtime only at its first call that uses the device: bind the
+    # current device's primary context now (a no-op when it is bound).
+    check(cudaGetDevice(&dev))
+    check(cudaSetDevice(dev))
+    if wide:
+        return check(<cudaError_t>(<streams_stream_value64_fn>fn)(s, addr, value, flags))
+    return check(<cudaError_t>(<streams_stream_value32_fn>fn)(s, addr, <unsigned int>value,
+                                                             flags))
+
+
+cdef int stream_wait_value(cudaStream_t s, unsigned long long addr, unsigned long long value,
+                           unsigned int flags, bint wide) except -1 nogil:
+    return _value_op(DRIVER_WAIT_VALUE32, s, addr, value, flags, wide)
+
+
+cdef int stream_write_value(cudaStream_t s, unsigned long long addr, unsigned long long value,
+                            unsigned int flags, bint wide) except -1 nogil:
+    return _value_op(DRIVER_WRITE_VALUE32, s, addr, value, flags, wide)
+
+
+### Stream-ordered memory allocator: asynchronous allocations and memory pools #############
+cdef int malloc_async(void** out, size_t n, cudaStream_t s) except -1 nogil:
+    guard()
+    check(cudaMallocAsync(out, n, s))
+    streams_count(STREAMS_CNT_MEMORY_ALLOC)
+    return 0
+
+
+cdef int free_async(void* p, cudaStream_t s) except -1 nogil:
+    guard()
+    check(cudaFreeAsync(p, s))
+    streams_count(STREAMS_CNT_MEMORY_FREE)
+    streams_note_async_free()
+    return 0
+
+
+cdef unsigned long long async_frees() noexcept nogil:
+    return streams_async_frees_so_far()
+
+
+# ---- memory pools ------------------------------------------------------------------------
+
 # Stream-ordered pools and their IPC, batched copies, the driver's stream
 # memory operations (reached through cudart's entry points: no libcuda link)
 # and the asyncio doorbell host function.
@@ -1498,66 +1417,29 @@ cdef int mem_pool_import_pointer(void** out, cudaMemPool_t pool,
     return 0
 
 
-cdef int memcpy_batch_async(void** dsts, void** srcs, size_t* sizes, size_t count,
-                            cudaStream_t s) except -1 nogil:
+### Peer device memory access ##############################################################
+cdef int device_can_access_peer(int dev, int peer) except -1 nogil:
+    cdef int can = 0
     guard()
-    if not STREAMS_HAVE_MEMCPY_BATCH:
-        return -2
-    return check(streams_cudaMemcpyBatchAsync(dsts, srcs, sizes, count, s))
+    check(cudaDeviceCanAccessPeer(&can, dev, peer))
+    return 1 if can else 0
 
 
-# Resolved once, at first use; a racing second resolution writes the same.
-cdef void* _driver_fns[5]
-cdef const char* _DRIVER_NAMES[5]
-_DRIVER_NAMES[:] = [b"cuStreamWaitValue32", b"cuStreamWaitValue64", b"cuStreamWriteValue32",
-                    b"cuStreamWriteValue64", b"cuGraphNodeGetType"]
-ctypedef int (*_node_type_fn)(cudaGraphNode_t node, int* out) noexcept nogil
-
-
-cdef void* _driver_fn(int which) except NULL nogil:
-    cdef void* fn = _driver_fns[which]
-    if fn == NULL:
-        check(streams_get_driver_entry(_DRIVER_NAMES[which], &fn))
-        _driver_fns[which] = fn
-    return fn
-
-
-cdef int _value_op(int which, cudaStream_t s, unsigned long long addr,
-                   unsigned long long value, unsigned int flags, bint wide) except -1 nogil:
-    cdef void* fn
-    cdef int dev = 0
+cdef int device_set_peer_access(int peer, bint enable) except -1 nogil:
+    # The state asked for being already there is not an error here.
+    cdef cudaError_t err, unchanged
     guard()
-    fn = _driver_fn(which + (1 if wide else 0))
-    # The driver call needs a current context, which a thread gets from
-    # the runtime only at its first call that uses the device: bind the
-    # current device's primary context now (a no-op when it is bound).
-    check(cudaGetDevice(&dev))
-    check(cudaSetDevice(dev))
-    if wide:
-        return check(<cudaError_t>(<streams_stream_value64_fn>fn)(s, addr, value, flags))
-    return check(<cudaError_t>(<streams_stream_value32_fn>fn)(s, addr, <unsigned int>value,
-                                                             flags))
-
-
-cdef int stream_wait_value(cudaStream_t s, unsigned long long addr, unsigned long long value,
-                           unsigned int flags, bint wide) except -1 nogil:
-    return _value_op(0, s, addr, value, flags, wide)
-
-
-cdef int stream_write_value(cudaStream_t s, unsigned long long addr, unsigned long long value,
-                            unsigned int flags, bint wide) except -1 nogil:
-    return _value_op(2, s, addr, value, flags, wide)
-
-
-cdef int launch_notify(cudaStream_t s, void* node) except -1 nogil:
-    cdef unsigned long long ticket
-    cdef cudaError_t err
-    guard()
-    ticket = _ticket(node)
-    err = cudaLaunchHostFunc(s, streams_notify_ticket_fn, <void*><uintptr_t>ticket)
-    if err != cudaSuccess:
-        return _ticket_failed(ticket, err)
-    return 0
+    if enable:
+        err = cudaDeviceEnablePeerAccess(peer, 0)
+        unchanged = cudaErrorPeerAccessAlreadyEnabled
+    else:
+        err = cudaDeviceDisablePeerAccess(peer)
+        unchanged = cudaErrorPeerAccessNotEnabled
+    if err == unchanged:
+        cudaGetLastError()
+        return 0
+    check(err)
+    return 1
 
 
 cdef int memcpy_peer_async(void* dst, int dst_device, const void* src, int src_device, size_t n,
@@ -1566,8 +1448,7 @@ cdef int memcpy_peer_async(void* dst, int dst_device, const void* src, int src_d
     return check(cudaMemcpyPeerAsync(dst, dst_device, src, src_device, n, s))
 
 
-# ---- graphs -----------------------------------------------------------------------------
-
+### Graph management #######################################################################
 cdef int graph_create(cudaGraph_t* out) except -1 nogil:
     guard()
     check(cudaGraphCreate(out, 0))
@@ -1608,7 +1489,7 @@ cdef int graph_node_get_type(cudaGraphNode_t node, cudaGraphNodeType* out) excep
         # type of a conditional node (seen: 12.9 on driver 580, an H100).
         # The driver's own answer uses the numbering cudart's enum shares.
         cudaGetLastError()
-        err = <cudaError_t>(<_node_type_fn>_driver_fn(4))(node, &t)
+        err = <cudaError_t>(<_node_type_fn>_driver_fn(DRIVER_NODE_GET_TYPE))(node, &t)
         if err == cudaSuccess:
             out[0] = <cudaGraphNodeType>t
     return check(err)
@@ -1682,8 +1563,6 @@ cdef int graph_instantiate(cudaGraphExec_t* out, cudaGraph_t g,
     return 0
 
 
-
-
 cdef int graph_launch(cudaGraphExec_t ex, cudaStream_t s) except -1 nogil:
     guard()
     return check(cudaGraphLaunch(ex, s))
@@ -1708,7 +1587,64 @@ cdef int graph_exec_update(cudaGraphExec_t ex, cudaGraph_t g,
     return check(err)
 
 
-# ---- graphs (issue 15) ----
+# ---- host nodes (their payloads: see host functions above) -------------------------------
+
+cdef int graph_add_native_host_node(cudaGraphNode_t* out, cudaGraph_t g,
+                                    const cudaGraphNode_t* deps, size_t n, host_fn fn,
+                                    void* data) except -1 nogil:
+    cdef cudaHostNodeParams params
+    guard()
+    params.fn = <cudaHostFn_t>fn
+    params.userData = data
+    return check(cudaGraphAddHostNode(out, g, deps, n, &params))
+
+
+cdef int graph_exec_native_host_node_set_params(cudaGraphExec_t ex, cudaGraphNode_t node,
+                                                host_fn fn, void* data) except -1 nogil:
+    cdef cudaHostNodeParams params
+    guard()
+    params.fn = <cudaHostFn_t>fn
+    params.userData = data
+    return check(cudaGraphExecHostNodeSetParams(ex, node, &params))
+
+
+cdef int graph_attach_reference(cudaGraph_t g, PyObject* obj, bint* moved) except -1 nogil:
+    """Give graph ``g`` a CUDA user object owning a reference to ``obj`` that
+    the caller took.  ``moved`` tells whether the reference went to a user
+    object (which then drops it, even when this raises); if not, it is still
+    the caller's to drop."""
+    cdef cudaUserObject_t uo = NULL
+    cdef cudaError_t err
+    moved[0] = False
+    guard()
+    err = cudaUserObjectCreate(&uo, <void*>obj, streams_user_object_release, 1,
+                               cudaUserObjectNoDestructorSync)
+    if err != cudaSuccess:
+        return check(err)
+    moved[0] = True
+    err = cudaGraphRetainUserObject(g, uo, 1, cudaGraphUserObjectMove)
+    if err != cudaSuccess:
+        cudaUserObjectRelease(uo, 1)
+        return check(err)
+    return 0
+
+
+cdef int graph_attach_payload(cudaGraph_t g, PyObject* payload) except -1:
+    """Give graph ``g`` a CUDA user object owning one reference to ``payload``."""
+    return graph_attach_owned(g, payload, NULL)
+
+
+cdef int graph_add_host_node(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps,
+                             size_t n, PyObject* payload) except -1 nogil:
+    cdef cudaHostNodeParams params
+    guard()
+    params.fn = streams_graph_host_fn_trampoline
+    params.userData = <void*>payload
+    return check(cudaGraphAddHostNode(out, g, deps, n, &params))
+
+
+# ---- user objects, conditional and memory nodes, executable updates ----------------------
+
 # Conditional and memory nodes, node-by-node updates of executables, and
 # the user objects that keep what an executable needs alive.
 
@@ -1856,6 +1792,100 @@ cdef int graph_node_get_enabled(cudaGraphExec_t ex, cudaGraphNode_t node,
     return check(cudaGraphNodeGetEnabled(ex, node, enabled))
 
 
+### Library management #####################################################################
+cdef int library_load_data(cudaLibrary_t* out, const void* image, bint resident) except -1 nogil:
+    guard()
+    check(cudaLibraryLoadData(out, image, NULL, NULL, 0, NULL, NULL, 0))
+    if not resident:   # the package's built-in kernels stay for the process
+        streams_count(STREAMS_CNT_MODULE_CREATED)
+        streams_count(STREAMS_CNT_MODULE_LOAD)
+    return 0
+
+
+cdef int library_load_from_file(cudaLibrary_t* out, const char* path) except -1 nogil:
+    guard()
+    check(cudaLibraryLoadFromFile(out, path, NULL, NULL, 0, NULL, NULL, 0))
+    streams_count(STREAMS_CNT_MODULE_CREATED)
+    streams_count(STREAMS_CNT_MODULE_LOAD)
+    return 0
+
+
+cdef cudaError_t _sync_devices(unsigned long long devices) noexcept nogil:
+    # A library must not go while kernels of it are queued or running: wait
+    # for every device one of its kernels was launched on.
+    cdef int cur = -1, dev
+    cdef cudaError_t err = cudaSuccess, e
+    if devices == 0:
+        return cudaSuccess
+    if cudaGetDevice(&cur) != cudaSuccess:
+        return cudaGetLastError()
+    for dev in range(64):
+        if devices & ((<unsigned long long>1) << dev):
+            e = cudaSetDevice(dev)
+            if e == cudaSuccess:
+                e = cudaDeviceSynchronize()
+            if e != cudaSuccess and err == cudaSuccess:
+                err = e
+    cudaSetDevice(cur)
+    return err
+
+
+cdef int library_unload(cudaLibrary_t lib, unsigned long long devices) except -1 nogil:
+    guard()
+    check(_sync_devices(devices))
+    check(cudaLibraryUnload(lib))
+    streams_count(STREAMS_CNT_MODULE_DESTROYED)
+    streams_count(STREAMS_CNT_MODULE_UNLOAD)
+    return 0
+
+
+cdef struct _LibraryRelease:
+    cudaLibrary_t lib
+    unsigned long long devices
+
+
+cdef void _unload_library_later(void* arg, int kind) noexcept nogil:
+    cdef _LibraryRelease* rel = <_LibraryRelease*>arg
+    cdef int injected = injected_failure(CLEANUP_LIBRARY)
+    cdef cudaError_t err = _sync_devices(rel.devices)
+    cdef cudaError_t unload = cudaLibraryUnload(rel.lib)
+    if unload != cudaSuccess:
+        cudaGetLastError()
+        err = unload
+    elif err != cudaSuccess:
+        cudaGetLastError()
+    if injected:
+        err = <cudaError_t>injected
+    if err != cudaSuccess:
+        cleanup_failed(CLEANUP_LIBRARY, <const void*>rel.lib, <int>err)
+    free(rel)
+
+
+cdef void release_library(cudaLibrary_t lib, unsigned long long devices) noexcept nogil:
+    cdef _LibraryRelease* rel
+    cdef int decision = _release_decision()
+    streams_count(STREAMS_CNT_MODULE_DESTROYED)
+    streams_count(STREAMS_CNT_MODULE_UNLOAD)
+    if decision == RELEASE_SKIP:
+        return
+    rel = <_LibraryRelease*>malloc(sizeof(_LibraryRelease))
+    if rel == NULL:
+        return   # out of memory: the library stays loaded, which is safe
+    rel.lib = lib
+    rel.devices = devices
+    if decision == RELEASE_NOW:
+        streams_release_without_gil(_unload_library_later, <void*>rel, 0)
+        _flush_if_gil()
+    else:
+        streams_defer(_unload_library_later, <void*>rel, 0, NULL)
+
+
+cdef int library_get_kernel(cudaKernel_t* out, cudaLibrary_t lib,
+                            const char* name) except -1 nogil:
+    guard()
+    return check(cudaLibraryGetKernel(out, lib, name))
+
+
 # ---- module state -------------------------------------------------------------------------
 
 # A module object can outlive one interpreter (an embedding application that
@@ -1863,91 +1893,6 @@ cdef int graph_node_get_enabled(cudaGraphExec_t ex, cudaGraphNode_t node,
 streams_clear_shutting_down()
 if streams_install_fork_handler() != 0:
     raise ImportError("streams: pthread_atfork failed")
-
-
-# ---- in-process floor (benchmarks, python -m streams) ----
-# The floor of the launch-overhead measurements, in the process measured:
-# each operation's raw cudart calls in C loops (include/streams/floor.h),
-# through this module's static cudart, the one streams calls.  A floor in
-# another process has another context and other clocks, and was seen to
-# run slower than streams itself.
-
-from libc.limits cimport LONG_MAX
-
-cdef extern from "streams/floor.h" nogil:
-    enum: STREAMS_FLOOR_OP_COUNT
-    const char* streams_floor_op_names[]
-    ctypedef struct streams_floor_error_t:
-        cudaError_t err
-        char what[256]
-    int streams_floor_find_op(const char* name)
-    int streams_floor_uses_kernels(int op)
-    long long streams_floor_batch(int op, long n, const char* ptx, int* drained,
-                                  streams_floor_error_t* error)
-
-# The image stays referenced for the process: the floor's library, loaded
-# from it once, is never unloaded and the driver may read it again.
-cdef bytes _floor_ptx = None
-cdef object _floor_lock = object()
-
-
-cdef const char* _floor_image() except NULL:
-    global _floor_ptx
-    import os
-    if _floor_ptx is None:
-        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels",
-                            "builtin.ptx")
-        with open(path, "rb") as f:
-            image = f.read() + b"\0"
-        # Set once, never replaced: a thread that read the first one keeps
-        # a live object (free-threaded CPython: two threads may get here).
-        with cython.critical_section(_floor_lock):
-            if _floor_ptx is None:
-                _floor_ptx = image
-    return _floor_ptx
-
-
-def floor_batch(op, n):
-    """Nanoseconds that ``n`` calls of operation ``op`` take in C, here.
-
-    ``op`` is an operation of the benchmark (``benchmarks/ops.py``:
-    ``"stream_query"``, ``"kernel_launch"``, ...).  The calls are the raw
-    cudart calls of that operation, each checked, made with the GIL
-    released on streams, events and graphs this call creates and destroys,
-    and timed with ``CLOCK_MONOTONIC``; the kernels are the package's
-    built-in PTX.  Raises ValueError for an unknown ``op`` or ``n < 1``
-    (before any CUDA call) and CudaError when a call fails.
-    """
-    cdef int code
-    cdef long calls
-    cdef long long elapsed
-    cdef int drained = 0
-    cdef const char* image = NULL
-    cdef streams_floor_error_t error
-    if not isinstance(op, str):
-        raise TypeError(f"op must be a str, not {type(op).__name__}")
-    code = streams_floor_find_op(op.encode("utf-8", "replace"))
-    if code < 0:
-        known = ", ".join(streams_floor_op_names[i].decode("ascii")
-                          for i in range(STREAMS_FLOOR_OP_COUNT))
-        raise ValueError(f"floor_batch has no operation {op!r}; it has: {known}")
-    if isinstance(n, bool) or not isinstance(n, int):
-        raise TypeError(f"n must be an int, not {type(n).__name__}")
-    if n < 1 or n > LONG_MAX:
-        raise ValueError(f"n must be >= 1 (and fit a C long), got {n}")
-    calls = n
-    guard()
-    if streams_floor_uses_kernels(code):
-        image = _floor_image()
-    with nogil:
-        elapsed = streams_floor_batch(code, calls, image, &drained, &error)
-    if elapsed >= 0:
-        return elapsed
-    what = error.what.decode("utf-8", "replace")
-    if error.err != cudaSuccess:
-        raise CudaError(<int>error.err, None,
-                        f"{error_message(<int>error.err)} (floor_batch {op!r}: {what})")
-    raise RuntimeError(f"floor_batch {op!r}: {what}")
 
 
 # ---- green contexts: begin ----
@@ -1958,7 +1903,7 @@ def floor_batch(op, n):
 # STREAMS_GREEN_VERSION, so that the CUDA 12 build and a CUDA 13 build on a
 # 13.0 driver have them too.  The choice is made once per process, before
 # the first context: a context is always destroyed by the API that made it.
-cdef extern from "streams/green.h" nogil:
+cdef extern from "green.h" nogil:
     ctypedef int (*streams_device_get_dev_resource_fn)(int dev, streams_dev_resource* out,
                                                        int type)
     ctypedef int (*streams_sm_split_fn)(streams_dev_resource* result, unsigned int* groups,
@@ -1983,7 +1928,7 @@ cdef extern from "streams/green.h" nogil:
         STREAMS_GREEN_VERSION
         STREAMS_STREAM_RESOURCE_VERSION
 
-cdef extern from "streams/green_rt.h" nogil:
+cdef extern from "green_rt.h" nogil:
     cudaError_t streams_rt_device_sm_resource(int dev, streams_dev_resource* out)
     cudaError_t streams_rt_sm_split(streams_dev_resource* result, unsigned int* groups,
                                     const streams_dev_resource* input,
@@ -2232,7 +2177,7 @@ cdef int stream_sm_count(cudaStream_t s, long long* out) except -1 nogil:
 # ---- kernel nodes through the driver: begin ----
 # The driver's kernel-node calls, at the ABI of CUDA 12.4 (the parameter
 # layout of a kernel came then), resolved together at first use.
-cdef extern from "streams/kernel_node.h" nogil:
+cdef extern from "kernel_node.h" nogil:
     ctypedef int (*streams_kernel_node_get_fn)(void* node, streams_kernel_node_params* out)
     ctypedef int (*streams_exec_kernel_node_set_fn)(void* ex, void* node,
                                                     const streams_kernel_node_params* params)
@@ -2330,7 +2275,7 @@ cdef int kernel_param_info(void* func, void* kern, size_t index, size_t* offset,
 cdef const char* kernel_name(void* func, void* kern) noexcept nogil:
     cdef const char* name = NULL
     cdef int err
-    if not _kernel_node_resolved or streams_guard_state() != 0:
+    if not _kernel_node_resolved or streams_guard_state() != STREAMS_GUARD_OK:
         return NULL
     if func != NULL:
         err = (<streams_get_name_fn>_kernel_node_fns[_K_FUNC_NAME])(&name, func)
@@ -2344,7 +2289,7 @@ cdef const char* kernel_name(void* func, void* kern) noexcept nogil:
 
 cdef int kernel_attribute(void* func, void* kern, int attribute, int* out) noexcept nogil:
     cdef int err, dev = 0
-    if not _kernel_node_resolved or streams_guard_state() != 0:
+    if not _kernel_node_resolved or streams_guard_state() != STREAMS_GUARD_OK:
         return 0
     if func != NULL:
         err = (<streams_func_attribute_fn>_kernel_node_fns[_K_FUNC_ATTR])(out, attribute, func)
@@ -2449,7 +2394,7 @@ cdef int func_get_name(const void* func, bint is_kernel, const char** out) excep
 cdef void sync_devices_quietly(unsigned long long devices) noexcept nogil:
     cdef cudaError_t err
     cdef int injected
-    if devices == 0 or not may_release():
+    if devices == 0 or _release_decision() != RELEASE_NOW:
         return
     injected = injected_failure(CLEANUP_DEVICE_SYNC)
     err = _sync_devices(devices)
@@ -2780,3 +2725,8 @@ cdef int graph_exec_function_node_set_params(cudaGraphExec_t ex, cudaGraphNode_t
     return check(<cudaError_t>(<_cu_exec_kernel_set_fn>_function_fn(_FN_EXEC_KERNEL_SET))(
         ex, node, &p))
 # ==== adopted kernels and cleanup warnings (end) ============================================
+
+# ---- in-process floor (benchmarks, python -m streams) ----
+# In this translation unit, which links the static cudart that streams calls:
+# a floor in another extension would have a cudart of its own.
+include "_floor.pxi"

@@ -1,6 +1,10 @@
 # Devices: counting, selecting, argument parsing, and the one way to make a
 # device current for a while and put the previous one back.
 
+# The waits' poll slice: how often a wait checks for Ctrl-C and its deadline.
+cdef enum:
+    WAIT_SLICE_NS = 2000000
+
 cdef struct DeviceScope:
     int previous     # -1 until a switch happened
     int target

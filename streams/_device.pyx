@@ -2,26 +2,20 @@
 """Devices: ``Device``, the current device, device-wide synchronization."""
 import threading as _threading
 
+from cpython.exc cimport PyErr_CheckSignals
+
 cimport streams._cudart as rt
 from streams._args cimport as_timeout_ns
 from streams._platform cimport streams_now_ns
 from streams.cudart cimport cudaDeviceAttr, cudaDevAttrComputeCapabilityMajor, \
     cudaDevAttrComputeCapabilityMinor
 
-cdef extern from "Python.h":
-    int PyErr_CheckSignals() except -1
-
-cdef enum:
-    _MAX_DEVICES = 64
-
 cdef object _MISSING = object()
 cdef int _device_count = -1                     # cached: fixed for the process
-cdef int _prio_least[_MAX_DEVICES]
-cdef int _prio_greatest[_MAX_DEVICES]
-cdef bint _prio_known[_MAX_DEVICES]
+cdef int _prio_least[rt.STREAMS_MAX_DEVICES]
+cdef int _prio_greatest[rt.STREAMS_MAX_DEVICES]
+cdef bint _prio_known[rt.STREAMS_MAX_DEVICES]
 cdef object _tls = _threading.local()           # .device_stack: saved devices of `with Device`
-
-from streams._cudart import runtime_version, driver_version
 
 
 cdef int _count_devices() except -1:
@@ -140,8 +134,8 @@ cdef int priority_range(int dev, int* least, int* greatest) except -1:
     """The device's stream priority range, cached (it is fixed per device)."""
     cdef DeviceScope scope
     cdef int lo = 0, hi = 0
-    if dev < 0 or dev >= _MAX_DEVICES:
-        raise ValueError(f"device {dev} is beyond the {_MAX_DEVICES} devices supported")
+    if dev < 0 or dev >= rt.STREAMS_MAX_DEVICES:
+        raise ValueError(f"device {dev} is beyond the {rt.STREAMS_MAX_DEVICES} devices supported")
     if not _prio_known[dev]:
         with nogil:
             enter_device(&scope, dev)
@@ -243,7 +237,6 @@ def disable_peer_access(peer, device=None):
 # device is busy: an idle device answers in microseconds.  Waits with a
 # shorter timeout (timeout=0: "is it idle?") still give it that long.
 cdef long long _IDLE_ANSWER_NS = 200000
-cdef long long _SLICE_NS = 2000000    # Ctrl-C is checked this often
 
 
 cdef int device_synchronize(int dev, long long timeout_ns) except -1:
@@ -259,7 +252,7 @@ cdef int device_synchronize(int dev, long long timeout_ns) except -1:
         start = streams_now_ns()
     while True:
         with nogil:
-            done = rt.device_synchronize_wait(dev, ticket, _SLICE_NS, &in_flight)
+            done = rt.device_synchronize_wait(dev, ticket, WAIT_SLICE_NS, &in_flight)
         if done:
             if counted >= 0:
                 rt.queue_drain_end(counted)
@@ -274,7 +267,7 @@ cdef int device_synchronize(int dev, long long timeout_ns) except -1:
             # answers us had its chance, or when it never started (one
             # started earlier for another caller is still running: busy).
             if now - start >= timeout_ns and (
-                    in_flight >= _IDLE_ANSWER_NS or now - start >= timeout_ns + 10 * _SLICE_NS):
+                    in_flight >= _IDLE_ANSWER_NS or now - start >= timeout_ns + 10 * WAIT_SLICE_NS):
                 return 0
 
 

@@ -45,9 +45,10 @@ cdef class GraphNode:
 cdef class GraphExec(HandleOwner):
     cdef streams_graph_exec_t _handle
     cdef ErrorSlot _errors
-    # What the replays use (the graph's holds, and those of node updates an
-    # unboxed executable holds itself), in tuples the GC cannot clear:
-    # (older, newer) pairs once updates add to it.
+    # What the replays use (the graph's keep-alives, and those of node
+    # updates an unboxed executable keeps itself), in tuples the GC cannot
+    # clear: (older, newer) pairs once updates add to it ("What graphs keep
+    # alive" in docs/architecture.rst).
     cdef tuple _keep
     cdef list _box               # boxed: what node updates need, held by CUDA; else None
     cdef bint _boxed             # a CUDA user object owns _box (see Graph.instantiate)
@@ -66,7 +67,7 @@ cdef class GraphExec(HandleOwner):
     cdef int _enter(self, GraphNode nd) except -1
     cdef void _leave(self, GraphNode nd) noexcept
     cdef int _set_event(self, object node, Event ev, bint record) except -1
-    cdef int _hold_for_replays(self, object obj) except -1
+    cdef int _keep_for_replays(self, object obj) except -1
     cdef int _start_marks(self) except -1
     cdef void _park(self) noexcept
     cdef streams_graph_exec_t c_handle(self) noexcept nogil

@@ -37,10 +37,11 @@ from streams._device cimport (DeviceScope, enter_device, exit_device, require_de
                               resolve_device)
 from streams._hostcall cimport (HostCall, KIND_HOST_FUNC, native_host_func, new_call,
                                 new_error_slot, register_capture, take_capture)
-from streams._launch cimport ArgPack, Kernel, keep_module, keep_pack_users, pack_args, \
-    release_pack, set_condition_type
-from streams._memory cimport SPAN_DEVICE, Span, hold_memory, release_span, resolve_span
-from streams._handle cimport HandleOwner
+from streams._launch cimport ArgPack, Kernel, keep_pack_users, pack_args, release_pack, \
+    set_condition_type
+from streams._memory cimport (SPAN_DEVICE, Span, _check_fits, init_span, keep_memory, release_span,
+                              resolve_span)
+from streams._handle cimport HandleOwner, keep_in_use
 from streams._platform cimport (streams_close_begin, streams_is_closed, streams_ptr_load,
                                 streams_ptr_store)
 from streams._stream cimport (ErrorSlot, Event, Stream, as_event, as_stream, keep_gil_for,
@@ -54,7 +55,7 @@ from streams._stream import CaptureMode, CaptureStatus
 import struct as _struct
 import weakref as _weakref
 
-cdef extern from "streams/compat.h":
+cdef extern from "cuda_versions.h":
     cudaGraphConditionalNodeType streams_cudaGraphCondTypeSwitch
 
 
@@ -540,24 +541,6 @@ class CaptureContext:
 
 # ---- classes ------------------------------------------------------------------------------------
 
-# no_gc_clear: its __dealloc__ gives the use back, so the GC must not set
-# `event` to None first ("Reference cycles" in docs/architecture.rst).
-@cython.final
-@cython.no_gc_clear
-cdef class _EventHold:
-    """Holds an event in use while a graph node records or waits on it: its
-    close() then destroys it only once the graph and its executables are gone."""
-    cdef Event event
-
-    def __cinit__(self, Event event not None):
-        event._use()
-        self.event = event
-
-    def __dealloc__(self):
-        if self.event is not None:
-            self.event._unuse()
-
-
 @cython.final
 cdef class ConditionHandle:
     """The value a conditional node tests (``cudaGraphConditionalHandle``),
@@ -686,12 +669,12 @@ cdef class GraphAllocation:
         return f"<streams.GraphAllocation 0x{self._ptr:x} ({self._nbytes} bytes)>"
 
 
-cdef object _hold(object obj):
+cdef object _keep_memory(object obj):
     # What a node needs alive of a memory argument.  Graph memory is the
-    # graph's own (and holding it would tie the graph to itself).
+    # graph's own (and keeping it would tie the graph to itself).
     if isinstance(obj, GraphAllocation):
         return None
-    return hold_memory(obj)
+    return keep_memory(obj)
 
 
 cdef tuple _kept_args(tuple args):
@@ -732,8 +715,7 @@ cdef int _memset_params(object ptr, object value, object nbytes, cudaMemsetParam
     if v < 0 or v > 255:
         raise ValueError(f"value must be a byte (0-255), got {v}")
     resolve_span(ptr, span, 0, None, "ptr")
-    if span.nbytes != <size_t>-1 and count > span.nbytes:
-        raise ValueError(f"nbytes={count} is more than ptr holds ({span.nbytes})")
+    _check_fits(count, span, "ptr")
     params.dst = span.ptr
     params.pitch = 0
     params.value = <unsigned int>v
@@ -749,10 +731,8 @@ cdef size_t _memcpy_spans(object dst, object src, object nbytes, Span* d,
     cdef size_t count = as_nbytes(nbytes, "nbytes")
     resolve_span(dst, d, 0, None, "dst")
     resolve_span(src, s, 0, None, "src")
-    if s.nbytes != <size_t>-1 and count > s.nbytes:
-        raise ValueError(f"nbytes={count} is more than src holds ({s.nbytes})")
-    if d.nbytes != <size_t>-1 and count > d.nbytes:
-        raise ValueError(f"nbytes={count} is more than dst holds ({d.nbytes})")
+    _check_fits(count, s, "src")
+    _check_fits(count, d, "dst")
     return count
 
 
@@ -943,7 +923,7 @@ cdef KernelNodeParams _read_kernel_node(GraphNode nd, str argname):
     return info
 
 
-cdef bytes _arg_bytes(object value, size_t size, object fmt, list holds, str what):
+cdef bytes _arg_bytes(object value, size_t size, object fmt, list keeps, str what):
     cdef Span span
     if isinstance(value, (bytes, bytearray, memoryview)):
         b = bytes(value)
@@ -975,23 +955,22 @@ cdef bytes _arg_bytes(object value, size_t size, object fmt, list holds, str wha
     if size != sizeof(void*):
         raise TypeError(f"{what}: a {type(value).__name__} for a parameter of {size} bytes "
                         "(memory is passed as a pointer, 8 bytes)")
-    span.user = NULL
-    span.has_view = False
+    init_span(&span)
     try:
         resolve_span(value, &span, SPAN_DEVICE, None, what)
         address = <uintptr_t>span.ptr
     finally:
         release_span(&span)
-    held = _hold(value)
-    if held is not None:
-        holds.append(held)
-    holds.append(value)
+    kept = _keep_memory(value)
+    if kept is not None:
+        keeps.append(kept)
+    keeps.append(value)
     return address.to_bytes(sizeof(void*), "little")
 
 
 cdef tuple _changed_args(KernelNodeParams info, tuple current, object changes, object signature):
     cdef list args = list(current)
-    cdef list holds = []
+    cdef list keeps = []
     cdef Py_ssize_t n = len(args)
     cdef int i
     if not isinstance(changes, dict):
@@ -1004,8 +983,8 @@ cdef tuple _changed_args(KernelNodeParams info, tuple current, object changes, o
             raise IndexError(f"changes: parameter {i} of a kernel with {n} parameters "
                              f"({info.name or 'unnamed'})")
         args[i] = _arg_bytes(value, info.param_sizes[i], formats[i] if formats else None,
-                             holds, f"changes[{i}]")
-    return tuple(args), tuple(holds)
+                             keeps, f"changes[{i}]")
+    return tuple(args), tuple(keeps)
 
 
 cdef int _set_kernel_args(KernelNodeParams info, tuple args, GraphExec ex,
@@ -1121,9 +1100,9 @@ cdef class GraphNode:
         stays alive with the graph."""
         cdef KernelNodeParams info = _read_kernel_node(self, "node")
         cdef Graph top = _top(self._graph)
-        new_args, holds = _changed_args(info, info.args, changes, signature)
-        if holds:
-            top._keep.append(holds)
+        new_args, keeps = _changed_args(info, info.args, changes, signature)
+        if keeps:
+            top._keep.append(keeps)
         self._graph._use()
         try:
             _set_kernel_args(info, new_args, None, self)
@@ -1532,7 +1511,7 @@ cdef class Graph(HandleOwner):
         _check_conditions(self, args)
         k = _kernel_node_params(kernel, grid, block, args, shared_mem, &params, &pack)
         try:
-            module_use = keep_module(k._module)
+            module_use = keep_in_use(k._module)
             node = _add_node(self, dependencies,
                              _add_function if k._adopted == 2 else _add_kernel, &params)
             self._use()
@@ -1565,12 +1544,11 @@ cdef class Graph(HandleOwner):
         cdef cudaGraphNode_t node
         cdef cudaMemsetParams params
         cdef Span span
-        span.user = NULL
-        span.has_view = False
+        init_span(&span)
         try:
             _memset_params(ptr, value, nbytes, &params, &span)
             node = _add_node(self, dependencies, _add_memset, &params)
-            self._keep.append(_hold(ptr))
+            self._keep.append(_keep_memory(ptr))
         finally:
             release_span(&span)
         return _wrap_node(self, node)
@@ -1582,16 +1560,14 @@ cdef class Graph(HandleOwner):
         cdef cudaGraphNode_t node
         cdef _Copy copy
         cdef Span d, s
-        d.user = NULL
-        d.has_view = False
-        s.user = NULL
-        s.has_view = False
+        init_span(&d)
+        init_span(&s)
         try:
             copy.count = _memcpy_spans(dst, src, nbytes, &d, &s)
             copy.dst = d.ptr
             copy.src = s.ptr
             node = _add_node(self, dependencies, _add_memcpy, &copy)
-            self._keep.append((_hold(dst), _hold(src)))
+            self._keep.append((_keep_memory(dst), _keep_memory(src)))
         finally:
             release_span(&s)
             release_span(&d)
@@ -1755,7 +1731,7 @@ cdef class Graph(HandleOwner):
             ev._unuse()
         if record:
             ev._recorded = True
-        self._keep.append(_EventHold(ev))
+        self._keep.append(keep_in_use(ev))
         return _wrap_node(self, node)
 
     def add_child_graph_node(self, Graph child not None, dependencies=()):
@@ -1783,7 +1759,12 @@ cdef class Graph(HandleOwner):
         return f"<streams.Graph 0x{<uintptr_t>self._handle:x}>"
 
 
-cdef int _enqueue_exec(GraphExec exe, Stream stream, bint launch, bint held) except -1 nogil:
+cdef enum _ExecOp:
+    EXEC_UPLOAD
+    EXEC_LAUNCH
+
+
+cdef int _enqueue_exec(GraphExec exe, Stream stream, _ExecOp op, bint held) except -1 nogil:
     # With the stream's device current, as for a kernel launch (-1, the
     # special streams: the current device's).  held: the caller keeps the
     # GIL throughout, so each use is a check of the closed flag
@@ -1796,7 +1777,7 @@ cdef int _enqueue_exec(GraphExec exe, Stream stream, bint launch, bint held) exc
         try:
             enter_device(&scope, stream._device)
             try:
-                if not launch:
+                if op == EXEC_UPLOAD:
                     return rt.graph_upload(<cudaGraphExec_t>exe._handle,
                                            <cudaStream_t>stream._handle)
                 rt.graph_launch(<cudaGraphExec_t>exe._handle, <cudaStream_t>stream._handle)
@@ -1833,10 +1814,10 @@ cdef class GraphExec(HandleOwner):
         return self._handle
 
     cdef int c_launch(self, Stream stream) except -1 nogil:
-        return _enqueue_exec(self, stream, 1, False)
+        return _enqueue_exec(self, stream, EXEC_LAUNCH, False)
 
     cdef int c_upload(self, Stream stream) except -1 nogil:
-        return _enqueue_exec(self, stream, 0, False)
+        return _enqueue_exec(self, stream, EXEC_UPLOAD, False)
 
     def launch(self, stream=None):
         """Enqueue one replay on ``stream`` (default: the current stream).
@@ -1848,7 +1829,7 @@ cdef class GraphExec(HandleOwner):
         if self._errors is not None and self._errors.first is not None:
             self._errors.raise_pending("graph host callback")
         if keep_gil_for(s):
-            _enqueue_exec(self, s, 1, True)
+            _enqueue_exec(self, s, EXEC_LAUNCH, True)
         else:
             with nogil:
                 self.c_launch(s)
@@ -1996,7 +1977,7 @@ cdef class GraphExec(HandleOwner):
         try:
             # Boxed before CUDA has the new parameters: a launch may use them
             # as soon as the call returns.
-            self._hold_for_replays((keep_module(k._module), keep_pack_users(&pack),
+            self._keep_for_replays((keep_in_use(k._module), keep_pack_users(&pack),
                               _kept_args(args)))
             self._enter(nd)
             try:
@@ -2034,11 +2015,11 @@ cdef class GraphExec(HandleOwner):
             current = self._kernel_args[key]
         else:
             current = info.args
-        new_args, holds = _changed_args(info, current, changes, signature)
-        if holds:
-            # Held before CUDA has the new arguments: a launch may use them
+        new_args, keeps = _changed_args(info, current, changes, signature)
+        if keeps:
+            # Kept before CUDA has the new arguments: a launch may use them
             # as soon as the call returns.
-            self._hold_for_replays(holds)
+            self._keep_for_replays(keeps)
         self._enter(nd)
         try:
             _set_kernel_args(info, new_args, self, nd)
@@ -2052,11 +2033,10 @@ cdef class GraphExec(HandleOwner):
         cdef GraphNode nd = self._node_of(node, "node")
         cdef cudaMemsetParams params
         cdef Span span
-        span.user = NULL
-        span.has_view = False
+        init_span(&span)
         try:
             _memset_params(ptr, value, nbytes, &params, &span)
-            self._hold_for_replays(_hold(ptr))
+            self._keep_for_replays(_keep_memory(ptr))
             self._enter(nd)
             try:
                 with nogil:
@@ -2071,13 +2051,11 @@ cdef class GraphExec(HandleOwner):
         cdef GraphNode nd = self._node_of(node, "node")
         cdef Span d, s
         cdef size_t count
-        d.user = NULL
-        d.has_view = False
-        s.user = NULL
-        s.has_view = False
+        init_span(&d)
+        init_span(&s)
         try:
             count = _memcpy_spans(dst, src, nbytes, &d, &s)
-            self._hold_for_replays((_hold(dst), _hold(src)))
+            self._keep_for_replays((_keep_memory(dst), _keep_memory(src)))
             self._enter(nd)
             try:
                 with nogil:
@@ -2105,7 +2083,7 @@ cdef class GraphExec(HandleOwner):
         if native is not None:
             fn, data = native[0], native[1]
             if native[2] is not None:
-                self._hold_for_replays(native[2])
+                self._keep_for_replays(native[2])
             self._enter(nd)
             try:
                 with nogil:
@@ -2125,7 +2103,7 @@ cdef class GraphExec(HandleOwner):
                                "again from its graph")
         call = new_call(callback, arg, None, self._errors, KIND_HOST_FUNC)
         call.persistent = True
-        self._hold_for_replays(call)
+        self._keep_for_replays(call)
         self._enter(nd)
         try:
             with nogil:
@@ -2139,7 +2117,7 @@ cdef class GraphExec(HandleOwner):
         """Make a child graph node run a copy of ``child`` (same topology as
         the one it has) from the next launch on."""
         cdef GraphNode nd = self._node_of(node, "node")
-        self._hold_for_replays(tuple(child._keep))
+        self._keep_for_replays(tuple(child._keep))
         self._enter(nd)
         try:
             child._use()
@@ -2161,7 +2139,7 @@ cdef class GraphExec(HandleOwner):
 
     cdef int _set_event(self, object node, Event ev, bint record) except -1:
         cdef GraphNode nd = self._node_of(node, "node")
-        self._hold_for_replays(_EventHold(ev))
+        self._keep_for_replays(keep_in_use(ev))
         self._enter(nd)
         try:
             ev._use()
@@ -2190,10 +2168,10 @@ cdef class GraphExec(HandleOwner):
         streams_ptr_store(&self._marks, rt.marks_new())
         return 0
 
-    cdef int _hold_for_replays(self, object obj) except -1:
+    cdef int _keep_for_replays(self, object obj) except -1:
         # What a node update brings.  Boxed: the CUDA user object that owns
         # _box keeps it past the replays in flight.  Unboxed: this object
-        # holds it, launches are marked from now on, and when it goes the
+        # keeps it, launches are marked from now on, and when it goes the
         # objects wait for the marked launches (close, __dealloc__).  Linked
         # into _keep, a tuple, not put in a list of its own: the GC would
         # clear such a list, which only this object refers to, even after

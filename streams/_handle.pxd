@@ -58,3 +58,11 @@ cdef class HandleOwner:
     # keep_gil: the subclass knows its destroy never waits and that no
     # thread CUDA runs can be waiting for the GIL (rt.enqueue_may_keep_gil).
     cdef int _close_handle(self, bint keep_gil=*) except -1
+
+
+# A keep-alive that holds `owner` in use (one _use, given back when the
+# returned HandleUse goes): while it lives, owner.close() marks the owner
+# closed but its handle is destroyed only when the keep-alive goes.  What
+# graphs, executables and prepared launches keep of the events, modules and
+# buffers their nodes use.
+cdef object keep_in_use(HandleOwner owner)

@@ -8,6 +8,8 @@ users left, ``close()`` itself or the last user on its way out, releases the
 handle, once (include/streams/handle.h).  A subclass says how its handle is
 destroyed (``_destroy``) and released without raising (``_release``).
 """
+cimport cython
+
 cimport streams._cudart as rt
 from streams._platform cimport (STREAMS_H_INERT, streams_close_begin, streams_is_closed,
                                 streams_open, streams_use_begin, streams_use_end)
@@ -100,3 +102,27 @@ cdef class HandleOwner:
     def __exit__(self, *exc):
         self.close()
         return False
+
+
+# no_gc_clear: its __dealloc__ gives the use back, so the GC must not set
+# `owner` to None first ("Reference cycles" in docs/architecture.rst).
+@cython.final
+@cython.no_gc_clear
+cdef class HandleUse:
+    """One use of a handle owner, kept by whoever holds this object (see
+    keep_in_use): the owner's handle outlives a close() until it goes."""
+    cdef HandleOwner owner
+
+    def __dealloc__(self):
+        if self.owner is not None:
+            self.owner._unuse()
+
+
+cdef object keep_in_use(HandleOwner owner):
+    cdef HandleUse use
+    if owner is None:
+        raise TypeError("keep_in_use needs a handle owner, not None")
+    use = HandleUse.__new__(HandleUse)
+    owner._use()            # a closed owner raises: `use` goes, holding nothing
+    use.owner = owner
+    return use

@@ -12,7 +12,8 @@ import threading as _threading
 import weakref as _weakref
 
 cimport cython
-from cpython.ref cimport PyObject
+from cpython.exc cimport PyErr_Restore, PyErr_WriteUnraisable
+from cpython.ref cimport PyObject, Py_INCREF
 from libc.stdint cimport uintptr_t
 
 cimport streams._cudart as rt
@@ -21,11 +22,6 @@ from streams._stream cimport ErrorSlot, Event, Stream, Waitable, set_host_call_e
 from streams.cudart cimport *
 
 from streams._cudart import CudaError
-
-cdef extern from "Python.h":
-    void PyErr_Restore(PyObject* type, PyObject* value, PyObject* traceback)
-    void PyErr_WriteUnraisable(object obj)
-    void Py_INCREF(object o)
 
 
 @cython.final
@@ -141,46 +137,84 @@ cdef tuple take_capture(unsigned long long capture_id, Stream stream):
 
 cdef int _ATTEMPTS = 1000    # only a capture begun or ended at every attempt exhausts them
 
+# A native host function with something to keep takes the same paths: the
+# one-shot record is carried by a ticket (whose reference the trampoline
+# hands to the deferred queue once the function ran), and a stream
+# capturing gets the plain function as a node, the capture's graph a user
+# object owning the reference (every replay calls the function, so
+# whatever it needs lives as long as the graph and its executables).  A
+# capture the fence cannot see that takes a one-shot record in calls the
+# function at its first replay only (stale ticket after that), never with a
+# freed record.
+
+
+cdef struct _HostWork:
+    int kind            # a Python callable: KIND_HOST_FUNC or KIND_STREAM_CB
+    bint native         # a native function instead: fn(data), its keep-alive the payload
+    uintptr_t fn
+    uintptr_t data
+
 
 cdef int _enqueue(Stream stream, object callback, object arg, int kind, object owner,
                   int sync_mode) except -1:
-    cdef cudaStreamCaptureStatus status
-    cdef unsigned long long capture_id
-    cdef int attempt
+    cdef _HostWork work
+    work.kind = kind
+    work.native = False
+    work.fn = work.data = 0
+    keep = None
     if kind == KIND_HOST_FUNC:
         native = native_host_func(callback, arg, owner, "callback", "arg")
         if native is not None:
-            return _enqueue_native(stream, native, sync_mode)
-    if not callable(callback):
-        raise TypeError(f"callback must be callable, not {type(callback).__name__}")
-    if owner is not None:
-        raise TypeError("owner is for native host functions; a Python callback keeps "
-                        "what it references alive itself")
+            work.native = True
+            work.fn, work.data, keep = native
+    if not work.native:
+        if not callable(callback):
+            raise TypeError(f"callback must be callable, not {type(callback).__name__}")
+        if owner is not None:
+            raise TypeError("owner is for native host functions; a Python callback keeps "
+                            "what it references alive itself")
+    # Resolved here, with the GIL, not inside the fence.
     rt.check_host_func_sync_mode(sync_mode)
     stream._use()
     try:
-        # The first attempt assumes the common case, no capture, which the
-        # one-shot path checks inside the fence anyway; a stream found
-        # capturing there is looked at again.
-        status = cudaStreamCaptureStatusNone
-        capture_id = 0
-        for attempt in range(_ATTEMPTS):
-            if attempt:
-                with nogil:
-                    _capture_state(<cudaStream_t>stream._handle, &status, &capture_id)
-            if status == cudaStreamCaptureStatusActive:
-                if kind != KIND_HOST_FUNC:
-                    raise RuntimeError(
-                        "add_callback cannot be captured into a graph (CUDA would invalidate "
-                        "the capture); use launch_host_func, which is captured as a host node")
-                if _enqueue_captured(stream, callback, arg, capture_id, sync_mode):
-                    return 0
-            elif _enqueue_once(stream, callback, arg, kind, sync_mode):
-                return 0
-        raise RuntimeError("launch_host_func: captures kept beginning or ending on the stream "
-                           f"while the callback was enqueued ({_ATTEMPTS} attempts)")
+        if work.native and keep is None:
+            # Nothing to let go afterwards: the function as it is, captured
+            # or not (a captured node calls it on every replay), no fence.
+            with nogil:
+                rt.launch_native_host_func(<cudaStream_t>stream._handle, <rt.host_fn>work.fn,
+                                           <void*>work.data, NULL, sync_mode)
+            return 0
+        return _enqueue_until_placed(stream, &work, callback, arg, keep, sync_mode)
     finally:
         stream._unuse()
+
+
+cdef int _enqueue_until_placed(Stream stream, _HostWork* work, object callback, object arg,
+                               object keep, int sync_mode) except -1:
+    cdef cudaStreamCaptureStatus status
+    cdef unsigned long long capture_id
+    cdef int attempt
+    # The first attempt assumes the common case, no capture, which the
+    # one-shot path checks inside the fence anyway; a stream found capturing
+    # there is looked at again.
+    status = cudaStreamCaptureStatusNone
+    capture_id = 0
+    for attempt in range(_ATTEMPTS):
+        if attempt:
+            with nogil:
+                _capture_state(<cudaStream_t>stream._handle, &status, &capture_id)
+        if status == cudaStreamCaptureStatusActive:
+            if not work.native and work.kind != KIND_HOST_FUNC:
+                raise RuntimeError(
+                    "add_callback cannot be captured into a graph (CUDA would invalidate "
+                    "the capture); use launch_host_func, which is captured as a host node")
+            if _enqueue_captured(stream, work, callback, arg, keep, capture_id, sync_mode):
+                return 0
+        elif _enqueue_once(stream, work, callback, arg, keep, sync_mode):
+            return 0
+    raise RuntimeError("launch_host_func: captures kept beginning or ending on the stream "
+                       f"while the {'native function' if work.native else 'callback'} was "
+                       f"enqueued ({_ATTEMPTS} attempts)")
 
 
 cdef int _capture_state(cudaStream_t h, cudaStreamCaptureStatus* status,
@@ -195,9 +229,10 @@ cdef int _capture_state(cudaStream_t h, cudaStreamCaptureStatus* status,
         rt.fence_leave()
 
 
-cdef int _launch_once(cudaStream_t h, PyObject* payload, int kind,
+cdef int _launch_once(cudaStream_t h, _HostWork* work, PyObject* payload,
                       int sync_mode) except -1 nogil:
-    # 1: launched as a one-shot; 0: the stream is being captured now.
+    # 1: launched as a one-shot (which now owns the reference to `payload`);
+    # 0: the stream is being captured now (nothing enqueued).
     cdef cudaStreamCaptureStatus now = cudaStreamCaptureStatusNone
     rt.fence_enter()
     try:
@@ -205,7 +240,10 @@ cdef int _launch_once(cudaStream_t h, PyObject* payload, int kind,
         if now == cudaStreamCaptureStatusActive:
             return 0
         # Not capturing (or a capture invalidated, which refuses the launch).
-        if kind == KIND_HOST_FUNC:
+        if work.native:
+            rt.launch_native_host_func(h, <rt.host_fn>work.fn, <void*>work.data, payload,
+                                       sync_mode)
+        elif work.kind == KIND_HOST_FUNC:
             rt.launch_host_func(h, payload, sync_mode)
         else:
             rt.stream_add_callback(h, payload)
@@ -214,41 +252,45 @@ cdef int _launch_once(cudaStream_t h, PyObject* payload, int kind,
         rt.fence_leave()
 
 
-cdef int _enqueue_once(Stream stream, object callback, object arg, int kind,
-                       int sync_mode) except -1:
-    # 1: enqueued; 0: a capture began meanwhile (nothing enqueued).
-    cdef HostCall call
+cdef int _enqueue_once(Stream stream, _HostWork* work, object callback, object arg,
+                       object keep, int sync_mode) except -1:
+    # 1: enqueued; 0: a capture began meanwhile (nothing enqueued).  The
+    # payload: a Python callable's HostCall, or a native function's `keep`.
     cdef PyObject* payload
     cdef int launched = 0
     cdef ErrorSlot errors
-    # One slot per stream, made by the first callback: two threads making
-    # the first at once must share it, or one's errors would be lost.
-    with cython.critical_section(stream):
-        if stream._errors is None:
-            stream._errors = new_error_slot()
-        errors = stream._errors
-    call = new_call(callback, arg, stream, errors, kind)
-    payload = <PyObject*>call
+    if not work.native:
+        # One slot per stream, made by the first callback: two threads making
+        # the first at once must share it, or one's errors would be lost.
+        with cython.critical_section(stream):
+            if stream._errors is None:
+                stream._errors = new_error_slot()
+            errors = stream._errors
+        keep = new_call(callback, arg, stream, errors, work.kind)
+    payload = <PyObject*>keep
     rt.payload_incref(payload)     # the reference that travels with the work item
     try:
         with nogil:
-            launched = _launch_once(<cudaStream_t>stream._handle, payload, kind, sync_mode)
+            launched = _launch_once(<cudaStream_t>stream._handle, work, payload, sync_mode)
     except BaseException:
-        rt.count(rt.STREAMS_CNT_CALLBACK_ENQUEUED)
-        rt.count(rt.STREAMS_CNT_CALLBACK_DROPPED)
+        if not work.native:
+            rt.count(rt.STREAMS_CNT_CALLBACK_ENQUEUED)
+            rt.count(rt.STREAMS_CNT_CALLBACK_DROPPED)
         rt.payload_decref(payload)
         raise
     if not launched:
         rt.payload_decref(payload)
         return 0
-    rt.count(rt.STREAMS_CNT_CALLBACK_ENQUEUED)
+    if not work.native:
+        rt.count(rt.STREAMS_CNT_CALLBACK_ENQUEUED)
     return 1
 
 
-cdef int _launch_captured(cudaStream_t h, PyObject* payload, unsigned long long capture_id,
-                          int sync_mode, bint* moved) except -1 nogil:
-    # 1: attached to the capture's graph and launched into it; 0: the
-    # stream's capture is no longer ``capture_id``.
+cdef int _launch_captured(cudaStream_t h, _HostWork* work, PyObject* payload,
+                          unsigned long long capture_id, int sync_mode,
+                          bint* moved) except -1 nogil:
+    # 1: `payload` attached to the capture's graph and the host function
+    # launched into it; 0: the stream's capture is no longer ``capture_id``.
     cdef cudaStreamCaptureStatus now = cudaStreamCaptureStatusNone
     cdef unsigned long long id_now = 0
     cdef cudaGraph_t graph = NULL
@@ -270,45 +312,53 @@ cdef int _launch_captured(cudaStream_t h, PyObject* payload, unsigned long long 
         # Inside the fence the capture cannot end through streams, so its
         # graph is alive here.
         rt.graph_attach_reference(graph, payload, moved)
-        rt.launch_graph_host_func(h, payload, sync_mode)
+        if work.native:
+            rt.launch_native_host_func(h, <rt.host_fn>work.fn, <void*>work.data, NULL,
+                                       sync_mode)
+        else:
+            rt.launch_graph_host_func(h, payload, sync_mode)
         return 1
     finally:
         rt.fence_leave()
 
 
-cdef int _enqueue_captured(Stream stream, object callback, object arg,
-                           unsigned long long capture_id, int sync_mode) except -1:
+cdef int _enqueue_captured(Stream stream, _HostWork* work, object callback, object arg,
+                           object keep, unsigned long long capture_id,
+                           int sync_mode) except -1:
     # 1: captured; 0: the capture ended or changed meanwhile (nothing enqueued).
     cdef bint registered = False
     cdef bint moved = False
     cdef int launched = 0
     cdef HostCall call
-    # Looked up and, for the first enqueue into this capture, registered in
-    # one step: two threads enqueueing into one capture share its slot.
-    with cython.critical_section(_capture_lock):
-        slot, target = _captures.get(capture_id, (None, None))
-        if slot is None:
-            slot = new_error_slot()
-            _captures[capture_id] = (slot, None)
-            _capture_of_stream[<uintptr_t>stream._handle] = capture_id
-            registered = True
-    call = new_call(callback, arg, None, slot, KIND_HOST_FUNC)
-    call.persistent = True
-    # The graph this capture makes (or extends) now holds a host callable:
-    # its executables box what node updates bring (_graph.pyx, instantiate).
-    (<ErrorSlot>slot).host_calls = True
-    rt.payload_incref(<PyObject*>call)     # the user object's, once it is made
+    slot = None
+    if not work.native:
+        # Looked up and, for the first enqueue into this capture, registered
+        # in one step: two threads enqueueing into one capture share its slot.
+        with cython.critical_section(_capture_lock):
+            slot, target = _captures.get(capture_id, (None, None))
+            if slot is None:
+                slot = new_error_slot()
+                _captures[capture_id] = (slot, None)
+                _capture_of_stream[<uintptr_t>stream._handle] = capture_id
+                registered = True
+        call = new_call(callback, arg, None, slot, KIND_HOST_FUNC)
+        call.persistent = True
+        # The graph this capture makes (or extends) now holds a host callable:
+        # its executables box what node updates bring (_graph.pyx, instantiate).
+        (<ErrorSlot>slot).host_calls = True
+        keep = call
+    rt.payload_incref(<PyObject*>keep)     # the user object's, once it is made
     try:
         with nogil:
-            launched = _launch_captured(<cudaStream_t>stream._handle, <PyObject*>call,
+            launched = _launch_captured(<cudaStream_t>stream._handle, work, <PyObject*>keep,
                                         capture_id, sync_mode, &moved)
     except BaseException:
         # Attached (moved): the graph owns the payload, as it would the node.
         if not moved:
-            rt.payload_decref(<PyObject*>call)
+            rt.payload_decref(<PyObject*>keep)
         raise
     if not launched:
-        rt.payload_decref(<PyObject*>call)
+        rt.payload_decref(<PyObject*>keep)
         if registered:
             _forget_capture(capture_id, slot, stream)
         return 0
@@ -470,141 +520,13 @@ cdef tuple native_host_func(object callback, object data, object owner, str fn_n
     return (fn, address, None if not kept else kept[0] if len(kept) == 1 else kept)
 
 
-# A native call with something to keep is decided as a Python callback is
-# (the enqueueing section above): inside the capture fence, a stream not
-# capturing gets a one-shot record carried by a ticket (whose reference the
-# trampoline hands to the deferred queue once the function ran); a stream
-# capturing gets the plain function as a node, and the capture's graph a
-# user object owning the reference (every replay calls the function, so
-# whatever it needs lives as long as the graph and its executables).  A
-# capture the fence cannot see that takes a one-shot record in calls the
-# function at its first replay only (stale ticket after that), never with a
-# freed record.
-
-
-cdef int _launch_native_once(cudaStream_t h, uintptr_t fn, uintptr_t data, PyObject* keep,
-                             int sync_mode) except -1 nogil:
-    # 1: launched as a one-shot record (which now owns the reference to
-    # `keep`); 0: the stream is being captured now (nothing enqueued).
-    cdef cudaStreamCaptureStatus now = cudaStreamCaptureStatusNone
-    rt.fence_enter()
-    try:
-        rt.stream_is_capturing(h, &now)
-        if now == cudaStreamCaptureStatusActive:
-            return 0
-        rt.launch_native_host_func(h, <rt.host_fn>fn, <void*>data, keep, sync_mode)
-        return 1
-    finally:
-        rt.fence_leave()
-
-
-cdef int _enqueue_native_once(Stream stream, uintptr_t fn, uintptr_t data, object keep,
-                              int sync_mode) except -1:
-    # 1: enqueued; 0: a capture began meanwhile (nothing enqueued).
-    cdef int launched = 0
-    rt.payload_incref(<PyObject*>keep)    # the reference that travels with the record
-    try:
-        with nogil:
-            launched = _launch_native_once(<cudaStream_t>stream._handle, fn, data,
-                                           <PyObject*>keep, sync_mode)
-    except BaseException:
-        rt.payload_decref(<PyObject*>keep)
-        raise
-    if not launched:
-        rt.payload_decref(<PyObject*>keep)
-        return 0
-    return 1
-
-
-cdef int _launch_native_captured(cudaStream_t h, uintptr_t fn, uintptr_t data,
-                                 PyObject* keep, unsigned long long capture_id,
-                                 int sync_mode, bint* moved) except -1 nogil:
-    # 1: `keep` attached to the capture's graph and the function launched
-    # into it; 0: the stream's capture is no longer ``capture_id``.
-    cdef cudaStreamCaptureStatus now = cudaStreamCaptureStatusNone
-    cdef unsigned long long id_now = 0
-    cdef cudaGraph_t graph = NULL
-    # Exclusively, as _launch_captured: attaching works on the capture's
-    # graph, which CUDA does not synchronize against other threads doing the
-    # same.
-    rt.fence_enter_exclusive()
-    try:
-        rt.stream_get_capture_info(h, &now, &id_now, &graph, NULL, NULL, NULL)
-        if now != cudaStreamCaptureStatusActive or id_now != capture_id:
-            return 0
-        # Inside the fence the capture cannot end through streams, so its
-        # graph is alive here.
-        rt.graph_attach_reference(graph, keep, moved)
-        rt.launch_native_host_func(h, <rt.host_fn>fn, <void*>data, NULL, sync_mode)
-        return 1
-    finally:
-        rt.fence_leave()
-
-
-cdef int _enqueue_native_captured(Stream stream, uintptr_t fn, uintptr_t data, object keep,
-                                  unsigned long long capture_id, int sync_mode) except -1:
-    # 1: captured; 0: the capture ended or changed meanwhile (nothing enqueued).
-    cdef bint moved = False
-    cdef int launched = 0
-    rt.payload_incref(<PyObject*>keep)    # the user object's, once it is made
-    try:
-        with nogil:
-            launched = _launch_native_captured(<cudaStream_t>stream._handle, fn, data,
-                                               <PyObject*>keep, capture_id, sync_mode, &moved)
-    except BaseException:
-        # Attached (moved): the graph owns the reference, as it would the node.
-        if not moved:
-            rt.payload_decref(<PyObject*>keep)
-        raise
-    if not launched:
-        rt.payload_decref(<PyObject*>keep)
-        return 0
-    return 1
-
-
-cdef int _enqueue_native(Stream stream, tuple native, int sync_mode) except -1:
-    cdef cudaStreamCaptureStatus status
-    cdef unsigned long long capture_id
-    cdef int attempt
-    cdef uintptr_t fn = native[0]
-    cdef uintptr_t data = native[1]
-    keep = native[2]
-    # Resolved here, with the GIL, not inside the fence.
-    rt.check_host_func_sync_mode(sync_mode)
-    stream._use()
-    try:
-        if keep is None:
-            # Nothing to let go afterwards: the function as it is, captured
-            # or not (a captured node calls it on every replay), no fence.
-            with nogil:
-                rt.launch_native_host_func(<cudaStream_t>stream._handle, <rt.host_fn>fn,
-                                           <void*>data, NULL, sync_mode)
-            return 0
-        # As _enqueue: the first attempt assumes no capture, which the
-        # one-shot path checks inside the fence.
-        status = cudaStreamCaptureStatusNone
-        capture_id = 0
-        for attempt in range(_ATTEMPTS):
-            if attempt:
-                with nogil:
-                    _capture_state(<cudaStream_t>stream._handle, &status, &capture_id)
-            if status == cudaStreamCaptureStatusActive:
-                if _enqueue_native_captured(stream, fn, data, keep, capture_id, sync_mode):
-                    return 0
-            elif _enqueue_native_once(stream, fn, data, keep, sync_mode):
-                return 0
-        raise RuntimeError("launch_host_func: captures kept beginning or ending on the stream "
-                           f"while the native function was enqueued ({_ATTEMPTS} attempts)")
-    finally:
-        stream._unuse()
-
 rt.set_dispatcher(_dispatch)
 set_host_call_enqueue(_enqueue)
 
 
 # ---- asyncio -----------------------------------------------------------------------------------
-# ``await stream`` / ``await event``: a host function (include/streams/
-# notify.h) rings an eventfd that the running loop watches.  It runs on
+# ``await stream`` / ``await event``: a host function (src/notify.h)
+# rings an eventfd that the running loop watches.  It runs on
 # CUDA's callback thread without the GIL and without CUDA calls, so it can
 # neither deadlock with Python nor stall other callbacks.  One doorbell per
 # loop, found through a weak mapping: when the loop goes, so does its
@@ -612,7 +534,7 @@ set_host_call_enqueue(_enqueue)
 # still queued has run.
 
 
-cdef extern from "streams/notify.h" nogil:
+cdef extern from "notify.h" nogil:
     ctypedef struct streams_notifier:
         pass
     ctypedef struct streams_wait_node:

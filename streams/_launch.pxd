@@ -94,8 +94,6 @@ cdef int pack_args(Kernel kernel, tuple args, ArgPack* pack, Stream consumer,
 cdef void release_pack(ArgPack* pack) noexcept
 # An object that holds the buffers of a pack in use until it goes.
 cdef object keep_pack_users(ArgPack* pack)
-# An object that holds a module in use (kept by graphs with its kernels).
-cdef object keep_module(Module module)
 # The class of streams.ConditionHandle, which _graph defines: the packer
 # passes one as a 64-bit cudaGraphConditionalHandle.
 cdef int set_condition_type(object cls) except -1

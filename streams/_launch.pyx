@@ -20,12 +20,12 @@ from libc.stdint cimport uintptr_t
 from libc.string cimport memset
 
 cimport streams._cudart as rt
-from streams._args cimport as_dim3, as_int, as_nbytes, as_uint
+from streams._args cimport as_bool, as_dim3, as_int, as_nbytes, as_uint
 from streams._device cimport DeviceScope, enter_device, exit_device, require_device
 from streams._foreign cimport foreign_code_handle
 from streams._memory cimport (SPAN_DEVICE, SPAN_NO_WAIT, SPAN_NULL_OK, Span, release_span,
                               resolve_span)
-from streams._handle cimport HandleOwner
+from streams._handle cimport HandleOwner, keep_in_use
 from streams._platform cimport streams_mark_bit
 from streams._stream cimport Event, LaunchTarget, Stream, as_stream, keep_gil_for
 from streams.cudart cimport *
@@ -379,11 +379,13 @@ cdef class Module(HandleOwner):
         # Inside a host callback CUDA cannot be called: the owner is held
         # by the deferred queue until a safe thread synchronizes.
         cdef unsigned long long devices = self._devices
+        cdef int decision
         if self._owner is None or devices == 0:
             return
-        if rt.may_defer():
+        decision = rt.release_decision()
+        if decision == rt.RELEASE_DEFER:
             rt.defer_release(_sync_owner_devices, <void*><uintptr_t>devices, self._owner)
-        elif rt.may_release():
+        elif decision == rt.RELEASE_NOW:
             with nogil:
                 rt.sync_devices_quietly(devices)
             rt.flush_cleanup_warnings()
@@ -586,9 +588,9 @@ cdef class LaunchConfig:
         if self._has_cluster:
             as_dim3(cluster, &d, "cluster")
             self._cluster[0], self._cluster[1], self._cluster[2] = d.x, d.y, d.z
-        self._cooperative = _flag(cooperative, "cooperative")
-        self._pss = _flag(programmatic_stream_serialization, "programmatic_stream_serialization")
-        self._trigger_at_block_start = _flag(trigger_at_block_start, "trigger_at_block_start")
+        self._cooperative = as_bool(cooperative, "cooperative")
+        self._pss = as_bool(programmatic_stream_serialization, "programmatic_stream_serialization")
+        self._trigger_at_block_start = as_bool(trigger_at_block_start, "trigger_at_block_start")
         self._programmatic_event = _launch_event(programmatic_event, "programmatic_event")
         self._has_programmatic_event = self._programmatic_event is not None
         if self._trigger_at_block_start and self._programmatic_event is None:
@@ -678,12 +680,6 @@ cdef LaunchConfig _usable_config(object config):
         raise ValueError("this LaunchConfig was never initialised (make one with "
                          "LaunchConfig(grid, block, ...))")
     return <LaunchConfig>config
-
-
-cdef bint _flag(object value, str argname) except -1:
-    if not isinstance(value, (bool, int)):
-        raise TypeError(f"{argname} must be a bool, not {type(value).__name__}")
-    return bool(value)
 
 
 cdef int _launch_configured(Kernel k, Stream stream, LaunchConfig c,
@@ -1077,7 +1073,7 @@ cdef class Kernel(LaunchTarget):
         p._nargs = n
         p._kernel = self
         p._keepalive = args
-        p._users = (keep_pack_users(&pack), keep_module(self._module))
+        p._users = (keep_pack_users(&pack), keep_in_use(self._module))
         return p
 
     def __repr__(self):
@@ -1111,26 +1107,6 @@ cdef object keep_pack_users(ArgPack* pack):
         Py_DECREF(<object>pack.users[i])
     pack.nusers = 0     # handed over
     return uses
-
-
-# no_gc_clear: its __dealloc__ gives the use back, so the GC must not set
-# `module` to None first ("Reference cycles" in docs/architecture.rst).
-@cython.final
-@cython.no_gc_clear
-cdef class _ModuleUse:
-    """Holds a module loaded (in use) while a graph can run its kernels."""
-    cdef Module module
-
-    def __dealloc__(self):
-        if self.module is not None:
-            self.module._unuse()
-
-
-cdef object keep_module(Module module):
-    cdef _ModuleUse use = _ModuleUse.__new__(_ModuleUse)
-    module._use()
-    use.module = module
-    return use
 
 
 @cython.final

@@ -23,6 +23,12 @@ cdef struct Span:
     void* user            # a streams buffer held in use until release_span
 
 
+# What a span must be before a try whose finally calls release_span: empty.
+cdef inline void init_span(Span* span) noexcept nogil:
+    span.user = NULL
+    span.has_view = False
+
+
 # Resolve `obj` for use on `consumer` (None: no ordering).  A foreign array
 # whose producer's stream is known (its __cuda_array_interface__ names it;
 # a PyTorch tensor: torch's current stream) gets `consumer` ordered after
@@ -32,9 +38,14 @@ cdef struct Span:
 cdef int resolve_span(object obj, Span* span, int flags, Stream consumer,
                       str argname) except -1
 cdef void release_span(Span* span) noexcept
-# Hold a streams buffer in use (its memory stays until the holder goes): what
-# graphs keep for their memset and memcpy nodes.  None for other objects.
-cdef object hold_memory(object obj)
+# ``n`` bytes fit in ``span`` (or its length is unknown), else ValueError.
+cdef int _check_fits(size_t n, Span* span, str argname) except -1
+# ``nbytes`` (which must fit in ``span``), or all of it when None.
+cdef size_t _span_length(object nbytes, Span* span, str argname) except? 0
+# Keep a streams buffer in use (its memory stays until the keep-alive goes):
+# what graphs keep for their memset and memcpy nodes.  Other objects are
+# returned as they are (kept alive by reference).
+cdef object keep_memory(object obj)
 
 
 cdef class _Buffer(HandleOwner):

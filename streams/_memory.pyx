@@ -9,8 +9,9 @@ DLPack (handing the producer the consuming stream), and, where host memory
 is fine, anything with the buffer protocol.
 """
 cimport cython
-from cpython.buffer cimport PyBUF_C_CONTIGUOUS, PyBUF_SIMPLE, PyBUF_WRITABLE, \
-    PyBuffer_Release, PyObject_GetBuffer
+from cpython.buffer cimport PyBUF_C_CONTIGUOUS, PyBUF_FORMAT, PyBUF_ND, PyBUF_SIMPLE, \
+    PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.exc cimport PyErr_WriteUnraisable
 from cpython.pycapsule cimport PyCapsule_GetName, PyCapsule_GetPointer, PyCapsule_IsValid, \
     PyCapsule_New
 from cpython.ref cimport PyObject, Py_DECREF, Py_INCREF
@@ -19,24 +20,18 @@ from libc.stdlib cimport free, malloc
 from posix.unistd cimport close as close_fd
 
 cimport streams._cudart as rt
-from streams._args cimport as_int, as_nbytes, as_pointer_int
+from streams._args cimport as_bool, as_int, as_nbytes, as_pointer_int
 from streams._device cimport (DeviceScope, current_device, enter_device, exit_device,
                               resolve_device)
 from streams._foreign cimport (STREAM_LEGACY, STREAM_NULL, STREAM_PER_THREAD, cai_stream,
                                dlpack_stream_arg, framework_array_stream)
-from streams._handle cimport HandleOwner
+from streams._handle cimport HandleOwner, keep_in_use
 from streams._platform cimport streams_close_begin, streams_is_closed, streams_use_begin
 from streams._stream cimport (Event, Stream, as_stream, drop_dependent, note_dependent,
                               settle_dependent, stream_tail)
 from streams.cudart cimport *
 
 from streams._cudart import CudaError as rt_CudaError
-
-cdef extern from "Python.h":
-    enum:
-        PyBUF_FORMAT
-        PyBUF_ND
-    void PyErr_WriteUnraisable(object obj)
 
 
 # ---- DLPack -----------------------------------------------------------------------------
@@ -439,26 +434,10 @@ cdef void release_span(Span* span) noexcept:
         Py_DECREF(buf)
 
 
-# no_gc_clear: its __dealloc__ gives the use back, so the GC must not set
-# `buffer` to None first ("Reference cycles" in docs/architecture.rst).
-@cython.final
-@cython.no_gc_clear
-cdef class _MemoryHold:
-    cdef _Buffer buffer
-
-    def __dealloc__(self):
-        if self.buffer is not None:
-            self.buffer._unuse()
-
-
-cdef object hold_memory(object obj):
-    cdef _MemoryHold hold
+cdef object keep_memory(object obj):
     if not isinstance(obj, _Buffer):
         return obj
-    (<_Buffer>obj)._use()
-    hold = _MemoryHold.__new__(_MemoryHold)
-    hold.buffer = <_Buffer>obj
-    return hold
+    return keep_in_use(<_Buffer>obj)
 
 
 def _address_of(obj, argname="ptr"):
@@ -805,17 +784,18 @@ cdef class DeviceBuffer(_Buffer):
 
     cdef void _release_memory(self) noexcept:
         cdef _PendingFree pending
+        cdef int decision = rt.release_decision()
         rt.count(rt.STREAMS_CNT_BUFFER_FREED)
-        if self._ptr != NULL and rt.may_defer():
+        if self._ptr != NULL and decision == rt.RELEASE_DEFER:
             pending = _PendingFree.__new__(_PendingFree)
             pending.ptr, pending.device = self._ptr, self._device
             pending.stream, pending.free_on, pending.pool = self._stream, self._free_on, self._pool
             rt.defer_release(_free_pending, <void*>pending, pending)
         else:
-            # Forked child or interpreter teardown: the memory is left to
-            # the process's end, but what the buffer holds is let go.
-            _free_device_memory(self._ptr if rt.may_release() else NULL, self._device,
-                                self._stream, self._free_on, self._pool)
+            # Skipped: the memory is left to the process's end, but what
+            # the buffer holds is let go.
+            _free_device_memory(self._ptr if decision == rt.RELEASE_NOW else NULL,
+                                self._device, self._stream, self._free_on, self._pool)
         self._ptr = NULL
 
     cdef uintptr_t _order_handle(self) except? 0:
@@ -1083,7 +1063,7 @@ cdef class MemoryPool(HandleOwner):
     @cython.embedsignature(False)
     def __init__(self, device=None, *, release_threshold=None, ipc=False, max_size=None):
         cdef size_t cap = 0 if max_size is None else as_nbytes(max_size, "max_size")
-        cdef bint share = _as_flag(ipc, "ipc")
+        cdef bint share = as_bool(ipc, "ipc")
         cdef unsigned long long threshold = 0 if release_threshold is None \
             else as_nbytes(release_threshold, "release_threshold")
         cdef cudaMemPool_t h = NULL
@@ -1296,7 +1276,7 @@ cdef class MemoryPool(HandleOwner):
         return value != 0
 
     cdef int _set_flag(self, int attr, object value, str name) except -1:
-        cdef int v = _as_flag(value, name)
+        cdef int v = as_bool(value, name)
         self._use()
         try:
             with nogil:
@@ -1442,12 +1422,6 @@ cdef class MemoryPool(HandleOwner):
                 f"device={self._device} {kind}>")
 
 
-cdef bint _as_flag(object value, str argname) except -1:
-    if not isinstance(value, (bool, int)):
-        raise TypeError(f"{argname} must be a bool, not {type(value).__name__}")
-    return bool(value)
-
-
 # ---- copies and sets ------------------------------------------------------------------------
 
 cdef int _check_fits(size_t n, Span* span, str argname) except -1:
@@ -1492,9 +1466,7 @@ cdef int _peer_device(object device, Span* span, str argname) except -1:
 
 
 cdef int _producer_flags(object wait_producers) except -1:
-    if not isinstance(wait_producers, (bool, int)):
-        raise TypeError(f"wait_producers must be a bool, not {type(wait_producers).__name__}")
-    return 0 if wait_producers else SPAN_NO_WAIT
+    return 0 if as_bool(wait_producers, "wait_producers") else SPAN_NO_WAIT
 
 
 cdef int _memcpy(object dst, object src, object nbytes, object stream, bint peer,
@@ -1508,10 +1480,8 @@ cdef int _memcpy(object dst, object src, object nbytes, object stream, bint peer
     cdef int kinds = (SPAN_DEVICE if peer else SPAN_HOST_OK) | _producer_flags(wait_producers)
     cdef Stream st = as_stream(stream, "stream")
     cdef DeviceScope scope
-    d.user = NULL
-    d.has_view = False
-    s.user = NULL
-    s.has_view = False
+    init_span(&d)
+    init_span(&s)
     try:
         resolve_span(dst, &d, SPAN_WRITABLE | kinds, st, "dst")
         resolve_span(src, &s, kinds, st, "src")
@@ -1595,8 +1565,7 @@ def memset_async(dst, value, nbytes=None, stream=None, *, wait_producers=True):
     cdef DeviceScope scope
     if v < 0 or v > 255:
         raise ValueError(f"value must be a byte (0-255), got {v}")
-    d.user = NULL
-    d.has_view = False
+    init_span(&d)
     try:
         resolve_span(dst, &d, SPAN_WRITABLE | SPAN_HOST_OK | nowait, st, "dst")
         n = _span_length(nbytes, &d, "dst")
@@ -1762,8 +1731,7 @@ cdef int _value_op(Stream stream, object address, object value, unsigned int fla
     if value < 0 or value >= (1 << width):
         raise ValueError(f"value={value} does not fit {width} unsigned bits")
     v = <unsigned long long>value
-    span.user = NULL
-    span.has_view = False
+    init_span(&span)
     resolve_span(address, &span, SPAN_DEVICE | (SPAN_WRITABLE if write else 0), None,
                  "address")
     try:

@@ -11,13 +11,16 @@ class declared here (``LaunchTarget``).
 import threading as _threading
 
 cimport cython
+from cpython.exc cimport PyErr_CheckSignals
+from cpython.object cimport PyTypeObject
+from cpython.type cimport PyType_Modified
 from libc.stdint cimport uintptr_t
 from libc.string cimport memset
 
 cimport streams._cudart as rt
-from streams._args cimport as_enum, as_int, as_nbytes, as_pointer_int, as_timeout_ns
-from streams._device cimport (DeviceScope, current_device, enter_device, exit_device,
-                              priority_range, require_device, resolve_device)
+from streams._args cimport as_bool, as_enum, as_int, as_nbytes, as_pointer_int, as_timeout_ns
+from streams._device cimport (WAIT_SLICE_NS, DeviceScope, current_device, enter_device,
+                              exit_device, priority_range, require_device, resolve_device)
 from streams._foreign cimport (STREAM_LEGACY, STREAM_NULL, STREAM_PER_THREAD,
                                check_event_handle, check_stream_handle, foreign_event,
                                foreign_stream, foreign_stream_device)
@@ -33,13 +36,6 @@ from streams.cudart cimport *
 from streams._args import StreamsEnum
 from streams._cudart import CudaError, HostCallbackError
 from streams._device import Device
-
-cdef extern from "Python.h":
-    int PyErr_CheckSignals() except -1
-    ctypedef struct PyTypeObject:
-        PyObject* tp_dict
-    ctypedef struct PyObject
-    void PyType_Modified(PyTypeObject* t)
 
 cdef object _tls = _threading.local()   # .current: {device: Stream}, .stack: [...]
 
@@ -168,10 +164,15 @@ cdef int _check_same_device(int event_device, int stream_device) except -1:
     return 0
 
 
-cdef int _enqueue_raw(int what, Waitable ours, void* foreign, unsigned int flags) except -1:
-    # A record (what 0) or wait (1) between one of ours, a stream or an
-    # event, and another library's raw handle (its object stays alive in
-    # the caller), the GIL kept when that cannot deadlock.
+cdef enum _RawOp:
+    RAW_RECORD
+    RAW_WAIT
+
+
+cdef int _enqueue_raw(_RawOp what, Waitable ours, void* foreign, unsigned int flags) except -1:
+    # A record or a wait between one of ours, a stream or an event, and
+    # another library's raw handle (its object stays alive in the caller),
+    # the GIL kept when that cannot deadlock.
     cdef void* stream
     cdef void* event
     cdef int keep = (keep_gil_for(<Stream>ours) if ours._kind == rt.HANDLE_STREAM
@@ -182,7 +183,7 @@ cdef int _enqueue_raw(int what, Waitable ours, void* foreign, unsigned int flags
             stream = ours._handle if ours._kind == rt.HANDLE_STREAM else foreign
             event = foreign if ours._kind == rt.HANDLE_STREAM else ours._handle
             with nogil:
-                if what == 0:
+                if what == RAW_RECORD:
                     rt.event_record(<cudaEvent_t>event, <cudaStream_t>stream, flags)
                 else:
                     rt.stream_wait_event(<cudaStream_t>stream, <cudaEvent_t>event, flags)
@@ -193,7 +194,7 @@ cdef int _enqueue_raw(int what, Waitable ours, void* foreign, unsigned int flags
     try:
         stream = ours._handle if ours._kind == rt.HANDLE_STREAM else foreign
         event = foreign if ours._kind == rt.HANDLE_STREAM else ours._handle
-        if what == 0:
+        if what == RAW_RECORD:
             return rt.event_record(<cudaEvent_t>event, <cudaStream_t>stream, flags)
         return rt.stream_wait_event(<cudaStream_t>stream, <cudaEvent_t>event, flags)
     finally:
@@ -225,8 +226,6 @@ cdef Event new_event(int device, unsigned int flags):
     return ev
 
 
-# A poll loop this long between checks for Ctrl-C and the deadline.
-cdef long long _SLICE_NS = 2000000
 # Pause-spinning before yielding: most short waits end within it.
 cdef long long _SPIN_NS = 100000
 
@@ -280,7 +279,7 @@ cdef int wait_until_done(Waitable obj, long long timeout_ns) except -1:
     try:
         while True:
             with nogil:
-                slice_end = streams_now_ns() + _SLICE_NS
+                slice_end = streams_now_ns() + WAIT_SLICE_NS
                 if deadline >= 0 and deadline < slice_end:
                     slice_end = deadline
                 done = _poll(is_stream, handle, slice_end, sleepy, &nap_ns, spin_until)
@@ -922,7 +921,7 @@ cdef class Stream(Waitable):
             if h == 0:
                 self._check_open()
                 return
-            _enqueue_raw(1, self, <void*>h, flags)
+            _enqueue_raw(RAW_WAIT, self, <void*>h, flags)
             return
         ev = <Event>event
         if not external:
@@ -1091,8 +1090,7 @@ cdef class Stream(Waitable):
         cdef unsigned int f = <unsigned int><int>as_enum(MemAttach, flags, "flags")
         cdef size_t n = as_nbytes(length, "length")
         cdef void* p
-        from streams._memory import _address_of   # memory builds on streams
-        p = <void*><uintptr_t>_address_of(buffer, "buffer")
+        p = <void*><uintptr_t>_later("_memory", "_address_of")(buffer, "buffer")
         self._use()
         try:
             with nogil:
@@ -1125,7 +1123,7 @@ cdef class Stream(Waitable):
         if not isinstance(kernel, LaunchTarget):
             raise TypeError(f"kernel must be a streams.Kernel, not {type(kernel).__name__}")
         (<LaunchTarget>kernel)._launch_on(self, grid, block, args, shared_mem, None,
-                                          _as_wait_flag(wait_producers))
+                                          as_bool(wait_producers, "wait_producers"))
 
     def launch_ex(self, kernel, config, *args, shared_mem=None, cluster=None,
                   cooperative=None, wait_producers=True):
@@ -1151,7 +1149,7 @@ cdef class Stream(Waitable):
             raise TypeError("with a LaunchConfig, shared_mem, cluster and cooperative belong "
                             "in the config")
         (<LaunchTarget>kernel)._launch_on(self, None, None, args, None, config,
-                                          _as_wait_flag(wait_producers))
+                                          as_bool(wait_producers, "wait_producers"))
 
     # ---- capture (streams._graph builds the graphs) --------------------------------
     def begin_capture(self, mode="global"):
@@ -1172,8 +1170,7 @@ cdef class Stream(Waitable):
 
     def begin_capture_to_graph(self, graph, dependencies=(), mode="global"):
         """Capture into an existing ``graph``, after ``dependencies`` (GraphNodes)."""
-        from streams import _graph
-        _graph.begin_capture_to_graph(self, graph, dependencies, mode)
+        _later("_graph", "begin_capture_to_graph")(self, graph, dependencies, mode)
 
     def end_capture(self):
         """Stop capturing and return the captured Graph.
@@ -1181,8 +1178,7 @@ cdef class Stream(Waitable):
         CUDA's error names tell what went wrong (``cudaErrorStreamCaptureInvalidated``,
         ``...Unjoined``, ...); the stream has left capture mode either way.
         """
-        from streams import _graph
-        return _graph.end_capture(self)
+        return _later("_graph", "end_capture")(self)
 
     def is_capturing(self):
         """True while a capture is active on this stream."""
@@ -1202,18 +1198,15 @@ cdef class Stream(Waitable):
 
     def capture_info(self):
         """``CaptureInfo(status, id, graph, dependencies, edge_data)`` of the capture."""
-        from streams import _graph
-        return _graph.capture_info(self)
+        return _later("_graph", "capture_info")(self)
 
     def update_capture_dependencies(self, nodes, mode="add"):
         """Add to ("add") or replace ("set") the nodes the next captured work depends on."""
-        from streams import _graph
-        _graph.update_capture_dependencies(self, nodes, mode)
+        _later("_graph", "update_capture_dependencies")(self, nodes, mode)
 
     def capture(self, mode="global"):
         """``with stream.capture() as cap: ...`` then ``cap.graph``."""
-        from streams import _graph
-        return _graph.CaptureContext(self, mode)
+        return _later("_graph", "CaptureContext")(self, mode)
 
     # ---- the current stream ----------------------------------------------------
     def use(self):
@@ -1497,7 +1490,7 @@ cdef _install_special_streams():
     d["null"] = _make_special(STREAM_NULL)
     d["legacy"] = _make_special(STREAM_LEGACY)
     d["per_thread"] = _make_special(STREAM_PER_THREAD)
-    PyType_Modified(<PyTypeObject*>Stream)
+    PyType_Modified(Stream)
 
 _install_special_streams()
 
@@ -1583,7 +1576,7 @@ cdef class Event(Waitable):
             # Another library's stream: its handle, no wrapper (the caller
             # keeps the object alive for this call).
             foreign_stream(stream, "stream", &h, False)
-            _enqueue_raw(0, self, <void*>h, flags)
+            _enqueue_raw(RAW_RECORD, self, <void*>h, flags)
             self._recorded = True
             return self
         s = as_stream(stream, "stream")
@@ -1619,7 +1612,7 @@ cdef class Event(Waitable):
         cdef uintptr_t h
         if stream is not None and not isinstance(stream, Stream):
             foreign_stream(stream, "stream", &h, False)
-            _enqueue_raw(1, self, <void*>h, 0)
+            _enqueue_raw(RAW_WAIT, self, <void*>h, 0)
             return self
         _wait_event(as_stream(stream, "stream"), self)
         return self
@@ -2004,17 +1997,12 @@ cdef dict _later_names = {}
 cdef object _later(str module, str name):
     # What a later module (which imports this one) implements for a method
     # here: imported once, at the first call.
-    fn = _later_names.get(name)
+    key = (module, name)
+    fn = _later_names.get(key)
     if fn is None:
         fn = getattr(__import__(f"streams.{module}", fromlist=[name]), name)
-        _later_names[name] = fn
+        _later_names[key] = fn
     return fn
-
-
-cdef bint _as_wait_flag(object wait_producers) except -1:
-    if not isinstance(wait_producers, (bool, int)):
-        raise TypeError(f"wait_producers must be a bool, not {type(wait_producers).__name__}")
-    return bool(wait_producers)
 
 
 cdef class LaunchTarget:
@@ -2039,8 +2027,7 @@ class AccessPolicyWindow:
     def __init__(self, base_ptr, num_bytes, hit_ratio=1.0, hit_prop=AccessProperty.PERSISTING,
                  miss_prop=AccessProperty.STREAMING):
         if not isinstance(base_ptr, int) or isinstance(base_ptr, bool):
-            from streams._memory import _address_of   # memory builds on streams
-            base_ptr = _address_of(base_ptr, "base_ptr")
+            base_ptr = _later("_memory", "_address_of")(base_ptr, "base_ptr")
         self.base_ptr = int(as_pointer_int(base_ptr, "base_ptr"))
         self.num_bytes = int(as_nbytes(num_bytes, "num_bytes"))
         if isinstance(hit_ratio, bool) or not isinstance(hit_ratio, (int, float)):

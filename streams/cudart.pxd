@@ -6,7 +6,7 @@
 # process); the other modules use the types and constants, and call CUDA
 # through streams/_cudart.pxd.  Only what the package calls is declared,
 # sectioned as in the CUDA runtime reference, with signatures that CUDA 12
-# and 13 share (include/streams/compat.h spells the ones that differ).
+# and 13 share (src/cuda_versions.h spells the ones that differ).
 # Handles are opaque pointers: Cython never needs their layout.
 
 from libc.stddef cimport size_t

@@ -246,3 +246,100 @@ CLOSE_RACE_HARNESS = textwrap.dedent("""
         for t in workers: t.join()
         return counts[0], counts[1]
 """)
+
+
+# The capture-race harness, for the child Python of a test that enqueues
+# host functions on stream ``s`` while this thread begins and ends captures
+# on it (the race can crash the process).  The child sets MODE and STYLE
+# ("context", "begin_end", or "other_stream_global": a global capture on
+# another stream, then a relaxed one on s) first, then, after the harness,
+# calls race(), replay_kept() and close_kept().
+CAPTURE_RACE_HARNESS = textwrap.dedent("""
+    import gc, sys, threading, time
+    import streams
+    from streams.testing import launch_empty
+
+    s, replay = streams.Stream(), streams.Stream()
+    launch_empty(s)          # the kernel is loaded before any capture
+    s.synchronize()
+    issued, problems, kept = [], [], []
+    stop = threading.Event()
+    RACE_S = 2.5
+
+    def CAPTURE(seconds):
+        # Captures through streams (fenced), in MODE, by STYLE; every other
+        # graph is closed at once (an enqueue attaching to it must not find
+        # it gone); up to 150 are kept for the replays.
+        other = streams.Stream()
+        # Nothing else is enqueued on s inside the capture: CUDA's driver
+        # itself crashes when a call on a stream races a capture beginning or
+        # ending on it in another thread (benchmarks/capture_race.c), and
+        # streams orders only its host-function and asyncio enqueues against
+        # captures it begins (the capture fence; docs/host-callbacks.rst).
+        end = time.monotonic() + seconds
+        n = ok = 0
+        while time.monotonic() < end and not stop.is_set():
+            n += 1
+            try:
+                if STYLE == "context":
+                    with s.capture(mode=MODE) as cap:
+                        pass
+                    g = cap.graph
+                elif STYLE == "begin_end":
+                    s.begin_capture(MODE)
+                    g = s.end_capture()
+                else:   # a global capture on another stream, then one on s
+                    other.begin_capture("global")
+                    try:
+                        launch_empty(other)
+                    finally:
+                        other.end_capture().close()
+                    with s.capture(mode="relaxed") as cap:
+                        pass
+                    g = cap.graph
+            except streams.CudaError as exc:
+                problems.append(("capture", repr(exc)))
+                continue
+            ok += 1
+            if n % 2 == 0 and len(kept) < 150:
+                kept.append(g)
+            else:
+                g.close()
+        other.close()
+        return ok
+
+    def race(enqueuer, threads, extra=(), join_s=30):
+        \"\"\"``enqueuer(k)`` in ``threads`` threads, and each function of
+        ``extra`` in one more, while this thread captures for RACE_S seconds;
+        then ``stop`` is set and ``s`` synchronized.  Returns the number of
+        captures made.\"\"\"
+        workers = [threading.Thread(target=enqueuer, args=(k,)) for k in range(threads)]
+        workers += [threading.Thread(target=fn) for fn in extra]
+        for t in workers:
+            t.start()
+        captures = CAPTURE(RACE_S)
+        stop.set()
+        for t in workers:
+            t.join(join_s)
+            assert not t.is_alive(), "a thread hangs"
+        s.synchronize()
+        return captures
+
+    def replay_kept(times=3):
+        \"\"\"Instantiate the kept graphs and launch each ``times`` times on
+        ``replay``; returns the executables.\"\"\"
+        execs = [g.instantiate() for g in kept]
+        for _ in range(times):
+            for ex in execs:
+                ex.launch(replay)
+        replay.synchronize()
+        return execs
+
+    def close_kept(execs):
+        \"\"\"Close the executables and the kept graphs, and drop both.\"\"\"
+        for ex in execs:
+            ex.close()
+        for g in kept:
+            g.close()
+        del execs[:], kept[:]
+""")

@@ -10,7 +10,7 @@ them, not in the package: nothing installed reads it.
 """
 import re
 
-_MERGED = "CUDA 13 merged {} into the base name; include/streams/compat.h picks it on CUDA 12"
+_MERGED = "CUDA 13 merged {} into the base name; src/cuda_versions.h picks it on CUDA 12"
 
 #: (runtime function, streams API, note)
 _TABLE = [
@@ -54,7 +54,7 @@ _TABLE = [
 RUNTIME_STREAM_FUNCTIONS = [(name, re.sub(r"_v\d+$", "", name), api, note)
                             for name, api, note in _TABLE]
 
-_NODE_PARAMS = "CUDA 13 added edge data to it (CUDA 12.3's _v2); include/streams/compat.h passes none"
+_NODE_PARAMS = "CUDA 13 added edge data to it (CUDA 12.3's _v2); src/cuda_versions.h passes none"
 
 #: (runtime function, streams API, note): graph nodes and updates.
 _GRAPH_TABLE = [

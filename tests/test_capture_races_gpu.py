@@ -1,14 +1,14 @@
 """Host callbacks and asyncio waits enqueued while other threads begin and
-end captures (issue 25, item 6), and an invalidated capture into a
-conditional node's body (item 7).  Every scenario that crashed the process
-runs in a child, with a hard timeout, so that the suite reports it.
+end captures, and an invalidated capture into a conditional node's body.
+Every scenario that crashed the process runs in a child, with a hard
+timeout, so that the suite reports it.
 
-Item 6: whether a stream is being captured decides who owns a callback's
+Host callbacks racing captures: whether a stream is being captured decides who owns a callback's
 payload (a one-shot work item, or the capture's graph).  A capture begun
 between the check and cudaLaunchHostFunc put a one-shot payload into a
 graph: its second replay used it after free.  A capture ended there left the
 enqueue attaching the payload to a graph that may be gone.  The capture
-fence (include/streams/shim.h) keeps captures streams begins or ends out of
+fence (src/cudart/fence.h) keeps captures streams begins or ends out of
 that window; one-shot tickets keep a capture streams cannot see (here one
 begun through the driver API) from calling a freed payload.
 """
@@ -16,35 +16,25 @@ import textwrap
 
 import pytest
 
-from _support import run_python
+from _support import CAPTURE_RACE_HARNESS, run_python
 
 pytestmark = pytest.mark.gpu
 
 
-# The child's common part: N threads enqueue callbacks, each with its own
-# id, on stream ``s`` while CAPTURE (a function the test supplies) begins and
-# ends captures on it; one thread awaits ``s`` (and an event on it) in an
-# asyncio loop.  Afterwards every id must have run exactly once (enqueued
-# outside a capture) or never yet (captured); each kept graph is replayed 3
-# times, after which a captured id has run 3 times (REPLAYED_OK) or, for a
-# graph closed at once, never.
+# After the harness (tests/_support.py): 4 threads enqueue callbacks, each
+# with its own id, on stream ``s`` while CAPTURE begins and ends captures on
+# it; one thread awaits ``s`` (and an event on it) in an asyncio loop.
+# Afterwards every id must have run exactly once (enqueued outside a
+# capture) or never yet (captured); each kept graph is replayed 3 times,
+# after which a captured id has run 3 times (REPLAYED_OK) or, for a graph
+# closed at once, never.
 _RACE = """
-import asyncio, gc, sys, threading, time
-import streams
-from streams.testing import launch_empty
-
-s, replay = streams.Stream(), streams.Stream()
-launch_empty(s)          # the kernel is loaded before any capture
-s.synchronize()
+import asyncio
 base = streams.debug_counters()
 
 counts = {}
 def cb(ident):
     counts[ident] = counts.get(ident, 0) + 1
-
-issued, problems, kept = [], [], []
-stop = threading.Event()
-RACE_S = 2.5
 
 def enqueuer(k):
     i = 0
@@ -84,38 +74,21 @@ def awaiter():
     finally:
         ev.close()
 
-threads = [threading.Thread(target=enqueuer, args=(k,)) for k in range(4)]
-if AWAITS:
-    threads.append(threading.Thread(target=awaiter))
-for t in threads:
-    t.start()
-captures = CAPTURE(RACE_S)
-stop.set()
-for t in threads:
-    t.join(30)
-    assert not t.is_alive(), "a thread hangs"
-s.synchronize()
+captures = race(enqueuer, 4, extra=[awaiter], join_s=30)
 assert not [p for p in problems if p[0] in ("AWAIT FAILED", "await")], problems
 print("PROBLEMS", sorted({(p[0], p[1][:80]) for p in problems})[:10])
 
 before = dict(counts)
 assert all(before.get(i, 0) in (0, 1) for i in issued), "a one-shot ran twice"
 assert set(counts) <= set(issued), "a callback ran that was never enqueued"
-execs = [g.instantiate() for g in kept]
-for _ in range(3):
-    for ex in execs:
-        ex.launch(replay)
-replay.synchronize()
+execs = replay_kept(3)
 captured = [i for i in issued if before.get(i, 0) == 0]
 once = [i for i in issued if before.get(i, 0) == 1]
 assert all(counts.get(i, 0) == 1 for i in once), "an uncaptured callback ran again"
 after = [counts.get(i, 0) for i in captured]
 assert all(n in REPLAYED_OK for n in after), sorted(set(after))
-for ex in execs:
-    ex.close()
-for g in kept:
-    g.close()
-del execs, kept
+close_kept(execs)
+del execs
 gc.collect()
 deadline = time.monotonic() + 5
 while True:
@@ -134,55 +107,9 @@ print("RESULT", len(issued), len(once), len(captured), sum(n == 3 for n in after
       c.get("stale_one_shot_calls", 0) - base.get("stale_one_shot_calls", 0), len(problems))
 """
 
-_STREAMS_CAPTURES = """
-AWAITS = True
-def CAPTURE(seconds):
-    # Captures through streams (fenced), in MODE, by STYLE; every other
-    # graph is closed at once (an enqueue attaching to it must not find it
-    # gone); up to 150 are kept for the replays.
-    other = streams.Stream()
-    # Nothing else is enqueued on s inside the capture: CUDA's driver itself
-    # crashes when a call on a stream races a capture beginning or ending on
-    # it in another thread (benchmarks/capture_race.c), and streams orders
-    # only its host-function and asyncio enqueues against captures it
-    # begins (the capture fence; docs/host-callbacks.rst).
-    end = time.monotonic() + seconds
-    n = ok = 0
-    while time.monotonic() < end and not stop.is_set():
-        n += 1
-        try:
-            if STYLE == "context":
-                with s.capture(mode=MODE) as cap:
-                    pass
-                g = cap.graph
-            elif STYLE == "begin_end":
-                s.begin_capture(MODE)
-                g = s.end_capture()
-            else:   # a global capture on another stream, then one on s
-                other.begin_capture("global")
-                try:
-                    launch_empty(other)
-                finally:
-                    other.end_capture().close()
-                with s.capture(mode="relaxed") as cap:
-                    pass
-                g = cap.graph
-        except streams.CudaError as exc:
-            problems.append(("capture", repr(exc)))
-            continue
-        ok += 1
-        if n % 2 == 0 and len(kept) < 150:
-            kept.append(g)
-        else:
-            g.close()
-    other.close()
-    return ok
-"""
-
 
 def _run_race(prelude, replayed_ok):
-    code = prelude + textwrap.dedent(_STREAMS_CAPTURES) + _RACE.replace(
-        "REPLAYED_OK", repr(replayed_ok))
+    code = prelude + CAPTURE_RACE_HARNESS + _RACE.replace("REPLAYED_OK", repr(replayed_ok))
     return run_python(code, timeout=120)
 
 

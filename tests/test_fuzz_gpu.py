@@ -1,4 +1,4 @@
-"""A stateful fuzzer of the object graph on the GPU (issue 25).
+"""A stateful fuzzer of the object graph on the GPU.
 
 Hypothesis' ``RuleBasedStateMachine`` makes, uses, closes and drops streams
 (own, default, foreign wrappers), events, buffers (default pool, a
@@ -819,7 +819,7 @@ class GpuObjectGraph(RuleBasedStateMachine):
     @rule(b=st.integers(0, 64), dead=st.sampled_from(["closed own", "closed new"]))
     def close_buffer_on_closed_stream(self, b, dead):
         """``close(stream=a closed stream)``: refused, or freed after the
-        buffer's own work; never at once (issue 25's memory finding).  Slow
+        buffer's own work; never at once (a buffer freed under its own work).  Slow
         work then a fill on its own stream, a fresh buffer on another stream
         right after: the fill must not land in the fresh buffer."""
         buf = self.pick([x for x in self.bufs if x.kind in ("device", "pool")], b)
@@ -1305,7 +1305,7 @@ class GpuObjectGraph(RuleBasedStateMachine):
     def thread_captures_while_main_enqueues(self, i, mode, main_ops):
         """A second thread captures host functions on its own stream while
         this thread enqueues on another: each lands where it was enqueued
-        (issue 25: host functions racing captures)."""
+        (host functions racing captures)."""
         other = self.pick(self.own_streams(), i)
         private = Stream(non_blocking=True)
         key_graph = self.new_key()
@@ -1435,8 +1435,8 @@ class GpuObjectGraph(RuleBasedStateMachine):
     def cycle_through_foreign_stream(self, i, with_exec):
         """A buffer (and an executable holding it) in a reference cycle
         through a foreign wrapper's owner, collected by the cyclic GC: no
-        field may be cleared under a release that still needs it (issue 25:
-        cyclic-GC use-after-free in GraphExec/DeviceBuffer)."""
+        field may be cleared under a release that still needs it (a cyclic-GC
+        use-after-free in GraphExec/DeviceBuffer)."""
         sm = self.pick(self.own_streams(), i)
         # Settled first: releases parked by earlier steps happen now, not
         # inside the count below.
@@ -1512,7 +1512,7 @@ class GpuObjectGraph(RuleBasedStateMachine):
           i=st.integers(0, 64))
     def edge_launch_args(self, api, which, value, i):
         """Values beyond the C type (unsigned int) are refused naming the
-        argument, never truncated (issue 25: shared_mem=2**32+16); values the
+        argument, never truncated (shared_mem=2**32+16 was); values the
         C type holds but the device cannot run fail with ValueError or CUDA's
         error."""
         sm = self.pick(self.usable_streams(), i)
@@ -1618,8 +1618,8 @@ class GpuObjectGraph(RuleBasedStateMachine):
           where=st.sampled_from(["dlpack", "cai", "from_handle"]))
     def raw_stream_ints(self, b, c, i, value, where):
         """A raw stream int that cannot be a handle (0x10, 3, unaligned,
-        negative, too large) is refused before CUDA sees it (issue 25:
-        ``__dlpack__(stream=)`` and ``__cuda_array_interface__['stream']``)."""
+        negative, too large) is refused before CUDA sees it (``__dlpack__(stream=)`` and
+        ``__cuda_array_interface__['stream']``)."""
         dev = [x for x in self.bufs if x.kind in ("device", "pool")]
         buf, src = self.pick(dev, b), self.pick(dev, c)
         sm = self.pick(self.usable_streams(), i)

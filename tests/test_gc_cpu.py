@@ -14,14 +14,14 @@ import weakref
 import pytest
 
 import streams
-from streams import _graph, _hostcall, _launch, _memory, _stream
+from streams import _handle, _hostcall, _launch, _memory, _stream
 
 Py_tp_clear, Py_tp_traverse = 51, 71     # Include/typeslots.h
 
 # Their __dealloc__ (or the free or parking it does) needs their object fields.
 NO_GC_CLEAR = [_stream.Waitable, streams.Stream, streams.Event, streams.DeviceBuffer,
-               streams.GraphExec, _memory._MemoryHold, _memory._PendingFree,
-               streams.Module, _launch._ModuleUse, _launch._BufferUses, _graph._EventHold]
+               streams.GraphExec, _handle.HandleUse, _memory._PendingFree,
+               streams.Module, _launch._BufferUses]
 # Object fields that nothing reads in teardown: the GC may clear them, and
 # ErrorSlot (an exception and its traceback) and HostCall (a callable and
 # its argument) are where user code closes cycles.

@@ -123,7 +123,7 @@ busy.close()
 
 
 def test_executable_in_a_cycle_keeps_its_buffers_for_replays_in_flight():
-    # Issue 25, item 1.  Old code: the GC cleared the executable's tuple of
+    # Old code: the GC cleared the executable's tuple of
     # holds before its __dealloc__ could park it, so the buffer was freed on
     # its idle stream while the replay still waited behind the spin on
     # another; the next allocation got the block and the replay overwrote it.
@@ -180,7 +180,7 @@ real.close()
 
 
 def test_buffer_in_a_cycle_is_freed_on_its_stream():
-    # Issue 25, item 2.  Old code: the GC cleared the buffer's stream first;
+    # Old code: the GC cleared the buffer's stream first;
     # the free then raised AttributeError (reported as unraisable) and the
     # 256 MiB stayed allocated, and the zero-byte buffer decremented the
     # word beside None where a stream keeps its count of buffers
@@ -207,16 +207,16 @@ ws = Stream.from_handle(real_s.handle, owner=owner_s, device=real_s.device_id)
 we = Event.from_handle(real_e.handle, owner=owner_e, device=real_e.device_id)
 gc.collect(0)       # the owners and wrappers: generation 1, met after everything below
 buf = DeviceBuffer(N * 4, stream=real_s)    # a kernel node's argument (_BufferUses)
-held = DeviceBuffer(N * 4, stream=ws)       # a memset node's target (_MemoryHold)
+held = DeviceBuffer(N * 4, stream=ws)       # a memset node's target (a HandleUse)
 g = Graph()
-k = g.add_kernel_node(fill, GRID, BLOCK, buf, 5, N)                # _ModuleUse
+k = g.add_kernel_node(fill, GRID, BLOCK, buf, 5, N)                # a HandleUse of fill's module
 m = g.add_memset_node(held, 1, N * 4, dependencies=[k])
-g.add_event_record_node(we, dependencies=[m])                      # _EventHold
+g.add_event_record_node(we, dependencies=[m])                      # a HandleUse of we
 ex = g.instantiate()
 g.close()
 del g, k, m
-# The cycles: ws -> owner_s -> {held, ex}; held -> ws; ex -> _EventHold -> we
-# -> owner_e -> ex; ex -> _MemoryHold -> held.
+# The cycles: ws -> owner_s -> {held, ex}; held -> ws; ex -> HandleUse -> we
+# -> owner_e -> ex; ex -> HandleUse -> held.
 owner_s += [held, ex]
 owner_e.append(ex)
 spin(ws, 500 * MS)
@@ -246,7 +246,7 @@ real_e.close()
 def test_every_hold_in_a_cycle_lets_go_after_the_replays():
     # Every no_gc_clear type in one collected cycle: Stream and Event (foreign
     # wrappers whose owners close the cycle), DeviceBuffer, GraphExec and the
-    # holds of its nodes (_ModuleUse, _BufferUses, _MemoryHold, _EventHold).
+    # holds of its nodes (HandleUse, _BufferUses).
     # Old code: the holds were cleared first, so their uses were never given
     # back: the closed module stayed loaded and the memset target was never
     # freed (leaked: live_modules, live_buffers; used_after > 0), and the

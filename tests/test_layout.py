@@ -56,6 +56,91 @@ def test_only_the_call_layer_declares_calls_into_cuda():
             assert not calls, f"{name} calls CUDA directly: {sorted(set(calls))}"
 
 
+_EXTERN = re.compile(r'^\s*cdef extern from "([^"]+)"', re.M)
+_CIMPORT = re.compile(r"^\s*(?:from streams\.(\w+) cimport|cimport streams\.(\w+))", re.M)
+_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+INCLUDE = os.path.join(ROOT, "include")
+PRIVATE = os.path.join(ROOT, "src")
+needs_sources = pytest.mark.skipif(not os.path.isdir(PRIVATE), reason="needs the source tree")
+
+
+def _cimporter_headers():
+    """The headers a project that cimports streams compiles: those named by
+    the .pxd files streams/__init__.pxd reaches, and what they include."""
+    seen, todo, headers = set(), ["__init__"], set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        text = open(os.path.join(SOURCES, name + ".pxd")).read()
+        headers.update(_EXTERN.findall(text))
+        todo += [next(g for g in m.groups() if g) for m in _CIMPORT.finditer(text)]
+    todo = sorted(headers)
+    while todo:
+        path = os.path.join(INCLUDE, todo.pop())
+        for inc in _INCLUDE.findall(open(path).read()):
+            if inc not in headers:
+                headers.add(inc)
+                todo.append(inc)
+    return headers
+
+
+@needs_sources
+def test_the_shipped_headers_are_exactly_what_cimporters_compile():
+    """include/streams/ (what get_include() ships) holds the closure of
+    streams/__init__.pxd, nothing more: the private headers (static state,
+    Python.h, CUDA) are in src/."""
+    shipped = {"streams/" + n for n in os.listdir(os.path.join(INCLUDE, "streams"))}
+    assert shipped == _cimporter_headers()
+    assert not [n for n in os.listdir(INCLUDE) if n != "streams"]
+
+
+def _sources_naming(pattern):
+    """The source files (package, private C, benchmarks) whose text matches."""
+    found = []
+    for top in ("streams", "src", "include", "benchmarks", "tests"):
+        for folder, dirs, files in os.walk(os.path.join(ROOT, top)):
+            dirs[:] = [d for d in dirs if d not in ("build", "__pycache__", "_cimport_build")]
+            for name in files:
+                if name.endswith((".pyx", ".pxd", ".pxi", ".h", ".c")) and not (
+                        folder == SOURCES and name.endswith(".c")):   # Cython's output
+                    path = os.path.join(folder, name)
+                    if re.search(pattern, open(path, errors="replace").read()):
+                        found.append(os.path.relpath(path, ROOT))
+    return sorted(found)
+
+
+@needs_sources
+def test_only_the_call_layer_includes_the_shim():
+    """src/cudart/ keeps its state `static`: one translation unit
+    (streams/_cudart.pyx) includes it, or a second copy of the guard and
+    the queues would silently exist.  The floor, which calls the same
+    static cudart, is included through _cudart.pyx too."""
+    assert _sources_naming(r'"cudart/\w+\.h"') == ["src/cudart/shim.h", "streams/_cudart.pyx"]
+    assert _sources_naming(r'include "_floor\.pxi"') == ["streams/_cudart.pyx"]
+    assert _sources_naming(r'extern from "floor\.h"') == ["streams/_floor.pxi"]
+
+
+@needs_sources
+def test_the_sdist_carries_the_private_sources():
+    """The wheel is built from the sdist: every private header and the
+    floor's .pxi must be in it (setuptools' manifest, as the sdist makes it),
+    though the wheel ships none of them (tools/check_wheel.py)."""
+    import sys
+    import tempfile
+    with tempfile.TemporaryDirectory() as scratch:
+        subprocess.run([sys.executable, "setup.py", "-q", "egg_info", "-e", scratch],
+                       cwd=ROOT, check=True, capture_output=True)
+        [info] = [n for n in os.listdir(scratch) if n.endswith(".egg-info")]
+        listed = set(open(os.path.join(scratch, info, "SOURCES.txt")).read().split())
+    wanted = {os.path.relpath(os.path.join(folder, n), ROOT)
+              for top in (PRIVATE, INCLUDE) for folder, _, files in os.walk(top)
+              for n in files if n.endswith(".h")}
+    wanted.add("streams/_floor.pxi")
+    assert wanted - listed == set()
+
+
 @pytest.mark.skipif(shutil.which("readelf") is None, reason="needs readelf (binutils)")
 def test_one_static_cudart_in_the_package():
     """Only streams._cudart contains the runtime; the other extensions

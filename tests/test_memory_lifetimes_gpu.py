@@ -185,9 +185,10 @@ def test_close_on_a_stream_another_thread_closes_in_a_child():
 
 # ---- item 10: a pool closed while its buffers are out ----------------------------------------------
 
-# The reproduction of issue 25, item 10, and its variants.  Each variant runs
-# `scenario()` in a fresh child, on the main thread or another one, and
-# checks that the pool and both buffers are gone afterwards.
+# The reproduction of a pool destroyed with one of its buffers out, and its
+# variants.  Each variant runs `scenario()` in a fresh child, on the main
+# thread or another one, and checks that the pool and both buffers are gone
+# afterwards.
 POOL_TEARDOWN = textwrap.dedent("""
     import gc
     import sys
@@ -267,7 +268,7 @@ POOL_TEARDOWN = textwrap.dedent("""
 @pytest.mark.parametrize("where", ["main", "thread"])
 @pytest.mark.parametrize("variant", ["exact", "dropped", "other-stream", "pool-after"])
 def test_a_pool_closed_with_a_buffer_out_in_a_child(variant, where):
-    # "exact": issue 25's reproduction (SIGSEGV, returncode -11, before the
+    # "exact": the reproduction (SIGSEGV, returncode -11, before the
     # fix); "dropped": the pool's last reference goes instead of close();
     # "other-stream": the buffer freed on another stream, closed at once;
     # "pool-after": the order that did not crash, as a control.

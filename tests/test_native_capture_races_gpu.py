@@ -16,30 +16,25 @@ record: such a call runs at the first replay only.
 Every enqueue gets its own 64-bit counter (streams.testing.native_increment
 adds 1 to it), so the child can tell, per enqueue, how often it ran.
 """
-import textwrap
 
 import pytest
 
-from _support import run_python
+from _support import CAPTURE_RACE_HARNESS, run_python
 
 pytestmark = pytest.mark.gpu
 
 
-# N threads enqueue native_increment, each call on its own counter and with
-# its own owner, on stream `s` while CAPTURE(seconds) (supplied by the test)
-# begins and ends captures on it.  Then: every enqueue ran once (outside a
-# capture) or not yet (captured); the kept graphs are replayed 3 times, after
-# which a captured call ran a count in REPLAYED_OK; the owner of a call in a
-# replayed graph is alive until the graph and its executables are closed,
-# and every owner is let go in the end.
+# After the harness (tests/_support.py): THREADS threads enqueue
+# native_increment, each call on its own counter and with its own owner, on
+# stream `s` while CAPTURE begins and ends captures on it.  Then: every
+# enqueue ran once (outside a capture) or not yet (captured); the kept graphs
+# are replayed 3 times, after which a captured call ran a count in
+# REPLAYED_OK; the owner of a call in a replayed graph is alive until the
+# graph and its executables are closed, and every owner is let go in the end.
 _RACE = """
-import ctypes, gc, sys, threading, time, weakref
-import streams
-from streams.testing import launch_empty, native_increment
+import ctypes, weakref
+from streams.testing import native_increment
 
-s, replay = streams.Stream(), streams.Stream()
-launch_empty(s)          # the kernel is loaded before any capture
-s.synchronize()
 try:
     s.launch_host_func(native_increment, None, owner=object(), sync_mode=SYNC_MODE)
     s.synchronize()
@@ -58,9 +53,7 @@ runs = (ctypes.c_uint64 * N).from_address(buf.ptr)
 class Owner:
     __slots__ = ("__weakref__",)
 
-issued, problems, kept, owners = [], [], [], {}
-stop = threading.Event()
-RACE_S = 2.5
+owners = {}
 
 def enqueuer(k):
     for i in range(k * PER_THREAD, (k + 1) * PER_THREAD):
@@ -78,15 +71,7 @@ def enqueuer(k):
         owners[i] = ref
         issued.append(i)
 
-threads = [threading.Thread(target=enqueuer, args=(k,)) for k in range(THREADS)]
-for t in threads:
-    t.start()
-captures = CAPTURE(RACE_S)
-stop.set()
-for t in threads:
-    t.join(60)
-    assert not t.is_alive(), "a thread hangs"
-s.synchronize()
+captures = race(enqueuer, THREADS, join_s=60)
 
 before = runs[:]
 issued_set = set(issued)
@@ -94,11 +79,7 @@ assert len(issued_set) == len(issued)
 assert all(before[i] in (0, 1) for i in issued), "a one-shot ran twice"
 assert not any(before[i] for i in range(N) if i not in issued_set), \\
     "a function ran that was never enqueued"
-execs = [g.instantiate() for g in kept]
-for _ in range(3):
-    for ex in execs:
-        ex.launch(replay)
-replay.synchronize()
+execs = replay_kept(3)
 after = runs[:]
 once = [i for i in issued if before[i] == 1]
 captured = [i for i in issued if before[i] == 0]
@@ -110,11 +91,8 @@ streams._cudart._drain_deferred()
 gc.collect()
 assert all(owners[i]() is not None for i in captured if after[i] == 3), \\
     "an owner let go while its graph can still call the function"
-for ex in execs:
-    ex.close()
-for g in kept:
-    g.close()
-del execs, kept
+close_kept(execs)
+del execs
 replay.synchronize()
 deadline = time.monotonic() + 10
 while True:
@@ -135,38 +113,6 @@ print("RESULT", len(issued), len(once), len(captured), sum(n == 3 for n in count
       sum(n == 1 for n in counts), captures,
       c["stale_one_shot_calls"] - base["stale_one_shot_calls"],
       c["native_calls_enqueued"] - base["native_calls_enqueued"], len(problems))
-"""
-
-_STREAMS_CAPTURES = """
-def CAPTURE(seconds):
-    # Captures through streams (fenced), in MODE; every other graph is
-    # closed at once (its owners must then be let go), up to 150 kept.
-    # Nothing else is enqueued on s inside the capture: CUDA's driver itself
-    # crashes when a call on a stream races a capture beginning or ending on
-    # it in another thread (benchmarks/capture_race.c), and streams orders
-    # only its host-function and asyncio enqueues against captures it
-    # begins (the capture fence; docs/host-callbacks.rst).
-    end = time.monotonic() + seconds
-    n = ok = 0
-    while time.monotonic() < end and not stop.is_set():
-        n += 1
-        try:
-            if STYLE == "context":
-                with s.capture(mode=MODE) as cap:
-                    pass
-                g = cap.graph
-            else:
-                s.begin_capture(MODE)
-                g = s.end_capture()
-        except streams.CudaError as exc:
-            problems.append(("capture", repr(exc)))
-            continue
-        ok += 1
-        if n % 2 == 0 and len(kept) < 150:
-            kept.append(g)
-        else:
-            g.close()
-    return ok
 """
 
 
@@ -195,8 +141,7 @@ def test_native_calls_with_owners_racing_captures_on_other_threads(mode, style, 
     the second called it freed (a crash, or another record's function and
     data: a count of 1 or 2 after the replays, or a one-shot run twice)."""
     prelude = f"MODE, STYLE, SYNC_MODE = {mode!r}, {style!r}, {sync_mode!r}\n"
-    code = prelude + textwrap.dedent(_STREAMS_CAPTURES) + _RACE.replace(
-        "REPLAYED_OK", "(0, 3)")
+    code = prelude + CAPTURE_RACE_HARNESS + _RACE.replace("REPLAYED_OK", "(0, 3)")
     r = _result(run_python(code, timeout=120))
     assert r["captures"] > 0 and r["issued"] > 0, r
     assert r["once"] > 0, r

@@ -90,11 +90,10 @@ def test_no_generated_pickling_sets_private_fields():
     module "in use" without a use (its count then underflows when the
     holder goes), a config's event flags without the events.  Gone; Device
     pickles by its index."""
-    from streams._launch import _ModuleUse
-    from streams._memory import _MemoryHold
+    from streams._handle import HandleUse
     from streams._foreign import _Forget
     from streams._stream import ErrorSlot
-    for cls in (_ModuleUse, _MemoryHold, _Forget, ErrorSlot, LaunchConfig,
+    for cls in (HandleUse, _Forget, ErrorSlot, LaunchConfig,
                 streams.GraphAllocation, streams.Device):
         assert not hasattr(cls, "__setstate_cython__"), cls
         if cls is not streams.Device:

@@ -1,4 +1,4 @@
-"""One-shot tickets (include/streams/shim.h), without a GPU: the first call
+"""One-shot tickets (src/cudart/fence.h), without a GPU: the first call
 of a ticket claims its payload, every later call (a replay of a graph that
 captured the one-shot behind the enqueue's back) finds it stale, and a slot
 given back and issued again does not answer the old ticket."""

@@ -21,6 +21,10 @@ REQUIRED = (
      "streams/include/streams/clock.h", "streams/compat/__init__.py"]
     + [f"streams/{m}.pxd" for m in MODULES] + [f"streams/{m}.pyi" for m in MODULES])
 FORBIDDEN_SUFFIXES = (".c", ".o", ".pyx", ".pxi", ".html")
+# The headers shipped: exactly the closure of streams/__init__.pxd (the
+# private ones, src/, are built with the package, never shipped).
+SHIPPED_HEADERS = {"streams/include/streams/streams.h", "streams/include/streams/handle.h",
+                   "streams/include/streams/pool.h", "streams/include/streams/clock.h"}
 # The benchmark harness runs from a source checkout (python -m benchmarks.run):
 # neither it nor the module it used to be is part of the package.
 HARNESS = re.compile(r"(streams/bench\.py|benchmarks/.*)$")
@@ -52,6 +56,7 @@ def main(path):
     built = {n.split("/")[1].split(".")[0]: n for n in names
              if n.startswith("streams/_") and n.count("/") == 1 and n.endswith(".so")}
     harness = [n for n in names if HARNESS.match(n)]
+    headers = {n for n in names if n.endswith(".h")}
     problems = []
     if missing:
         problems.append(f"missing: {missing}")
@@ -59,6 +64,9 @@ def main(path):
         problems.append(f"the benchmark harness is not part of the package: {harness}")
     if stray:
         problems.append(f"stray build files: {stray}")
+    if headers != SHIPPED_HEADERS:
+        problems.append(f"the headers shipped must be {sorted(SHIPPED_HEADERS)}, are "
+                        f"{sorted(headers)}")
     if sorted(built) != sorted(MODULES):
         problems.append(f"expected the compiled modules {MODULES}, got {sorted(built)}")
     for name, member in sorted(built.items()):

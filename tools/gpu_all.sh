@@ -14,14 +14,9 @@
 # over two device calls (the machine stays warm in between).
 # Logs under $OUT: matrix.txt, sanitizers.txt, fuzz.txt, and the full
 # pytest and sanitizer logs in $OUT/logs.tar.gz.
-set -uo pipefail
-cd "$(dirname "$0")/.."
-OUT="${OUT:-/tmp/streams-out}"
-mkdir -p "$OUT"
+source "$(dirname "$0")/gpu_env.sh"
 LOGS=/tmp/streams-all
 rm -rf "$LOGS" && mkdir -p "$LOGS"
-export CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}" PYTHONUNBUFFERED=1
-PY="${PYTHON:-python3}"
 CU12="${1:-.cu12}"
 
 STEPS="${STEPS:-matrix sanitizers}"

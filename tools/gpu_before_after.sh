@@ -12,13 +12,7 @@
 # through PYTHONPATH (the tests, conftest and helpers are this checkout's).
 # Logs: $OUT/build-{before,after}.log, $OUT/before.log, $OUT/after.log.
 # WORKERS (default 8) pytest-xdist workers each.
-set -uo pipefail
-cd "$(dirname "$0")/.."
-ROOT="$PWD"
-OUT="${OUT:-/tmp/streams-out}"
-mkdir -p "$OUT"
-export CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}" PYTHONUNBUFFERED=1
-PY="${PYTHON:-python3}"
+source "$(dirname "$0")/gpu_env.sh"
 BEFORE_SRC="$(cd "$1" && pwd)"; shift
 BEFORE=/tmp/streams-before
 rm -rf "$BEFORE" && cp -a "$BEFORE_SRC" "$BEFORE"
@@ -29,8 +23,7 @@ wait
 for v in before after; do
     if [ "$(cat /tmp/rc-build-$v)" != 0 ]; then tail -20 "$OUT/build-$v.log"; echo "BUILD FAILED: $v"; exit 1; fi
 done
-SPREAD=(-n "${WORKERS:-8}" --max-worker-restart 40)
-"$PY" -c "import xdist" 2>/dev/null || SPREAD=()
+xdist_spread "${WORKERS:-8}"
 run() {   # run NAME SRC_DIR
     (cd "$2" && PYTHONPATH="$2" timeout "${SUITE_TIMEOUT:-400}" "$PY" -m pytest -q -rfE \
         -p no:cacheprovider --rootdir "$ROOT" -c "$ROOT/pyproject.toml" --timeout=150 \

@@ -17,13 +17,7 @@
 # (--max-worker-restart); 1 runs each suite in one process.  Logs go to
 # $OUT: build-VARIANT.log and suite-VARIANT.log.  Exit status: 0 when every
 # suite passed.
-set -uo pipefail
-cd "$(dirname "$0")/.."
-ROOT="$PWD"
-OUT="${OUT:-/tmp/streams-out}"
-mkdir -p "$OUT"
-export CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}" PYTHONUNBUFFERED=1
-PY="${PYTHON:-python3}"
+source "$(dirname "$0")/gpu_env.sh"
 CU12="$(cd "${1:-.cu12}" && pwd)" || { echo "no CUDA 12 folder ${1:-.cu12}"; exit 2; }
 VARIANTS=(release debug cu12)
 declare -A DIR=([release]="$ROOT" [debug]=/tmp/streams-debug [cu12]=/tmp/streams-cu12)
@@ -53,11 +47,7 @@ for v in "${VARIANTS[@]}"; do
     (cd "${DIR[$v]}" && "$PY" -c "import streams; print('$v:', 'runtime', streams.runtime_version(), 'debug build', streams.debug_build())")
 done
 echo "== tests (the three suites at once)"
-SPREAD=()
-WORKERS="${MATRIX_WORKERS:-4}"
-if [ "$WORKERS" -gt 1 ] && "$PY" -c "import xdist" 2>/dev/null; then
-    SPREAD=(-n "$WORKERS" --max-worker-restart 40)
-fi
+xdist_spread "${MATRIX_WORKERS:-4}"
 for v in "${VARIANTS[@]}"; do
     (cd "${DIR[$v]}" && timeout "${SUITE_TIMEOUT:-300}" "$PY" -m pytest -q -rfEs \
         -p no:cacheprovider --timeout=120 -o faulthandler_timeout=100 "${SPREAD[@]}" \

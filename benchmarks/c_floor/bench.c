@@ -1,5 +1,5 @@
 /* The C program of the streams launch-overhead benchmark: the floor's
- * loops (include/streams/floor.h, which streams._cudart runs in the process
+ * loops (src/floor.h, which streams._cudart runs in the process
  * being measured) in a process of their own, with a CUDA context of their
  * own.  A second reference next to the in-process floor: what the same
  * calls cost where no Python, and no other library, shares the process.
@@ -24,7 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "streams/floor.h"
+#include "floor.h" /* src/floor.h */
 #include "streams_ptx.h" /* static const char streams_builtin_ptx[] */
 
 #define MAX_BATCHES 100000

@@ -1,5 +1,5 @@
 /* A stand-in for the CUDA runtime, linked into bench.c instead of
- * libcudart_static.a, so that the floor's loops (include/streams/floor.h)
+ * libcudart_static.a, so that the floor's loops (src/floor.h)
  * run without a GPU: every handle is counted, host functions run at the
  * stream's next synchronize, and at exit the counts of what is still alive
  * go to stderr ("fake-cudart live: ...").  FAKE_CUDART_FAIL=NAME makes the

@@ -1,6 +1,6 @@
 """The floor, checked without a GPU: ``streams._cudart.floor_batch`` knows
 every operation and refuses bad arguments before calling CUDA, and the C
-loops of include/streams/floor.h run, through bench.c, against a stand-in
+loops of src/floor.h run, through bench.c, against a stand-in
 cudart (fake_cudart.c) that counts every handle: each operation makes its
 calls and leaves nothing alive, failures included.
 """
@@ -15,7 +15,7 @@ from benchmarks import CHECKOUT as ROOT
 from benchmarks import builders, ops
 from benchmarks.under_test import builtin_ptx
 
-FLOOR_H = os.path.join(ROOT, "include", "streams", "floor.h")
+FLOOR_H = os.path.join(ROOT, "src", "floor.h")
 NOTHING_LIVE = "fake-cudart live: streams=0 events=0 graphs=0 execs=0 memory=0 unrun=0"
 
 
@@ -80,7 +80,8 @@ def _build_fake(d, ptx):
     (d / "streams_ptx.h").write_text("static const char streams_builtin_ptx[] =\n"
                                      + builders.c_string_literal(ptx) + ";\n")
     exe = str(d / "bench_fake")
-    cmd = (cc + builders.C_FLAGS + ["-I", str(d), "-I", os.path.join(ROOT, "include")]
+    cmd = (cc + builders.C_FLAGS + ["-I", str(d), "-I", os.path.join(ROOT, "include"),
+                                   "-I", os.path.join(ROOT, "src")]
            + [a for i in incs for a in ("-I", i)]
            + [os.path.join(ROOT, "benchmarks", "c_floor", "bench.c"),
               os.path.join(ROOT, "benchmarks", "tests", "fake_cudart.c"), "-lpthread", "-o", exe])

@@ -2,8 +2,8 @@
  * CUDA 13.  CUDA 12.3 added edge data as `_v3`/`_v2` variants; CUDA 13 folded
  * those into the base names and removed the old forms.  The package calls
  * only the streams_* names below, so the same source builds against both. */
-#ifndef STREAMS_COMPAT_H
-#define STREAMS_COMPAT_H
+#ifndef STREAMS_CUDA_VERSIONS_H
+#define STREAMS_CUDA_VERSIONS_H
 
 #include <string.h>
 #include <cuda_runtime_api.h>
@@ -135,4 +135,4 @@ typedef int (*streams_stream_value32_fn)(cudaStream_t stream, unsigned long long
 typedef int (*streams_stream_value64_fn)(cudaStream_t stream, unsigned long long addr,
                                           unsigned long long value, unsigned int flags);
 
-#endif /* STREAMS_COMPAT_H */
+#endif /* STREAMS_CUDA_VERSIONS_H */

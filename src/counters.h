@@ -2,7 +2,7 @@
  * payloads, and, in a debug build (STREAMS_DEBUG_REFCOUNTS=1 when
  * building), every reference the C paths take or drop on a payload or a
  * DLPack export and every allocation and module.  The counters themselves
- * live in streams._cudart (shim.h); this header only names them, so that
+ * live in streams._cudart (src/cudart/counting.h); this header only names them, so that
  * every module can count through _cudart. */
 #ifndef STREAMS_COUNTERS_H
 #define STREAMS_COUNTERS_H
@@ -33,5 +33,10 @@ enum {
     STREAMS_CNT_N
 };
 #define STREAMS_CNT_FIRST_DEBUG STREAMS_CNT_PAYLOAD_INCREF
+
+/* The most devices the package tracks per device (the shim's markers and
+ * sync threads, streams._device's priority cache): here because this is
+ * the header every module sees through _cudart.pxd. */
+#define STREAMS_MAX_DEVICES 64
 
 #endif /* STREAMS_COUNTERS_H */

@@ -8,7 +8,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "streams/green.h"
+#include "green.h"
 
 #define STREAMS_HAVE_RUNTIME_GREEN (CUDART_VERSION >= 13010)
 #define STREAMS_RUNTIME_GREEN_VERSION 13010

@@ -25,7 +25,7 @@
 #include <string.h>
 #include <cuda_runtime_api.h>
 #include "streams/clock.h"
-#include "streams/compat.h"
+#include "cuda_versions.h"
 
 #define STREAMS_FLOOR_GRAPH_KERNELS 10
 #define STREAMS_FLOOR_PRODUCERS 8

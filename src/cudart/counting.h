@@ -1,0 +1,37 @@
+/* Part of the C shim of streams._cudart (src/cudart/shim.h includes the
+ * parts in order; not included on its own): the handle and reference counters of debug_counters(). */
+#ifndef STREAMS_CUDART_COUNTING_H
+#define STREAMS_CUDART_COUNTING_H
+
+/* ---- Counters -----------------------------------------------------------
+ * The list is in src/counters.h (every module names them).  Atomic:
+ * releases happen on whichever thread is the last user of a handle, and
+ * CUDA's threads count while Python threads do. */
+#include "counters.h"
+#ifdef STREAMS_DEBUG_REFCOUNTS
+#define STREAMS_DEBUG_BUILD 1
+#else
+#define STREAMS_DEBUG_BUILD 0
+#endif
+static atomic_ullong streams_counters[STREAMS_CNT_N];
+
+static inline void streams_count(int which) {
+    if (which >= STREAMS_CNT_FIRST_DEBUG && !STREAMS_DEBUG_BUILD)
+        return;
+    atomic_fetch_add_explicit(&streams_counters[which], 1, memory_order_relaxed);
+}
+static inline unsigned long long streams_counter(int which) {
+    return atomic_load(&streams_counters[which]);
+}
+static inline int streams_debug_build(void) { return STREAMS_DEBUG_BUILD; }
+
+static inline void streams_payload_incref(PyObject *payload) {
+    streams_count(STREAMS_CNT_PAYLOAD_INCREF);
+    Py_INCREF(payload);
+}
+static inline void streams_payload_decref(PyObject *payload) {
+    streams_count(STREAMS_CNT_PAYLOAD_DECREF);
+    Py_DECREF(payload);
+}
+
+#endif /* STREAMS_CUDART_COUNTING_H */

@@ -57,7 +57,9 @@ def refcount_back(obj, expected):
     if not FREE_THREADED:
         # `obj` here holds one reference more than in the caller.
         return sys.getrefcount(obj) - 1 == expected
-    return wait_for_refcount(obj, expected)
+    # `obj` here is one reference more than in the caller, and
+    # wait_for_refcount's own parameter adds the one it subtracts.
+    return wait_for_refcount(obj, expected + 1)
 
 
 def wait_for_refcount(obj, expected, timeout=2.0):

@@ -10,7 +10,8 @@ import textwrap
 
 import pytest
 
-from _support import FREE_THREADED, run_python
+import _support
+from _support import FREE_THREADED, refcount_back, run_python
 
 import streams
 
@@ -224,3 +225,21 @@ def test_free_threaded_flag_matches_the_interpreter():
     if FREE_THREADED:
         assert hasattr(sys, "_is_gil_enabled")
     assert streams.Stream.legacy == streams.Stream.from_handle(1)
+
+
+@pytest.mark.parametrize("free_threaded_path", [False, True])
+def test_refcount_back_counts_the_callers_references(monkeypatch, free_threaded_path):
+    """The GPU tests' refcount check, on either of its paths (the polling one
+    is taken on free-threaded builds), is true exactly when the caller's
+    count is back: its extra frames are not counted as references."""
+    monkeypatch.setattr(_support, "FREE_THREADED", free_threaded_path)
+
+    def fn(arg):
+        pass
+
+    rc = sys.getrefcount(fn)
+    assert refcount_back(fn, rc), (sys.getrefcount(fn), rc)
+    held = [fn]
+    assert not refcount_back(fn, rc), (sys.getrefcount(fn), rc)
+    held.clear()
+    assert refcount_back(fn, rc), (sys.getrefcount(fn), rc)

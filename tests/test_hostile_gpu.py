@@ -245,18 +245,48 @@ def test_dlpack_producer_is_handed_the_consuming_stream(device_buffer):
 
 # ---- 6. resources dropped on CUDA's callback thread are released, not leaked --------------------
 
+def _made_by_an_exited_thread(make):
+    """``make()`` (a list) run in a thread that has exited when this returns.
+
+    So that a callback that clears the list frees its items on CUDA's
+    callback thread whatever the build.  With a GIL the last drop frees an
+    object wherever it happens.  On a free-threaded CPython an object belongs
+    to the thread that made it (biased reference counting): a drop to zero
+    on another thread is handed back to that thread, which frees it the next
+    time it runs Python -- items made by the test's own thread would be freed
+    there, outside any callback, and the deferred releases these tests are
+    about would never be taken.  An object whose owner has exited is merged
+    and freed by the thread that drops it (CPython's Python/brc.c)."""
+    out, errors = [], []
+
+    def run():
+        try:
+            out.append(make())
+        except BaseException as exc:
+            errors.append(exc)
+
+    maker = threading.Thread(target=run)
+    maker.start()
+    maker.join()
+    if errors:
+        raise errors[0]
+    return out[0]
+
+
 def test_buffers_dropped_in_callbacks_are_freed(stream):
     # 40 x 4 GiB: leaking them would exhaust any GPU long before the end.
     before = streams.debug_counters()
     for _ in range(40):
-        buf = DeviceBuffer(4 << 30, stream)
-        stream.launch_host_func(lambda b: None, buf)
-        del buf
+        held = _made_by_an_exited_thread(lambda: [DeviceBuffer(4 << 30, stream)])
+        stream.launch_host_func(lambda objs: objs.clear(), held)
+        del held
         stream.synchronize()
         streams._cudart._drain_deferred()
     after = streams.debug_counters()
     assert after["live_buffers"] == before["live_buffers"]
-    assert after["deferred_releases"] > before["deferred_releases"]
+    # Each buffer was deallocated on CUDA's callback thread, where CUDA may
+    # not be called: its free must have gone through the deferred queue.
+    assert after["deferred_releases"] - before["deferred_releases"] >= 40, (before, after)
 
 
 def test_every_handle_owner_dropped_in_a_callback_is_released(stream):
@@ -270,8 +300,11 @@ def test_every_handle_owner_dropped_in_a_callback_is_released(stream):
         return [Stream(), Event(), g, g.instantiate(), mod, mod.get_kernel("streams_empty"),
                 streams.PinnedBuffer(4096), streams.ManagedBuffer(4096)]
 
-    for _ in range(3):
-        stream.launch_host_func(lambda objs: objs.clear(), make())
+    # All made by one thread: a later maker could reuse an earlier one's
+    # thread id while that one's objects wait for their callback.
+    for objs in _made_by_an_exited_thread(lambda: [make() for _ in range(3)]):
+        stream.launch_host_func(lambda objs: objs.clear(), objs)
+    del objs
     stream.synchronize()
     deadline = time.monotonic() + 5
     while True:
@@ -282,6 +315,7 @@ def test_every_handle_owner_dropped_in_a_callback_is_released(stream):
             break
         time.sleep(0.01)
     assert not any(live.values()), live
+    assert after["deferred_releases"] > before["deferred_releases"]
 
 
 # ---- 7. wait_stream on the per-thread stream, from many threads -----------------------------------

@@ -1749,8 +1749,15 @@ cdef class Graph(HandleOwner):
         return _wrap_node(self, node)
 
     def close(self):
-        """Destroy the graph (executables made from it keep working).  Idempotent."""
-        self._close_handle()
+        """Destroy the graph (executables made from it keep working).  Idempotent.
+
+        What its nodes needed is let go with it (executables and clones keep
+        their own), even while this object is still referenced.
+        """
+        if self._close_handle() == 1:
+            # Rebound, not cleared: a conditional body shares the list.
+            with cython.critical_section(self):
+                self._keep = []
         rt.drain_deferred()
 
     def __repr__(self):

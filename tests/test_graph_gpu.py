@@ -290,9 +290,9 @@ def test_memset_memcpy_and_kernel_nodes_move_data():
 @pytest.mark.timing     # the replay must still be queued after the host calls
 def test_a_closed_executable_lets_go_after_its_replays_while_still_referenced():
     """What an executable's replays use (here a buffer its kernel node
-    writes) is let go once the executable is closed and its launches ended,
-    even while the closed object is still referenced.  Before: it stayed
-    until the object itself went."""
+    writes) is let go once the executable and its graph are closed and the
+    launches ended, even while both closed objects are still referenced.
+    Before: it stayed until the objects themselves went."""
     import gc
     import weakref
     s = Stream()
@@ -311,7 +311,7 @@ def test_a_closed_executable_lets_go_after_its_replays_while_still_referenced():
     s.synchronize()
     streams._cudart._drain_deferred()
     gc.collect()
-    assert ex.closed and gone() is None
+    assert ex.closed and g.closed and gone() is None
     s.close()
 
 

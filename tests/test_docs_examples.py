@@ -135,7 +135,7 @@ def test_examples_type_check(tmp_path):
         env["MYPYPATH"] = env["PYTHONPATH"]
     proc = subprocess.run(
         [sys.executable, "-m", "mypy", "--config-file", str(config), "--no-incremental",
-         "--python-version", "3.10", "--ignore-missing-imports", "--check-untyped-defs",
+         "--python-version", "3.11", "--ignore-missing-imports", "--check-untyped-defs",
          "--disable-error-code", "var-annotated", *files],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}"

@@ -885,6 +885,14 @@ cdef void fence_leave() noexcept nogil:
     streams_fence_leave()
 
 
+cdef bint stream_in_capture(cudaStream_t h) noexcept nogil:
+    cdef cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone
+    if cudaStreamIsCapturing(h, &status) != cudaSuccess:
+        cudaGetLastError()
+        return True
+    return status != cudaStreamCaptureStatusNone
+
+
 cdef int stream_is_capturing(cudaStream_t h, cudaStreamCaptureStatus* out) except -1 nogil:
     guard()
     return check(cudaStreamIsCapturing(h, out))

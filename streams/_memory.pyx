@@ -566,6 +566,9 @@ cdef void _free_device_memory(void* ptr, int device, Stream stream, Stream free_
     cdef bint stream_used = False
     cdef void* frees = NULL
     cdef int injected = 0
+    cdef bint capturing = False
+    cdef cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed
+    cdef _PendingFree pending
     try:
         if ptr != NULL:
             if free_on is not None:
@@ -582,18 +585,38 @@ cdef void _free_device_memory(void* ptr, int device, Stream stream, Stream free_
             with nogil:
                 enter_device(&scope, device)
                 try:
-                    if tail != NULL:
-                        rt.stream_wait_event(on, tail, 0)
-                    rt.free_async(ptr, on)
-                    injected = rt.injected_failure(rt.CLEANUP_DEVICE_MEMORY)
-                    if injected:
-                        rt.cleanup_failed(rt.CLEANUP_DEVICE_MEMORY, ptr, injected)
-                    if frees != NULL:
-                        # Before the pool use ends: the pool is destroyed
-                        # only once this free has run.
-                        rt.marks_record(frees, on)
+                    # Relaxed: another thread's global capture would refuse
+                    # the free (and be invalidated by the refusal).
+                    rt.thread_exchange_capture_mode(&mode)
+                    try:
+                        capturing = rt.stream_in_capture(on)
+                        if not capturing:
+                            if tail != NULL:
+                                rt.stream_wait_event(on, tail, 0)
+                            rt.free_async(ptr, on)
+                            injected = rt.injected_failure(rt.CLEANUP_DEVICE_MEMORY)
+                            if injected:
+                                rt.cleanup_failed(rt.CLEANUP_DEVICE_MEMORY, ptr, injected)
+                            if frees != NULL:
+                                # Before the pool use ends: the pool is
+                                # destroyed only once this free has run.
+                                rt.marks_record(frees, on)
+                    finally:
+                        rt.thread_exchange_capture_mode(&mode)
                 finally:
                     exit_device(&scope)
+            if capturing:
+                # The stream is being captured: a free now would become a
+                # node of the user's graph (or be refused, invalidating the
+                # capture).  Tried again at a later drain, once it has ended;
+                # what the buffer holds stays held until then.
+                pending = _PendingFree.__new__(_PendingFree)
+                pending.ptr, pending.device = ptr, device
+                pending.stream, pending.free_on, pending.pool = stream, free_on, pool
+                rt.defer_release(_free_pending, <void*>pending, pending)
+                if stream_used:
+                    stream._unuse()
+                return
     except rt_CudaError as exc:
         # Released where nothing can be raised: a CudaWarning names it.
         rt.cleanup_failed(rt.CLEANUP_DEVICE_MEMORY, ptr, exc.code)

@@ -387,3 +387,89 @@ def test_a_pool_is_destroyed_once_its_last_free_has_run_in_a_child(check):
     result = run_python_args(["-c", POOL_STEPS, check], timeout=120)
     assert result.returncode == 0, (check, result.returncode, result.stderr[-4000:])
     assert "SURVIVED" in result.stdout
+
+
+# ---- a buffer released while its stream is captured ----------------------------------------------
+
+@pytest.mark.parametrize("how", ["dropped", "closed"])
+def test_a_buffer_released_during_a_capture_of_its_stream_is_freed_after_it(how):
+    """The fuzzer's finding (H200, driver 580): a buffer released while its
+    stream was being captured called cudaFreeAsync into the capture, which
+    CUDA refused: a CudaWarning, the user's capture invalidated, and the
+    memory kept.  Now the free waits for the capture's end: the capture
+    stays valid and the pool's memory comes back."""
+    import warnings
+    s = Stream(non_blocking=True)
+    pool = streams.MemoryPool.default()
+    s.synchronize()
+    before = pool.used_current
+    buf = DeviceBuffer(N * 4, s)
+    streams.memset_async(buf, 0, stream=s)
+    s.synchronize()
+    spin(s, 0)      # loaded before the capture
+    s.synchronize()
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        s.begin_capture()
+        spin(s, 0)
+        if how == "closed":
+            buf.close()
+        del buf
+        gc.collect()
+        streams._cudart._drain_deferred()      # a drain inside the capture retries: still waits
+        assert s.capture_status == "active"
+        g = s.end_capture()
+        g.close()
+        streams._cudart._drain_deferred()      # now it is freed
+        s.synchronize()
+        streams._cudart._flush_cleanup_warnings()
+    assert not [w for w in got if issubclass(w.category, streams.CudaWarning)], \
+        [str(w.message) for w in got]
+    assert pool.used_current == before
+    s.close()
+
+
+def test_a_buffer_released_during_another_threads_global_capture():
+    """Another thread captures another stream in CUDA's global mode while
+    this one frees a buffer on a stream that is not captured: the free is
+    made in relaxed mode, so that capture is neither refused nor broken."""
+    import threading
+    import warnings
+    s, other = Stream(non_blocking=True), Stream(non_blocking=True)
+    spin(other, 0)
+    other.synchronize()
+    buf = DeviceBuffer(N * 4, s)
+    s.synchronize()
+    begun, freed, ended = threading.Event(), threading.Event(), []
+
+    def capturer():
+        other.begin_capture("global")
+        try:
+            spin(other, 0)
+            begun.set()
+            freed.wait(10)
+        finally:
+            try:
+                ended.append(other.end_capture())
+            except streams.CudaError as exc:
+                ended.append(exc)
+
+    t = threading.Thread(target=capturer)
+    t.start()
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        try:
+            assert begun.wait(10)
+            buf.close()
+        finally:
+            freed.set()
+            t.join(10)
+        streams._cudart._drain_deferred()
+        streams._cudart._flush_cleanup_warnings()
+    assert len(ended) == 1 and isinstance(ended[0], streams.Graph), ended
+    ended[0].close()
+    assert not [w for w in got if issubclass(w.category, streams.CudaWarning)], \
+        [str(w.message) for w in got]
+    s.synchronize()
+    s.close()
+    other.close()

@@ -117,7 +117,7 @@ cdef int refuse_construction(object obj, str how) except -1
 cdef void count(int which) noexcept nogil
 cdef void payload_incref(PyObject* payload) noexcept
 cdef void payload_decref(PyObject* payload) noexcept
-cdef int defer_release(release_fn fn, void* arg, object keep) except -1
+cdef int defer_release(release_fn fn, void* arg, object keep, bint wake=*) except -1
 cdef Py_ssize_t drain_deferred() noexcept
 # Marks (src/cudart/marks.h): an event after each launch of an executable
 # that holds Python objects; when it goes, park() keeps `a` and `b` until

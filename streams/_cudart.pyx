@@ -47,6 +47,7 @@ cdef extern from "cudart/shim.h" nogil:
 
     ctypedef void (*streams_release_fn)(void* arg, int kind) noexcept nogil
     int streams_defer(streams_release_fn fn, void* arg, int kind, PyObject* keep)
+    int streams_defer_ex(streams_release_fn fn, void* arg, int kind, PyObject* keep, int wake)
     void streams_release_without_gil(streams_release_fn fn, void* arg, int kind)
 
     void streams_host_fn_trampoline(void* payload)
@@ -286,14 +287,16 @@ cdef void payload_decref(PyObject* payload) noexcept:
     streams_payload_decref(payload)
 
 
-cdef int defer_release(release_fn fn, void* arg, object keep) except -1:
-    """Queue a release for a safe thread; ``keep`` (if any) is held until then."""
+cdef int defer_release(release_fn fn, void* arg, object keep, bint wake=True) except -1:
+    """Queue a release for a safe thread; ``keep`` (if any) is held until then.
+    Without ``wake`` it waits for the next drain by a streams call instead of
+    asking the interpreter for one (a release retried until a state ends)."""
     cdef PyObject* kept = NULL
     if keep is not None:
         kept = <PyObject*>keep
         streams_payload_incref(kept)
     # Out of memory, the shim drops the item: it and `keep` leak, safely.
-    streams_defer(<streams_release_fn>fn, arg, 0, kept)
+    streams_defer_ex(<streams_release_fn>fn, arg, 0, kept, wake)
     return 0
 
 
@@ -528,8 +531,8 @@ cdef cudaError_t _destroy_now(void* h, int kind) noexcept nogil:
         return cudaGraphDestroy(<cudaGraph_t>h)
     if kind == HANDLE_GRAPH_EXEC:
         return cudaGraphExecDestroy(<cudaGraphExec_t>h)
-    if kind == HANDLE_HOST_MEMORY:
-        return cudaFreeHost(h)
+    if kind == HANDLE_HOST_MEMORY or kind == HANDLE_MANAGED_MEMORY:
+        return _free_relaxed(h, kind)
     if kind == HANDLE_MEM_POOL:
         # Allocations still out keep the pool's memory: CUDA releases it
         # once the last of them is freed.
@@ -540,6 +543,21 @@ cdef cudaError_t _destroy_now(void* h, int kind) noexcept nogil:
             return streams_rt_green_destroy(h)
         return <cudaError_t>(<streams_green_destroy_fn>_green_fns[_G_DESTROY])(h)
     return cudaFree(h)
+
+
+cdef cudaError_t _free_relaxed(void* h, int kind) noexcept nogil:
+    # cudaFreeHost and cudaFree are calls CUDA refuses while another thread
+    # captures in global mode (and the refusal invalidates that capture):
+    # a buffer's release must not break a capture it has nothing to do with.
+    # Relaxed mode allows them; they still wait for the device's work.
+    cdef cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed
+    cdef cudaError_t err
+    if cudaThreadExchangeStreamCaptureMode(&mode) != cudaSuccess:
+        cudaGetLastError()
+        return cudaFreeHost(h) if kind == HANDLE_HOST_MEMORY else cudaFree(h)
+    err = cudaFreeHost(h) if kind == HANDLE_HOST_MEMORY else cudaFree(h)
+    cudaThreadExchangeStreamCaptureMode(&mode)
+    return err
 
 
 cdef void _destroy_quietly(void* h, int kind) noexcept nogil:

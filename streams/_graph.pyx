@@ -456,6 +456,8 @@ def end_capture(Stream stream not None):
             (<Graph>target_obj)._unuse()
     finally:
         stream._unuse()
+        # Buffers released during the capture are freed now (see _memory).
+        rt.drain_deferred()
     if target_obj is not None and g == <cudaGraph_t>(<Graph>target_obj)._handle:
         return target_obj    # begin_capture_to_graph: CUDA returns the user's graph
     rt.count_graph_adopted()

@@ -608,12 +608,14 @@ cdef void _free_device_memory(void* ptr, int device, Stream stream, Stream free_
             if capturing:
                 # The stream is being captured: a free now would become a
                 # node of the user's graph (or be refused, invalidating the
-                # capture).  Tried again at a later drain, once it has ended;
-                # what the buffer holds stays held until then.
+                # capture).  Tried again by the drain of a later streams call
+                # (end_capture makes one), not by a pending call, which would
+                # retry it between every few bytecodes while the capture
+                # lasts; what the buffer holds stays held until then.
                 pending = _PendingFree.__new__(_PendingFree)
                 pending.ptr, pending.device = ptr, device
                 pending.stream, pending.free_on, pending.pool = stream, free_on, pool
-                rt.defer_release(_free_pending, <void*>pending, pending)
+                rt.defer_release(_free_pending, <void*>pending, pending, False)
                 if stream_used:
                     stream._unuse()
                 return

@@ -13,6 +13,7 @@
 """
 import gc
 import textwrap
+import time
 
 import pytest
 
@@ -418,6 +419,14 @@ def test_a_buffer_released_during_a_capture_of_its_stream_is_freed_after_it(how)
         gc.collect()
         streams._cudart._drain_deferred()      # a drain inside the capture retries: still waits
         assert s.capture_status == "active"
+        # Waiting, it is not retried by the interpreter between bytecodes
+        # (a pending call that queues itself again would be).
+        retries = streams.debug_counters()["deferred_releases"]
+        total = 0
+        for i in range(200_000):
+            total += i
+        time.sleep(0.02)
+        assert streams.debug_counters()["deferred_releases"] - retries <= 2
         g = s.end_capture()
         g.close()
         streams._cudart._drain_deferred()      # now it is freed
@@ -472,4 +481,50 @@ def test_a_buffer_released_during_another_threads_global_capture():
         [str(w.message) for w in got]
     s.synchronize()
     s.close()
+    other.close()
+
+
+@pytest.mark.parametrize("kind", ["pinned", "managed"])
+def test_host_memory_freed_during_another_threads_global_capture(kind):
+    """cudaFreeHost and cudaFree are refused while another thread captures
+    in global mode, and the refusal invalidates that capture: the buffer's
+    release switches its thread to relaxed mode around the free."""
+    import threading
+    import warnings
+    other = Stream(non_blocking=True)
+    spin(other, 0)
+    other.synchronize()
+    buf = streams.PinnedBuffer(1 << 16) if kind == "pinned" else streams.ManagedBuffer(1 << 16)
+    freed_before = streams.debug_counters()["live_buffers"]
+    begun, freed, ended = threading.Event(), threading.Event(), []
+
+    def capturer():
+        other.begin_capture("global")
+        try:
+            spin(other, 0)
+            begun.set()
+            freed.wait(10)
+        finally:
+            try:
+                ended.append(other.end_capture())
+            except streams.CudaError as exc:
+                ended.append(exc)
+
+    t = threading.Thread(target=capturer)
+    t.start()
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        try:
+            assert begun.wait(10)
+            buf.close()
+        finally:
+            freed.set()
+            t.join(10)
+        streams._cudart._drain_deferred()
+        streams._cudart._flush_cleanup_warnings()
+    assert len(ended) == 1 and isinstance(ended[0], streams.Graph), ended
+    ended[0].close()
+    assert not [w for w in got if issubclass(w.category, streams.CudaWarning)], \
+        [str(w.message) for w in got]
+    assert streams.debug_counters()["live_buffers"] == freed_before - 1
     other.close()

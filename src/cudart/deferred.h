@@ -25,8 +25,13 @@ static atomic_int streams_deferred_pending = 0;
 static int streams_drain_pending_call(void *unused);
 
 /* Any thread, GIL or not.  Returns 0, or -1 when out of memory (the item is
- * then dropped: a leak, which is safe). */
-static int streams_defer(streams_release_fn fn, void *arg, int kind, PyObject *keep) {
+ * then dropped: a leak, which is safe).  `wake`: ask the interpreter for a
+ * drain soon (a pending call).  Without it the item waits for the next
+ * drain by a streams call: for a release that is waiting for a state no
+ * callback announces (the end of a capture), which would otherwise be
+ * retried by pending call after pending call, between every few bytecodes. */
+static int streams_defer_ex(streams_release_fn fn, void *arg, int kind, PyObject *keep,
+                            int wake) {
     int queued = 0;
     pthread_mutex_lock(&streams_deferred_lock);
     if (streams_deferred_len == streams_deferred_cap) {
@@ -54,9 +59,13 @@ static int streams_defer(streams_release_fn fn, void *arg, int kind, PyObject *k
     }
     /* Safe without the GIL.  If the interpreter's queue of pending calls is
      * full, the next drain from a streams call picks the item up. */
-    if (streams_interpreter_alive())
+    if (wake && streams_interpreter_alive())
         Py_AddPendingCall(streams_drain_pending_call, NULL);
     return 0;
+}
+
+static int streams_defer(streams_release_fn fn, void *arg, int kind, PyObject *keep) {
+    return streams_defer_ex(fn, arg, kind, keep, 1);
 }
 
 /* Run a release without holding the GIL: some releases wait for the device

@@ -112,6 +112,36 @@ def run_threads(target, n):
         t.join()
 
 
+@contextlib.contextmanager
+def global_capture_in_thread(stream):
+    """Another thread captures ``stream`` (one spin kernel) in CUDA's global
+    mode for the body of the ``with``; then it ends the capture.  Yields a
+    list that holds, after the ``with``, what ``end_capture`` gave: the
+    Graph, or the CudaError when the capture was broken."""
+    begun, done, ended = threading.Event(), threading.Event(), []
+
+    def capturer():
+        stream.begin_capture("global")
+        try:
+            spin(stream, 0)
+            begun.set()
+            done.wait(10)
+        finally:
+            try:
+                ended.append(stream.end_capture())
+            except streams.CudaError as exc:
+                ended.append(exc)
+
+    t = threading.Thread(target=capturer)
+    t.start()
+    try:
+        assert begun.wait(10), "the capturing thread did not begin"
+        yield ended
+    finally:
+        done.set()
+        t.join(10)
+
+
 # For the checks of what happens without a GPU (CUDA errors, not argument errors).
 needs_no_gpu = pytest.mark.skipif(streams.device_count() > 0,
                                   reason="checks the no-GPU error path; a GPU is present")

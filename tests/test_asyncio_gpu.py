@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from _support import MS, run_in_loop_without_readers, run_python
+from _support import MS, global_capture_in_thread, run_in_loop_without_readers, run_python
 
 import streams
 from streams import Event, Stream
@@ -154,7 +154,6 @@ def test_an_await_leaves_another_threads_global_capture_alone(stream, what):
     neither refuses it nor invalidates that capture.  Before: the await
     raised CudaError (an unsafe call during a global capture) and the other
     thread's end_capture failed with the capture invalidated."""
-    import threading
     other = Stream()
     spin(other, 0)
     spin(stream, 0)
@@ -165,31 +164,11 @@ def test_an_await_leaves_another_threads_global_capture_alone(stream, what):
     # (this thread's own calls are in global mode).
     spin(stream, 50 * MS)
     ev.record(stream)
-    begun, awaited, ended = threading.Event(), threading.Event(), []
 
-    def capturer():
-        other.begin_capture("global")
-        try:
-            spin(other, 0)
-            begun.set()
-            awaited.wait(10)
-        finally:
-            try:
-                ended.append(other.end_capture())
-            except streams.CudaError as exc:
-                ended.append(exc)
-
-    t = threading.Thread(target=capturer)
-    t.start()
-    try:
-        assert begun.wait(10)
-
-        async def main():
-            await (stream if what == "stream" else ev)
+    async def main():
+        await (stream if what == "stream" else ev)
+    with global_capture_in_thread(other) as ended:
         asyncio.run(main())
-    finally:
-        awaited.set()
-        t.join(10)
     # (Queried only now: this thread's own queries are in global mode.)
     assert stream.query() and ev.query()
     assert len(ended) == 1 and isinstance(ended[0], streams.Graph), ended

@@ -19,7 +19,7 @@ import pytest
 
 np = pytest.importorskip("numpy", reason="the memory tests check results with numpy")
 
-from _support import BLOCK, GRID, MS, N, run_python, run_python_args, to_host
+from _support import BLOCK, GRID, MS, N, global_capture_in_thread, run_python, run_python_args, to_host
 
 import streams
 from streams import DeviceBuffer, Stream
@@ -442,37 +442,16 @@ def test_a_buffer_released_during_another_threads_global_capture():
     """Another thread captures another stream in CUDA's global mode while
     this one frees a buffer on a stream that is not captured: the free is
     made in relaxed mode, so that capture is neither refused nor broken."""
-    import threading
     import warnings
     s, other = Stream(non_blocking=True), Stream(non_blocking=True)
     spin(other, 0)
     other.synchronize()
     buf = DeviceBuffer(N * 4, s)
     s.synchronize()
-    begun, freed, ended = threading.Event(), threading.Event(), []
-
-    def capturer():
-        other.begin_capture("global")
-        try:
-            spin(other, 0)
-            begun.set()
-            freed.wait(10)
-        finally:
-            try:
-                ended.append(other.end_capture())
-            except streams.CudaError as exc:
-                ended.append(exc)
-
-    t = threading.Thread(target=capturer)
-    t.start()
     with warnings.catch_warnings(record=True) as got:
         warnings.simplefilter("always")
-        try:
-            assert begun.wait(10)
+        with global_capture_in_thread(other) as ended:
             buf.close()
-        finally:
-            freed.set()
-            t.join(10)
         streams._cudart._drain_deferred()
         streams._cudart._flush_cleanup_warnings()
     assert len(ended) == 1 and isinstance(ended[0], streams.Graph), ended
@@ -489,37 +468,16 @@ def test_host_memory_freed_during_another_threads_global_capture(kind):
     """cudaFreeHost and cudaFree are refused while another thread captures
     in global mode, and the refusal invalidates that capture: the buffer's
     release switches its thread to relaxed mode around the free."""
-    import threading
     import warnings
     other = Stream(non_blocking=True)
     spin(other, 0)
     other.synchronize()
     buf = streams.PinnedBuffer(1 << 16) if kind == "pinned" else streams.ManagedBuffer(1 << 16)
     freed_before = streams.debug_counters()["live_buffers"]
-    begun, freed, ended = threading.Event(), threading.Event(), []
-
-    def capturer():
-        other.begin_capture("global")
-        try:
-            spin(other, 0)
-            begun.set()
-            freed.wait(10)
-        finally:
-            try:
-                ended.append(other.end_capture())
-            except streams.CudaError as exc:
-                ended.append(exc)
-
-    t = threading.Thread(target=capturer)
-    t.start()
     with warnings.catch_warnings(record=True) as got:
         warnings.simplefilter("always")
-        try:
-            assert begun.wait(10)
+        with global_capture_in_thread(other) as ended:
             buf.close()
-        finally:
-            freed.set()
-            t.join(10)
         streams._cudart._drain_deferred()
         streams._cudart._flush_cleanup_warnings()
     assert len(ended) == 1 and isinstance(ended[0], streams.Graph), ended

@@ -112,6 +112,25 @@ def run_threads(target, n):
         t.join()
 
 
+def in_thread(fn):
+    """``fn()`` run on another thread, which has exited when this returns;
+    its result, or its exception raised here."""
+    out, errors = [], []
+
+    def run():
+        try:
+            out.append(fn())
+        except BaseException as exc:     # noqa: BLE001 - re-raised below
+            errors.append(exc)
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join()
+    if errors:
+        raise errors[0]
+    return out[0]
+
+
 @contextlib.contextmanager
 def global_capture_in_thread(stream):
     """Another thread captures ``stream`` (one spin kernel) in CUDA's global

@@ -55,7 +55,7 @@ from hypothesis import HealthCheck, settings, strategies as st  # noqa: E402
 from hypothesis.stateful import (  # noqa: E402
     RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test)
 
-from _support import run_python_args  # noqa: E402
+from _support import in_thread, run_python_args  # noqa: E402
 
 import streams  # noqa: E402
 from streams import (  # noqa: E402
@@ -347,24 +347,6 @@ class CompM:
         self.obj = module
         self.kernel = module.get_kernel(FUZZ_EXPR, signature="pointer, uint32, uint64")
         self.closed = False
-
-
-def in_thread(fn):
-    """fn() on another thread; its exception, if any, raised here."""
-    out, errors = [], []
-
-    def run():
-        try:
-            out.append(fn())
-        except BaseException as exc:     # noqa: BLE001 - re-raised below
-            errors.append(exc)
-
-    t = threading.Thread(target=run)
-    t.start()
-    t.join()
-    if errors:
-        raise errors[0]
-    return out[0]
 
 
 def fill_and_read(kernel, value, via, holders=None):

@@ -88,7 +88,9 @@ def test_if_else_branch_chosen_by_device_flag(stream, device_buffer, closer):
     close_all(then_body, else_body, g)
 
 
-def test_if_without_else_skips_on_zero(stream, device_buffer, closer):
+def _if_graph(device_buffer, closer):
+    """A graph whose if-node (no else) increments ``out`` when ``flag`` is
+    nonzero: (flag, out, graph, body)."""
     flag, out = device_buffer(), device_buffer()
     g = closer(Graph())
     cond = g.create_condition()
@@ -96,6 +98,11 @@ def test_if_without_else_skips_on_zero(stream, device_buffer, closer):
     _, body = g.add_if(cond, dependencies=[setter])
     closer(body)
     body.add_kernel_node("increment_u32", GRID, BLOCK, out, N)
+    return flag, out, g, body
+
+
+def test_if_without_else_skips_on_zero(stream, device_buffer, closer):
+    flag, out, g, body = _if_graph(device_buffer, closer)
     with g.instantiate() as ex:
         ex.launch(stream)   # flag 0
         set_u32(flag, 5, stream)
@@ -110,13 +117,7 @@ def test_a_conditional_graph_has_one_executable_at_a_time(stream, device_buffer,
     while the first lives (cudaErrorNotSupported, found by the fuzzer on an
     H200): the error says which rule it is, and once the first is closed a
     new one instantiates and runs."""
-    flag, out = device_buffer(), device_buffer()
-    g = closer(Graph())
-    cond = g.create_condition()
-    setter = g.add_kernel_node("set_condition", 1, 1, cond, flag)
-    _, body = g.add_if(cond, dependencies=[setter])
-    closer(body)
-    body.add_kernel_node("increment_u32", GRID, BLOCK, out, N)
+    flag, out, g, body = _if_graph(device_buffer, closer)
     first = g.instantiate()
     with pytest.raises(streams.CudaError, match="one executable at a time") as info:
         g.instantiate()

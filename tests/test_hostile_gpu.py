@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from _support import CLOSE_RACE_HARNESS, MS, N, run_python, run_threads, to_host
+from _support import CLOSE_RACE_HARNESS, MS, N, in_thread, run_python, run_threads, to_host
 
 import streams
 from streams import DeviceBuffer, Event, Graph, Stream
@@ -257,20 +257,7 @@ def _made_by_an_exited_thread(make):
     there, outside any callback, and the deferred releases these tests are
     about would never be taken.  An object whose owner has exited is merged
     and freed by the thread that drops it (CPython's Python/brc.c)."""
-    out, errors = [], []
-
-    def run():
-        try:
-            out.append(make())
-        except BaseException as exc:
-            errors.append(exc)
-
-    maker = threading.Thread(target=run)
-    maker.start()
-    maker.join()
-    if errors:
-        raise errors[0]
-    return out[0]
+    return in_thread(make)
 
 
 def test_buffers_dropped_in_callbacks_are_freed(stream):

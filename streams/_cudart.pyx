@@ -654,7 +654,7 @@ cdef void release_pool(void* pool, void* frees) noexcept nogil:
 cdef str _runtime_version_str():
     cdef int v = 0
     cudaRuntimeGetVersion(&v)
-    return f"{v // 1000}.{(v % 1000) // 10}"
+    return _version_str(v)
 
 
 def runtime_version():
@@ -1018,9 +1018,8 @@ cdef int _raise_no_sync_mode(int driver, cudaError_t err) except -1:
         "sync_mode='spin_wait' needs a driver for CUDA 13.1 or newer and streams built "
         "against a CUDA 12.5 or newer runtime (cudaGetDriverEntryPointByVersion; the "
         f"spin-wait host function is the driver's cuLaunchHostFunc at ABI 13010): this "
-        f"driver supports CUDA {driver // 1000}.{(driver % 1000) // 10}, this build uses "
-        f"the CUDA {runtime // 1000}.{(runtime % 1000) // 10} runtime (CUDA said: "
-        f"{error_name(<int>err)})")
+        f"driver supports CUDA {_version_str(driver)}, this build uses the CUDA "
+        f"{_version_str(runtime)} runtime (CUDA said: {error_name(<int>err)})")
 
 
 cdef int check_host_func_sync_mode(int sync_mode) except -1:
@@ -2029,12 +2028,26 @@ cdef int _green_resolve() except -1:
     return 0
 
 
+# Asked once: neither changes while the process lives.  Threads that race
+# the first ask store the same values (an int each: no torn read; one
+# seen unset is asked again).
+cdef int _driver_version = -1
+cdef int _runtime_version = -1
+
+
 cdef int _versions(int* driver, int* runtime) except -1:
-    with nogil:
-        if cudaDriverGetVersion(driver) != cudaSuccess:
-            cudaGetLastError()
-            driver[0] = 0
-        cudaRuntimeGetVersion(runtime)
+    global _driver_version, _runtime_version
+    cdef int d = 0, r = 0
+    if _runtime_version < 0 or _driver_version < 0:
+        with nogil:
+            if cudaDriverGetVersion(&d) != cudaSuccess:
+                cudaGetLastError()
+                d = 0
+            cudaRuntimeGetVersion(&r)
+        _driver_version = d
+        _runtime_version = r
+    driver[0] = _driver_version
+    runtime[0] = _runtime_version
     return 0
 
 

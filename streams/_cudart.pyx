@@ -2275,17 +2275,21 @@ cdef int _kernel_node_resolve() except -1:
     return 0
 
 
-cdef int _kernel_node_ready() except -1 nogil:
+cdef int _bind_primary_context() except -1 nogil:
+    # A driver call runs in the thread's current context, which a thread
+    # gets from the runtime only at its first call that uses the device:
+    # bind the current device's primary context (a no-op when it is bound).
     cdef int dev = 0
+    check(cudaGetDevice(&dev))
+    return check(cudaSetDevice(dev))
+
+
+cdef int _kernel_node_ready() except -1 nogil:
     guard()
     if not _kernel_node_resolved:
         with gil:
             kernel_node_require()
-    # The driver calls want a current context: bind the current device's
-    # primary context (a no-op when it is bound).
-    check(cudaGetDevice(&dev))
-    check(cudaSetDevice(dev))
-    return 0
+    return _bind_primary_context()
 
 
 cdef int kernel_node_get(cudaGraphNode_t node, streams_kernel_node_params* out) except -1 nogil:
@@ -2650,14 +2654,6 @@ cdef void* _function_fn(int which) except NULL nogil:
         check(streams_get_driver_entry(_FUNCTION_FN_NAMES[which], &fn))
         _function_fns[which] = fn
     return fn
-
-
-cdef int _bind_primary_context() except -1 nogil:
-    # A driver call runs in the thread's current context, which a thread
-    # gets from the runtime only at its first call that uses the device.
-    cdef int dev = 0
-    check(cudaGetDevice(&dev))
-    return check(cudaSetDevice(dev))
 
 
 cdef int launch_function(const cudaLaunchConfig_t* config, const void* func,

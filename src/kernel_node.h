@@ -39,5 +39,6 @@ typedef int (*streams_param_info_fn)(void *func, size_t index, size_t *offset, s
 typedef int (*streams_get_name_fn)(const char **name, void *func);
 typedef int (*streams_func_attribute_fn)(int *value, int attribute, void *func);
 typedef int (*streams_kernel_attribute_fn)(int *value, int attribute, void *kernel, int dev);
+typedef int (*streams_kernel_function_fn)(void **func, void *kernel);
 
 #endif /* STREAMS_KERNEL_NODE_H */

@@ -380,6 +380,10 @@ cdef const char* kernel_name(void* func, void* kern) noexcept nogil
 # A CU_FUNC_ATTRIBUTE_* of the kernel (on the current device for a CUkernel):
 # 1 with *out set, 0 where the driver cannot tell it.
 cdef int kernel_attribute(void* func, void* kern, int attribute, int* out) noexcept nogil
+# The CUfunction of a library kernel (a CUkernel or cudaKernel_t) in the
+# current device's primary context (cuKernelGetFunction, which loads it
+# there): 1 with *out set, 0 where the driver refuses it.
+cdef int kernel_function(void* kern, void** out) except -1 nogil
 cdef int graph_exec_kernel_node_set(cudaGraphExec_t ex, cudaGraphNode_t node,
                                     const streams_kernel_node_params* params) except -1 nogil
 cdef int graph_kernel_node_set(cudaGraphNode_t node,

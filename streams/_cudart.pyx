@@ -2227,6 +2227,7 @@ cdef extern from "kernel_node.h" nogil:
     ctypedef int (*streams_get_name_fn)(const char** name, void* func)
     ctypedef int (*streams_func_attribute_fn)(int* value, int attribute, void* func)
     ctypedef int (*streams_kernel_attribute_fn)(int* value, int attribute, void* kernel, int dev)
+    ctypedef int (*streams_kernel_function_fn)(void** func, void* kernel)
     enum:
         STREAMS_KERNEL_NODE_VERSION
 
@@ -2240,12 +2241,14 @@ cdef enum:
     _K_KERNEL_NAME
     _K_FUNC_ATTR
     _K_KERNEL_ATTR
+    _K_KERNEL_FUNC
     _K_N
 cdef const char* _KERNEL_NODE_NAMES[_K_N]
 _KERNEL_NODE_NAMES[:] = [b"cuGraphKernelNodeGetParams", b"cuGraphExecKernelNodeSetParams",
                          b"cuGraphKernelNodeSetParams", b"cuFuncGetParamInfo",
                          b"cuKernelGetParamInfo", b"cuFuncGetName", b"cuKernelGetName",
-                         b"cuFuncGetAttribute", b"cuKernelGetAttribute"]
+                         b"cuFuncGetAttribute", b"cuKernelGetAttribute",
+                         b"cuKernelGetFunction"]
 cdef void* _kernel_node_fns[_K_N]
 cdef bint _kernel_node_resolved = False
 
@@ -2344,6 +2347,18 @@ cdef int kernel_attribute(void* func, void* kern, int attribute, int* out) noexc
                                                                               kern, dev)
     if err != 0:
         cudaGetLastError()
+        return 0
+    return 1
+
+
+cdef int kernel_function(void* kern, void** out) except -1 nogil:
+    cdef int err
+    out[0] = NULL
+    _kernel_node_ready()
+    err = (<streams_kernel_function_fn>_kernel_node_fns[_K_KERNEL_FUNC])(out, kern)
+    if err != 0:
+        cudaGetLastError()
+        out[0] = NULL
         return 0
     return 1
 

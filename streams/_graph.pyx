@@ -37,8 +37,8 @@ from streams._device cimport (DeviceScope, enter_device, exit_device, require_de
                               resolve_device)
 from streams._hostcall cimport (HostCall, KIND_HOST_FUNC, native_host_func, new_call,
                                 new_error_slot, register_capture, take_capture)
-from streams._launch cimport ArgPack, Kernel, keep_pack_users, pack_args, release_pack, \
-    set_condition_type
+from streams._launch cimport ArgPack, Kernel, adopt_kernel, find_node_kernel, keep_pack_users, \
+    pack_args, release_pack, set_condition_type
 from streams._memory cimport (SPAN_DEVICE, Span, _check_fits, init_span, keep_memory, release_span,
                               resolve_span)
 from streams._handle cimport HandleOwner, keep_in_use
@@ -774,8 +774,11 @@ cdef class KernelNodeParams:
     holds what CUDA tells of the kernel (``cuFuncGetAttribute``):
     ``max_threads_per_block``, ``shared_size_bytes``, ``const_size_bytes``,
     ``local_size_bytes``, ``num_regs``, each None where CUDA does not answer.
+    :attr:`kernel` is the kernel itself, as a :class:`~streams.Kernel`.
     """
     cdef streams_kernel_node_params _p
+    cdef object _graph_ref       # a weak reference to the Graph of the node
+    cdef Kernel _kernel          # what .kernel gave, once asked
     cdef readonly object name
     cdef readonly tuple grid
     cdef readonly tuple block
@@ -795,6 +798,45 @@ cdef class KernelNodeParams:
     @property
     def kernel_handle(self):
         return <uintptr_t>self._p.kern
+
+    @property
+    def kernel(self):
+        """The node's kernel as a :class:`~streams.Kernel`, to read its
+        ``name`` and attributes, launch it or ``prepare`` it.
+
+        For a node streams built or captured from a kernel of an open
+        :class:`~streams.Module`, that Kernel itself (the one ``get_kernel``
+        last gave for it).  Otherwise (a captured launch of CuPy, PyTorch,
+        cuda.core, ...) the handle the node records, adopted as by
+        :meth:`Kernel.from_handle` with the node's graph as ``owner``: the
+        Kernel keeps the graph alive, but neither it nor the graph keeps the
+        other library's code loaded.  It is valid while the library that
+        loaded it keeps it loaded; using it after that is undefined
+        behaviour, as for every raw handle (docs/safety.rst).  Its
+        ``signature`` is None: plain Python ints and floats need numpy
+        scalars, and an argument for a parameter of a struct type is
+        refused.  The same Kernel on every access of this object.
+
+        ValueError once the graph the node was read from is closed or gone
+        (the handle may be stale: read the node again), or where CUDA
+        refuses the handle; NotImplementedError where the driver is older
+        than CUDA 12.4."""
+        cdef Kernel k
+        if self.args is None:
+            raise ValueError("this KernelNodeParams was not read from a node")
+        with _kernel_node_lock:
+            k = self._kernel
+        if k is not None:
+            return k
+        graph = self._graph_ref()
+        if graph is None or graph.closed:
+            raise ValueError("the graph this kernel node was read from is closed or gone: its "
+                             "kernel may have been unloaded since (read the node again)")
+        k = _node_kernel(self, <Graph>graph)
+        with _kernel_node_lock:
+            if self._kernel is None:
+                self._kernel = k
+            return self._kernel
 
     def values(self, signature):
         """The arguments as the types ``signature`` names (a Kernel with a
@@ -842,6 +884,29 @@ cdef tuple _signature_formats(object signature, tuple sizes):
         if _struct.calcsize("<" + (f if f != "P" else "Q")) != size:
             raise ValueError(f"signature: parameter {i} is {size} bytes, not a {names[i]}")
     return tuple(formats)
+
+
+cdef Kernel _node_kernel(KernelNodeParams info, Graph graph):
+    # What KernelNodeParams.kernel gives: the graph in use meanwhile, so that
+    # a close in another thread waits (a node streams built keeps its module
+    # loaded while the graph is open).
+    cdef void* func = info._p.func
+    cdef void* kern = info._p.kern
+    cdef Kernel k
+    if func == NULL and kern == NULL:
+        raise ValueError("CUDA named no kernel for this kernel node")
+    graph._use()
+    try:
+        k = find_node_kernel(func, kern, info.name)
+        if k is not None:
+            return k
+        # A CUfunction where the node has one: the driver's calls (name,
+        # attributes, launch) take it, whichever way it was recorded.
+        if func != NULL:
+            return adopt_kernel(<uintptr_t>func, False, _top(graph), None, True)
+        return adopt_kernel(<uintptr_t>kern, True, _top(graph), None, True)
+    finally:
+        graph._unuse()
 
 
 cdef KernelNodeParams _read_kernel_node(GraphNode nd, str argname):
@@ -912,6 +977,7 @@ cdef KernelNodeParams _read_kernel_node(GraphNode nd, str argname):
             nd._graph._unuse()
     info = KernelNodeParams.__new__(KernelNodeParams)
     info._p = p
+    info._graph_ref = _weakref.ref(nd._graph)
     info._p.kernel_params = NULL     # the driver's copy: not ours to keep
     info._p.extra = NULL
     info.name = (<bytes>name).decode("utf-8", "replace") if name != NULL else None

@@ -1,6 +1,8 @@
 # C-level declarations of modules and kernels (streams._launch).  Like
 # _stream.pxd, free of CUDA types: a project that cimports streams needs no
 # CUDA headers.
+from libc.stdint cimport uintptr_t
+
 from streams._handle cimport HandleOwner
 from streams._stream cimport Event, LaunchTarget, Stream
 
@@ -33,6 +35,7 @@ cdef class Kernel(LaunchTarget):
     # 0: a kernel of a Module; adopted (Kernel.from_handle): 1 a CUkernel or
     # cudaKernel_t (the runtime's calls), 2 a CUfunction (the driver's).
     cdef int _adopted
+    cdef object __weakref__      # the registry of KernelNodeParams.kernel
 
     cdef int _check_usable(self) except -1
     cdef void* c_handle(self) noexcept nogil
@@ -97,3 +100,14 @@ cdef object keep_pack_users(ArgPack* pack)
 # The class of streams.ConditionHandle, which _graph defines: the packer
 # passes one as a 64-bit cudaGraphConditionalHandle.
 cdef int set_condition_type(object cls) except -1
+
+
+# Kernel.from_handle with the handle's kind known (is_kernel: a CUkernel or
+# cudaKernel_t; else a CUfunction); any_sizes: keep a kernel whose
+# parameters include structs (its launches refuse an argument for one).
+cdef Kernel adopt_kernel(uintptr_t h, bint is_kernel, object owner, object signature,
+                         bint any_sizes)
+# The Kernel of an open streams Module that a kernel node names (by its
+# CUkernel, or its CUfunction in the current device's primary context), or
+# None: what KernelNodeParams.kernel gives back for a node streams built.
+cdef Kernel find_node_kernel(void* func, void* kern, object name)

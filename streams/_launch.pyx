@@ -11,6 +11,7 @@ instead of a kernel reading stack garbage.
 """
 import os as _os
 import threading as _threading
+import weakref as _weakref
 
 cimport cython
 from cpython.float cimport PyFloat_AS_DOUBLE
@@ -360,6 +361,8 @@ cdef class Module(HandleOwner):
         k._module = self
         k._name = name
         _read_parameters(k)
+        with _kernels_lock:
+            _kernels_by_handle[<uintptr_t>handle] = k
         return k
 
     # ---- the handle's life (HandleOwner) -----------------------------------
@@ -479,8 +482,12 @@ cdef bytes _as_image(object data, str argname):
     raise TypeError(f"{argname} must be bytes, not {type(data).__name__}")
 
 
-cdef int _read_parameters(Kernel k) except -1:
-    """How many parameters the kernel takes and their sizes, from CUDA."""
+cdef int _read_parameters(Kernel k, bint any_sizes=False) except -1:
+    """How many parameters the kernel takes and their sizes, from CUDA.
+    ``any_sizes``: keep a kernel with parameters of other sizes than a
+    scalar's or a pointer's (a struct): each launch then refuses an argument
+    for one (pack_args checks every size), but its name and attributes can
+    be read."""
     cdef size_t offset = 0, size = 0, i
     cdef int r
     k._nparams = -1
@@ -508,7 +515,7 @@ cdef int _read_parameters(Kernel k) except -1:
                     f"signature[{i}] of kernel {k._name!r} is {k._signature_names[i]} "
                     f"({_SIZE_OF[k._kinds[i]]} bytes), but the parameter takes "
                     f"{k._param_size[i]} bytes")
-    else:
+    elif not any_sizes:
         for i in range(k._nparams):
             if k._param_size[i] not in (1, 2, 4, 8):
                 raise ValueError(f"kernel {k._name!r}: parameter {i} is a "
@@ -810,6 +817,92 @@ cdef int _launch_packed(Kernel k, Stream stream, dim3 grid, dim3 block, void** a
     return 0
 
 
+# The kernels of streams' Modules by handle (the latest Kernel got for
+# each), so that a kernel node built or captured from one can give that
+# same Kernel back (KernelNodeParams.kernel).  Weak: the registry keeps no
+# kernel, and so no module, alive.
+cdef object _kernels_by_handle = _weakref.WeakValueDictionary()
+cdef object _kernels_lock = _threading.Lock()
+
+
+cdef Kernel adopt_kernel(uintptr_t h, bint is_kernel, object owner, object signature,
+                         bint any_sizes):
+    """Kernel.from_handle once the handle and its kind are known (see
+    there); ``any_sizes`` as for _read_parameters."""
+    cdef Kernel k = Kernel.__new__(Kernel)
+    cdef Module holder
+    cdef cudaFuncAttributes attrs
+    cdef const char* c_name = NULL
+    cdef int named = 1
+    kind = "kernel" if is_kernel else "function"
+    _set_signature(k, signature)
+    require_device()
+    rt.drain_deferred()
+    try:
+        with nogil:
+            if is_kernel:
+                rt.func_get_attributes(&attrs, <const void*>h)
+            else:
+                rt.function_get_attributes(&attrs, <const void*>h)
+    except CudaError as exc:
+        raise ValueError(f"handle=0x{h:x} is not a live {kind} of this process "
+                         f"({exc})") from exc
+    with nogil:
+        named = rt.func_get_name(<const void*>h, is_kernel, &c_name)
+    holder = Module.__new__(Module)
+    holder._owner = owner
+    holder._opened(False)
+    k._func = <void*>h
+    k._module = holder
+    k._name = (<bytes>c_name).decode("utf-8", "replace") if named == 0 else \
+        f"{kind} 0x{h:x}"
+    k._adopted = 1 if is_kernel else 2
+    _read_parameters(k, any_sizes)
+    return k
+
+
+cdef bint _names_kernel(Kernel k, object name):
+    # Whether `name` (what the driver calls a node's kernel) may be k's: its
+    # name, or the lowered name of a name expression.
+    if name is None or name == k._name:
+        return True
+    lowered = k._module._lowered
+    return lowered is not None and lowered.get(k._name) == name
+
+
+cdef Kernel find_node_kernel(void* func, void* kern, object name):
+    """The Kernel of a streams Module that a kernel node names (its CUkernel,
+    or its CUfunction in the current device's primary context), or None.
+    Only a kernel whose module is open counts: a closed module's handles
+    may have been given to other code since."""
+    cdef Kernel k
+    cdef void* f = NULL
+    cdef int found
+    with _kernels_lock:
+        candidates = list(_kernels_by_handle.values())
+    for k in candidates:
+        if (kern != NULL and k._func == kern) or (func != NULL and k._func == func):
+            if _names_kernel(k, name) and not k._module.closed:
+                return k
+    if func == NULL:
+        return None
+    for k in candidates:
+        if not _names_kernel(k, name):
+            continue
+        try:
+            k._module._use()
+        except ValueError:
+            continue        # closed since
+        try:
+            with nogil:
+                found = rt.kernel_function(k._func, &f)
+        finally:
+            k._module._unuse()
+        if found and f == func:
+            return k
+    return None
+
+
 @cython.final
 cdef class Kernel(LaunchTarget):
     """A kernel of a Module, or of another library (``Kernel.from_handle``);
@@ -850,41 +943,11 @@ cdef class Kernel(LaunchTarget):
         as for every raw handle (docs/safety.rst).
         """
         cdef uintptr_t h = foreign_code_handle(handle, "handle")
-        cdef Kernel k = Kernel.__new__(Kernel)
-        cdef Module holder
-        cdef cudaFuncAttributes attrs
-        cdef const char* c_name = NULL
-        cdef int named = 1
-        cdef bint is_kernel
         if kind is None:
             kind = _handle_kind(handle)
         elif not isinstance(kind, str) or kind not in ("kernel", "function"):
             raise ValueError(f"kind must be 'kernel', 'function' or None, got {kind!r}")
-        is_kernel = kind == "kernel"
-        _set_signature(k, signature)
-        require_device()
-        rt.drain_deferred()
-        try:
-            with nogil:
-                if is_kernel:
-                    rt.func_get_attributes(&attrs, <const void*>h)
-                else:
-                    rt.function_get_attributes(&attrs, <const void*>h)
-        except CudaError as exc:
-            raise ValueError(f"handle=0x{h:x} is not a live {kind} of this process "
-                             f"({exc})") from exc
-        with nogil:
-            named = rt.func_get_name(<const void*>h, is_kernel, &c_name)
-        holder = Module.__new__(Module)
-        holder._owner = owner
-        holder._opened(False)
-        k._func = <void*>h
-        k._module = holder
-        k._name = (<bytes>c_name).decode("utf-8", "replace") if named == 0 else \
-            f"{kind} 0x{h:x}"
-        k._adopted = 1 if is_kernel else 2
-        _read_parameters(k)
-        return k
+        return adopt_kernel(h, kind == "kernel", owner, signature, False)
 
     cdef void* c_handle(self) noexcept nogil:
         return self._func

@@ -2,7 +2,12 @@
 records (name, grid, block, arguments), an executable's arguments changed
 one at a time (a pointer aimed at another buffer, a scalar) with the data
 computed on the GPU, the graph's own node changed, CuPy's kernels beside
-ours, and the changes CUDA's parameter layout cannot take refused."""
+ours, and the changes CUDA's parameter layout cannot take refused; each
+node's kernel as a streams.Kernel (ours given back, another library's
+adopted, launched with new arguments)."""
+import gc
+import weakref
+
 import pytest
 
 np = pytest.importorskip("numpy", reason="the kernel-node tests check results with numpy")
@@ -239,3 +244,125 @@ def test_a_captured_cupy_kernel_and_a_streams_kernel_change(fill):
         assert (_host(a, s) == 17).all()
         graph.close()
         a.close()
+
+
+# ---- each node's kernel as a streams.Kernel --------------------------------------------------
+
+def test_a_node_streams_built_gives_its_kernel_back(fill):
+    """Captured or added, a node of a streams kernel gives that Kernel
+    itself, the same one on every access, and refuses once its graph is
+    closed."""
+    with closing(Stream(non_blocking=True)) as s:
+        a = DeviceBuffer(4 * N, s)
+        s.synchronize()
+        with s.capture() as cap:
+            s.launch(fill, 16, 256, a, 5, N)
+        graph = cap.graph
+        (node,) = _kernel_nodes(graph)
+        p = node.kernel_params()
+        assert p.kernel is fill
+        assert p.kernel is p.kernel
+        built = streams.Graph()
+        added = built.add_kernel_node(fill, 4, 64, a, 3, N)
+        assert added.kernel_params().kernel is fill
+        stale = added.kernel_params()
+        built.close()
+        with pytest.raises(ValueError, match="graph this kernel node was read from is closed or gone"):
+            stale.kernel
+        graph.close()
+        a.close()
+
+
+def test_a_kernel_no_longer_held_is_adopted_and_launches():
+    """A node whose streams Kernel object is gone (its module still open):
+    the handle adopted with the graph as owner, named by the driver, its
+    attributes read, launched directly and prepared with new arguments (the
+    data computed on the GPU); it keeps its graph alive until it goes."""
+    module = streams.Module.from_ptx(streams.builtin_ptx())
+    k = module.get_kernel("streams_fill_u32")
+    with closing(Stream(non_blocking=True)) as s:
+        a, b, c = (DeviceBuffer(4 * N, s) for _ in range(3))
+        for buf in (a, b, c):
+            streams.memset_async(buf, 0, stream=s)
+        s.synchronize()
+        with s.capture() as cap:
+            s.launch(k, 16, 256, a, np.uint32(5), np.uint64(N))
+        graph = cap.graph
+        del cap
+        (node,) = _kernel_nodes(graph)
+        del k
+        gc.collect()
+        p = node.kernel_params()
+        adopted = p.kernel
+        assert isinstance(adopted, streams.Kernel)
+        assert adopted.owner is graph
+        assert adopted.module is None                   # adopted, not a Module's
+        assert adopted.kind in ("function", "kernel")
+        if streams.driver_version() >= 12030:           # cuFuncGetName / cuKernelGetName
+            assert adopted.name == "streams_fill_u32" == p.name
+        assert adopted.param_sizes == (8, 4, 8)
+        assert adopted.num_params == 3
+        assert adopted.max_threads_per_block == p.attributes["max_threads_per_block"] > 0
+        assert adopted.num_regs == p.attributes["num_regs"]
+        assert adopted.signature is None
+        s.launch(adopted, 16, 256, b, np.uint32(9), np.uint64(N))
+        assert (_host(b, s) == 9).all()
+        prepared = adopted.prepare(8, 128, c, np.uint32(4), np.uint64(N // 2))
+        prepared.launch(s)
+        host = _host(c, s)
+        assert (host[:N // 2] == 4).all() and (host[N // 2:] == 0).all()
+        assert (_host(a, s) == 0).all()                 # the captured target, untouched
+        # The adopted Kernel keeps its owner, the graph, alive.
+        ref = weakref.ref(graph)
+        del graph, node, p, prepared
+        gc.collect()
+        assert ref() is not None
+        del adopted
+        gc.collect()
+        assert ref() is None
+        for buf in (a, b, c):
+            buf.close()
+    module.close()
+
+
+def test_a_captured_cupy_kernel_is_adopted_and_launches(fill):
+    """CuPy's RawKernel, captured beside a streams kernel: its node gives an
+    adopted Kernel named "scale" that launches on a streams stream with new
+    arguments; the streams node gives the streams Kernel back."""
+    cupy = pytest.importorskip("cupy")
+    scale = cupy.RawKernel(CUPY_SCALE, "scale")
+    x = cupy.ones(N, dtype=cupy.float32)
+    y = cupy.full(N, 4.0, dtype=cupy.float32)
+    grid = ((N + 255) // 256,)
+    scale(grid, (256,), (x, cupy.float32(1.0), cupy.int32(N)))     # compiled and loaded now
+    cupy.cuda.Device().synchronize()
+    with closing(Stream(non_blocking=True)) as s:
+        a = DeviceBuffer(4 * N, s)
+        s.synchronize()
+        with s.capture() as cap:
+            with cupy.cuda.ExternalStream(s.handle):
+                scale(grid, (256,), (x, cupy.float32(2.0), cupy.int32(N)))
+            s.launch(fill, 16, 256, a, 5, N)
+        graph = cap.graph
+        nodes = {nd.kernel_params().name: nd for nd in _kernel_nodes(graph)}
+        assert nodes["streams_fill_u32"].kernel_params().kernel is fill
+        p = nodes["scale"].kernel_params()
+        k = p.kernel
+        assert k.module is None and k.owner is graph
+        # CuPy loads modules (cuModuleLoadData): the node records a CUfunction.
+        assert k.kind == "function"
+        if streams.driver_version() >= 12030:
+            assert k.name == "scale"
+        assert k.param_sizes == (8, 4, 4)
+        assert k.max_threads_per_block >= 256 and k.num_regs > 0
+        s.launch(k, grid, 256, y, np.float32(5.0), np.int32(N))
+        s.synchronize()
+        assert cupy.asnumpy(y).tolist() == [20.0] * N
+        k.prepare(grid, 256, y, np.float32(0.5), np.int32(N)).launch(s)
+        s.synchronize()
+        assert cupy.asnumpy(y).tolist() == [10.0] * N
+        assert cupy.asnumpy(x).tolist() == [1.0] * N       # the captured target, untouched
+        del k, p
+        graph.close()
+        a.close()
+    del scale                      # the library's kernel outlived every use of it

@@ -1,5 +1,9 @@
 """Kernel nodes without a GPU: the snapshot class refused, objects made with
-__new__ refusing the new methods, and the recapture refusal before CUDA."""
+__new__ refusing the new methods, the recapture refusal before CUDA, and what
+KernelNodeParams.kernel relies on."""
+import gc
+import weakref
+
 import pytest
 
 import streams
@@ -15,6 +19,8 @@ def test_kernel_node_params_are_made_by_nodes_only():
     assert p.attributes is None
     with pytest.raises(ValueError, match="not read from a node"):
         p.values("pointer")
+    with pytest.raises(ValueError, match="not read from a node"):
+        p.kernel
 
 
 def test_a_node_made_with_new_refuses_the_kernel_methods():

@@ -340,6 +340,24 @@ cdef bint _in_family(Graph graph, void* handle):
         g = <Graph>g._parent
 
 
+def _recapture_refusal(runtime, driver):
+    """The error Graph.recapture raises with these CUDA versions (runtime
+    streams is built with, driver; as ``runtime_version()`` gives them)."""
+    have = (f"this build uses the CUDA {runtime // 1000}.{runtime % 1000 // 10} runtime, "
+            f"the driver supports CUDA {driver // 1000}.{driver % 1000 // 10}")
+    if runtime < 13030 or driver < 13030:
+        return NotImplementedError(
+            "Graph.recapture needs CUDA 13.3 or newer in both the runtime streams is built "
+            f"with and the driver (cudaStreamBeginRecaptureToGraph): {have}")
+    # Recapturing releases the graph's user objects first (CUDA's rule),
+    # which are what keeps the host callables of its nodes alive: not
+    # offered until the graph's keep-alives are rebuilt around that.
+    return NotImplementedError(
+        "Graph.recapture (cudaStreamBeginRecaptureToGraph, CUDA 13.3) is not implemented "
+        f"by this version of streams ({have}); capture a new graph and use "
+        "GraphExec.update instead")
+
+
 cdef Graph _top(Graph graph):
     cdef Graph g = graph
     while g._parent != NULL:
@@ -1328,17 +1346,7 @@ cdef class Graph(HandleOwner):
         self._check_open()
         as_stream(stream, "stream")
         as_enum(CaptureMode, mode, "mode")
-        runtime, driver = runtime_version(), driver_version()
-        have = (f"this build uses the CUDA {runtime // 1000}.{runtime % 1000 // 10} runtime, "
-                f"the driver supports CUDA {driver // 1000}.{driver % 1000 // 10}")
-        if runtime < 13030 or driver < 13030:
-            raise NotImplementedError(
-                "Graph.recapture needs CUDA 13.3 or newer in both the runtime streams is built "
-                f"with and the driver (cudaStreamBeginRecaptureToGraph): {have}")
-        raise NotImplementedError(
-            "Graph.recapture (cudaStreamBeginRecaptureToGraph, CUDA 13.3) is not implemented "
-            f"by this version of streams ({have}); capture a new graph and use "
-            "GraphExec.update instead")
+        raise _recapture_refusal(runtime_version(), driver_version())
 
     def instantiate(self, *, auto_free_on_launch=False, upload_stream=None,
                     device_launch=False, use_node_priority=False):

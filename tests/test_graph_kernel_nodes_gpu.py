@@ -197,10 +197,18 @@ def test_changes_the_layout_cannot_take_are_refused(fill):
 
 
 def test_recapture_is_refused_naming_the_versions():
+    runtime, driver = streams.runtime_version(), streams.driver_version()
     with closing(Stream(non_blocking=True)) as s:
         graph = streams.Graph()
-        with pytest.raises(NotImplementedError, match=r"recapture.*CUDA 13\.3|13\.3.*recapture"):
+        with pytest.raises(NotImplementedError, match=r"recapture.*CUDA 13\.3|13\.3.*recapture") \
+                as info:
             graph.recapture(s)
+        if driver < 13030:
+            # A driver before 13.3 (580 is 13.0): the versions are named.
+            assert "needs CUDA 13.3 or newer" in str(info.value)
+            assert f"the driver supports CUDA {driver // 1000}.{driver % 1000 // 10}" \
+                in str(info.value)
+            assert f"CUDA {runtime // 1000}.{runtime % 1000 // 10} runtime" in str(info.value)
         graph.close()
 
 

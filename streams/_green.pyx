@@ -199,7 +199,8 @@ cdef class GreenContext:
         # done (1): two threads running __init__ on one object never both
         # make a context.
         if not streams_flag_claim(&self._init_state, 0, 2):
-            raise RuntimeError("GreenContext.__init__ may run only once")
+            raise RuntimeError("GreenContext.__init__ may run only once (it has run, or is "
+                               "running in another thread): make a new one instead")
         try:
             self._init(partition, device)
         except BaseException:

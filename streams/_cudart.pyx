@@ -2047,16 +2047,20 @@ cdef int _runtime_version = -1
 cdef int _versions(int* driver, int* runtime) except -1:
     global _driver_version, _runtime_version
     cdef int d = 0, r = 0
-    if _runtime_version < 0 or _driver_version < 0:
+    # Atomic loads and stores (streams_flag_*): plain ones racing are a
+    # data race to the C compiler, even where no value can tear.
+    d = streams_flag_get(&_driver_version)
+    r = streams_flag_get(&_runtime_version)
+    if r < 0 or d < 0:
         with nogil:
             if cudaDriverGetVersion(&d) != cudaSuccess:
                 cudaGetLastError()
                 d = 0
             cudaRuntimeGetVersion(&r)
-        _driver_version = d
-        _runtime_version = r
-    driver[0] = _driver_version
-    runtime[0] = _runtime_version
+        streams_flag_set(&_driver_version, d)
+        streams_flag_set(&_runtime_version, r)
+    driver[0] = d
+    runtime[0] = r
     return 0
 
 

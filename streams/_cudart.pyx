@@ -23,7 +23,8 @@ from libc.stdint cimport uintptr_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memset
 
-from streams._platform cimport STREAMS_FREE_THREADED, streams_sleep_ns
+from streams._platform cimport (STREAMS_FREE_THREADED, streams_flag_get, streams_flag_set,
+                                streams_ptr_load, streams_ptr_store, streams_sleep_ns)
 from streams.cudart cimport *
 
 cdef extern from "cudart/shim.h" nogil:
@@ -1027,7 +1028,7 @@ cdef int check_host_func_sync_mode(int sync_mode) except -1:
     cdef int driver = 0
     cdef void* fn = NULL
     cdef cudaError_t err = cudaSuccess
-    if sync_mode == 0 or _host_fn_v2 != NULL:
+    if sync_mode == 0 or streams_ptr_load(&_host_fn_v2) != NULL:
         return 0
     if sync_mode != 1:
         raise ValueError(f"sync_mode must be 0 (blocking) or 1 (spin_wait), got {sync_mode}")
@@ -1043,27 +1044,31 @@ cdef int check_host_func_sync_mode(int sync_mode) except -1:
             err = cudaErrorNotSupported
     if err != cudaSuccess or fn == NULL:
         return _raise_no_sync_mode(driver, err)
-    _host_fn_v2 = fn    # a racing second resolution writes the same
+    # Published atomically: a racing second resolution writes the same.
+    streams_ptr_store(&_host_fn_v2, fn)
     return 0
 
 
 cdef int _launch_host_fn(cudaStream_t h, cudaHostFn_t fn, void* data,
                          int sync_mode) except -1 nogil:
     cdef int dev = 0
+    cdef void* v2
     guard()
     if sync_mode == 0:
         return check(cudaLaunchHostFunc(h, fn, data))
-    if _host_fn_v2 == NULL:
+    v2 = streams_ptr_load(&_host_fn_v2)
+    if v2 == NULL:
         # Every enqueue resolves it first, with the GIL and outside the
         # capture fence; this is the backstop (a read hold of the fence may
         # take the GIL, it never waits for the fence with it).
         with gil:
             check_host_func_sync_mode(sync_mode)
+        v2 = streams_ptr_load(&_host_fn_v2)
     # A driver call needs a current context, which a thread gets from the
     # runtime only at its first call that uses the device (see _value_op).
     check(cudaGetDevice(&dev))
     check(cudaSetDevice(dev))
-    return check(<cudaError_t>(<streams_launch_host_func_v2_fn>_host_fn_v2)(
+    return check(<cudaError_t>(<streams_launch_host_func_v2_fn>v2)(
         h, fn, data, <unsigned int>sync_mode))
 
 
@@ -1266,8 +1271,9 @@ cdef int memcpy_batch_async(void** dsts, void** srcs, size_t* sizes, size_t coun
 
 # The driver functions reached through the entry-point table, in the order
 # of _DRIVER_NAMES; each 32-bit value operation is followed by its 64-bit
-# form.  Resolved once, at first use; a racing second resolution writes the
-# same.
+# form.  Resolved at first use and published with one atomic store each (a
+# racing second resolution writes the same), so a thread without the GIL
+# reads either NULL or the whole pointer.
 cdef enum _DriverFn:
     DRIVER_WAIT_VALUE32
     DRIVER_WAIT_VALUE64
@@ -1289,10 +1295,10 @@ ctypedef int (*_node_type_fn)(cudaGraphNode_t node, int* out) noexcept nogil
 
 
 cdef void* _driver_fn(int which) except NULL nogil:
-    cdef void* fn = _driver_fns[which]
+    cdef void* fn = streams_ptr_load(&_driver_fns[which])
     if fn == NULL:
         check(streams_get_driver_entry(_DRIVER_NAMES[which], &fn))
-        _driver_fns[which] = fn
+        streams_ptr_store(&_driver_fns[which], fn)
     return fn
 
 
@@ -1985,11 +1991,14 @@ _GREEN_NAMES[:] = [b"cuDeviceGetDevResource", b"cuDevSmResourceSplitByCount",
                    b"cuStreamGetGreenCtx"]
 # All resolved, or all NULL; set once, under the GIL (green_require).
 cdef void* _green_fns[_G_N]
-cdef bint _green_resolved = False
+# The flag is read without the lock (streams_flag_get, acquiring the table
+# and _green_runtime, both written before its releasing store).
+cdef int _green_resolved = False
 cdef bint _green_runtime = False      # the runtime's API serves (decided with _green_resolved)
-# cuStreamGetDevResource (CUDA 13.1), tried once: NULL where it is missing.
+# cuStreamGetDevResource (CUDA 13.1), tried once: NULL where it is missing;
+# the flag is published after the pointer, as _green_resolved.
 cdef void* _stream_resource_fn = NULL
-cdef bint _stream_resource_tried = False
+cdef int _stream_resource_tried = False
 
 
 cdef str _version_str(int v):
@@ -2002,7 +2011,7 @@ cdef object _green_lock = object()
 cdef int green_require() except -1:
     # Resolved once, under the lock on free-threaded builds (the flag is set
     # after the functions it publishes).
-    if _green_resolved:
+    if streams_flag_get(&_green_resolved):
         return 0
     with cython.critical_section(_green_lock):
         return _green_resolve()
@@ -2011,7 +2020,7 @@ cdef int green_require() except -1:
 cdef int _green_resolve() except -1:
     global _green_resolved
     cdef int driver = 0, runtime = 0
-    if _green_resolved:
+    if streams_flag_get(&_green_resolved):
         return 0
     guard()
     _versions(&driver, &runtime)
@@ -2024,7 +2033,7 @@ cdef int _green_resolve() except -1:
                           "built against a CUDA 12.5 or newer runtime (the driver's "
                           "cuGreenCtxCreate and cuGreenCtxStreamCreate, reached with "
                           "cudaGetDriverEntryPointByVersion)")
-    _green_resolved = True
+    streams_flag_set(&_green_resolved, True)     # last: it publishes the table
     return 0
 
 
@@ -2038,16 +2047,20 @@ cdef int _runtime_version = -1
 cdef int _versions(int* driver, int* runtime) except -1:
     global _driver_version, _runtime_version
     cdef int d = 0, r = 0
-    if _runtime_version < 0 or _driver_version < 0:
+    # Atomic loads and stores (streams_flag_*): plain ones racing are a
+    # data race to the C compiler, even where no value can tear.
+    d = streams_flag_get(&_driver_version)
+    r = streams_flag_get(&_runtime_version)
+    if r < 0 or d < 0:
         with nogil:
             if cudaDriverGetVersion(&d) != cudaSuccess:
                 cudaGetLastError()
                 d = 0
             cudaRuntimeGetVersion(&r)
-        _driver_version = d
-        _runtime_version = r
-    driver[0] = _driver_version
-    runtime[0] = _runtime_version
+        streams_flag_set(&_driver_version, d)
+        streams_flag_set(&_runtime_version, r)
+    driver[0] = d
+    runtime[0] = r
     return 0
 
 
@@ -2085,7 +2098,7 @@ cdef int _resolve_driver_table(const char** names, void** table, int n, int vers
 cdef void _green_runtime_chosen() noexcept:
     global _green_runtime, _green_resolved
     _green_runtime = True
-    _green_resolved = True
+    streams_flag_set(&_green_resolved, True)     # after the choice it publishes
 
 
 cdef inline int _green_check(int result) except -1 nogil:
@@ -2095,7 +2108,7 @@ cdef inline int _green_check(int result) except -1 nogil:
 
 cdef int _green_ready() except -1 nogil:
     guard()
-    if not _green_resolved:
+    if not streams_flag_get(&_green_resolved):
         with gil:
             green_require()
     return 0
@@ -2180,7 +2193,7 @@ cdef int stream_sm_count(cudaStream_t s, long long* out) except -1 nogil:
     cdef int driver = 0
     guard()
     out[0] = -1
-    if not _stream_resource_tried:
+    if not streams_flag_get(&_stream_resource_tried):
         if cudaDriverGetVersion(&driver) != cudaSuccess:
             cudaGetLastError()
         elif driver >= STREAMS_STREAM_RESOURCE_VERSION:
@@ -2188,12 +2201,14 @@ cdef int stream_sm_count(cudaStream_t s, long long* out) except -1 nogil:
                                            STREAMS_STREAM_RESOURCE_VERSION) != cudaSuccess:
                 cudaGetLastError()
                 fn = NULL
-        _stream_resource_fn = fn
-        _stream_resource_tried = True
+        # Racing resolutions write the same; the flag last, releasing it.
+        streams_ptr_store(&_stream_resource_fn, fn)
+        streams_flag_set(&_stream_resource_tried, True)
+    fn = streams_ptr_load(&_stream_resource_fn)
     memset(&res, 0, sizeof(res))
-    if _stream_resource_fn != NULL:
+    if fn != NULL:
         # Any stream's share, green or not.
-        _green_check((<streams_stream_get_resource_fn>_stream_resource_fn)(
+        _green_check((<streams_stream_get_resource_fn>fn)(
             <void*>s, &res, STREAMS_DEV_RESOURCE_TYPE_SM))
         out[0] = res.sm_count
         return 0
@@ -2250,14 +2265,15 @@ _KERNEL_NODE_NAMES[:] = [b"cuGraphKernelNodeGetParams", b"cuGraphExecKernelNodeS
                          b"cuFuncGetAttribute", b"cuKernelGetAttribute",
                          b"cuKernelGetFunction"]
 cdef void* _kernel_node_fns[_K_N]
-cdef bint _kernel_node_resolved = False
+# Read without the lock: streams_flag_get acquires the table written before.
+cdef int _kernel_node_resolved = False
 
 
 cdef object _kernel_node_lock = object()
 
 
 cdef int kernel_node_require() except -1:
-    if _kernel_node_resolved:
+    if streams_flag_get(&_kernel_node_resolved):
         return 0
     with cython.critical_section(_kernel_node_lock):
         return _kernel_node_resolve()
@@ -2265,7 +2281,7 @@ cdef int kernel_node_require() except -1:
 
 cdef int _kernel_node_resolve() except -1:
     global _kernel_node_resolved
-    if _kernel_node_resolved:
+    if streams_flag_get(&_kernel_node_resolved):
         return 0
     guard()
     _resolve_driver_table(_KERNEL_NODE_NAMES, _kernel_node_fns, _K_N,
@@ -2274,7 +2290,7 @@ cdef int _kernel_node_resolve() except -1:
                           "for CUDA 12.4 or newer and streams built against a CUDA 12.5 or "
                           "newer runtime (the driver's cuGraphKernelNodeGetParams and "
                           "cuFuncGetParamInfo, reached with cudaGetDriverEntryPointByVersion)")
-    _kernel_node_resolved = True
+    streams_flag_set(&_kernel_node_resolved, True)   # last: it publishes the table
     return 0
 
 
@@ -2289,7 +2305,7 @@ cdef int _bind_primary_context() except -1 nogil:
 
 cdef int _kernel_node_ready() except -1 nogil:
     guard()
-    if not _kernel_node_resolved:
+    if not streams_flag_get(&_kernel_node_resolved):
         with gil:
             kernel_node_require()
     return _bind_primary_context()
@@ -2321,7 +2337,7 @@ cdef int kernel_param_info(void* func, void* kern, size_t index, size_t* offset,
 cdef const char* kernel_name(void* func, void* kern) noexcept nogil:
     cdef const char* name = NULL
     cdef int err
-    if not _kernel_node_resolved or streams_guard_state() != STREAMS_GUARD_OK:
+    if not streams_flag_get(&_kernel_node_resolved) or streams_guard_state() != STREAMS_GUARD_OK:
         return NULL
     if func != NULL:
         err = (<streams_get_name_fn>_kernel_node_fns[_K_FUNC_NAME])(&name, func)
@@ -2335,7 +2351,7 @@ cdef const char* kernel_name(void* func, void* kern) noexcept nogil:
 
 cdef int kernel_attribute(void* func, void* kern, int attribute, int* out) noexcept nogil:
     cdef int err, dev = 0
-    if not _kernel_node_resolved or streams_guard_state() != STREAMS_GUARD_OK:
+    if not streams_flag_get(&_kernel_node_resolved) or streams_guard_state() != STREAMS_GUARD_OK:
         return 0
     if func != NULL:
         err = (<streams_func_attribute_fn>_kernel_node_fns[_K_FUNC_ATTR])(out, attribute, func)
@@ -2644,7 +2660,9 @@ cdef enum:
     _FN_GRAPH_ADD_KERNEL
     _FN_EXEC_KERNEL_SET
     _FN_COUNT
-# Resolved once, at first use; a racing second resolution writes the same.
+# Resolved at first use, each published with one atomic store (a racing
+# second resolution writes the same pointer): two threads launching an
+# adopted CUfunction for the first time read NULL or the whole pointer.
 cdef void* _function_fns[_FN_COUNT]
 memset(_function_fns, 0, sizeof(_function_fns))
 cdef const char* _FUNCTION_FN_NAMES[_FN_COUNT]
@@ -2664,10 +2682,10 @@ cdef enum:
 
 
 cdef void* _function_fn(int which) except NULL nogil:
-    cdef void* fn = _function_fns[which]
+    cdef void* fn = streams_ptr_load(&_function_fns[which])
     if fn == NULL:
         check(streams_get_driver_entry(_FUNCTION_FN_NAMES[which], &fn))
-        _function_fns[which] = fn
+        streams_ptr_store(&_function_fns[which], fn)
     return fn
 
 
@@ -2726,14 +2744,14 @@ cdef int function_set_max_dynamic_shared(const void* func, int value) except -1 
 
 cdef int function_get_param_info(const void* func, size_t index, size_t* offset,
                                  size_t* size) except -1 nogil:
-    cdef void* fn = _function_fns[_FN_GET_PARAM_INFO]
+    cdef void* fn = streams_ptr_load(&_function_fns[_FN_GET_PARAM_INFO])
     cdef int r
     guard()
     if fn == NULL:
         fn = _driver_entry_since(_FUNCTION_FN_NAMES[_FN_GET_PARAM_INFO], 12040)
         if fn == NULL:
             return 2     # a driver older than CUDA 12.4
-        _function_fns[_FN_GET_PARAM_INFO] = fn
+        streams_ptr_store(&_function_fns[_FN_GET_PARAM_INFO], fn)
     _bind_primary_context()
     r = (<_cu_func_get_param_info_fn>fn)(func, index, offset, size)
     if r == 0:

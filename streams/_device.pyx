@@ -6,7 +6,7 @@ from cpython.exc cimport PyErr_CheckSignals
 
 cimport streams._cudart as rt
 from streams._args cimport as_timeout_ns
-from streams._platform cimport streams_now_ns
+from streams._platform cimport streams_flag_get, streams_flag_set, streams_now_ns
 from streams.cudart cimport cudaDeviceAttr, cudaDevAttrComputeCapabilityMajor, \
     cudaDevAttrComputeCapabilityMinor
 
@@ -14,7 +14,10 @@ cdef object _MISSING = object()
 cdef int _device_count = -1                     # cached: fixed for the process
 cdef int _prio_least[rt.STREAMS_MAX_DEVICES]
 cdef int _prio_greatest[rt.STREAMS_MAX_DEVICES]
-cdef bint _prio_known[rt.STREAMS_MAX_DEVICES]
+# Set (releasing) after the two values of the device: a thread that reads
+# it set (acquiring) reads the range, not the zeros before it.  Racing
+# first calls write the same values.
+cdef int _prio_known[rt.STREAMS_MAX_DEVICES]
 cdef object _tls = _threading.local()           # .device_stack: saved devices of `with Device`
 
 
@@ -136,7 +139,7 @@ cdef int priority_range(int dev, int* least, int* greatest) except -1:
     cdef int lo = 0, hi = 0
     if dev < 0 or dev >= rt.STREAMS_MAX_DEVICES:
         raise ValueError(f"device {dev} is beyond the {rt.STREAMS_MAX_DEVICES} devices supported")
-    if not _prio_known[dev]:
+    if not streams_flag_get(&_prio_known[dev]):
         with nogil:
             enter_device(&scope, dev)
             try:
@@ -144,7 +147,7 @@ cdef int priority_range(int dev, int* least, int* greatest) except -1:
             finally:
                 exit_device(&scope)
         _prio_least[dev], _prio_greatest[dev] = lo, hi
-        _prio_known[dev] = True
+        streams_flag_set(&_prio_known[dev], True)
     least[0] = _prio_least[dev]
     greatest[0] = _prio_greatest[dev]
     return 0

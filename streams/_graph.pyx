@@ -42,8 +42,8 @@ from streams._launch cimport ArgPack, Kernel, adopt_kernel, find_node_kernel, ke
 from streams._memory cimport (SPAN_DEVICE, Span, _check_fits, init_span, keep_memory, release_span,
                               resolve_span)
 from streams._handle cimport HandleOwner, keep_in_use
-from streams._platform cimport (streams_close_begin, streams_is_closed, streams_ptr_load,
-                                streams_ptr_store)
+from streams._platform cimport (streams_close_begin, streams_flag_set, streams_is_closed,
+                                streams_ptr_load, streams_ptr_store)
 from streams._stream cimport (ErrorSlot, Event, Stream, as_event, as_stream, keep_gil_for,
                               streams_host_fn_t)
 from streams.cudart cimport *
@@ -1270,14 +1270,18 @@ cdef class Graph(HandleOwner):
     def __init__(self):
         cdef cudaGraph_t g = NULL
         self._init_once()
-        require_device()
-        rt.drain_deferred()
-        with nogil:
-            rt.graph_create(&g)
-        self._handle = <streams_graph_t>g
-        self._errors = new_error_slot()
-        self._keep = []
-        self._opened(True)
+        try:
+            require_device()
+            rt.drain_deferred()
+            with nogil:
+                rt.graph_create(&g)
+            self._handle = <streams_graph_t>g
+            self._errors = new_error_slot()
+            self._keep = []
+            self._opened(True)
+        except BaseException:
+            self._init_abandoned()
+            raise
 
     cdef streams_graph_t c_handle(self) noexcept nogil:
         return self._handle
@@ -1806,7 +1810,7 @@ cdef class Graph(HandleOwner):
         finally:
             ev._unuse()
         if record:
-            ev._recorded = True
+            streams_flag_set(<int*>&ev._recorded, True)
         self._keep.append(keep_in_use(ev))
         return _wrap_node(self, node)
 
@@ -2236,7 +2240,7 @@ cdef class GraphExec(HandleOwner):
         finally:
             self._leave(nd)
         if record:
-            ev._recorded = True
+            streams_flag_set(<int*>&ev._recorded, True)
         return 0
 
     @property

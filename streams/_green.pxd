@@ -33,4 +33,6 @@ cdef class _GreenHandle:
 cdef class GreenContext:
     cdef _GreenHandle _handle            # None once closed
     cdef readonly SmPartition partition
+    cdef int _init_state                 # 0 new, 2 __init__ running, 1 made (atomic)
+    cdef int _init(self, object partition, object device) except -1
     cdef _GreenHandle _open(self)

@@ -21,6 +21,7 @@ from streams.cudart cimport (cudaDevAttrComputeCapabilityMajor, cudaDevAttrMulti
                              cudaStream_t)
 from streams._args cimport as_int
 from streams._device cimport check_device_index, priority_range, resolve_device
+from streams._platform cimport streams_flag_claim, streams_flag_get, streams_flag_set
 from streams._stream cimport Stream
 
 
@@ -194,10 +195,21 @@ cdef class GreenContext:
     """
 
     def __init__(self, partition, device=None):
+        # Claimed atomically (0 -> 2), given back if it fails (2 -> 0),
+        # done (1): two threads running __init__ on one object never both
+        # make a context.
+        if not streams_flag_claim(&self._init_state, 0, 2):
+            raise RuntimeError("GreenContext.__init__ may run only once (it has run, or is "
+                               "running in another thread): make a new one instead")
+        try:
+            self._init(partition, device)
+        except BaseException:
+            streams_flag_claim(&self._init_state, 2, 0)
+            raise
+
+    cdef int _init(self, object partition, object device) except -1:
         cdef _GreenHandle h
         cdef streams_dev_resource res
-        if self._handle is not None or self.partition is not None:
-            raise RuntimeError("GreenContext.__init__ may run only once")
         if not isinstance(partition, SmPartition):
             raise TypeError(f"partition must be a streams.SmPartition (from "
                             f"Device.split_sm()), not {type(partition).__name__}")
@@ -212,11 +224,23 @@ cdef class GreenContext:
         h.device = (<SmPartition>partition).device
         with nogil:
             rt.green_ctx_create(&h.ctx, &res, h.device)
-        self._handle = h
-        self.partition = partition
+        # Published together, under the section that close() and every
+        # reader take.
+        with cython.critical_section(self):
+            self._handle = h
+            self.partition = partition
+        streams_flag_set(&self._init_state, 1)
+        return 0
 
     cdef _GreenHandle _open(self):
-        cdef _GreenHandle h = self._handle
+        # The reference is taken inside the object's critical section: a
+        # close() in another thread drops the context's last reference
+        # under the same section, so it is never freed between the read and
+        # the reference.  Once taken, the holder keeps the driver's context
+        # alive for this call (and for a stream made with it).
+        cdef _GreenHandle h
+        with cython.critical_section(self):
+            h = self._handle
         if h is None:
             raise ValueError("operation on a closed GreenContext (or one never initialised)")
         return h
@@ -264,8 +288,19 @@ cdef class GreenContext:
         return st
 
     def close(self):
-        """Let the context go once no stream made from it remains.  Idempotent."""
-        self._handle = None
+        """Let the context go once no stream made from it remains.  Idempotent.
+
+        Safe while other threads use the context: a ``create_stream``
+        that started first makes its stream (which keeps the context), one
+        that starts after raises ValueError.
+        """
+        cdef _GreenHandle h
+        with cython.critical_section(self):
+            h = self._handle
+            self._handle = None
+        # `h` goes here, outside the section: the last holder's release
+        # destroys the driver's context.
+        h = None
 
     def __enter__(self):
         self._open()
@@ -276,7 +311,10 @@ cdef class GreenContext:
         return False
 
     def __repr__(self):
-        if self._handle is None:
+        cdef _GreenHandle h
+        with cython.critical_section(self):
+            h = self._handle
+        if h is None:
             return "<streams.GreenContext (closed)>"
-        return (f"<streams.GreenContext device={self._handle.device} "
+        return (f"<streams.GreenContext device={h.device} "
                 f"sm_count={self.partition.sm_count}>")

@@ -6,7 +6,9 @@ from streams._platform cimport streams_held_use_begin, streams_held_use_end
 cdef class HandleOwner:
     cdef unsigned int _state      # streams/handle.h: closed flag and users
     cdef bint _owns_handle        # False for a foreign handle: never destroyed here
-    cdef bint _initialised        # given a handle once: __init__ may not run again
+    # Given a handle once (1; 2 while an __init__ runs): __init__ may not run
+    # again.  Changed atomically (streams_flag_*): threads may race __init__.
+    cdef int _initialised
     cdef object __weakref__
 
     # A factory or __init__ that got a handle: open for use.
@@ -14,6 +16,10 @@ cdef class HandleOwner:
     # First thing of every __init__: a second call would orphan the handle,
     # or, with users still inside, corrupt the count of users.
     cdef int _init_once(self) except -1
+    # An __init__ that raised before _opened gives its claim back.
+    cdef void _init_abandoned(self) noexcept
+    # Opened by a factory or __init__ (closed since or not).
+    cdef bint _is_initialised(self) noexcept nogil
     # Every use of the handle with the GIL released is bracketed by these,
     # so that close() in another thread never frees it under the caller.
     cdef int _use(self) except -1 nogil

@@ -11,8 +11,17 @@ destroyed (``_destroy``) and released without raising (``_release``).
 cimport cython
 
 cimport streams._cudart as rt
-from streams._platform cimport (STREAMS_H_INERT, streams_close_begin, streams_is_closed,
+from streams._platform cimport (STREAMS_H_INERT, streams_close_begin, streams_flag_claim,
+                                streams_flag_get, streams_flag_set, streams_is_closed,
                                 streams_open, streams_use_begin, streams_use_end)
+
+
+# HandleOwner._initialised: never initialised; an __init__ under way (one
+# thread claimed it); given a handle.
+cdef enum:
+    INIT_NONE = 0
+    INIT_DONE = 1
+    INIT_RUNNING = 2
 
 
 cdef class HandleOwner:
@@ -26,14 +35,27 @@ cdef class HandleOwner:
 
     cdef void _opened(self, bint owns_handle) noexcept:
         self._owns_handle = owns_handle
-        self._initialised = True
+        streams_flag_set(&self._initialised, INIT_DONE)
         streams_open(&self._state)
 
     cdef int _init_once(self) except -1:
-        if self._initialised:
-            raise RuntimeError(f"{type(self).__name__}.__init__ was called on an object that "
-                               "was already initialised: make a new one instead")
-        return 0
+        # Claimed atomically: of two threads that run __init__ on one
+        # object at once, one makes the handle and the other is refused,
+        # so no handle is orphaned and no field is written twice.
+        if streams_flag_claim(&self._initialised, INIT_NONE, INIT_RUNNING):
+            return 0
+        if streams_flag_get(&self._initialised) == INIT_RUNNING:
+            raise RuntimeError(f"{type(self).__name__}.__init__ is running in another thread "
+                               "on this object: make a new one instead")
+        raise RuntimeError(f"{type(self).__name__}.__init__ was called on an object that "
+                           "was already initialised: make a new one instead")
+
+    cdef void _init_abandoned(self) noexcept:
+        # An __init__ that failed before it got a handle: a later one may try.
+        streams_flag_claim(&self._initialised, INIT_RUNNING, INIT_NONE)
+
+    cdef bint _is_initialised(self) noexcept nogil:
+        return streams_flag_get(&self._initialised) == INIT_DONE
 
     cdef int _use(self) except -1 nogil:
         if streams_use_begin(&self._state) == 0:

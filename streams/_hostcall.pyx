@@ -602,7 +602,14 @@ cdef int _sweep() except -1:
     # The futures a doorbell holds hold their loop: a loop closed with waits
     # pending would keep its doorbell (and eventfd) for ever.  Dropped here,
     # whenever a new loop gets one; host functions still queued free the
-    # notifier when they run.
+    # notifier when they run.  The caller holds _bells_lock: two sweeps at
+    # once would both let go of one notifier, and a reader of `_n` in
+    # another thread (_async_waits) would read a freed one.
+    #
+    # What else a doorbell has (`_waiting`, `_next`) is its loop's: only
+    # code running in that loop's thread registers, rings and pops (asyncio
+    # runs a loop in one thread, and _wait works with the running loop of
+    # its own thread); a sweep touches them only once the loop is closed.
     cdef _Doorbell bell
     for loop, found in list(_bells.items()):
         if found is not False and loop.is_closed():
@@ -870,11 +877,15 @@ def _async_waits():
     run its reader (tests use it to see that cancellation leaves nothing).
     Loops closed meanwhile are forgotten first."""
     waiting = in_flight = 0
-    _sweep()
-    for bell in list(_bells.values()):
-        if bell is not False:
-            waiting += len((<_Doorbell>bell)._waiting)
-            in_flight += streams_notifier_live_nodes((<_Doorbell>bell)._n)
+    # Under the lock: a sweep in another thread (a new loop's first await)
+    # would otherwise free a notifier this reads.
+    with _bells_lock:
+        _sweep()
+        for bell in list(_bells.values()):
+            if bell is not False:
+                waiting += len((<_Doorbell>bell)._waiting)
+                if (<_Doorbell>bell)._n != NULL:
+                    in_flight += streams_notifier_live_nodes((<_Doorbell>bell)._n)
     return {"waiting": waiting, "in_flight": in_flight}
 
 

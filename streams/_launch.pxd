@@ -63,6 +63,8 @@ cdef class LaunchConfig:
     cdef Event _completion_event
     cdef bint _has_programmatic_event    # for the nogil launch path
     cdef bint _has_completion_event
+    # Whether __init__ published it (its grid, read with acquire ordering).
+    cdef bint _initialised_now(self) noexcept nogil
 
 
 cdef class PreparedLaunch:

@@ -27,7 +27,7 @@ from streams._foreign cimport foreign_code_handle
 from streams._memory cimport (SPAN_DEVICE, SPAN_NO_WAIT, SPAN_NULL_OK, Span, release_span,
                               resolve_span)
 from streams._handle cimport HandleOwner, keep_in_use
-from streams._platform cimport streams_mark_bit
+from streams._platform cimport streams_flag_get, streams_flag_set, streams_mark_bit
 from streams._stream cimport Event, LaunchTarget, Stream, as_stream, keep_gil_for
 from streams.cudart cimport *
 
@@ -584,39 +584,71 @@ cdef class LaunchConfig:
                  trigger_at_block_start=False, completion_event=None, priority=None,
                  mem_sync_domain=None):
         cdef dim3 g, b, d
-        if self._grid_dims[0] != 0:
-            # Immutable: a launch in another thread may be reading its events.
-            raise RuntimeError("LaunchConfig.__init__ was called on a config that was already "
-                               "initialised: make a new one instead")
+        cdef size_t smem
+        cdef bint has_cluster, coop, pss, at_start, has_priority, taken
+        cdef int prio = 0, domain
+        cdef Event prog, done
+        # Everything is read and checked first, into locals (argument
+        # conversions may run Python code), then published at once under
+        # the object's critical section: two threads initialising one
+        # config never mix their fields (a flag of one with the event of
+        # the other would make a launch read a missing event).
+        if self._initialised_now():
+            raise RuntimeError(_CONFIG_REINIT)
         as_dim3(grid, &g, "grid")
         as_dim3(block, &b, "block")
-        self._shared_mem = as_uint(shared_mem, "shared_mem")
-        self._has_cluster = cluster is not None
-        if self._has_cluster:
+        smem = as_uint(shared_mem, "shared_mem")
+        has_cluster = cluster is not None
+        if has_cluster:
             as_dim3(cluster, &d, "cluster")
-            self._cluster[0], self._cluster[1], self._cluster[2] = d.x, d.y, d.z
-        self._cooperative = as_bool(cooperative, "cooperative")
-        self._pss = as_bool(programmatic_stream_serialization, "programmatic_stream_serialization")
-        self._trigger_at_block_start = as_bool(trigger_at_block_start, "trigger_at_block_start")
-        self._programmatic_event = _launch_event(programmatic_event, "programmatic_event")
-        self._has_programmatic_event = self._programmatic_event is not None
-        if self._trigger_at_block_start and self._programmatic_event is None:
+        coop = as_bool(cooperative, "cooperative")
+        pss = as_bool(programmatic_stream_serialization, "programmatic_stream_serialization")
+        at_start = as_bool(trigger_at_block_start, "trigger_at_block_start")
+        prog = _launch_event(programmatic_event, "programmatic_event")
+        if at_start and prog is None:
             raise ValueError("trigger_at_block_start needs a programmatic_event")
-        self._completion_event = _launch_event(completion_event, "completion_event")
-        self._has_completion_event = self._completion_event is not None
-        self._has_priority = priority is not None
-        if self._has_priority:
-            self._priority = as_int(priority, "priority")
+        done = _launch_event(completion_event, "completion_event")
+        has_priority = priority is not None
+        if has_priority:
+            prio = as_int(priority, "priority")
         if mem_sync_domain is None:
-            self._mem_sync_domain = -1
+            domain = -1
         elif isinstance(mem_sync_domain, str) and mem_sync_domain.lower() in _MEM_SYNC_DOMAINS:
-            self._mem_sync_domain = _MEM_SYNC_DOMAINS[mem_sync_domain.lower()]
+            domain = _MEM_SYNC_DOMAINS[mem_sync_domain.lower()]
         else:
             raise ValueError(f"mem_sync_domain must be 'default', 'remote' or None, got "
                              f"{mem_sync_domain!r}")
-        # Last: a grid of 0 marks a config never (or not fully) initialised.
-        self._block_dims[0], self._block_dims[1], self._block_dims[2] = b.x, b.y, b.z
-        self._grid_dims[0], self._grid_dims[1], self._grid_dims[2] = g.x, g.y, g.z
+        taken = False
+        with cython.critical_section(self):
+            # Immutable once initialised: a launch in another thread may be
+            # reading its events.
+            if not self._initialised_now():
+                taken = True
+                self._shared_mem = smem
+                self._has_cluster = has_cluster
+                if has_cluster:
+                    self._cluster[0], self._cluster[1], self._cluster[2] = d.x, d.y, d.z
+                self._cooperative = coop
+                self._pss = pss
+                self._trigger_at_block_start = at_start
+                self._programmatic_event = prog
+                self._has_programmatic_event = prog is not None
+                self._completion_event = done
+                self._has_completion_event = done is not None
+                self._has_priority = has_priority
+                self._priority = prio
+                self._mem_sync_domain = domain
+                self._block_dims[0], self._block_dims[1], self._block_dims[2] = b.x, b.y, b.z
+                self._grid_dims[1], self._grid_dims[2] = g.y, g.z
+                # Last, with a releasing store: a grid of 0 marks a config
+                # never initialised, and a reader that sees it set
+                # (_usable_config) sees every field above.
+                streams_flag_set(<int*>&self._grid_dims[0], <int>g.x)
+        if not taken:
+            raise RuntimeError(_CONFIG_REINIT)
+
+    cdef bint _initialised_now(self) noexcept nogil:
+        return streams_flag_get(<int*>&self._grid_dims[0]) != 0
 
     @property
     def grid(self):
@@ -679,11 +711,15 @@ cdef class LaunchConfig:
         return f"LaunchConfig({', '.join(parts)})"
 
 
+cdef str _CONFIG_REINIT = ("LaunchConfig.__init__ was called on a config that was already "
+                          "initialised: make a new one instead")
+
+
 cdef LaunchConfig _usable_config(object config):
     """``config`` as a LaunchConfig that __init__ completed, or TypeError/ValueError."""
     if not isinstance(config, LaunchConfig):
         raise TypeError(f"config must be a streams.LaunchConfig, not {type(config).__name__}")
-    if (<LaunchConfig>config)._grid_dims[0] == 0:
+    if not (<LaunchConfig>config)._initialised_now():
         raise ValueError("this LaunchConfig was never initialised (make one with "
                          "LaunchConfig(grid, block, ...))")
     return <LaunchConfig>config
@@ -746,9 +782,9 @@ cdef int _launch_configured(Kernel k, Stream stream, LaunchConfig c,
             cfg.numAttrs = n
             _launch_packed(k, stream, cfg.gridDim, cfg.blockDim, args, c._shared_mem, &cfg, held)
             if prog:
-                c._programmatic_event._recorded = True
+                streams_flag_set(<int*>&c._programmatic_event._recorded, True)
             if done:
-                c._completion_event._recorded = True
+                streams_flag_set(<int*>&c._completion_event._recorded, True)
         finally:
             if done:
                 c._completion_event._unuse()
@@ -1225,6 +1261,9 @@ cdef class PreparedLaunch:
 
 cdef Module _builtins = None
 cdef Kernel _k_empty, _k_spin, _k_fill_u32, _k_increment_u32
+# Set (releasing) once the five above are: a thread that reads it set
+# (acquiring) sees whole kernels, never a half-published one.
+cdef int _builtins_ready = False
 cdef object _builtins_lock = _threading.Lock()
 # The kernels that set a conditional node's value: a module of their own
 # (streams/kernels/conditional.ptx), loaded at first use, because the
@@ -1245,10 +1284,10 @@ def builtin_ptx(name="builtin"):
 cdef int _load_builtins() except -1:
     global _builtins, _k_empty, _k_spin, _k_fill_u32, _k_increment_u32
     cdef Module m
-    if _builtins is not None:
+    if streams_flag_get(&_builtins_ready):
         return 0
     with _builtins_lock:   # one load per process: it is never unloaded
-        if _builtins is not None:
+        if streams_flag_get(&_builtins_ready):
             return 0
         m = _load_image(builtin_ptx().encode("ascii") + b"\0", True)
         _k_empty = m.get_kernel("streams_empty", signature=())
@@ -1258,6 +1297,7 @@ cdef int _load_builtins() except -1:
         _k_increment_u32 = m.get_kernel("streams_increment_u32",
                                         signature=("pointer", "uint64"))
         _builtins = m
+        streams_flag_set(&_builtins_ready, True)
     return 0
 
 

@@ -710,7 +710,11 @@ cdef class DeviceBuffer(_Buffer):
         cdef size_t n = as_nbytes(nbytes, "nbytes")
         cdef Stream s = as_stream(stream, "stream")
         self._init_once()
-        _allocate(self, n, s, None)
+        try:
+            _allocate(self, n, s, None)
+        except BaseException:
+            self._init_abandoned()
+            raise
 
     def __dealloc__(self):
         # Here, not in the base class: by the time a base __dealloc__ runs,
@@ -940,13 +944,17 @@ cdef class PinnedBuffer(_HostBuffer):
         cdef size_t n = as_nbytes(nbytes, "nbytes")
         cdef void* p = NULL
         self._init_once()
-        current_device()
-        rt.drain_deferred()
-        if n:
-            with nogil:
-                rt.host_alloc(&p, n)
-        self._kind = rt.HANDLE_HOST_MEMORY
-        self._adopt(p, n)
+        try:
+            current_device()
+            rt.drain_deferred()
+            if n:
+                with nogil:
+                    rt.host_alloc(&p, n)
+            self._kind = rt.HANDLE_HOST_MEMORY
+            self._adopt(p, n)
+        except BaseException:
+            self._init_abandoned()
+            raise
 
     def __dlpack_device__(self):
         return (_kDLCUDAHost, 0)
@@ -975,20 +983,24 @@ cdef class ManagedBuffer(_HostBuffer):
         cdef void* p = NULL
         cdef unsigned int flags
         self._init_once()
-        if attach == "global":
-            flags = cudaMemAttachGlobal
-        elif attach == "host":
-            flags = cudaMemAttachHost
-        else:
-            raise ValueError(f"attach must be 'global' or 'host', got {attach!r}")
-        self._stream = Stream.legacy if stream is None else as_stream(stream, "stream")
-        self._device = current_device()
-        rt.drain_deferred()
-        if n:
-            with nogil:
-                rt.malloc_managed(&p, n, flags)
-        self._kind = rt.HANDLE_MANAGED_MEMORY
-        self._adopt(p, n)
+        try:
+            if attach == "global":
+                flags = cudaMemAttachGlobal
+            elif attach == "host":
+                flags = cudaMemAttachHost
+            else:
+                raise ValueError(f"attach must be 'global' or 'host', got {attach!r}")
+            self._stream = Stream.legacy if stream is None else as_stream(stream, "stream")
+            self._device = current_device()
+            rt.drain_deferred()
+            if n:
+                with nogil:
+                    rt.malloc_managed(&p, n, flags)
+            self._kind = rt.HANDLE_MANAGED_MEMORY
+            self._adopt(p, n)
+        except BaseException:
+            self._init_abandoned()
+            raise
 
     @property
     def stream(self):
@@ -1096,26 +1108,30 @@ cdef class MemoryPool(HandleOwner):
         cdef int dev
         cdef void* frees
         self._init_once()
-        dev = resolve_device(device)
-        rt.drain_deferred()
-        frees = rt.marks_new()
         try:
-            with nogil:
-                enter_device(&scope, dev)
-                try:
-                    rt.mem_pool_create(&h, dev, share, cap)
-                finally:
-                    exit_device(&scope)
+            dev = resolve_device(device)
+            rt.drain_deferred()
+            frees = rt.marks_new()
+            try:
+                with nogil:
+                    enter_device(&scope, dev)
+                    try:
+                        rt.mem_pool_create(&h, dev, share, cap)
+                    finally:
+                        exit_device(&scope)
+            except BaseException:
+                rt.marks_free(frees)
+                raise
+            self._handle = <void*>h
+            self._device = dev
+            self._ipc = share
+            self._frees = frees
+            self._opened(True)
+            if release_threshold is not None:
+                self.release_threshold = threshold
         except BaseException:
-            rt.marks_free(frees)
+            self._init_abandoned()
             raise
-        self._handle = <void*>h
-        self._device = dev
-        self._ipc = share
-        self._frees = frees
-        self._opened(True)
-        if release_threshold is not None:
-            self.release_threshold = threshold
 
     @staticmethod
     def default(device=None):
@@ -1432,7 +1448,7 @@ cdef class MemoryPool(HandleOwner):
     @property
     def is_default(self):
         """Whether this is a device's default pool (never destroyed here)."""
-        return self._initialised and not self._owns_handle
+        return self._is_initialised() and not self._owns_handle
 
     def close(self):
         """Destroy an owned pool (its memory goes once the buffers still out are

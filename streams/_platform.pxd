@@ -28,6 +28,11 @@ cdef extern from "streams/handle.h" nogil:
     const bint STREAMS_FREE_THREADED
     void* streams_ptr_load(void* const* p)
     void streams_ptr_store(void** p, void* value)
+    int streams_flag_get(const int* flag)
+    void streams_flag_set(int* flag, int value)
+    int streams_flag_claim(int* flag, int expected, int desired)
+    unsigned long long streams_u64_get(const unsigned long long* p)
+    void streams_u64_set(unsigned long long* p, unsigned long long value)
 
 cdef extern from "streams/pool.h" nogil:
     ctypedef struct streams_pool:

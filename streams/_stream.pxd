@@ -40,7 +40,9 @@ cdef class Waitable(HandleOwner):
     cdef int _kind              # _cudart's HANDLE_STREAM or HANDLE_EVENT
     cdef int _device            # -1 for the device-agnostic special streams
     cdef object _owner          # keeps a foreign handle's owner alive
-    cdef unsigned long long _frees_seen   # rt.async_frees() at its last full synchronize
+    # rt.async_frees() at its last full synchronize; any thread that
+    # synchronizes replaces it (streams_u64_get/set: never torn)
+    cdef unsigned long long _frees_seen
     cdef void* _pool            # the pool its handle goes back to, or NULL
 
     # 1 when the work is done, 0 when not; never raises cudaErrorNotReady.
@@ -84,6 +86,7 @@ cdef class Stream(Waitable):
 
 cdef class Event(Waitable):
     cdef unsigned int _flags
+    # Set once recorded, by whichever thread records (streams_flag_set/get)
     cdef bint _recorded
 
     cdef int c_record(self, Stream stream) except -1 nogil

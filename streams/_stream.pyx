@@ -26,6 +26,7 @@ from streams._foreign cimport (STREAM_LEGACY, STREAM_NULL, STREAM_PER_THREAD,
                                foreign_stream, foreign_stream_device)
 from streams._handle cimport HandleOwner
 from streams._platform cimport (STREAMS_FREE_THREADED, streams_close_begin, streams_closed_now,
+                                streams_flag_get, streams_flag_set, streams_u64_get, streams_u64_set,
                                 streams_count_add, streams_count_get, streams_cpu_relax,
                                 streams_cpu_yield, streams_is_closed, streams_now_ns, streams_pool, streams_pool_close,
                                 streams_pool_idle, streams_pool_new, streams_pool_put,
@@ -284,9 +285,9 @@ cdef int wait_until_done(Waitable obj, long long timeout_ns) except -1:
                     slice_end = deadline
                 done = _poll(is_stream, handle, slice_end, sleepy, &nap_ns, spin_until)
                 frees = rt.async_frees()
-                if done and frees != obj._frees_seen:
+                if done and frees != streams_u64_get(&obj._frees_seen):
                     _raw_status(is_stream, handle, True)
-                    obj._frees_seen = frees
+                    streams_u64_set(&obj._frees_seen, frees)
             if done:
                 return 1
             PyErr_CheckSignals()
@@ -361,14 +362,16 @@ cdef class Waitable(HandleOwner):
         if done == 0:
             return 0
         frees = rt.async_frees()
-        if frees != self._frees_seen:
+        # Read and replaced by any thread that synchronizes (atomically:
+        # every value some thread stored was true when it was stored).
+        if frees != streams_u64_get(&self._frees_seen):
             self._use()
             try:
                 with nogil:
                     _raw_status(is_stream, self._handle, True)
             finally:
                 self._unuse()
-            self._frees_seen = frees
+            streams_u64_set(&self._frees_seen, frees)
         return 1
 
     cdef int _destroy(self) except -1 nogil:
@@ -591,7 +594,7 @@ cdef int _record_on(Stream stream, Event event, bint held) except -1 nogil:
         event._use_as(held)
         try:
             rt.event_record(<cudaEvent_t>event._handle, <cudaStream_t>stream._handle, 0)
-            event._recorded = True
+            streams_flag_set(<int*>&event._recorded, True)
         finally:
             event._unuse_as(held)
     finally:
@@ -781,10 +784,14 @@ cdef class Stream(Waitable):
     def __init__(self, device=None, priority=0, non_blocking=False):
         cdef _StreamParams p
         self._init_once()
-        _stream_params(device, priority, non_blocking, &p)
-        self._handle = <streams_stream_t>_create_stream(&p)
-        self._device = p.device
-        self._opened(True)
+        try:
+            _stream_params(device, priority, non_blocking, &p)
+            self._handle = <streams_stream_t>_create_stream(&p)
+            self._device = p.device
+            self._opened(True)
+        except BaseException:
+            self._init_abandoned()
+            raise
 
     # ---- factories for handles we do not own -------------------------------
     @classmethod
@@ -1251,7 +1258,7 @@ cdef class Stream(Waitable):
         # One made with Stream.__new__ has none: its 0 would pass for the
         # legacy stream (the fuzzer's finding).  A closed one still tells
         # the handle it had (reprs and the compat layers read it).
-        if not self._initialised:
+        if not self._is_initialised():
             self._check_open()
         return <uintptr_t>self._handle
 
@@ -1427,7 +1434,7 @@ cdef int mark_tail(Stream s) except -1:
     with cython.critical_section(s):
         if streams_count_get(&s._dependents) > 0:
             rt.event_record(<cudaEvent_t>ev._handle, <cudaStream_t>s._handle, 0)
-            ev._recorded = True
+            streams_flag_set(<int*>&ev._recorded, True)
             old = s._tail
             s._tail = ev
     # `old` (and `ev` when nothing was left to order) goes here, outside
@@ -1531,23 +1538,27 @@ cdef class Event(Waitable):
         cdef cudaEvent_t handle = NULL
         cdef int dev, switch_to = -1
         self._init_once()
-        flags = _event_flags(enable_timing, blocking, interprocess)
-        if device is None:
-            dev = current_device()
-        else:
-            dev = switch_to = resolve_device(device, "device")
-        rt.drain_deferred()
-        # Creating an event (and switching devices) waits for nothing but a
-        # driver lock: the GIL policy of enqueues holds.
-        if rt.enqueue_may_keep_gil():
-            _event_create_on(&handle, flags, switch_to)
-        else:
-            with nogil:
+        try:
+            flags = _event_flags(enable_timing, blocking, interprocess)
+            if device is None:
+                dev = current_device()
+            else:
+                dev = switch_to = resolve_device(device, "device")
+            rt.drain_deferred()
+            # Creating an event (and switching devices) waits for nothing but a
+            # driver lock: the GIL policy of enqueues holds.
+            if rt.enqueue_may_keep_gil():
                 _event_create_on(&handle, flags, switch_to)
-        self._handle = <streams_event_t>handle
-        self._device = dev
-        self._flags = flags
-        self._opened(True)
+            else:
+                with nogil:
+                    _event_create_on(&handle, flags, switch_to)
+            self._handle = <streams_event_t>handle
+            self._device = dev
+            self._flags = flags
+            self._opened(True)
+        except BaseException:
+            self._init_abandoned()
+            raise
 
 
     # ---- C-level API (nogil, for cimporters) ------------------------------
@@ -1577,7 +1588,7 @@ cdef class Event(Waitable):
             # keeps the object alive for this call).
             foreign_stream(stream, "stream", &h, False)
             _enqueue_raw(RAW_RECORD, self, <void*>h, flags)
-            self._recorded = True
+            streams_flag_set(<int*>&self._recorded, True)
             return self
         s = as_stream(stream, "stream")
         _check_same_device(self._device, s._device)
@@ -1591,7 +1602,7 @@ cdef class Event(Waitable):
                 with nogil:
                     rt.event_record(<cudaEvent_t>self._handle, <cudaStream_t>s._handle,
                                     cudaEventRecordExternal)
-                self._recorded = True
+                streams_flag_set(<int*>&self._recorded, True)
             finally:
                 self._unuse()
         finally:
@@ -1629,7 +1640,7 @@ cdef class Event(Waitable):
             if (<Event>ev)._flags & cudaEventDisableTiming:
                 raise ValueError(f"elapsed_time: the {role} event was created with "
                                  "enable_timing=False")
-            if not (<Event>ev)._recorded:
+            if not streams_flag_get(<int*>&(<Event>ev)._recorded):
                 raise ValueError(f"elapsed_time: the {role} event was never recorded")
         rt.guard()   # inside a callback the waits below would wait for themselves
         wait_until_done(self, -1)
@@ -1681,7 +1692,7 @@ cdef class Event(Waitable):
         ev._handle = <streams_event_t>h
         ev._device = -1 if device is None else resolve_device(device)
         ev._flags = 0
-        ev._recorded = True
+        streams_flag_set(<int*>&ev._recorded, True)
         ev._owner = owner
         ev._opened(False)
         return ev
@@ -1732,7 +1743,7 @@ cdef class Event(Waitable):
                 exit_device(&scope)
         opened._handle = <streams_event_t>ev
         opened._flags = cudaEventDisableTiming | cudaEventInterprocess
-        opened._recorded = True
+        streams_flag_set(<int*>&opened._recorded, True)
         opened._opened(True)
         return opened
 

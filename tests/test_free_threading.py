@@ -243,3 +243,207 @@ def test_refcount_back_counts_the_callers_references(monkeypatch, free_threaded_
     assert not refcount_back(fn, rc), (sys.getrefcount(fn), rc)
     held.clear()
     assert refcount_back(fn, rc), (sys.getrefcount(fn), rc)
+
+
+# ---- re-initialisation, lazily published state, doorbells ----------------------------------
+
+def test_a_launch_config_initialised_by_eight_threads_at_once_is_one_of_theirs():
+    """Eight threads run __init__ on one LaunchConfig made with __new__, each
+    with its own grid, block, shared memory and priority: exactly one wins,
+    the others are refused with "already initialised", and every field of
+    the config is the winner's (never a mix of two threads' arguments)."""
+    run_hammer("""
+        from streams import LaunchConfig
+        rounds = 300
+        configs = [LaunchConfig.__new__(LaunchConfig) for _ in range(rounds)]
+        won = [[] for _ in range(rounds)]
+
+        def work(i, k):
+            cfg = configs[k]
+            try:
+                cfg.__init__((i + 1, 2), (32 * (i + 1),), shared_mem=i * 16,
+                             cooperative=bool(i % 2), priority=-i,
+                             mem_sync_domain="remote" if i % 2 else "default")
+            except RuntimeError as exc:
+                assert "already initialised" in str(exc), exc
+                return
+            won[k].append(i)
+
+        errors = hammer(work, rounds)
+        assert not errors, errors[:5]
+        for cfg, winners in zip(configs, won):
+            assert len(winners) == 1, winners
+            i = winners[0]
+            assert cfg.grid == (i + 1, 2, 1) and cfg.block == (32 * (i + 1), 1, 1), (i, cfg)
+            assert cfg.shared_mem == i * 16 and cfg.priority == -i, (i, cfg)
+            assert cfg.cooperative == bool(i % 2), (i, cfg)
+            assert cfg.mem_sync_domain == ("remote" if i % 2 else "default"), (i, cfg)
+        print("OK")
+    """)
+
+
+def test_a_launch_config_whose_init_is_overtaken_publishes_nothing():
+    """An __init__ held up inside an argument conversion (a priority whose
+    __index__ waits) while another thread's __init__ completes: the late one
+    is refused and the config keeps the first one's fields."""
+    import threading
+    from streams import LaunchConfig
+
+    cfg = LaunchConfig.__new__(LaunchConfig)
+    inside, go = threading.Event(), threading.Event()
+
+    class SlowPriority:
+        def __index__(self):
+            inside.set()
+            assert go.wait(10)
+            return -7
+
+    errors = []
+
+    def late():
+        try:
+            cfg.__init__(9, 9, priority=SlowPriority())
+        except RuntimeError as exc:
+            errors.append(str(exc))
+
+    t = threading.Thread(target=late)
+    t.start()
+    assert inside.wait(10)
+    cfg.__init__(3, 64, priority=1)
+    go.set()
+    t.join(10)
+    assert len(errors) == 1 and "already initialised" in errors[0], errors
+    assert cfg.grid == (3, 1, 1) and cfg.block == (64, 1, 1) and cfg.priority == 1
+
+
+def test_handle_owner_init_races_refuse_cleanly_and_a_failed_init_gives_its_claim_back():
+    """__init__ on one __new__-made object from 8 threads at once, while
+    others call its methods: each call either fails as a lone __init__
+    would (no GPU here: CudaError; with one, exactly one thread made the
+    handle) or is refused with RuntimeError; a failed __init__ leaves the
+    object uninitialised, so the next __init__ tries again."""
+    run_hammer("""
+        from streams import CudaError
+        makers = [lambda o: o.__init__(), lambda o: o.__init__(),
+                  lambda o: o.__init__(), lambda o: o.__init__(8)]
+        classes = [Stream, Event, streams.Graph, streams.PinnedBuffer]
+        rounds = 200
+        objs = [[cls.__new__(cls) for cls in classes] for _ in range(rounds)]
+        made = []
+        lock = threading.Lock()
+
+        def work(i, k):
+            j = (i + k) % len(classes)
+            obj = objs[k][j]
+            if i % 4 == 3:
+                try:
+                    obj.query() if hasattr(obj, "query") else obj.close()
+                except ValueError:
+                    pass
+                return
+            try:
+                makers[j](obj)
+            except CudaError:
+                return
+            except RuntimeError as exc:
+                assert "initialised" in str(exc) or "another thread" in str(exc), exc
+                return
+            with lock:
+                made.append(obj)
+
+        errors = hammer(work, rounds)
+        assert not errors, errors[:5]
+        # One maker at most per object.
+        made_ids = {id(o) for o in made}
+        assert len(made) == len(made_ids), len(made)
+        for row in objs:
+            for j, obj in enumerate(row):
+                if id(obj) in made_ids:
+                    continue
+                assert obj.closed
+                try:
+                    makers[j](obj)          # the claim was given back
+                except CudaError:
+                    pass
+                else:
+                    obj.close()
+        for obj in made:
+            obj.close()
+        print("OK")
+    """)
+
+
+def test_a_green_context_never_initialised_refuses_from_many_threads():
+    """A GreenContext made with __new__: 8 threads call create_stream,
+    close, repr, device and __init__ with a wrong argument at once; every
+    call refuses with its documented error, and a refused __init__ leaves
+    the context uninitialised (the next one is refused for its argument
+    again, not as a second __init__)."""
+    run_hammer("""
+        from streams import GreenContext
+        ctxs = [GreenContext.__new__(GreenContext) for _ in range(50)]
+        calls = [
+            lambda c: c.create_stream(),
+            lambda c: c.close(),
+            lambda c: repr(c),
+            lambda c: c.device,
+            lambda c: c.closed,
+            lambda c: c.sm_count,
+            lambda c: c.__init__(1),
+            lambda c: c.__enter__(),
+        ]
+        # The last: an __init__ that meets another thread's __init__ (which
+        # is about to fail on its argument) is refused as a second one.
+        allowed = ("ValueError: operation on a closed GreenContext",
+                   "TypeError: partition must be a streams.SmPartition",
+                   "RuntimeError: GreenContext.__init__ may run only once")
+
+        def work(i, k):
+            calls[(i * 3 + k) % len(calls)](ctxs[k % len(ctxs)])
+
+        errors = hammer(work, 2000)
+        bad = [e for e in errors if not e.startswith(allowed)]
+        assert not bad, bad[:5]
+        for c in ctxs:
+            assert c.closed and repr(c) == "<streams.GreenContext (closed)>"
+            try:
+                c.__init__(None)
+            except TypeError:
+                pass
+        print("OK")
+    """)
+
+
+def test_doorbells_of_many_loops_swept_while_others_count_them():
+    """Eight threads each run event loops that await probe waits rung from
+    another thread, then close; others count the waits (_async_waits, which
+    sweeps closed loops) at the same time: nothing crashes, every wait
+    completes, and once all loops are closed nothing is left."""
+    run_hammer("""
+        import asyncio
+        from streams._hostcall import _async_waits, _probe_wait
+
+        def work(i, k):
+            if i % 4 == 0:
+                c = _async_waits()
+                assert c["waiting"] >= 0 and c["in_flight"] >= 0, c
+                return
+
+            async def main():
+                pairs = [_probe_wait() for _ in range(4)]
+                ringer = threading.Thread(target=lambda: [p.ring() for _, p in pairs])
+                ringer.start()
+                await asyncio.gather(*(aw for aw, _ in pairs))
+                ringer.join()
+
+            loop = asyncio.new_event_loop()
+            try:
+                loop.run_until_complete(main())
+            finally:
+                loop.close()
+
+        errors = hammer(work, 40)
+        assert not errors, errors[:5]
+        assert _async_waits() == {"waiting": 0, "in_flight": 0}, _async_waits()
+        print("OK")
+    """, timeout=240)

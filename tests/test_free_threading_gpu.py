@@ -464,3 +464,334 @@ def test_host_buffer_views_race_close_in_a_child():
         print("OK")
     """)
     assert out.split() == ["OK"], out
+
+
+# ---- re-initialisation and lazily published state -------------------------------------------
+
+# What every child below ends with: the counts of what it made are back.
+_LEAK_CHECK = """
+        import gc, time
+        def leaks(first):
+            streams.synchronize_device()
+            gc.collect()
+            deadline = time.monotonic() + 5
+            while True:
+                streams._cudart._drain_deferred()
+                c = streams.debug_counters()
+                diff = {k: c[k] - first[k] for k in first if k.startswith("live_")
+                        and c[k] != first[k]}
+                if not diff or time.monotonic() > deadline:
+                    return diff
+                time.sleep(0.01)
+"""
+
+
+def test_init_from_eight_threads_on_one_object_makes_one_handle_in_a_child():
+    """Eight threads run __init__ at once on one Stream, Event, Graph,
+    PinnedBuffer and DeviceBuffer made with __new__: exactly one call makes
+    a handle, the seven others raise RuntimeError; the object works (a
+    stream runs a kernel whose result is read back), and once each is
+    closed every live count is where it started."""
+    out = _child(_LEAK_CHECK + """
+        import threading
+        import numpy as np
+        import streams
+        from streams import Event, Stream
+        from streams.testing import increment_u32
+
+        THREADS, ROUNDS = 8, 30
+        first = streams.debug_counters()
+        makers = {
+            Stream: lambda o: o.__init__(non_blocking=True),
+            Event: lambda o: o.__init__(),
+            streams.Graph: lambda o: o.__init__(),
+            streams.PinnedBuffer: lambda o: o.__init__(64),
+            streams.DeviceBuffer: lambda o: o.__init__(64, Stream.legacy),
+        }
+        bad = []
+        for r in range(ROUNDS):
+            for cls, make in makers.items():
+                obj = cls.__new__(cls)
+                won, refused = [], []
+                start = threading.Barrier(THREADS)
+
+                def run(i):
+                    start.wait()
+                    try:
+                        make(obj)
+                        won.append(i)
+                    except RuntimeError as exc:
+                        refused.append(str(exc))
+                    except Exception as exc:
+                        bad.append(repr(exc))
+
+                ts = [threading.Thread(target=run, args=(i,)) for i in range(THREADS)]
+                for t in ts: t.start()
+                for t in ts: t.join()
+                if len(won) != 1 or len(refused) != THREADS - 1:
+                    bad.append((cls.__name__, len(won), refused[:2]))
+                if cls is Stream and r == 0:
+                    buf = streams.DeviceBuffer(4, obj)
+                    streams.memset_async(buf, 0, stream=obj)
+                    increment_u32(obj, buf.ptr, 1)
+                    host = np.zeros(1, dtype=np.uint32)
+                    streams.memcpy_async(host, buf, stream=obj)
+                    obj.synchronize()
+                    if host[0] != 1:
+                        bad.append(("kernel result", int(host[0])))
+                    buf.close()
+                    obj.synchronize()
+                obj.close()
+        assert not bad, bad[:5]
+        diff = leaks(first)
+        assert not diff, diff
+        print("OK")
+    """)
+    assert out.split()[-1] == "OK", out
+
+
+def test_green_context_closed_while_eight_threads_make_streams_in_a_child():
+    """Eight threads make streams from one green context, run a kernel on
+    each and close it, while the main thread closes the context: a
+    create_stream either makes a working stream (its kernel's result is
+    read back) or raises ValueError "closed"; nothing else, and every
+    stream and context is given back."""
+    out = _child(_LEAK_CHECK + """
+        import threading
+        import numpy as np
+        import streams
+        from streams import GreenContext, Stream
+        from streams.testing import increment_u32
+
+        THREADS, ROUNDS, EACH = 8, 20, 10
+        dev = streams.Device(0)
+        try:
+            r = dev.sm_resource()
+            (part,), _ = dev.split_sm(r.min_partition_size, groups=1)
+        except NotImplementedError as exc:
+            print("SKIP", exc)
+            raise SystemExit(0)
+        first = streams.debug_counters()
+        buf = streams.DeviceBuffer(4 * THREADS, Stream.legacy)
+        streams.memset_async(buf, 0, stream=Stream.legacy)
+        Stream.legacy.synchronize()
+        made = [0] * THREADS
+        bad = []
+        for rnd in range(ROUNDS):
+            ctx = GreenContext(part)
+            start = threading.Barrier(THREADS + 1)
+
+            def run(i):
+                start.wait()
+                for k in range(EACH):
+                    try:
+                        s = ctx.create_stream()
+                    except ValueError as exc:
+                        if "closed" not in str(exc):
+                            bad.append(repr(exc))
+                        return
+                    except Exception as exc:
+                        bad.append(repr(exc))
+                        return
+                    try:
+                        increment_u32(s, buf.ptr + 4 * i, 1)
+                        s.synchronize()
+                        made[i] += 1
+                    except Exception as exc:
+                        bad.append(repr(exc))
+                    finally:
+                        s.close()
+
+            ts = [threading.Thread(target=run, args=(i,)) for i in range(THREADS)]
+            for t in ts: t.start()
+            start.wait()
+            if rnd % 2:
+                ctx.close()
+            for t in ts: t.join()
+            ctx.close()
+            ctx.close()             # idempotent
+        host = np.zeros(THREADS, dtype=np.uint32)
+        streams.memcpy_async(host, buf, stream=Stream.legacy)
+        Stream.legacy.synchronize()
+        buf.close()
+        assert not bad, bad[:5]
+        assert host.tolist() == made, (host.tolist(), made)
+        assert sum(made) >= ROUNDS // 2 * THREADS * EACH, made   # the rounds left open
+        diff = leaks(first)
+        assert not diff, diff
+        print("OK")
+    """)
+    if out.split()[0] == "SKIP":
+        pytest.skip(out)
+    assert out.split()[-1] == "OK", out
+
+
+def test_builtin_kernels_first_used_by_eight_threads_at_once_in_a_child():
+    """In a fresh process, eight threads launch the built-in increment
+    kernel at once, the first use of the built-in module, and ask for it by
+    name: every thread gets the same kernel object, and every increment
+    lands."""
+    out = _child("""
+        import threading
+        import numpy as np
+        import streams
+        from streams import Stream
+        from streams._launch import builtin_kernel
+        from streams.testing import increment_u32
+
+        THREADS, EACH = 8, 50
+        buf = streams.DeviceBuffer(4 * THREADS, Stream.legacy)
+        streams.memset_async(buf, 0, stream=Stream.legacy)
+        Stream.legacy.synchronize()
+        got = [None] * THREADS
+        bad = []
+        start = threading.Barrier(THREADS)
+
+        def run(i):
+            s = Stream(non_blocking=True)
+            start.wait()
+            try:
+                for k in range(EACH):
+                    increment_u32(s, buf.ptr + 4 * i, 1)
+                    if k == 0:
+                        got[i] = builtin_kernel("increment_u32")
+                s.synchronize()
+            except Exception as exc:
+                bad.append(repr(exc))
+            finally:
+                s.close()
+
+        ts = [threading.Thread(target=run, args=(i,)) for i in range(THREADS)]
+        for t in ts: t.start()
+        for t in ts: t.join()
+        host = np.zeros(THREADS, dtype=np.uint32)
+        streams.memcpy_async(host, buf, stream=Stream.legacy)
+        Stream.legacy.synchronize()
+        buf.close()
+        assert not bad, bad[:5]
+        assert all(k is got[0] for k in got) and got[0] is not None, got
+        assert host.tolist() == [EACH] * THREADS, host.tolist()
+        print("OK")
+    """)
+    assert out.split()[0] == "OK", out
+
+
+def test_adopted_function_first_launched_by_eight_threads_in_a_child():
+    """A CUfunction adopted with Kernel.from_handle (the built-in increment
+    kernel's, from cuKernelGetFunction) is launched for the first time by
+    eight threads at once, the first use of the driver's launch entry
+    point, plainly and through one shared PreparedLaunch on a shared
+    stream: every increment lands."""
+    out = _child("""
+        import ctypes, threading
+        import numpy as np
+        import streams
+        from streams import Kernel, Stream
+        from streams._launch import builtin_kernel
+
+        THREADS, EACH = 8, 50
+        base = builtin_kernel("increment_u32")
+        Stream.legacy.synchronize()     # this thread has the primary context current
+        try:
+            cuda = ctypes.CDLL("libcuda.so.1")
+        except OSError as exc:
+            print("SKIP", exc)
+            raise SystemExit(0)
+        get_function = getattr(cuda, "cuKernelGetFunction", None)    # CUDA 12.0
+        if get_function is None:
+            print("SKIP no cuKernelGetFunction in this driver")
+            raise SystemExit(0)
+        func = ctypes.c_void_p()
+        err = get_function(ctypes.byref(func), ctypes.c_void_p(base.handle))
+        if err != 0:
+            print("SKIP cuKernelGetFunction", err)
+            raise SystemExit(0)
+        k = Kernel.from_handle(func.value, kind="function", signature=("pointer", "uint64"))
+        buf = streams.DeviceBuffer(4 * (THREADS + 1), Stream.legacy)
+        streams.memset_async(buf, 0, stream=Stream.legacy)
+        Stream.legacy.synchronize()
+        shared = Stream(non_blocking=True)
+        prepared = k.prepare(1, 1, buf.ptr + 4 * THREADS, 1)
+        bad = []
+        start = threading.Barrier(THREADS)
+
+        def run(i):
+            s = Stream(non_blocking=True)
+            start.wait()
+            try:
+                for _ in range(EACH):
+                    s.launch(k, 1, 1, buf.ptr + 4 * i, 1)
+                    prepared.launch(shared)     # ordered on one stream: no GPU race
+                s.synchronize()
+            except Exception as exc:
+                bad.append(repr(exc))
+            finally:
+                s.close()
+
+        ts = [threading.Thread(target=run, args=(i,)) for i in range(THREADS)]
+        for t in ts: t.start()
+        for t in ts: t.join()
+        shared.synchronize()
+        host = np.zeros(THREADS + 1, dtype=np.uint32)
+        streams.memcpy_async(host, buf, stream=Stream.legacy)
+        Stream.legacy.synchronize()
+        del prepared
+        buf.close()
+        shared.close()
+        assert not bad, bad[:5]
+        assert host.tolist() == [EACH] * THREADS + [EACH * THREADS], host.tolist()
+        print("OK")
+    """)
+    if out.split()[0] == "SKIP":
+        pytest.skip(out)
+    assert out.split()[-1] == "OK", out
+
+
+def test_events_recorded_and_synchronized_from_eight_threads_while_frees_run(closer):
+    """Eight threads record one shared event on their own streams and
+    synchronize it and their streams (each synchronize looks at, and
+    replaces, the count of frees it last saw), and time a pair of events of
+    their own, while another thread allocates and frees stream-ordered
+    memory: no error, each elapsed time is a float >= 0, and the shared
+    event counts as recorded."""
+    shared = closer(Event())
+    own = [closer(Stream(non_blocking=True)) for _ in range(THREADS)]
+    pairs = [(closer(Event(enable_timing=True)), closer(Event(enable_timing=True)))
+             for _ in range(THREADS)]
+    stop = threading.Event()
+
+    def churn():
+        s = Stream(non_blocking=True)
+        try:
+            while not stop.is_set():
+                streams.DeviceBuffer(1 << 16, s).close()
+                s.synchronize()
+        finally:
+            s.synchronize()
+            s.close()
+
+    freer = threading.Thread(target=churn)
+    freer.start()
+    times = []
+
+    def work(i):
+        s = own[i]
+        a, b = pairs[i]
+        for _ in range(100):
+            a.record(s)
+            shared.record(s)
+            spin(s, 5)
+            b.record(s)
+            shared.synchronize()
+            s.synchronize()
+            times.append(a.elapsed_time(b))
+
+    try:
+        errors = _in_threads(work)
+    finally:
+        stop.set()
+        freer.join()
+    assert not errors, errors[:3]
+    assert len(times) == THREADS * 100
+    assert all(isinstance(t, float) and t >= 0 for t in times), times[:5]
+    assert shared.query()

@@ -99,6 +99,35 @@ static inline void streams_ptr_store(void **p, void *value) {
     __atomic_store_n(p, value, __ATOMIC_RELEASE);
 }
 
+/* A flag that one thread publishes and others read without a lock: a
+ * lazily resolved table's "ready" (the store releases the table written
+ * before it, the load acquires it), an "initialised" claim, an event's
+ * "recorded".  streams_flag_claim: 1 when *flag went from `expected` to
+ * `desired` in this call (one winner among racing threads), 0 otherwise. */
+static inline int streams_flag_get(const int *flag) {
+    return __atomic_load_n(flag, __ATOMIC_ACQUIRE);
+}
+
+static inline void streams_flag_set(int *flag, int value) {
+    __atomic_store_n(flag, value, __ATOMIC_RELEASE);
+}
+
+static inline int streams_flag_claim(int *flag, int expected, int desired) {
+    return __atomic_compare_exchange_n(flag, &expected, desired, 0,
+                                       __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+}
+
+/* A 64-bit value several threads read and replace, where any value some
+ * thread stored is a right answer (a stream's count of frees at its last
+ * full synchronize): never torn, no order implied. */
+static inline unsigned long long streams_u64_get(const unsigned long long *p) {
+    return __atomic_load_n(p, __ATOMIC_RELAXED);
+}
+
+static inline void streams_u64_set(unsigned long long *p, unsigned long long value) {
+    __atomic_store_n(p, value, __ATOMIC_RELAXED);
+}
+
 /* A count that threads change without a common lock (a stream's buffers
  * whose free waits for its work): sequentially consistent, so that a
  * change here and a look at an object's CLOSED bit order against a close()

@@ -72,6 +72,7 @@ cdef extern from "cudart/shim.h" nogil:
     streams_native_call* streams_native_call_new(streams_host_fn_t fn, void* data,
                                                  PyObject* keep)
     void streams_native_host_fn_trampoline(void* ticket)
+    void streams_waiter_enter()
     void streams_testing_native_increment(void* data)
 
     cudaError_t streams_thread_marker(int dev, cudaEvent_t* out)
@@ -81,6 +82,8 @@ cdef extern from "cudart/shim.h" nogil:
 
 cdef extern from "cudart/shim.h":
     Py_ssize_t streams_drain_deferred()
+    void streams_waiter_leave()
+    Py_ssize_t streams_drain_native_finished()
     ctypedef struct streams_marks_t:
         pass
     streams_marks_t* streams_marks_new() nogil
@@ -305,6 +308,18 @@ cdef Py_ssize_t drain_deferred() noexcept:
     cdef Py_ssize_t n = streams_drain_deferred() + streams_poll_parked()
     flush_cleanup_warnings()
     return n
+
+
+cdef void waiter_enter() noexcept nogil:
+    streams_waiter_enter()
+
+
+cdef void waiter_leave() noexcept:
+    streams_waiter_leave()
+
+
+cdef void waiter_drain() noexcept:
+    streams_drain_native_finished()
 
 
 def _drain_deferred():

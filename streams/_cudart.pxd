@@ -410,6 +410,7 @@ cdef enum:
     CLEANUP_LIBRARY = HANDLE_KINDS      # cudaLibraryUnload (and its device synchronize)
     CLEANUP_DEVICE_MEMORY               # cudaFreeAsync of a DeviceBuffer
     CLEANUP_DEVICE_SYNC                 # an adopted kernel's owner let go
+    CLEANUP_MARKER_EVENT                # cudaEventDestroy of the shim's own events
     CLEANUP_KINDS
 # A release that failed, on any thread, GIL or not: queued, and reported as
 # a streams.CudaWarning by the next flush (a release on a thread that holds

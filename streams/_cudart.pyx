@@ -82,6 +82,10 @@ cdef extern from "cudart/shim.h" nogil:
 
 cdef extern from "cudart/shim.h":
     Py_ssize_t streams_drain_deferred()
+    ctypedef void (*streams_cleanup_failed_fn)(int what, const void* handle, int err) noexcept nogil
+    ctypedef int (*streams_injected_failure_fn)(int what) noexcept nogil
+    void streams_set_cleanup_hooks(streams_cleanup_failed_fn failed,
+                                   streams_injected_failure_fn injected, int marker_kind)
     void streams_waiter_leave()
     Py_ssize_t streams_drain_native_finished()
     ctypedef struct streams_marks_t:
@@ -2527,13 +2531,14 @@ _CLEANUP_WHAT = {
     CLEANUP_LIBRARY: ("module", "cudaLibraryUnload"),
     CLEANUP_DEVICE_MEMORY: ("device memory", "cudaFreeAsync"),
     CLEANUP_DEVICE_SYNC: ("adopted kernel's owner (devices 0x{h:x})", "cudaDeviceSynchronize"),
+    CLEANUP_MARKER_EVENT: ("marker event", "cudaEventDestroy"),
 }
 _CLEANUP_KIND_NAMES = {"stream": HANDLE_STREAM, "event": HANDLE_EVENT, "graph": HANDLE_GRAPH,
                        "graph_exec": HANDLE_GRAPH_EXEC, "host_memory": HANDLE_HOST_MEMORY,
                        "managed_memory": HANDLE_MANAGED_MEMORY, "mem_pool": HANDLE_MEM_POOL,
                        "green_context": HANDLE_GREEN_CTX,
                        "module": CLEANUP_LIBRARY, "device_memory": CLEANUP_DEVICE_MEMORY,
-                       "device_sync": CLEANUP_DEVICE_SYNC}
+                       "device_sync": CLEANUP_DEVICE_SYNC, "marker_event": CLEANUP_MARKER_EVENT}
 
 
 cdef void cleanup_failed(int what, const void* h, int err) noexcept nogil:
@@ -2599,6 +2604,12 @@ cdef void flush_cleanup_warnings() noexcept:
     if lost:
         _warn_cleanup(f"streams: {lost} more release failure(s) were not recorded (too "
                       "many at once)")
+
+
+# The shim's own releases (per-thread marker events, the marks of graph
+# launches: src/cudart/cleanup.h) report through the same queue.
+streams_set_cleanup_hooks(<streams_cleanup_failed_fn>cleanup_failed,
+                          <streams_injected_failure_fn>injected_failure, CLEANUP_MARKER_EVENT)
 
 
 def _flush_cleanup_warnings():

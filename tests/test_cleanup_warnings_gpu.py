@@ -7,6 +7,8 @@ object's __dealloc__, a deferred release, an adopted kernel's owner let go)
 and the warning checked; close() raises instead, and is not affected.
 """
 import gc
+import threading
+import time
 import warnings
 
 import pytest
@@ -67,6 +69,40 @@ def test_a_failed_executable_release_warns(stream):
     g.add_empty_node()
     dropped_with_failure("graph_exec", g.instantiate, "graph executable 0x")
     g.close()
+
+
+def test_a_failed_marker_event_release_at_thread_exit_warns():
+    # A thread's marker event (made by its first wait_stream) is destroyed
+    # by the shim when the thread ends, where nothing can be raised: the
+    # failure is queued, and the next flush warns naming the event and the
+    # CUDA error.  The destroy runs as the thread's TLS goes, which may be
+    # just after join() returns: the flush is polled.
+    a, b = streams.Stream(), streams.Stream()
+    made = streams.debug_counters()["marker_events"]
+    t = threading.Thread(target=a.wait_stream, args=(b,))
+    streams.testing.inject_cleanup_failure("marker_event", INVALID_HANDLE)
+    try:
+        with warnings.catch_warnings(record=True) as got:
+            warnings.simplefilter("always")
+            t.start()
+            t.join(30)
+            assert not t.is_alive()
+            assert streams.debug_counters()["marker_events"] == made + 1, \
+                "the thread made a marker event of its own"
+            deadline = time.monotonic() + 10
+            named = []
+            while not named and time.monotonic() < deadline:
+                streams._cudart._flush_cleanup_warnings()
+                named = [w for w in got
+                         if w.category is CudaWarning and "marker event 0x" in str(w.message)]
+                time.sleep(0.01)
+        assert named, f"no CudaWarning naming the marker event: {[str(w.message) for w in got]}"
+        message = str(named[0].message)
+        assert "(cudaEventDestroy)" in message and "cudaErrorInvalidResourceHandle" in message, \
+            message
+    finally:
+        a.close()
+        b.close()
 
 
 def test_close_raises_nothing_and_is_not_affected():

@@ -260,6 +260,7 @@ def test_a_queued_release_failure_is_warned_with_the_object_and_the_error():
     ("host_memory", "pinned host memory 0x"), ("managed_memory", "managed memory 0x"),
     ("mem_pool", "memory pool 0x"), ("module", "module 0x"), ("device_memory", "device memory 0x"),
     ("device_sync", "adopted kernel's owner"), ("green_context", "green context 0x"),
+    ("marker_event", "marker event 0x10000 failed (cudaEventDestroy)"),
 ])
 def test_each_kind_of_release_is_named(kind, names):
     _cudart._queue_cleanup_failure(kind, 0x10000, 999)

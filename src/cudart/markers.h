@@ -19,8 +19,7 @@ static void streams_free_markers(void *p) {
         return;
     if (streams_guard_state() == 0 && !streams_is_shutting_down()) {
         for (i = 0; i < STREAMS_MAX_DEVICES; i++)
-            if (markers[i])
-                cudaEventDestroy(markers[i]);
+            streams_destroy_marker_event(markers[i]);
     }
     free(markers);
 }

@@ -66,7 +66,7 @@ static cudaError_t streams_marks_record(streams_marks_t *m, cudaStream_t stream)
     if (err == cudaSuccess && streams_marks_push(m, ev) != 0)
         err = cudaErrorMemoryAllocation;
     if (err != cudaSuccess)
-        cudaEventDestroy(ev);
+        streams_destroy_marker_event(ev);
     pthread_mutex_unlock(&m->lock);
     return err;
 }
@@ -89,7 +89,7 @@ static void streams_marks_free(streams_marks_t *m) {
     if (!m)
         return;
     for (i = 0; i < m->count; i++)
-        cudaEventDestroy(m->ring[(m->head + i) % m->cap]);
+        streams_destroy_marker_event(m->ring[(m->head + i) % m->cap]);
     free(m->ring);
     pthread_mutex_destroy(&m->lock);
     free(m);

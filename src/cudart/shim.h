@@ -38,6 +38,7 @@
 
 #include "cudart/guard.h"
 #include "cudart/counting.h"
+#include "cudart/cleanup.h"
 #include "cudart/deferred.h"
 #include "cudart/hostfn.h"
 #include "cudart/fence.h"

@@ -119,12 +119,6 @@ cdef void payload_incref(PyObject* payload) noexcept
 cdef void payload_decref(PyObject* payload) noexcept
 cdef int defer_release(release_fn fn, void* arg, object keep, bint wake=*) except -1
 cdef Py_ssize_t drain_deferred() noexcept
-# A thread waiting for a stream or an event: finished native calls are
-# then let go by that thread as it leaves (src/cudart/native.h), not by a
-# pending call each.  leave() needs the GIL.
-cdef void waiter_enter() noexcept nogil
-cdef void waiter_leave() noexcept
-cdef void waiter_drain() noexcept
 # Marks (src/cudart/marks.h): an event after each launch of an executable
 # that holds Python objects; when it goes, park() keeps `a` and `b` until
 # every marked launch has ended (drain_deferred lets them go).

@@ -72,7 +72,6 @@ cdef extern from "cudart/shim.h" nogil:
     streams_native_call* streams_native_call_new(streams_host_fn_t fn, void* data,
                                                  PyObject* keep)
     void streams_native_host_fn_trampoline(void* ticket)
-    void streams_waiter_enter()
     void streams_testing_native_increment(void* data)
 
     cudaError_t streams_thread_marker(int dev, cudaEvent_t* out)
@@ -86,8 +85,6 @@ cdef extern from "cudart/shim.h":
     ctypedef int (*streams_injected_failure_fn)(int what) noexcept nogil
     void streams_set_cleanup_hooks(streams_cleanup_failed_fn failed,
                                    streams_injected_failure_fn injected, int marker_kind)
-    void streams_waiter_leave()
-    Py_ssize_t streams_drain_native_finished()
     ctypedef struct streams_marks_t:
         pass
     streams_marks_t* streams_marks_new() nogil
@@ -312,18 +309,6 @@ cdef Py_ssize_t drain_deferred() noexcept:
     cdef Py_ssize_t n = streams_drain_deferred() + streams_poll_parked()
     flush_cleanup_warnings()
     return n
-
-
-cdef void waiter_enter() noexcept nogil:
-    streams_waiter_enter()
-
-
-cdef void waiter_leave() noexcept:
-    streams_waiter_leave()
-
-
-cdef void waiter_drain() noexcept:
-    streams_drain_native_finished()
 
 
 def _drain_deferred():

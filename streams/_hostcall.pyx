@@ -12,7 +12,7 @@ import threading as _threading
 import weakref as _weakref
 
 cimport cython
-from cpython.exc cimport PyErr_Clear, PyErr_Occurred, PyErr_Restore, PyErr_WriteUnraisable
+from cpython.exc cimport PyErr_Restore, PyErr_WriteUnraisable
 from cpython.ref cimport PyObject, Py_INCREF
 from libc.stdint cimport uintptr_t
 
@@ -155,53 +155,10 @@ cdef struct _HostWork:
     uintptr_t data
 
 
-cdef extern from "Python.h":
-    unsigned long long _as_ull "PyLong_AsUnsignedLongLong"(object value) noexcept
-
-
-cdef inline bint _plain_address(object value, uintptr_t* out) noexcept:
-    # An exact int that fits a pointer, read with no Python-level call; False
-    # for anything else, which the general path classifies (and refuses with
-    # its own messages).
-    cdef unsigned long long v
-    if type(value) is not int:
-        return False
-    v = _as_ull(value)
-    if v == <unsigned long long>-1 and PyErr_Occurred() != NULL:
-        PyErr_Clear()
-        return False
-    if v > <unsigned long long><uintptr_t>-1:
-        return False
-    out[0] = <uintptr_t>v
-    return True
-
-
 cdef int _enqueue(Stream stream, object callback, object arg, int kind, object owner,
                   int sync_mode) except -1:
     cdef _HostWork work
-    # The common native call first: a function's address and a data address
-    # (or None) as ints, the owner (if any) the only thing to keep: what
-    # native_host_func would make of them, without its classification.  An
-    # idle CUDA host-function thread falls asleep within a microsecond, and
-    # waking it costs several (benchmarks/native_wait.c): the time from the
-    # caller's last synchronize to this launch costs a round trip that much.
     work.kind = kind
-    work.data = 0
-    if (kind == KIND_HOST_FUNC and _plain_address(callback, &work.fn) and work.fn >= 0x10000
-            and (arg is None or _plain_address(arg, &work.data))):
-        work.native = True
-        rt.check_host_func_sync_mode(sync_mode)
-        stream._use()
-        try:
-            if owner is None:
-                with nogil:
-                    rt.launch_native_host_func(<cudaStream_t>stream._handle,
-                                               <rt.host_fn>work.fn, <void*>work.data, NULL,
-                                               sync_mode)
-                return 0
-            return _enqueue_until_placed(stream, &work, callback, arg, owner, sync_mode)
-        finally:
-            stream._unuse()
     work.native = False
     work.fn = work.data = 0
     keep = None

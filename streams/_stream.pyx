@@ -277,9 +277,6 @@ cdef int wait_until_done(Waitable obj, long long timeout_ns) except -1:
     cdef long long slice_end
     cdef int done = 0
     obj._use()
-    # A waiter: the native host calls that finish meanwhile are let go here,
-    # as the wait ends, with no pending call each (src/cudart/native.h).
-    rt.waiter_enter()
     try:
         while True:
             with nogil:
@@ -293,13 +290,10 @@ cdef int wait_until_done(Waitable obj, long long timeout_ns) except -1:
                     streams_u64_set(&obj._frees_seen, frees)
             if done:
                 return 1
-            # Not only at the end: a long wait would hold them meanwhile.
-            rt.waiter_drain()
             PyErr_CheckSignals()
             if deadline >= 0 and streams_now_ns() >= deadline:
                 return 0
     finally:
-        rt.waiter_leave()
         obj._unuse()
 
 

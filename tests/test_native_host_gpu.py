@@ -100,29 +100,6 @@ def test_refusals_before_cuda_is_touched():
         Graph.__new__(Graph).add_host_node(7)
 
 
-def test_int_addresses_refused_as_before_by_the_fast_path():
-    # Plain ints take a shortcut past the classification; what it cannot
-    # take (out of range, an int subclass, a low address) is classified and
-    # refused as before, naming the argument.
-    with pytest.raises(ValueError, match="arg=-1 does not fit in a pointer"):
-        Stream.legacy.launch_host_func(native_increment, -1)
-    with pytest.raises(ValueError, match="does not fit in a pointer"):
-        Stream.legacy.launch_host_func(native_increment, 1 << 64)
-    with pytest.raises(ValueError, match="callback=-1 does not fit in a pointer"):
-        Stream.legacy.launch_host_func(-1, None)
-    with pytest.raises(ValueError, match="is not a function address"):
-        Stream.legacy.launch_host_func(0xFFFF, 0x1000, owner=object())
-    with pytest.raises(TypeError, match="not bool"):
-        Stream.legacy.launch_host_func(native_increment, True)
-    with pytest.raises(ValueError, match="closed Stream"):
-        Stream.__new__(Stream).launch_host_func(native_increment, 0x1000, owner=object())
-
-    class Address(int):
-        pass
-
-    assert _native_host_func(Address(native_increment), Address(8)) == (native_increment, 8, None)
-
-
 def test_host_func_sync_mode_enum():
     assert streams.HostFuncSyncMode("spin_wait") == 1
     assert streams.HostFuncSyncMode.BLOCKING == "blocking"
@@ -174,33 +151,6 @@ def test_native_address_runs_in_stream_order(stream, counter):
     assert counter.value == 2
     # Nothing to keep: enqueued as the C call, without a record.
     assert streams.debug_counters()["native_calls_enqueued"] == before
-
-
-@pytest.mark.gpu
-def test_owner_let_go_by_the_thread_that_waited(stream, counter):
-    # A thread that waits in synchronize() lets go of what the native calls
-    # that finished meanwhile kept, as its wait ends: no pending call, which
-    # only the main thread runs (and it is blocked in join() here).
-    import threading
-    owner = object()
-    seen = {}
-
-    def work():
-        base = sys.getrefcount(owner)
-        live = streams.debug_counters()["live_native_calls"]
-        spin(stream, 50 * MS)      # so that synchronize() really waits
-        stream.launch_host_func(native_increment, counter.ptr, owner=owner)
-        seen["held"] = sys.getrefcount(owner) - base
-        seen["done"] = stream.synchronize()
-        seen["after"] = sys.getrefcount(owner) - base
-        seen["live"] = streams.debug_counters()["live_native_calls"] - live
-
-    t = threading.Thread(target=work)
-    t.start()
-    t.join(30)
-    assert not t.is_alive()
-    assert seen == {"held": 1, "done": True, "after": 0, "live": 0}, seen
-    assert counter.value == 1
 
 
 @pytest.mark.gpu

@@ -23,7 +23,6 @@ static size_t streams_deferred_len = 0, streams_deferred_cap = 0;
 static atomic_int streams_deferred_pending = 0;
 
 static int streams_drain_pending_call(void *unused);
-static Py_ssize_t streams_drain_native_finished(void);  /* native.h */
 
 /* Any thread, GIL or not.  Returns 0, or -1 when out of memory (the item is
  * then dropped: a leak, which is safe).  `wake`: ask the interpreter for a
@@ -88,11 +87,10 @@ static void streams_release_without_gil(streams_release_fn fn, void *arg, int ki
 static Py_ssize_t streams_drain_deferred(void) {
     streams_deferred_item *items;
     size_t n, i;
-    Py_ssize_t native = streams_drain_native_finished();
     if (!atomic_load_explicit(&streams_deferred_pending, memory_order_acquire))
-        return native;
+        return 0;
     if (streams_guard_state() != 0)
-        return native;  /* a callback thread: the next safe caller drains */
+        return 0;  /* a callback thread: the next safe caller drains */
     pthread_mutex_lock(&streams_deferred_lock);
     items = streams_deferred;
     n = streams_deferred_len;
@@ -108,7 +106,7 @@ static Py_ssize_t streams_drain_deferred(void) {
         streams_count(STREAMS_CNT_DEFERRED_RELEASES);
     }
     free(items);
-    return native + (Py_ssize_t)n;
+    return (Py_ssize_t)n;
 }
 
 static int streams_drain_pending_call(void *unused) {

@@ -202,7 +202,6 @@ def test_enqueues_race_close_in_a_child():
             s = Stream(non_blocking=True)
             other = Stream(non_blocking=True)
             ev = Event()
-            spin(s, 300)
             start = threading.Barrier(THREADS + 1)
 
             def use(i):
@@ -231,6 +230,11 @@ def test_enqueues_race_close_in_a_child():
             workers = [threading.Thread(target=use, args=(i,)) for i in range(THREADS)]
             for t in workers:
                 t.start()
+            # Busy once the workers are waiting: the synchronize below lets
+            # them run while the stream is open (a spin enqueued before the
+            # threads started had ended by the time they did, on an H200,
+            # and the close won every round).
+            spin(s, 5000)
             start.wait()
             try:
                 s.synchronize()

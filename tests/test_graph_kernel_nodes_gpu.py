@@ -220,7 +220,10 @@ extern "C" __global__ void scale(float* x, float a, int n) {
 """
 
 
-def test_a_captured_cupy_kernel_and_a_streams_kernel_change(fill):
+def _capture_cupy_and_streams(fill):
+    """CuPy's ``scale`` (x *= 2) then streams' ``fill`` (a = 5), captured
+    on a streams stream: (cupy, scale, x, y, grid, the stream, a, the
+    graph, its kernel nodes by name).  x and y start at 1 and 4."""
     cupy = pytest.importorskip("cupy")
     scale = cupy.RawKernel(CUPY_SCALE, "scale")
     x = cupy.ones(N, dtype=cupy.float32)
@@ -228,15 +231,21 @@ def test_a_captured_cupy_kernel_and_a_streams_kernel_change(fill):
     grid = ((N + 255) // 256,)
     scale(grid, (256,), (x, cupy.float32(1.0), cupy.int32(N)))     # compiled and loaded now
     cupy.cuda.Device().synchronize()
-    with closing(Stream(non_blocking=True)) as s:
-        a = DeviceBuffer(4 * N, s)
-        s.synchronize()
-        with s.capture() as cap:
-            with cupy.cuda.ExternalStream(s.handle):
-                scale(grid, (256,), (x, cupy.float32(2.0), cupy.int32(N)))
-            s.launch(fill, 16, 256, a, 5, N)
-        graph = cap.graph
-        nodes = {nd.kernel_params().name: nd for nd in _kernel_nodes(graph)}
+    s = Stream(non_blocking=True)
+    a = DeviceBuffer(4 * N, s)
+    s.synchronize()
+    with s.capture() as cap:
+        with cupy.cuda.ExternalStream(s.handle):
+            scale(grid, (256,), (x, cupy.float32(2.0), cupy.int32(N)))
+        s.launch(fill, 16, 256, a, 5, N)
+    graph = cap.graph
+    nodes = {nd.kernel_params().name: nd for nd in _kernel_nodes(graph)}
+    return cupy, scale, x, y, grid, s, a, graph, nodes
+
+
+def test_a_captured_cupy_kernel_and_a_streams_kernel_change(fill):
+    cupy, scale, x, y, grid, s, a, graph, nodes = _capture_cupy_and_streams(fill)
+    with closing(s):
         assert set(nodes) == {"scale", "streams_fill_u32"}
         p = nodes["scale"].kernel_params()
         assert p.param_sizes == (8, 4, 4)
@@ -337,22 +346,8 @@ def test_a_captured_cupy_kernel_is_adopted_and_launches(fill):
     """CuPy's RawKernel, captured beside a streams kernel: its node gives an
     adopted Kernel named "scale" that launches on a streams stream with new
     arguments; the streams node gives the streams Kernel back."""
-    cupy = pytest.importorskip("cupy")
-    scale = cupy.RawKernel(CUPY_SCALE, "scale")
-    x = cupy.ones(N, dtype=cupy.float32)
-    y = cupy.full(N, 4.0, dtype=cupy.float32)
-    grid = ((N + 255) // 256,)
-    scale(grid, (256,), (x, cupy.float32(1.0), cupy.int32(N)))     # compiled and loaded now
-    cupy.cuda.Device().synchronize()
-    with closing(Stream(non_blocking=True)) as s:
-        a = DeviceBuffer(4 * N, s)
-        s.synchronize()
-        with s.capture() as cap:
-            with cupy.cuda.ExternalStream(s.handle):
-                scale(grid, (256,), (x, cupy.float32(2.0), cupy.int32(N)))
-            s.launch(fill, 16, 256, a, 5, N)
-        graph = cap.graph
-        nodes = {nd.kernel_params().name: nd for nd in _kernel_nodes(graph)}
+    cupy, scale, x, y, grid, s, a, graph, nodes = _capture_cupy_and_streams(fill)
+    with closing(s):
         assert nodes["streams_fill_u32"].kernel_params().kernel is fill
         p = nodes["scale"].kernel_params()
         k = p.kernel

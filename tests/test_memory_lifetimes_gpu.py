@@ -438,26 +438,32 @@ def test_a_buffer_released_during_a_capture_of_its_stream_is_freed_after_it(how)
     s.close()
 
 
-def test_a_buffer_released_during_another_threads_global_capture():
-    """Another thread captures another stream in CUDA's global mode while
-    this one frees a buffer on a stream that is not captured: the free is
-    made in relaxed mode, so that capture is neither refused nor broken."""
+def _released_during_a_global_capture_of(other, release):
+    """``release()`` while another thread captures ``other`` in global mode:
+    the capture survives it, and no release failure is reported."""
     import warnings
-    s, other = Stream(non_blocking=True), Stream(non_blocking=True)
-    spin(other, 0)
-    other.synchronize()
-    buf = DeviceBuffer(N * 4, s)
-    s.synchronize()
     with warnings.catch_warnings(record=True) as got:
         warnings.simplefilter("always")
         with global_capture_in_thread(other) as ended:
-            buf.close()
+            release()
         streams._cudart._drain_deferred()
         streams._cudart._flush_cleanup_warnings()
     assert len(ended) == 1 and isinstance(ended[0], streams.Graph), ended
     ended[0].close()
     assert not [w for w in got if issubclass(w.category, streams.CudaWarning)], \
         [str(w.message) for w in got]
+
+
+def test_a_buffer_released_during_another_threads_global_capture():
+    """Another thread captures another stream in CUDA's global mode while
+    this one frees a buffer on a stream that is not captured: the free is
+    made in relaxed mode, so that capture is neither refused nor broken."""
+    s, other = Stream(non_blocking=True), Stream(non_blocking=True)
+    spin(other, 0)
+    other.synchronize()
+    buf = DeviceBuffer(N * 4, s)
+    s.synchronize()
+    _released_during_a_global_capture_of(other, buf.close)
     s.synchronize()
     s.close()
     other.close()
@@ -468,21 +474,11 @@ def test_host_memory_freed_during_another_threads_global_capture(kind):
     """cudaFreeHost and cudaFree are refused while another thread captures
     in global mode, and the refusal invalidates that capture: the buffer's
     release switches its thread to relaxed mode around the free."""
-    import warnings
     other = Stream(non_blocking=True)
     spin(other, 0)
     other.synchronize()
     buf = streams.PinnedBuffer(1 << 16) if kind == "pinned" else streams.ManagedBuffer(1 << 16)
     freed_before = streams.debug_counters()["live_buffers"]
-    with warnings.catch_warnings(record=True) as got:
-        warnings.simplefilter("always")
-        with global_capture_in_thread(other) as ended:
-            buf.close()
-        streams._cudart._drain_deferred()
-        streams._cudart._flush_cleanup_warnings()
-    assert len(ended) == 1 and isinstance(ended[0], streams.Graph), ended
-    ended[0].close()
-    assert not [w for w in got if issubclass(w.category, streams.CudaWarning)], \
-        [str(w.message) for w in got]
+    _released_during_a_global_capture_of(other, buf.close)
     assert streams.debug_counters()["live_buffers"] == freed_before - 1
     other.close()

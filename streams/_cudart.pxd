@@ -168,7 +168,7 @@ cdef int stream_is_capturing(cudaStream_t h, cudaStreamCaptureStatus* out) excep
 # Whether work enqueued on `h` now would land in a capture, never raising:
 # True when it is being captured (or its capture was invalidated and not yet
 # ended), or when CUDA will not say (the legacy stream while another
-# blocking stream is being captured).
+# blocking stream is being captured); False on any other error.
 cdef bint stream_in_capture(cudaStream_t h) noexcept nogil
 cdef int stream_get_capture_info(cudaStream_t h, cudaStreamCaptureStatus* status, unsigned long long* cid, cudaGraph_t* graph, const cudaGraphNode_t** deps, const cudaGraphEdgeData** edges, size_t* n) except -1 nogil
 cdef int stream_update_capture_dependencies(cudaStream_t h, cudaGraphNode_t* deps, size_t n, unsigned int flags) except -1 nogil

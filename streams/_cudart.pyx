@@ -910,9 +910,15 @@ cdef void fence_leave() noexcept nogil:
 
 cdef bint stream_in_capture(cudaStream_t h) noexcept nogil:
     cdef cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone
-    if cudaStreamIsCapturing(h, &status) != cudaSuccess:
+    cdef cudaError_t err = cudaStreamIsCapturing(h, &status)
+    if err != cudaSuccess:
         cudaGetLastError()
-        return True
+        # Only the legacy stream's "cannot say while a blocking stream is
+        # captured" passes: any other error (a handle CUDA no longer knows)
+        # would not, and a free retried on it at every drain would hand the
+        # driver that handle again and again; the free then reports its own
+        # error instead.
+        return err == cudaErrorStreamCaptureImplicit
     return status != cudaStreamCaptureStatusNone
 
 

@@ -555,6 +555,11 @@ class GpuObjectGraph(RuleBasedStateMachine):
 
     def close_buffer(self, b, mode, other=None):
         self.release_raw_users(lambda h: b in h.raw)
+        if mode == "other" and other.owner is not None:
+            # The free may run later (a holder keeps the buffer, a replay
+            # runs), on `other`'s handle; a wrapper's handle dies with its
+            # owner (safety.rst), which may be closed by then: the owner.
+            other = other.owner
         if mode == "other":
             self.order_free(b, other)
             b.obj.close(stream=other.obj)
@@ -571,18 +576,20 @@ class GpuObjectGraph(RuleBasedStateMachine):
     def close_stream(self, sm, how):
         if sm not in self.streams:
             return            # a wrapper closed with its owner
+        if how != "drop" and sm.kind == "own":
+            # Foreign wrappers of it would dangle now: closed and forgotten
+            # (closed first, while the handle they name is alive: a close
+            # orders the frees of its buffers after its work).
+            for w in [w for w in self.streams if w.owner is sm]:
+                w.obj.close()
+                w.closed = True
+                self.streams.remove(w)
         if how == "close":
             sm.obj.close()
             self.graveyard.append(sm.obj)
         sm.closed = True
         sm.expect_error = False   # delivered to sys.unraisablehook; no synchronize to raise it
         self.streams.remove(sm)
-        if how != "drop" and sm.kind == "own":
-            # Foreign wrappers of it dangle now: closed and forgotten.
-            for w in [w for w in self.streams if w.owner is sm]:
-                w.obj.close()
-                w.closed = True
-                self.streams.remove(w)
         # The buffers on it keep a reference to it (their free is ordered
         # after its work); the model keeps its StreamM for them.
 

@@ -536,12 +536,10 @@ cdef cudaError_t _destroy_now(void* h, int kind) noexcept nogil:
         return cudaGraphDestroy(<cudaGraph_t>h)
     if kind == HANDLE_GRAPH_EXEC:
         return cudaGraphExecDestroy(<cudaGraphExec_t>h)
-    if kind == HANDLE_HOST_MEMORY or kind == HANDLE_MANAGED_MEMORY:
+    if kind == HANDLE_HOST_MEMORY or kind == HANDLE_MANAGED_MEMORY or kind == HANDLE_MEM_POOL:
+        # (A pool's allocations still out keep its memory: CUDA releases it
+        # once the last of them is freed.)
         return _free_relaxed(h, kind)
-    if kind == HANDLE_MEM_POOL:
-        # Allocations still out keep the pool's memory: CUDA releases it
-        # once the last of them is freed.
-        return cudaMemPoolDestroy(<cudaMemPool_t>h)
     if kind == HANDLE_GREEN_CTX:
         # Only a context made here gets here: the API that made it is chosen.
         if _green_runtime:
@@ -550,17 +548,26 @@ cdef cudaError_t _destroy_now(void* h, int kind) noexcept nogil:
     return cudaFree(h)
 
 
+cdef inline cudaError_t _free_now(void* h, int kind) noexcept nogil:
+    if kind == HANDLE_HOST_MEMORY:
+        return cudaFreeHost(h)
+    if kind == HANDLE_MEM_POOL:
+        return cudaMemPoolDestroy(<cudaMemPool_t>h)
+    return cudaFree(h)
+
+
 cdef cudaError_t _free_relaxed(void* h, int kind) noexcept nogil:
-    # cudaFreeHost and cudaFree are calls CUDA refuses while another thread
-    # captures in global mode (and the refusal invalidates that capture):
-    # a buffer's release must not break a capture it has nothing to do with.
-    # Relaxed mode allows them; they still wait for the device's work.
+    # cudaFreeHost, cudaFree and cudaMemPoolDestroy are calls CUDA refuses
+    # while another thread captures in global mode, and the refusal
+    # invalidates that capture (tools/capture_rules_probe.py): a release
+    # must not break a capture it has nothing to do with.  Relaxed mode
+    # allows them; they still wait for the device's work.
     cdef cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed
     cdef cudaError_t err
     if cudaThreadExchangeStreamCaptureMode(&mode) != cudaSuccess:
         cudaGetLastError()
-        return cudaFreeHost(h) if kind == HANDLE_HOST_MEMORY else cudaFree(h)
-    err = cudaFreeHost(h) if kind == HANDLE_HOST_MEMORY else cudaFree(h)
+        return _free_now(h, kind)
+    err = _free_now(h, kind)
     cudaThreadExchangeStreamCaptureMode(&mode)
     return err
 

@@ -482,3 +482,17 @@ def test_host_memory_freed_during_another_threads_global_capture(kind):
     _released_during_a_global_capture_of(other, buf.close)
     assert streams.debug_counters()["live_buffers"] == freed_before - 1
     other.close()
+
+
+def test_a_pool_destroyed_during_another_threads_global_capture():
+    """cudaMemPoolDestroy is refused while another thread captures in global
+    mode, and the refusal invalidates that capture (H200, driver 580): the
+    pool's release switches its thread to relaxed mode around it."""
+    other = Stream(non_blocking=True)
+    spin(other, 0)
+    other.synchronize()
+    pool = streams.MemoryPool()
+    made = streams.debug_counters()["live_mem_pools"]
+    _released_during_a_global_capture_of(other, pool.close)
+    assert streams.debug_counters()["live_mem_pools"] == made - 1
+    other.close()

@@ -1791,32 +1791,40 @@ cdef class _HandlePool:
     cdef int _kind
     cdef int _device
     cdef Py_ssize_t _maxsize
+    cdef bint _claimed      # __init__ ran (or runs): never again, closed or not
 
     def __cinit__(self, *args, **kwargs):
         self._pool = NULL
 
-    cdef int _setup(self, int kind, int device, object maxsize) except -1:
+    # __init__ in three steps, so that a second __init__ (another thread's,
+    # or one after close()) changes nothing: the arguments are checked, the
+    # object claimed (_claim, which refuses a second time), the subclass's
+    # parameters written, then the pool published (_publish) after them.
+    cdef void* _claim(self, object maxsize) except NULL:
         if isinstance(maxsize, bool) or not isinstance(maxsize, int):
             raise TypeError(f"maxsize must be an int, not {type(maxsize).__name__}")
         if maxsize < 0 or maxsize > 1 << 20:
             raise ValueError(f"maxsize must be between 0 and {1 << 20}, got {maxsize}")
         cdef void* p = streams_pool_new(<size_t>maxsize)
-        cdef bint again = False
+        cdef bint again
         if p == NULL:
             raise MemoryError()
         with cython.critical_section(self):
-            if self._pool != NULL:
-                again = True
-            else:
-                self._kind = kind
-                self._device = device
-                self._maxsize = maxsize
-                self._pool = p
+            again = self._claimed
+            self._claimed = True
         if again:
             streams_pool_unref(<streams_pool*>p)
             raise RuntimeError(f"{type(self).__name__}.__init__ was called on a pool that was "
-                               "already initialised: make a new one instead")
-        return 0
+                               "already initialised (a pool is made once, and stays closed "
+                               "once closed): make a new one instead")
+        return p
+
+    cdef void _publish(self, void* p, int kind, int device, Py_ssize_t maxsize) noexcept:
+        with cython.critical_section(self):
+            self._kind = kind
+            self._device = device
+            self._maxsize = maxsize
+            self._pool = p      # last: acquire() reads the fields once it sees the pool
 
     # _pool is read and cleared under the pool object's critical section
     # (free-threaded CPython; the GIL elsewhere): a close() in another thread
@@ -1933,8 +1941,11 @@ cdef class StreamPool(_HandlePool):
     # puts the keyword-only marker one parameter late.
     @cython.embedsignature(False)
     def __init__(self, device=None, priority=0, non_blocking=False, *, maxsize=16):
-        _stream_params(device, priority, non_blocking, &self._params)
-        self._setup(rt.HANDLE_STREAM, self._params.device, maxsize)
+        cdef _StreamParams params
+        _stream_params(device, priority, non_blocking, &params)
+        cdef void* p = self._claim(maxsize)
+        self._params = params
+        self._publish(p, rt.HANDLE_STREAM, params.device, maxsize)
 
     def acquire(self):
         """An open Stream: a pooled handle, or a new one."""
@@ -1977,8 +1988,11 @@ cdef class EventPool(_HandlePool):
     # puts the keyword-only marker one parameter late.
     @cython.embedsignature(False)
     def __init__(self, enable_timing=False, blocking=False, device=None, *, maxsize=64):
-        self._flags = _event_flags(enable_timing, blocking, False)
-        self._setup(rt.HANDLE_EVENT, resolve_device(device), maxsize)
+        cdef unsigned int flags = _event_flags(enable_timing, blocking, False)
+        cdef int dev = resolve_device(device)
+        cdef void* p = self._claim(maxsize)
+        self._flags = flags
+        self._publish(p, rt.HANDLE_EVENT, dev, maxsize)
 
     def acquire(self):
         """An open Event: a pooled handle, or a new one."""

@@ -194,6 +194,33 @@ def test_pools_and_handle_owners_initialise_once():
     e.close()
 
 
+def test_a_refused_second_init_changes_nothing_and_a_closed_pool_stays_closed():
+    """A second __init__ is refused before it writes anything (the pool's
+    parameters were overwritten by the refused call before), and after
+    close() too (it made the pool anew)."""
+    pool = StreamPool(priority=0, maxsize=4)
+    with pytest.raises(RuntimeError, match="already initialised"):
+        pool.__init__(priority=-1, maxsize=8)
+    assert pool.priority == 0 and pool.maxsize == 4
+    s = pool.acquire()
+    assert s.priority == 0
+    s.close()
+    pool.close()
+    with pytest.raises(RuntimeError, match="already initialised"):
+        pool.__init__()
+    assert pool.closed
+    with pytest.raises(ValueError, match="closed"):
+        pool.acquire()
+    events = EventPool(enable_timing=True)
+    with pytest.raises(RuntimeError, match="already initialised"):
+        events.__init__(enable_timing=False)
+    assert events.is_timing
+    events.close()
+    with pytest.raises(RuntimeError, match="already initialised"):
+        events.__init__()
+    assert events.closed
+
+
 @pytest.mark.parametrize("bad, exc", [(-1, ValueError), (1.5, TypeError), (True, TypeError)])
 def test_bad_maxsize_is_refused(bad, exc):
     with pytest.raises(exc, match="maxsize"):

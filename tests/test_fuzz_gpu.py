@@ -51,7 +51,7 @@ from pathlib import Path
 import pytest
 
 hypothesis = pytest.importorskip("hypothesis", reason="fuzzing needs hypothesis")
-from hypothesis import HealthCheck, settings, strategies as st  # noqa: E402
+from hypothesis import HealthCheck, Phase, settings, strategies as st  # noqa: E402
 from hypothesis.stateful import (  # noqa: E402
     RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test)
 
@@ -1967,10 +1967,14 @@ def _new_object_uses(cls, obj, s, g):
 def fuzz_settings():
     # Shrinking a failure replays examples on the GPU: bounded too.
     engine = sys.modules.get("hypothesis.internal.conjecture.engine")
+    shrink_seconds = int(os.environ.get("STREAMS_FUZZ_SHRINK_SECONDS", "60"))
     if engine is not None and hasattr(engine, "MAX_SHRINKING_SECONDS"):
-        engine.MAX_SHRINKING_SECONDS = int(os.environ.get("STREAMS_FUZZ_SHRINK_SECONDS", "60"))
+        engine.MAX_SHRINKING_SECONDS = shrink_seconds
+    # 0: no shrinking at all, the first failing example as it was found
+    # (tools/gpu_all.sh STEPS=replay).
+    phases = [p for p in Phase if p != Phase.shrink or shrink_seconds > 0]
     return settings(max_examples=EXAMPLES_PER_ROUND, stateful_step_count=STEPS_PER_EXAMPLE,
-                    deadline=None, database=None, print_blob=True,
+                    deadline=None, database=None, print_blob=True, phases=phases,
                     suppress_health_check=list(HealthCheck), report_multiple_bugs=False)
 
 

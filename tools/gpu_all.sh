@@ -11,7 +11,10 @@
 # its seed; FUZZ2_SECONDS (240) beside the sanitizers, FUZZ_MEMCHECK_SECONDS
 # (60) under memcheck there.
 # STEPS (default "matrix sanitizers"): one of them alone splits the work
-# over two device calls (the machine stays warm in between).
+# over two device calls (the machine stays warm in between).  STEPS=replay
+# replays one fuzzer seed (FUZZ_SEED, FUZZ_SECONDS): once without shrinking,
+# to see the failing example, and once beside it under gdb with every step
+# traced, for the C backtrace of a crash ($OUT/replay-*.txt).
 # Logs under $OUT: matrix.txt, sanitizers.txt, fuzz.txt, and the full
 # pytest and sanitizer logs in $OUT/logs.tar.gz.
 source "$(dirname "$0")/gpu_env.sh"
@@ -23,6 +26,23 @@ STEPS="${STEPS:-matrix sanitizers}"
 # The release build first: the fuzzer runs on it beside the matrix.
 "$PY" setup.py build_ext --inplace -j 16 >"$LOGS/build-release.log" 2>&1 \
     || { tail -30 "$LOGS/build-release.log"; echo "BUILD FAILED"; exit 1; }
+if [[ "$STEPS" == *replay* ]]; then
+(PYTHONPATH="$PWD" STREAMS_FUZZ_SECONDS="${FUZZ_SECONDS:-90}" STREAMS_FUZZ_SEED="${FUZZ_SEED:-1}" \
+    STREAMS_FUZZ_SHRINK_SECONDS=0 timeout $(( ${FUZZ_SECONDS:-90} + 60 )) \
+    "$PY" tests/test_fuzz_gpu.py >"$OUT/replay-noshrink.txt" 2>&1;
+ echo "fuzz exit $?" >>"$OUT/replay-noshrink.txt") &
+NOSHRINK=$!
+GDB=(); command -v gdb >/dev/null && GDB=(gdb -q -batch -ex run -ex bt -ex "info threads" --args)
+PYTHONPATH="$PWD" STREAMS_FUZZ_SECONDS="${FUZZ_SECONDS:-90}" STREAMS_FUZZ_SEED="${FUZZ_SEED:-1}" \
+    STREAMS_FUZZ_TRACE=1 timeout $(( ${FUZZ_SECONDS:-90} + 90 )) "${GDB[@]}" \
+    "$PY" tests/test_fuzz_gpu.py >"$OUT/replay-gdb.txt" 2>"$LOGS/replay-trace.log"
+echo "fuzz exit $?" >>"$OUT/replay-gdb.txt"
+tail -60 "$LOGS/replay-trace.log" >"$OUT/replay-trace-tail.txt"
+wait "$NOSHRINK"
+grep -E "^fuzz|exit|Falsif|Error|assert|state\." "$OUT/replay-noshrink.txt" | tail -40
+grep -E "^#[0-9]|SIG|exit" "$OUT/replay-gdb.txt" | head -40
+tail -20 "$OUT/replay-trace-tail.txt"
+fi
 if [[ "$STEPS" == *matrix* ]]; then
 (PYTHONPATH="$PWD" STREAMS_FUZZ_SECONDS="${FUZZ_SECONDS:-240}" STREAMS_FUZZ_SEED="${FUZZ_SEED:-1}" \
     timeout $(( ${FUZZ_SECONDS:-240} + 120 )) "$PY" tests/test_fuzz_gpu.py >"$LOGS/fuzz.log" 2>&1;

@@ -539,7 +539,7 @@ cdef cudaError_t _destroy_now(void* h, int kind) noexcept nogil:
     if kind == HANDLE_HOST_MEMORY or kind == HANDLE_MANAGED_MEMORY or kind == HANDLE_MEM_POOL:
         # (A pool's allocations still out keep its memory: CUDA releases it
         # once the last of them is freed.)
-        return _free_relaxed(h, kind)
+        return _release_memory_relaxed(h, kind)
     if kind == HANDLE_GREEN_CTX:
         # Only a context made here gets here: the API that made it is chosen.
         if _green_runtime:
@@ -548,7 +548,8 @@ cdef cudaError_t _destroy_now(void* h, int kind) noexcept nogil:
     return cudaFree(h)
 
 
-cdef inline cudaError_t _free_now(void* h, int kind) noexcept nogil:
+cdef inline cudaError_t _release_memory_now(void* h, int kind) noexcept nogil:
+    # Pinned or managed memory freed, or a memory pool destroyed.
     if kind == HANDLE_HOST_MEMORY:
         return cudaFreeHost(h)
     if kind == HANDLE_MEM_POOL:
@@ -556,7 +557,7 @@ cdef inline cudaError_t _free_now(void* h, int kind) noexcept nogil:
     return cudaFree(h)
 
 
-cdef cudaError_t _free_relaxed(void* h, int kind) noexcept nogil:
+cdef cudaError_t _release_memory_relaxed(void* h, int kind) noexcept nogil:
     # cudaFreeHost, cudaFree and cudaMemPoolDestroy are calls CUDA refuses
     # while another thread captures in global mode, and the refusal
     # invalidates that capture (tools/capture_rules_probe.py): a release
@@ -566,8 +567,8 @@ cdef cudaError_t _free_relaxed(void* h, int kind) noexcept nogil:
     cdef cudaError_t err
     if cudaThreadExchangeStreamCaptureMode(&mode) != cudaSuccess:
         cudaGetLastError()
-        return _free_now(h, kind)
-    err = _free_now(h, kind)
+        return _release_memory_now(h, kind)
+    err = _release_memory_now(h, kind)
     cudaThreadExchangeStreamCaptureMode(&mode)
     return err
 

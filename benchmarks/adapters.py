@@ -938,7 +938,8 @@ class Noop(Adapter):
     na = {op: "no graphs here (self-test of the n/a path)" for op in GRAPH_OPS}
 
     def info(self):
-        return {"versions": {"python": platform.python_version()}, "device": None}
+        return {"versions": {"python": platform.python_version()}, "device": None,
+                "pid": os.getpid()}
 
     def floor(self, op):
         if op == os.environ.get("STREAMS_BENCH_NOOP_FLOOR_FAIL"):
@@ -964,4 +965,4 @@ class Noop(Adapter):
 ADAPTERS = {"streams-py": StreamsPy, "streams-py-baseline": StreamsPy, "streams-cy": StreamsCy,
             "streams-cy-baseline": StreamsCy, "cupy": Cupy, "torch": Torch,
             "cuda-core": CudaCore, "cuda-bindings": CudaBindings, "numba-cuda": NumbaCuda,
-            "noop": Noop}
+            "noop": Noop, "noop-2": Noop}

@@ -164,6 +164,43 @@ class Worker:
                 pass
 
 
+class Member:
+    """One contender served by a shared worker process (``--one-process``):
+    it answers what a Worker answers, its requests carrying its name
+    (``info NAME``, ``run NAME OP ...``).  Starting a member starts the
+    shared process only where it is not running (a restart after a crash
+    restarts it once for all of its members)."""
+
+    def __init__(self, name, shared):
+        self.name = name
+        self.shared = shared
+
+    @property
+    def alive(self):
+        return self.shared.alive
+
+    @property
+    def starts(self):
+        return self.shared.starts
+
+    def start(self):
+        if not self.shared.alive:
+            self.shared.start()
+
+    def ask(self, line, timeout):
+        verb, _, rest = line.partition(" ")
+        return self.shared.ask(f"{verb} {self.name} {rest}".rstrip(), timeout)
+
+    def stderr_tail(self, limit=800):
+        return self.shared.stderr_tail(limit)
+
+    def kill(self):
+        self.shared.kill()
+
+    def stop(self):
+        self.shared.stop()
+
+
 class Progress:
     """One status line on stderr (rewritten on a terminal, appended otherwise)."""
 
@@ -213,7 +250,7 @@ class Progress:
 class Config:
     def __init__(self, ops=None, contenders=None, quick=False, rounds=None, batches=None,
                  warmup=1, scale=None, cache_dir=None, timeout=180.0, progress=True,
-                 source_dir=None, baseline=None, cpus=None):
+                 source_dir=None, baseline=None, cpus=None, one_process=False):
         base = QUICK if quick else FULL
         self.ops = list(ops or [op.name for op in OPS])
         self.contenders = list(contenders or DEFAULT_CONTENDERS)
@@ -228,6 +265,7 @@ class Config:
         self.source_dir = source_dir or CHECKOUT
         self.baseline = os.path.abspath(baseline) if baseline else None
         self.cpus = sorted(cpus) if cpus else None
+        self.one_process = bool(one_process)
         if self.baseline and contenders is None:
             for name, of in BASELINE_OF.items():
                 self.contenders.insert(self.contenders.index(of) + 1, name)
@@ -239,6 +277,7 @@ class Config:
         return {"quick": self.quick, "rounds": self.rounds, "batches": self.batches,
                 "warmup": self.warmup, "scale": self.scale, "ops": self.ops,
                 "contenders": self.contenders, "baseline": self.baseline, "cpus": self.cpus,
+                "one_process": self.one_process,
                 "iters": {op: self.iters(op) for op in self.ops}}
 
 
@@ -323,6 +362,7 @@ def _prepare(config, doc, progress):
     except (OSError, ImportError, ValueError) as exc:
         ptx_error = str(exc)
     workers = {}
+    members, shared = [], None
     for name in config.contenders:
         entry = doc["contenders"][name]
         spec = CONTENDER_BY_NAME[name]
@@ -366,26 +406,55 @@ def _prepare(config, doc, progress):
                 cwd = streams_parent()
         if ptx_error and name != "c":
             entry["ptx_error"] = ptx_error
-        progress.message(f"starting {spec.label} ...")
-        w = Worker(name, argv, env, cwd, config.cpus)
-        try:
-            w.start()
-            info = w.ask("info", max(config.timeout, 300.0))
-        except (OSError, WorkerDied) as exc:
-            w.kill()
-            entry.update(status="error", reason=str(exc))
-            progress.message(f"{spec.label}: {exc}")
+        if config.one_process and name != "c" and name not in BASELINE_OF:
+            # Started below, once every member is known; a baseline imports
+            # another streams and keeps a process of its own.
+            members.append((name, argv, env, cwd))
             continue
-        if not info.get("ok"):
-            w.stop()
-            entry.update(status="error", reason=info.get("error", "no reason given"))
-            progress.message(f"{spec.label}: {entry['reason']}")
-            continue
-        info.pop("ok", None)
-        entry.setdefault("versions", {}).update(info.pop("versions", {}) or {})
-        entry["info"] = info
-        workers[name] = w
+        _start_worker(Worker(name, argv, env, cwd, config.cpus), entry, spec, config, progress,
+                      workers)
+    if members:
+        names = [m[0] for m in members]
+        _, argv, env, cwd = members[0]
+        argv = [a for a in argv]
+        i = argv.index("--worker")
+        argv[i + 1] = "shared"
+        argv += ["--members", ",".join(names)]
+        cy = [m[1] for m in members if "--cy-module" in m[1]]
+        if cy and "--cy-module" not in argv:
+            argv += ["--cy-module", cy[0][cy[0].index("--cy-module") + 1]]
+        shared = Worker("shared", argv, env, cwd, config.cpus)
+        for name in names:
+            spec = CONTENDER_BY_NAME[name]
+            doc["contenders"][name]["process"] = "shared with " + ", ".join(
+                n for n in names if n != name) if len(names) > 1 else "its own"
+            _start_worker(Member(name, shared), doc["contenders"][name], spec, config, progress,
+                          workers)
     return workers
+
+
+def _start_worker(w, entry, spec, config, progress, workers):
+    """Start ``w`` (a Worker, or a Member of the shared process) and ask
+    for its facts; a contender that fails here is an error, not a column."""
+    progress.message(f"starting {spec.label} ...")
+    try:
+        w.start()
+        info = w.ask("info", max(config.timeout, 300.0))
+    except (OSError, WorkerDied) as exc:
+        w.kill()
+        entry.update(status="error", reason=str(exc))
+        progress.message(f"{spec.label}: {exc}")
+        return
+    if not info.get("ok"):
+        if not isinstance(w, Member):    # the shared process serves the others still
+            w.stop()
+        entry.update(status="error", reason=info.get("error", "no reason given"))
+        progress.message(f"{spec.label}: {entry['reason']}")
+        return
+    info.pop("ok", None)
+    entry.setdefault("versions", {}).update(info.pop("versions", {}) or {})
+    entry["info"] = info
+    workers[w.name] = w
 
 
 def _gpu_facts(doc):

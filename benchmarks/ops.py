@@ -196,10 +196,13 @@ CONTENDERS = (
     # Calls nothing: it lets the harness be tested end to end without a GPU.
     Contender("noop", "no-op (self-test)", None,
               "a pure-Python stand-in that times empty calls (no GPU needed)", hidden=True),
+    # A second one: --one-process is tested with two members in one process.
+    Contender("noop-2", "no-op 2 (self-test)", None,
+              "the no-op stand-in again (no GPU needed)", hidden=True),
 )
 CONTENDER_BY_NAME = {c.name: c for c in CONTENDERS}
 DEFAULT_CONTENDERS = tuple(c.name for c in CONTENDERS if not c.hidden)
-GPU_FREE = {"noop"}
+GPU_FREE = {"noop", "noop-2"}
 
 #: The hidden contenders that --baseline adds, each after the one it is the
 #: baseline of.

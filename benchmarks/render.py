@@ -124,6 +124,9 @@ def render_table(doc, ops=None, contenders=None):
                + (f", every worker on CPUs {','.join(map(str, cfg['cpus']))}"
                   if cfg.get("cpus") else "")
                + "; cells: median ns/call ±half the p10-p90 spread of per-batch means")
+    if cfg.get("one_process"):
+        out.append("the Python contenders in one process (--one-process), their batches "
+                   "interleaved as in every run; the C program and baselines apart")
     if doc.get("schema") == SCHEMA_V1:
         out.append("schema 1, before the in-process floor: ratios are to the separate "
                    "C program; ok/MISS against the target")

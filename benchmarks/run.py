@@ -16,6 +16,10 @@ those loops in a process of its own, as a second reference.
 Every contender runs in a process of its own: a peer that crashes, hangs
 or is not installed costs its own column only, no two libraries share an
 interpreter, and each has its own CUDA context as the C program does.
+``--one-process`` puts the Python contenders in one shared process
+instead (the same rounds, each batch next to its in-process floor): every
+library then meets the same context, caches and clocks; a crash there
+costs all of their columns.
 
 ``--dry-run FILE`` renders the table (and ``--png`` chart) of a stored
 result without a GPU.  benchmarks/README.md says what each column means.
@@ -91,11 +95,17 @@ def build_parser():
     p.add_argument("--cpus", type=_cpu_list, metavar="a,b",
                    help="pin every worker to these CPUs (e.g. 2,3): floors and cells of "
                         "all contenders then come from the same cores")
+    p.add_argument("--one-process", action="store_true",
+                   help="run the Python contenders (streams, CuPy, PyTorch, cuda.core, ...; "
+                        "not the baselines) in one shared process, interleaved as usual, "
+                        "instead of a process each: every library then meets the same "
+                        "CUDA context, caches and clocks (the C program stays apart)")
     p.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
     p.add_argument("--list", action="store_true", help="list operations and contenders")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--ptx", help=argparse.SUPPRESS)
     p.add_argument("--cy-module", help=argparse.SUPPRESS)
+    p.add_argument("--members", help=argparse.SUPPRESS)
     return p
 
 
@@ -111,7 +121,11 @@ def parse_args(argv=None):
     if args.worker is not None:
         # Only a worker needs the adapters (and, through them, the libraries).
         from benchmarks.adapters import ADAPTERS
-        if args.worker not in ADAPTERS:
+        if args.worker == "shared":
+            members = (args.members or "").split(",")
+            if not args.members or not set(members) <= set(ADAPTERS):
+                p.error(f"--worker shared needs --members from {', '.join(ADAPTERS)}")
+        elif args.worker not in ADAPTERS:
             p.error(f"unknown worker {args.worker}")
     return args
 
@@ -152,7 +166,8 @@ def main(argv=None, out=None):
     args = parse_args(argv)
     if args.worker:
         from benchmarks.worker import worker_main
-        worker_main(args.worker, args.ptx, args.cy_module)
+        worker_main(args.worker, args.ptx, args.cy_module,
+                    args.members.split(",") if args.worker == "shared" else None)
         return 0
     if args.list:
         out.write(_list_text())
@@ -170,7 +185,7 @@ def main(argv=None, out=None):
                     rounds=args.rounds, batches=args.batches, scale=args.scale,
                     cache_dir=args.cache_dir, timeout=args.timeout,
                     progress=not args.no_progress, source_dir=args.source_dir,
-                    baseline=args.baseline, cpus=args.cpus)
+                    baseline=args.baseline, cpus=args.cpus, one_process=args.one_process)
     if not set(config.contenders) <= GPU_FREE:
         info = streams_facts()
         if info["device_count"] == 0:

@@ -190,3 +190,37 @@ def test_the_torch_stream_row_is_na_without_torch(monkeypatch):
         adapters.StreamsPy()._torch_stream({"_closers": []})
     assert "event_record_torch_stream" in adapters.StreamsPy.stmts
     assert "event_record_torch_stream" in ops.ENQUEUES
+
+
+def test_one_process_serves_every_member_from_one_worker(tmp_path):
+    cfg = harness.Config(ops=["stream_query", "event_record"], contenders=["noop", "noop-2"],
+                         quick=True, cache_dir=str(tmp_path), progress=False, timeout=60,
+                         one_process=True)
+    doc = harness.run_benchmark(cfg)
+    assert doc["config"]["one_process"] is True
+    pids = set()
+    for name in ("noop", "noop-2"):
+        assert doc["contenders"][name]["process"] == (
+            "shared with " + ("noop-2" if name == "noop" else "noop"))
+        for op in cfg.ops:
+            cell = doc["results"][op][name]
+            assert cell["status"] == "ok", cell
+            assert len(cell["ns"]) == len(cell["floor_ns"]) == cfg.rounds * cfg.batches
+        pids.add(doc["contenders"][name]["info"]["pid"])
+    assert len(pids) == 1      # one process answered for both
+    results.validate_result(doc)
+    assert "one process" in render.render_table(doc)
+
+
+def test_one_process_crash_costs_the_cell_then_restarts_once_for_all(monkeypatch, tmp_path):
+    monkeypatch.setenv("STREAMS_BENCH_NOOP_CRASH", "kernel_launch")
+    cfg = harness.Config(ops=["kernel_launch", "stream_query"], contenders=["noop", "noop-2"],
+                         quick=True, cache_dir=str(tmp_path), progress=False, timeout=60,
+                         one_process=True)
+    doc = harness.run_benchmark(cfg)
+    res = doc["results"]
+    # The first member's crash took the shared process: both cells of the row.
+    assert {res["kernel_launch"][n]["status"] for n in ("noop", "noop-2")} == {"error"}
+    # One fresh process served both on the next row.
+    assert res["stream_query"]["noop"]["status"] == res["stream_query"]["noop-2"]["status"] == "ok"
+    results.validate_result(doc)

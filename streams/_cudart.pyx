@@ -52,6 +52,9 @@ cdef extern from "cudart/shim.h" nogil:
     void streams_release_without_gil(streams_release_fn fn, void* arg, int kind)
 
     void streams_host_fn_trampoline(void* payload)
+    void streams_producer_enter()
+    void streams_producer_leave()
+    int streams_producers_yield
     void streams_stream_callback_trampoline(cudaStream_t stream, cudaError_t status,
                                             void* payload)
     void streams_graph_host_fn_trampoline(void* payload)
@@ -1148,6 +1151,27 @@ cdef int launch_native_host_func(cudaStream_t h, host_fn fn, void* data, PyObjec
 
 cdef host_fn testing_native_increment() noexcept nogil:
     return <host_fn>streams_testing_native_increment
+
+
+cdef void producer_enter() noexcept nogil:
+    streams_producer_enter()
+
+
+cdef void producer_leave() noexcept nogil:
+    streams_producer_leave()
+
+
+def _producers_yield(on=None):
+    """Whether enqueues of host functions from several threads, back from
+    their launch, let a Python callback that waits for the GIL take it first
+    (src/cudart/hostfn.h);
+    ``on`` sets it.  Returns the setting before.  For probes
+    (benchmarks/host_func_threads_breakdown.py)."""
+    global streams_producers_yield
+    cdef int before = streams_producers_yield
+    if on is not None:
+        streams_producers_yield = 1 if on else 0
+    return bool(before)
 
 
 def _testing_native_increment_address():

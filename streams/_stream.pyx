@@ -316,6 +316,26 @@ cdef inline int _raw_status(bint is_stream, void* handle, bint wait) except -1 n
     return rt.event_query(<cudaEvent_t>handle)
 
 
+ctypedef int (*_stream_status_call)(cudaStream_t s) noexcept nogil
+ctypedef int (*_event_status_call)(cudaEvent_t ev) noexcept nogil
+
+
+cdef inline int _query_call(bint is_stream, void* handle) noexcept nogil:
+    # The call layer's query through a pointer that does not propagate its
+    # error: 1 done, 0 not, -1 with the exception set, for the caller to
+    # let go of its use first and pass the -1 on (no finally: its saved
+    # exception state costs more than the rest of a query's path).
+    if is_stream:
+        return (<_stream_status_call>rt.stream_query)(<cudaStream_t>handle)
+    return (<_event_status_call>rt.event_query)(<cudaEvent_t>handle)
+
+
+cdef inline int _pass_on(int rc) except -1 nogil:
+    # A -1 that a call through such a pointer returned becomes the caller's
+    # error here: its exception is already set.
+    return rc
+
+
 # ---- Waitable: what Stream and Event share ---------------------------------------------------
 
 # no_gc_clear (and Stream's too): `_owner` keeps a foreign handle alive, and a
@@ -339,11 +359,11 @@ cdef class Waitable(HandleOwner):
             self._release()
 
     cdef int c_query(self) except -1 nogil:
+        cdef int done
         self._use()
-        try:
-            return _raw_status(self._kind == rt.HANDLE_STREAM, self._handle, False)
-        finally:
-            self._unuse()
+        done = _query_call(self._kind == rt.HANDLE_STREAM, self._handle)
+        self._unuse()
+        return done     # -1 with the call layer's exception set
 
     cdef int c_synchronize(self) except -1 nogil:
         self._use()
@@ -398,10 +418,9 @@ cdef class Waitable(HandleOwner):
         # query itself (~250 ns on an H200 host, benchmarks/results).
         cdef int done
         self._hold()
-        try:
-            done = _raw_status(self._kind == rt.HANDLE_STREAM, self._handle, False)
-        finally:
-            self._unhold()
+        done = _query_call(self._kind == rt.HANDLE_STREAM, self._handle)
+        self._unhold()
+        _pass_on(done)
         if done == 1 and self._kind == rt.HANDLE_STREAM and (<Stream>self)._queued:
             # The GIL was kept throughout: everything counted is done.
             _forget(<Stream>self, (<Stream>self)._queued, _queue.epoch)
@@ -607,33 +626,40 @@ cdef int keep_gil_for_foreign(void* stream) except -1:
     return 0
 
 
+ctypedef int (*_record_call)(cudaEvent_t ev, cudaStream_t s, unsigned int flags) noexcept nogil
+ctypedef int (*_wait_call)(cudaStream_t s, cudaEvent_t ev, unsigned int flags) noexcept nogil
+
+
 # The counted uses (HandleOwner._use): without the GIL, or from a Cython
 # caller who may hold none, close() in another thread may come in between.
-cdef inline int _record_on(Stream stream, Event event) except -1 nogil:
-    stream._use()
-    try:
-        event._use()
-        try:
-            rt.event_record(<cudaEvent_t>event._handle, <cudaStream_t>stream._handle, 0)
-            streams_flag_set(<int*>&event._recorded, True)
-        finally:
-            event._unuse()
-    finally:
+# Written as _enqueue_held below (no finally; see there).
+cdef inline int _enqueue_counted(Stream stream, Event event, bint wait) except -1 nogil:
+    cdef int rc
+    stream._use()       # closed: let go, raised
+    if streams_use_begin(&event._state) != 0:
+        event._unuse()
         stream._unuse()
-    return 0
+        with gil:
+            return event._raise_closed()
+    if wait:
+        rc = (<_wait_call>rt.stream_wait_event)(<cudaStream_t>stream._handle,
+                                                 <cudaEvent_t>event._handle, 0)
+    else:
+        rc = (<_record_call>rt.event_record)(<cudaEvent_t>event._handle,
+                                              <cudaStream_t>stream._handle, 0)
+        if rc == 0:
+            streams_flag_set(<int*>&event._recorded, True)
+    event._unuse()
+    stream._unuse()
+    return rc       # -1 with the call layer's exception set
+
+
+cdef inline int _record_on(Stream stream, Event event) except -1 nogil:
+    return _enqueue_counted(stream, event, False)
 
 
 cdef inline int _wait_event_on(Stream stream, Event event) except -1 nogil:
-    stream._use()
-    try:
-        event._use()
-        try:
-            return rt.stream_wait_event(<cudaStream_t>stream._handle,
-                                        <cudaEvent_t>event._handle, 0)
-        finally:
-            event._unuse()
-    finally:
-        stream._unuse()
+    return _enqueue_counted(stream, event, True)
 
 
 # The uses that keep the GIL, spelled out: each a look at the object's
@@ -643,10 +669,6 @@ cdef inline int _wait_event_on(Stream stream, Event event) except -1 nogil:
 # is: no finally (its saved exception state costs more than the rest of
 # the path), and the pairs of _hold and _unhold still match on every path
 # (they count on free-threaded Python).
-ctypedef int (*_record_call)(cudaEvent_t ev, cudaStream_t s, unsigned int flags) noexcept nogil
-ctypedef int (*_wait_call)(cudaStream_t s, cudaEvent_t ev, unsigned int flags) noexcept nogil
-
-
 cdef inline int _enqueue_held(Stream stream, Event event, bint wait) except -1:
     cdef int rc
     stream._hold()      # closed: let go, raised
@@ -661,7 +683,7 @@ cdef inline int _enqueue_held(Stream stream, Event event, bint wait) except -1:
         rc = (<_record_call>rt.event_record)(<cudaEvent_t>event._handle,
                                               <cudaStream_t>stream._handle, 0)
         if rc == 0:
-            event._recorded = True
+            streams_flag_set(<int*>&event._recorded, True)
     event._unhold()
     stream._unhold()
     return rc       # -1 with the call layer's exception set

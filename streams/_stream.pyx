@@ -689,11 +689,20 @@ cdef inline int _enqueue_held(Stream stream, Event event, bint wait) except -1:
     return rc       # -1 with the call layer's exception set
 
 
+# The counted path of _record and _wait_event, out of line (through a
+# pointer): inlined there, its registers cost the held path a longer
+# prologue on every call.
+cdef int (*_record_counted)(Stream stream, Event event) except -1 nogil
+cdef int (*_wait_event_counted)(Stream stream, Event event) except -1 nogil
+_record_counted = _record_on
+_wait_event_counted = _wait_event_on
+
+
 cdef inline int _record(Stream stream, Event event) except -1:
     if _keep_gil(stream):
         return _enqueue_held(stream, event, False)
     with nogil:
-        _record_on(stream, event)
+        _record_counted(stream, event)
     return 0
 
 
@@ -701,7 +710,7 @@ cdef inline int _wait_event(Stream stream, Event event) except -1:
     if _keep_gil(stream):
         return _enqueue_held(stream, event, True)
     with nogil:
-        _wait_event_on(stream, event)
+        _wait_event_counted(stream, event)
     return 0
 
 

@@ -14,6 +14,9 @@ minute).  Rows, ns per callback (median over the rounds, ±half the spread):
   streams with no Python on CUDA's thread.
 * ``python``: the same with a Python callback (the table's cell), and with
   one thread.
+* ``producers not giving way``: the 8-thread row with the producers taking
+  the GIL back at once after each launch (``streams._cudart._producers_yield``
+  off), as before they let a callback waiting for the GIL have it first.
 * ``enqueue only``: the 8 threads enqueue behind a spin kernel, so no
   callback runs while they do: the producers' side alone (the GIL taken back
   after each launch, the payload, the fence, CUDA's stream lock), per call.
@@ -155,6 +158,22 @@ def main(argv=None):
         add("python cb, 8 threads (the cell)", time.perf_counter_ns() - t0)
         assert box[0] - before == n
 
+    from streams import _cudart
+    yield_switch = getattr(_cudart, "_producers_yield", None)
+
+    def v_py8_no_yield():
+        # The producers take the GIL back at once after each launch, as
+        # before they gave way to callbacks (src/cudart/hostfn.h).
+        if yield_switch is None:
+            return
+        before = yield_switch(False)
+        try:
+            t0, _ = _producers(enq_py, n)
+            s.synchronize()
+            add("python cb, 8 threads, producers not giving way", time.perf_counter_ns() - t0)
+        finally:
+            yield_switch(before)
+
     def v_split8():
         # Behind a spin long enough for every enqueue: producers alone, then
         # the drain alone.
@@ -178,7 +197,7 @@ def main(argv=None):
         gaps_during.extend(x for x, t in zip(d, stamps[1:]) if t <= t1)
         gaps_after.extend(x for x, t in zip(d, stamps[1:]) if t > t1)
 
-    variants = [v_floor1, v_floor8, v_native8, v_py1, v_py8, v_split8, v_gaps]
+    variants = [v_floor1, v_floor8, v_native8, v_py1, v_py8, v_py8_no_yield, v_split8, v_gaps]
     for v in variants:      # warm-up
         v()
     results.clear()
@@ -192,12 +211,12 @@ def main(argv=None):
              "ns per callback, median ±half the p10-p90 spread"]
     for name, xs in results.items():
         med, spread = _stats(xs)
-        lines.append(f"  {name:38s} {med:9.0f} ±{spread:.0f}%")
+        lines.append(f"  {name:48s} {med:9.0f} ±{spread:.0f}%")
     for name, g in (("gap between callbacks while producing", gaps_during),
                     ("gap between callbacks after producers", gaps_after)):
         if g:
             g = sorted(g)
-            lines.append(f"  {name:38s} median {statistics.median(g):7.0f}  p90 "
+            lines.append(f"  {name:48s} median {statistics.median(g):7.0f}  p90 "
                          f"{g[len(g) * 9 // 10]:7.0f}  ({len(g)} gaps)")
     text = "\n".join(lines) + "\n"
     sys.stdout.write(text)

@@ -190,6 +190,11 @@ cdef void set_dispatcher(dispatch_fn fn) noexcept
 # launch_host_func enqueues a one-shot (by ticket): call it inside the
 # capture fence, having seen the stream not capturing.
 cdef int launch_host_func(cudaStream_t h, PyObject* payload, int sync_mode) except -1 nogil
+# Around the launch of a Python callback's host function, without the GIL:
+# a thread back from one, while others launch too, lets a callback waiting
+# for the GIL on CUDA's thread have it first (src/cudart/hostfn.h).
+cdef void producer_enter() noexcept nogil
+cdef void producer_leave() noexcept nogil
 cdef int launch_graph_host_func(cudaStream_t h, PyObject* payload, int sync_mode) except -1 nogil
 # 0 when sync_mode can be used here; raises NotImplementedError naming the
 # versions needed otherwise (no CUDA work is enqueued).

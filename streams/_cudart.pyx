@@ -52,6 +52,9 @@ cdef extern from "cudart/shim.h" nogil:
     void streams_release_without_gil(streams_release_fn fn, void* arg, int kind)
 
     void streams_host_fn_trampoline(void* payload)
+    void streams_producer_enter()
+    void streams_producer_leave()
+    int streams_producers_yield
     void streams_stream_callback_trampoline(cudaStream_t stream, cudaError_t status,
                                             void* payload)
     void streams_graph_host_fn_trampoline(void* payload)
@@ -236,6 +239,14 @@ cdef int guard() except -1 nogil:
         return 0
     with gil:
         return _raise_guard(state)
+
+
+cdef inline int _guard_fast() except -1 nogil:
+    # The guard of the status calls and enqueues, inlined: one relaxed load
+    # and two flags in the common case, guard() for the rest.
+    if streams_guard_state() == STREAMS_GUARD_OK and streams_cuda_touched:
+        return 0
+    return guard()
 
 
 cdef inline int _release_decision() noexcept nogil:
@@ -793,7 +804,7 @@ cdef int stream_create(cudaStream_t* out, unsigned int flags, int priority,
 
 cdef int stream_query(cudaStream_t h) except -1 nogil:
     cdef cudaError_t err
-    guard()
+    _guard_fast()
     err = cudaStreamQuery(h)
     if err == cudaSuccess:
         return 1
@@ -803,12 +814,12 @@ cdef int stream_query(cudaStream_t h) except -1 nogil:
 
 
 cdef int stream_synchronize(cudaStream_t h) except -1 nogil:
-    guard()
+    _guard_fast()
     return check(cudaStreamSynchronize(h))
 
 
 cdef int stream_wait_event(cudaStream_t h, cudaEvent_t ev, unsigned int flags) except -1 nogil:
-    guard()
+    _guard_fast()
     return check(cudaStreamWaitEvent(h, ev, flags))
 
 
@@ -963,7 +974,7 @@ cdef int event_create(cudaEvent_t* out, unsigned int flags) except -1 nogil:
 
 
 cdef int event_record(cudaEvent_t ev, cudaStream_t s, unsigned int flags) except -1 nogil:
-    guard()
+    _guard_fast()
     if flags == cudaEventRecordDefault:
         return check(cudaEventRecord(ev, s))
     return check(cudaEventRecordWithFlags(ev, s, flags))
@@ -971,7 +982,7 @@ cdef int event_record(cudaEvent_t ev, cudaStream_t s, unsigned int flags) except
 
 cdef int event_query(cudaEvent_t h) except -1 nogil:
     cdef cudaError_t err
-    guard()
+    _guard_fast()
     err = cudaEventQuery(h)
     if err == cudaSuccess:
         return 1
@@ -981,7 +992,7 @@ cdef int event_query(cudaEvent_t h) except -1 nogil:
 
 
 cdef int event_synchronize(cudaEvent_t h) except -1 nogil:
-    guard()
+    _guard_fast()
     return check(cudaEventSynchronize(h))
 
 
@@ -1139,6 +1150,27 @@ cdef int launch_native_host_func(cudaStream_t h, host_fn fn, void* data, PyObjec
 
 cdef host_fn testing_native_increment() noexcept nogil:
     return <host_fn>streams_testing_native_increment
+
+
+cdef void producer_enter() noexcept nogil:
+    streams_producer_enter()
+
+
+cdef void producer_leave() noexcept nogil:
+    streams_producer_leave()
+
+
+def _producers_yield(on=None):
+    """Whether enqueues of host functions from several threads, back from
+    their launch, let a Python callback that waits for the GIL take it first
+    (src/cudart/hostfn.h);
+    ``on`` sets it.  Returns the setting before.  For probes
+    (benchmarks/host_func_threads_breakdown.py)."""
+    global streams_producers_yield
+    cdef int before = streams_producers_yield
+    if on is not None:
+        streams_producers_yield = 1 if on else 0
+    return bool(before)
 
 
 def _testing_native_increment_address():

@@ -1,7 +1,8 @@
 # The life of every handle owner (streams, events, graphs, executables,
 # modules, buffers), in one base class.  Free of CUDA types like
 # _stream.pxd: a project that cimports streams compiles it too.
-from streams._platform cimport streams_held_use_begin, streams_held_use_end
+from streams._platform cimport (streams_held_use_begin, streams_held_use_end, streams_use_begin,
+                                streams_use_end)
 
 cdef class HandleOwner:
     cdef unsigned int _state      # streams/handle.h: closed flag and users
@@ -22,8 +23,17 @@ cdef class HandleOwner:
     cdef bint _is_initialised(self) noexcept nogil
     # Every use of the handle with the GIL released is bracketed by these,
     # so that close() in another thread never frees it under the caller.
-    cdef int _use(self) except -1 nogil
-    cdef void _unuse(self) noexcept nogil
+    # Inline (no call through the vtable): the C-level methods of Cython
+    # projects make two or four of them per call.
+    cdef inline int _use(self) except -1 nogil:
+        if streams_use_begin(&self._state) == 0:
+            return 0
+        self._unuse()
+        with gil:
+            return self._raise_closed()
+    cdef inline void _unuse(self) noexcept nogil:
+        if streams_use_end(&self._state) and self._owns_handle:
+            self._release()
     cdef int _check_open(self) except -1 nogil
     # A use that keeps the GIL from _hold to _unhold and runs no Python code
     # in between (no decref, no callback, no `with nogil`).  close() needs

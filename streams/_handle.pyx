@@ -13,7 +13,7 @@ cimport cython
 cimport streams._cudart as rt
 from streams._platform cimport (STREAMS_H_INERT, streams_close_begin, streams_flag_claim,
                                 streams_flag_get, streams_flag_set, streams_is_closed,
-                                streams_open, streams_use_begin, streams_use_end)
+                                streams_open)
 
 
 # HandleOwner._initialised: never initialised; an __init__ under way (one
@@ -56,17 +56,6 @@ cdef class HandleOwner:
 
     cdef bint _is_initialised(self) noexcept nogil:
         return streams_flag_get(&self._initialised) == INIT_DONE
-
-    cdef int _use(self) except -1 nogil:
-        if streams_use_begin(&self._state) == 0:
-            return 0
-        self._unuse()
-        with gil:
-            return rt.raise_closed(self)
-
-    cdef void _unuse(self) noexcept nogil:
-        if streams_use_end(&self._state) and self._owns_handle:
-            self._release()
 
     cdef int _raise_closed(self) except -1:
         return rt.raise_closed(self)

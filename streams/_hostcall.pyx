@@ -271,7 +271,17 @@ cdef int _enqueue_once(Stream stream, _HostWork* work, object callback, object a
     rt.payload_incref(payload)     # the reference that travels with the work item
     try:
         with nogil:
-            launched = _launch_once(<cudaStream_t>stream._handle, work, payload, sync_mode)
+            if work.native:
+                launched = _launch_once(<cudaStream_t>stream._handle, work, payload, sync_mode)
+            else:
+                # A callback queued before this one may be waiting for the
+                # GIL that this thread is about to take back.
+                rt.producer_enter()
+                try:
+                    launched = _launch_once(<cudaStream_t>stream._handle, work, payload,
+                                            sync_mode)
+                finally:
+                    rt.producer_leave()
     except BaseException:
         if not work.native:
             rt.count(rt.STREAMS_CNT_CALLBACK_ENQUEUED)

@@ -28,7 +28,7 @@ from streams._handle cimport HandleOwner
 from streams._platform cimport (STREAMS_FREE_THREADED, streams_close_begin, streams_closed_now,
                                 streams_flag_get, streams_flag_set, streams_u64_get, streams_u64_set,
                                 streams_count_add, streams_count_get, streams_cpu_relax,
-                                streams_cpu_yield, streams_is_closed, streams_now_ns, streams_pool, streams_pool_close,
+                                streams_cpu_yield, streams_held_use_begin, streams_is_closed, streams_now_ns, streams_pool, streams_pool_close,
                                 streams_pool_idle, streams_pool_new, streams_pool_put,
                                 streams_pool_ref, streams_pool_take, streams_pool_unref,
                                 streams_sleep_ns, streams_use_begin, streams_use_end)
@@ -310,6 +310,26 @@ cdef inline int _raw_status(bint is_stream, void* handle, bint wait) except -1 n
     return rt.event_query(<cudaEvent_t>handle)
 
 
+ctypedef int (*_stream_status_call)(cudaStream_t s) noexcept nogil
+ctypedef int (*_event_status_call)(cudaEvent_t ev) noexcept nogil
+
+
+cdef inline int _query_call(bint is_stream, void* handle) noexcept nogil:
+    # The call layer's query through a pointer that does not propagate its
+    # error: 1 done, 0 not, -1 with the exception set, for the caller to
+    # let go of its use first and pass the -1 on (no finally: its saved
+    # exception state costs more than the rest of a query's path).
+    if is_stream:
+        return (<_stream_status_call>rt.stream_query)(<cudaStream_t>handle)
+    return (<_event_status_call>rt.event_query)(<cudaEvent_t>handle)
+
+
+cdef inline int _pass_on(int rc) except -1 nogil:
+    # A -1 that a call through such a pointer returned becomes the caller's
+    # error here: its exception is already set.
+    return rc
+
+
 # ---- Waitable: what Stream and Event share ---------------------------------------------------
 
 # no_gc_clear (and Stream's too): `_owner` keeps a foreign handle alive, and a
@@ -333,11 +353,11 @@ cdef class Waitable(HandleOwner):
             self._release()
 
     cdef int c_query(self) except -1 nogil:
+        cdef int done
         self._use()
-        try:
-            return _raw_status(self._kind == rt.HANDLE_STREAM, self._handle, False)
-        finally:
-            self._unuse()
+        done = _query_call(self._kind == rt.HANDLE_STREAM, self._handle)
+        self._unuse()
+        return done     # -1 with the call layer's exception set
 
     cdef int c_synchronize(self) except -1 nogil:
         self._use()
@@ -392,10 +412,9 @@ cdef class Waitable(HandleOwner):
         # query itself (~250 ns on an H200 host, benchmarks/results).
         cdef int done
         self._hold()
-        try:
-            done = _raw_status(self._kind == rt.HANDLE_STREAM, self._handle, False)
-        finally:
-            self._unhold()
+        done = _query_call(self._kind == rt.HANDLE_STREAM, self._handle)
+        self._unhold()
+        _pass_on(done)
         if done == 1 and self._kind == rt.HANDLE_STREAM and (<Stream>self)._queued:
             # The GIL was kept throughout: everything counted is done.
             _forget(<Stream>self, (<Stream>self)._queued, _queue.epoch)
@@ -538,6 +557,20 @@ cdef void _forget_if_idle(Stream stream) noexcept:
         pass    # closed meanwhile, in a callback, or CUDA cannot say: it stays counted
 
 
+cdef inline int _keep_gil(Stream stream) except -1:
+    # keep_gil_for's common case, inlined into the Python enqueues of this
+    # module: the stream's count is current and the budget has room, so
+    # what is left is the count and the question about host callbacks.
+    # Everything else (a new epoch, a full budget, free-threaded Python)
+    # goes the long way.
+    if (not STREAMS_FREE_THREADED and stream._queue_epoch == _queue.epoch
+            and _queue.total < QUEUE_BUDGET):
+        stream._queued += 1
+        _queue.total += 1
+        return rt.enqueue_may_keep_gil()
+    return keep_gil_for(stream)
+
+
 cdef int keep_gil_for(Stream stream) except -1:
     cdef Py_ssize_t n
     cdef unsigned long long epoch
@@ -587,47 +620,91 @@ cdef int keep_gil_for_foreign(void* stream) except -1:
     return 0
 
 
-cdef int _record_on(Stream stream, Event event, bint held) except -1 nogil:
-    # held: the caller keeps the GIL throughout (HandleOwner._hold).
-    stream._use_as(held)
-    try:
-        event._use_as(held)
-        try:
-            rt.event_record(<cudaEvent_t>event._handle, <cudaStream_t>stream._handle, 0)
+ctypedef int (*_record_call)(cudaEvent_t ev, cudaStream_t s, unsigned int flags) noexcept nogil
+ctypedef int (*_wait_call)(cudaStream_t s, cudaEvent_t ev, unsigned int flags) noexcept nogil
+
+
+# The counted uses (HandleOwner._use): without the GIL, or from a Cython
+# caller who may hold none, close() in another thread may come in between.
+# Written as _enqueue_held below (no finally; see there).
+cdef inline int _enqueue_counted(Stream stream, Event event, bint wait) except -1 nogil:
+    cdef int rc
+    stream._use()       # closed: let go, raised
+    if streams_use_begin(&event._state) != 0:
+        event._unuse()
+        stream._unuse()
+        with gil:
+            return event._raise_closed()
+    if wait:
+        rc = (<_wait_call>rt.stream_wait_event)(<cudaStream_t>stream._handle,
+                                                 <cudaEvent_t>event._handle, 0)
+    else:
+        rc = (<_record_call>rt.event_record)(<cudaEvent_t>event._handle,
+                                              <cudaStream_t>stream._handle, 0)
+        if rc == 0:
             streams_flag_set(<int*>&event._recorded, True)
-        finally:
-            event._unuse_as(held)
-    finally:
-        stream._unuse_as(held)
+    event._unuse()
+    stream._unuse()
+    return rc       # -1 with the call layer's exception set
+
+
+cdef inline int _record_on(Stream stream, Event event) except -1 nogil:
+    return _enqueue_counted(stream, event, False)
+
+
+cdef inline int _wait_event_on(Stream stream, Event event) except -1 nogil:
+    return _enqueue_counted(stream, event, True)
+
+
+# The uses that keep the GIL, spelled out: each a look at the object's
+# closed flag (HandleOwner._hold), inlined into the Python methods.  The
+# call layer's function is called through a pointer that does not
+# propagate its error, so that both objects are let go before the error
+# is: no finally (its saved exception state costs more than the rest of
+# the path), and the pairs of _hold and _unhold still match on every path
+# (they count on free-threaded Python).
+cdef inline int _enqueue_held(Stream stream, Event event, bint wait) except -1:
+    cdef int rc
+    stream._hold()      # closed: let go, raised
+    if streams_held_use_begin(&event._state) != 0:
+        event._unhold()
+        stream._unhold()
+        return event._raise_closed()
+    if wait:
+        rc = (<_wait_call>rt.stream_wait_event)(<cudaStream_t>stream._handle,
+                                                 <cudaEvent_t>event._handle, 0)
+    else:
+        rc = (<_record_call>rt.event_record)(<cudaEvent_t>event._handle,
+                                              <cudaStream_t>stream._handle, 0)
+        if rc == 0:
+            streams_flag_set(<int*>&event._recorded, True)
+    event._unhold()
+    stream._unhold()
+    return rc       # -1 with the call layer's exception set
+
+
+# The counted path of _record and _wait_event, out of line (through a
+# pointer): inlined there, its registers cost the held path a longer
+# prologue on every call.
+cdef int (*_record_counted)(Stream stream, Event event) except -1 nogil
+cdef int (*_wait_event_counted)(Stream stream, Event event) except -1 nogil
+_record_counted = _record_on
+_wait_event_counted = _wait_event_on
+
+
+cdef inline int _record(Stream stream, Event event) except -1:
+    if _keep_gil(stream):
+        return _enqueue_held(stream, event, False)
+    with nogil:
+        _record_counted(stream, event)
     return 0
 
 
-cdef int _wait_event_on(Stream stream, Event event, bint held) except -1 nogil:
-    stream._use_as(held)
-    try:
-        event._use_as(held)
-        try:
-            return rt.stream_wait_event(<cudaStream_t>stream._handle,
-                                        <cudaEvent_t>event._handle, 0)
-        finally:
-            event._unuse_as(held)
-    finally:
-        stream._unuse_as(held)
-
-
-cdef int _record(Stream stream, Event event) except -1:
-    if keep_gil_for(stream):
-        return _record_on(stream, event, True)
+cdef inline int _wait_event(Stream stream, Event event) except -1:
+    if _keep_gil(stream):
+        return _enqueue_held(stream, event, True)
     with nogil:
-        _record_on(stream, event, False)
-    return 0
-
-
-cdef int _wait_event(Stream stream, Event event) except -1:
-    if keep_gil_for(stream):
-        return _wait_event_on(stream, event, True)
-    with nogil:
-        _wait_event_on(stream, event, False)
+        _wait_event_counted(stream, event)
     return 0
 
 
@@ -856,10 +933,10 @@ cdef class Stream(Waitable):
         return rt.get_device()
 
     cdef int c_record(self, Event event) except -1 nogil:
-        return _record_on(self, event, False)
+        return _record_on(self, event)
 
     cdef int c_wait_event(self, Event event) except -1 nogil:
-        return _wait_event_on(self, event, False)
+        return _wait_event_on(self, event)
 
     cdef int c_wait_stream(self, Stream other) except -1 nogil:
         self._use()
@@ -899,12 +976,16 @@ cdef class Stream(Waitable):
     def record(self, event=None):
         """Record ``event`` (a new one, on this stream's device, if None) and return it."""
         cdef Event ev
-        if event is None:
+        # The common call first: an Event, no function call to find it is one.
+        if isinstance(event, Event):
+            ev = <Event>event
+            if ev._device != self._device:
+                _check_same_device(ev._device, self._device)
+        elif event is None:
             self._check_open()
             ev = new_event(self._device, cudaEventDisableTiming)
         else:
             ev = as_event(event, "event")
-            _check_same_device(ev._device, self._device)
         _record(self, ev)
         return ev
 
@@ -1591,7 +1672,8 @@ cdef class Event(Waitable):
             streams_flag_set(<int*>&self._recorded, True)
             return self
         s = as_stream(stream, "stream")
-        _check_same_device(self._device, s._device)
+        if self._device != s._device:
+            _check_same_device(self._device, s._device)
         if not external:
             _record(s, self)
             return self

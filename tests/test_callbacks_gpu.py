@@ -260,3 +260,52 @@ def test_stream_dropped_with_callbacks_pending_is_destroyed_later():
     assert seen == [1]
     streams.synchronize_device()
     time.sleep(0.05)  # let the pending call run the deferred destroy
+
+
+@pytest.mark.parametrize("give_way", [True, False])
+def test_callbacks_from_8_producers_run_once_in_order_whether_producers_give_way(give_way):
+    """Eight threads enqueue Python callbacks on one stream while a ninth
+    keeps taking the GIL for long stretches of pure Python.  Producers back
+    from a launch give a callback waiting for the GIL the first turn
+    (src/cudart/hostfn.h), for at most 100 us: whatever the setting, each
+    callback runs exactly once, each thread's in the order it enqueued them
+    (one stream), and nothing hangs or leaks.  In a child process with a
+    hard timeout."""
+    code = textwrap.dedent(f"""
+        import threading, streams
+        from streams import _cudart
+        _cudart._producers_yield({give_way!r})
+        THREADS, PER = 8, 5000
+        s = streams.Stream()
+        seen = []
+        go, stop = threading.Event(), threading.Event()
+        def produce(t):
+            go.wait()
+            f, cb = s.launch_host_func, seen.append
+            for i in range(PER):
+                f(cb, (t, i))
+        def hog():
+            go.wait()
+            while not stop.is_set():
+                sum(range(20000))      # holds the GIL for a while, releases it at intervals
+        pool = [threading.Thread(target=produce, args=(t,)) for t in range(THREADS)]
+        h = threading.Thread(target=hog)
+        for t in pool + [h]:
+            t.start()
+        go.set()
+        for t in pool:
+            t.join()
+        s.synchronize()
+        stop.set(); h.join()
+        assert len(seen) == THREADS * PER, len(seen)
+        assert sorted(seen) == [(t, i) for t in range(THREADS) for i in range(PER)]
+        for t in range(THREADS):
+            mine = [i for (u, i) in seen if u == t]
+            assert mine == list(range(PER)), t
+        c = streams.debug_counters()
+        assert c["callbacks_enqueued"] == c["callbacks_completed"], c
+        print("OK", len(seen), _cudart._producers_yield())
+    """)
+    result = run_python(code, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip() == f"OK {8 * 5000} {give_way}"

@@ -335,3 +335,18 @@ def test_condition_default_without_reset_is_refused_before_cuda():
         g.create_condition(3, reset=False)
     with pytest.raises(ValueError, match="never initialised|closed"):
         g.create_condition(0, reset=False)
+
+
+def test_producers_giving_way_is_on_by_default_and_switches():
+    # src/cudart/hostfn.h: producers of host callbacks from several threads
+    # let a callback waiting for the GIL take it first; the probe
+    # (benchmarks/host_func_threads_breakdown.py) times it both ways.
+    from streams import _cudart
+    assert _cudart._producers_yield() is True
+    try:
+        assert _cudart._producers_yield(False) is True
+        assert _cudart._producers_yield() is False
+        assert _cudart._producers_yield(True) is False
+    finally:
+        _cudart._producers_yield(True)
+    assert _cudart._producers_yield() is True

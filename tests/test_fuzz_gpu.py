@@ -127,6 +127,31 @@ def holding_cb(pair):
     _ran(pair[0])
 
 
+# ---- native host functions: what they counted, as their owner saw it ----------------------------
+
+NATIVE_SEEN = {}                  # native cell key -> the count its owner read when it went
+HOST_FN = None                    # ctypes.CFUNCTYPE(None, c_void_p), made on first use
+
+
+class _NativeCell:
+    """Pinned memory that a native host function counts in, owned as another
+    library's object would own it: when it goes, it reads the count into
+    NATIVE_SEEN and frees the memory.  Passed as ``owner``: the library must
+    keep it (and so the memory) until every call that writes there has run."""
+
+    def __init__(self, key):
+        import ctypes
+        self.key = key
+        self.buf = PinnedBuffer(8)
+        self.cell = ctypes.c_uint64.from_address(self.buf.ptr)
+        self.cell.value = 0
+        self.cycle = None
+
+    def __del__(self):
+        NATIVE_SEEN[self.key] = self.cell.value
+        self.buf.close()
+
+
 def _unraisable_hook(u):
     UNRAISABLE.append((type(u.exc_value), str(u.exc_value)[:200]))
 
@@ -280,7 +305,8 @@ RUN_BUDGET = {"end": None}      # monotonic time at which the run's budget is sp
 np = None    # numpy, imported by the machine (the CPU checks of this file need none)
 
 LEAK_KEYS = ["live_streams", "live_events", "live_callbacks", "live_host_calls", "live_graphs",
-             "live_graph_execs", "live_modules", "live_buffers", "live_mem_pools"]
+             "live_graph_execs", "live_modules", "live_buffers", "live_mem_pools",
+             "live_native_calls"]
 DEBUG_KEYS = ["live_payload_refs", "live_dlpack_refs", "live_allocations", "live_module_loads"]
 
 
@@ -404,6 +430,8 @@ class GpuObjectGraph(RuleBasedStateMachine):
         self.graveyard = []          # closed objects: every use must raise ValueError
         self.dropped_mods = []
         self.adopted, self.compiled = [], []     # Kernel.from_handle, Module.from_source
+        self.natives = []            # (key, weak ref to its _NativeCell, calls expected)
+        NATIVE_SEEN.clear()
         self.old_nodes = []          # nodes of closed graphs
         self.keys = 0
         # The model's own choices (fill values, close orders): the same for
@@ -1769,6 +1797,99 @@ class GpuObjectGraph(RuleBasedStateMachine):
             cm.obj = cm.kernel = None
             gc.collect()
 
+    # ---- native host functions (no Python on CUDA's thread) ------------------------------------
+
+    @precondition(lambda self: len(self.natives) < 8)
+    @rule(i=st.integers(0, 64), form=st.sampled_from(["address", "ctypes", "ctypes_data"]),
+          via=st.sampled_from(["stream", "graph", "capture"]), us=st.sampled_from(SPIN_US),
+          times=st.integers(1, 3), threaded=st.booleans(), owner_early=st.booleans(),
+          cycle=st.booleans(), end=st.sampled_from(["close", "drop"]))
+    def native_host_func(self, i, form, via, us, times, threaded, owner_early, cycle, end):
+        """A C function counts into memory its owner holds; the owner is
+        dropped early or kept, in a reference cycle or not, the enqueue made
+        on another thread or not.  Every call runs (its owner reads the count
+        when it goes) and the owner goes once nothing can call the function
+        again (checked at teardown, with NATIVE_SEEN)."""
+        global HOST_FN
+        import ctypes
+        if HOST_FN is None:
+            HOST_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+        sm = self.pick(self.usable_streams(), i)
+        key = self.new_key()
+        cell = _NativeCell(key)
+        native = streams.testing.native_increment
+        fn = native if form == "address" else HOST_FN(native)
+        data = ctypes.c_void_p(cell.buf.ptr) if form == "ctypes_data" else cell.buf.ptr
+        if cycle:
+            cell.cycle = (cell, fn, data)      # owner -> itself (and the code, the data)
+        replays = times if via != "stream" else 1
+        calls = times if via == "stream" else 1
+        self.natives.append((key, weakref.ref(cell), calls * replays))
+        self.trace(f"native {form} via {via} x{times} on {sm}")
+
+        def enqueue():
+            if via == "stream":
+                streams.testing.spin(sm.obj, us)
+                for _ in range(times):
+                    sm.obj.launch_host_func(fn, data, owner=cell)
+                return None
+            if via == "graph":
+                g = Graph()
+                try:
+                    g.add_host_node(fn, data, owner=cell)
+                    return g.instantiate()
+                finally:
+                    g.close()
+            cap = Stream(non_blocking=True)
+            try:
+                cap.begin_capture("thread_local")
+                try:
+                    cap.launch_host_func(fn, data, owner=cell)
+                finally:
+                    g = cap.end_capture()
+                try:
+                    return g.instantiate()
+                finally:
+                    g.close()
+            finally:
+                cap.close()
+
+        ex = in_thread(enqueue) if threaded else enqueue()
+        if owner_early:
+            # Only the library holds the owner now (the calls, the graph's
+            # node, the executable).
+            del cell, fn, data
+            gc.collect()
+        if ex is not None:
+            streams.testing.spin(sm.obj, us)
+            for _ in range(replays):
+                ex.launch(sm.obj)
+            if end == "close":
+                ex.close()
+            del ex                 # dropped: the executable goes with its last reference
+            gc.collect()
+        self.sync(sm)
+        if not owner_early:
+            assert cell.cell.value == calls * replays, \
+                f"native {form} via {via}: counted {cell.cell.value}, not {calls * replays}"
+
+    def check_natives(self, errors):
+        """Every native call ran, and every owner went once nothing could
+        call its function again."""
+        deadline = time.monotonic() + 5.0
+        while any(ref() is not None for _, ref, _ in self.natives) and time.monotonic() < deadline:
+            streams.synchronize_device()
+            streams._cudart._drain_deferred()
+            gc.collect()
+            time.sleep(0.01)
+        for key, ref, expected in self.natives:
+            if ref() is not None:
+                errors.append(AssertionError(f"native cell {key}: its owner outlived every call"))
+            elif NATIVE_SEEN.get(key) != expected:
+                errors.append(AssertionError(
+                    f"native cell {key}: counted {NATIVE_SEEN.get(key)}, not {expected}"))
+        self.natives = []
+
     @rule()
     def sync_all(self):
         """A check point: everything done, every buffer as the model says,
@@ -1801,6 +1922,7 @@ class GpuObjectGraph(RuleBasedStateMachine):
         streams.synchronize_device()
         streams._cudart._drain_deferred()
         gc.collect()
+        self.check_natives(errors)
         left = [ref for ref in owners if ref() is not None]
         if left:
             errors.append(AssertionError(f"{len(left)} adopted kernel owner(s) outlived "
@@ -2120,7 +2242,8 @@ def test_fuzzer_is_well_formed():
     for expected in ("new_stream", "close_buffer_on_closed_stream", "capture_graph",
                      "thread_captures_while_main_enqueues", "cycle_through_foreign_stream",
                      "new_object", "edge_launch_args", "raw_stream_ints", "foreign_node",
-                     "await_work", "update_exec_node"):
+                     "await_work", "update_exec_node", "native_host_func", "adopt_kernel",
+                     "compile_module", "new_green_stream", "change_captured_kernel_args"):
         assert expected in names, expected
     for r in rules:
         for strategy in r.arguments_strategies.values():
@@ -2151,7 +2274,7 @@ def test_teardown_checks_with_no_model_object_left(monkeypatch):
 
     machine = GpuObjectGraph.__new__(GpuObjectGraph)
     for name in ("streams", "bufs", "zombies", "events", "mods", "execs", "preps", "pools",
-                 "graveyard", "dropped_mods", "old_nodes", "defaults", "adopted", "compiled"):
+                 "graveyard", "dropped_mods", "old_nodes", "defaults", "adopted", "compiled", "natives"):
         setattr(machine, name, [])
     machine.rng = random.Random(25)
     graph = FakeGraph()

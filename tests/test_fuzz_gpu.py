@@ -134,22 +134,27 @@ HOST_FN = None                    # ctypes.CFUNCTYPE(None, c_void_p), made on fi
 
 
 class _NativeCell:
-    """Pinned memory that a native host function counts in, owned as another
+    """Memory that a native host function counts in, owned as another
     library's object would own it: when it goes, it reads the count into
-    NATIVE_SEEN and frees the memory.  Passed as ``owner``: the library must
-    keep it (and so the memory) until every call that writes there has run."""
+    NATIVE_SEEN and unmaps the memory (a call that ran after that would
+    fault, not write somewhere quietly).  Passed as ``owner``: the library
+    must keep it, and so the memory, until every call that writes there has
+    run.  A page of its own rather than a PinnedBuffer: its release must not
+    move the library's counters that other rules compare around a collect."""
 
     def __init__(self, key):
         import ctypes
+        import mmap
         self.key = key
-        self.buf = PinnedBuffer(8)
-        self.cell = ctypes.c_uint64.from_address(self.buf.ptr)
-        self.cell.value = 0
+        self.page = mmap.mmap(-1, mmap.PAGESIZE)
+        self.cell = ctypes.c_uint64.from_buffer(self.page)
+        self.ptr = ctypes.addressof(self.cell)
         self.cycle = None
 
     def __del__(self):
         NATIVE_SEEN[self.key] = self.cell.value
-        self.buf.close()
+        del self.cell               # the page's last export: it can be unmapped
+        self.page.close()
 
 
 def _unraisable_hook(u):
@@ -1819,7 +1824,7 @@ class GpuObjectGraph(RuleBasedStateMachine):
         cell = _NativeCell(key)
         native = streams.testing.native_increment
         fn = native if form == "address" else HOST_FN(native)
-        data = ctypes.c_void_p(cell.buf.ptr) if form == "ctypes_data" else cell.buf.ptr
+        data = ctypes.c_void_p(cell.ptr) if form == "ctypes_data" else cell.ptr
         if cycle:
             cell.cycle = (cell, fn, data)      # owner -> itself (and the code, the data)
         replays = times if via != "stream" else 1

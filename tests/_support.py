@@ -42,6 +42,17 @@ def to_host(buf, stream):
 # A free-threaded CPython (3.13t): no GIL.
 FREE_THREADED = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
 
+# Set by tools/gpu_suite.sh when the suite runs under compute-sanitizer,
+# which makes every CUDA call and kernel several times slower.
+UNDER_SANITIZER = os.environ.get("STREAMS_TEST_UNDER_SANITIZER") == "1"
+
+
+def stress_rounds(n):
+    """``n`` rounds of a stress test, an eighth of them under
+    compute-sanitizer: enough for the tool to see every path, and the
+    test's time bound still holds."""
+    return max(2, n // 8) if UNDER_SANITIZER else n
+
 
 def refcount_back(obj, expected):
     """Whether the references to ``obj`` are ``expected`` again (as

@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from _support import FREE_THREADED, N, run_python, to_host
+from _support import FREE_THREADED, N, run_python, stress_rounds, to_host
 
 import streams
 from streams import Event, HostCallbackError, Stream
@@ -56,7 +56,7 @@ def test_eight_threads_enqueue_on_own_and_shared_streams(closer):
     buffer on a shared stream, records an event on its stream that the
     shared stream waits for, and counts its host callbacks: every increment
     lands (the GPU's sums), every callback runs once."""
-    rounds = 200
+    rounds = stress_rounds(200)
     shared = closer(Stream(non_blocking=True))
     shared_buf = closer(streams.DeviceBuffer(N * 4, shared))
     streams.memset_async(shared_buf, 0, stream=shared)
@@ -97,7 +97,7 @@ def test_one_stream_shared_by_eight_threads_with_a_synchronizer(closer):
     while a ninth synchronizes and queries it in a loop: the sum on the GPU
     is every increment, the callbacks all ran, and every synchronize that
     returned saw no error."""
-    rounds = 300
+    rounds = stress_rounds(300)
     s = closer(Stream(non_blocking=True))
     buf = closer(streams.DeviceBuffer(N * 4, s))
     streams.memset_async(buf, 0, stream=s)

@@ -106,6 +106,8 @@ if [ -n "$SANITIZER" ]; then
           --show-backtrace "${SANITIZER_BACKTRACE:-no}" --log-file "$OUT/sanitizer-$SANITIZER-%p.log"
           --print-limit 100 ${SANITIZER_EXTRA:-})
     SELECT=(-m "not timing and not slow and not concurrent and not hidden_device")
+    # The stress tests run fewer rounds (tests/_support.py, stress_rounds).
+    export STREAMS_TEST_UNDER_SANITIZER=1
     WORKERS="${SANITIZER_WORKERS:-4}"
     if [ "$WORKERS" -gt 1 ] && $PY -c "import xdist" 2>/dev/null; then
         # pytest-xdist workers, each one a Python under the tool (the

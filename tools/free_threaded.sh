@@ -96,8 +96,10 @@ print(sys.version)'
 
 # Only binary wheels: hypothesis' newest sdist wants a Rust toolchain, and
 # numpy's would compile for minutes.  Cython's cp313t wheel, or its
-# pure-Python one, both work.
-REQUIREMENTS=(Cython setuptools pytest hypothesis numpy)
+# pure-Python one, both work.  pytest-xdist and pytest-timeout: the whole
+# GPU suite runs spread over workers on the GPU machine, with the per-test
+# bound of the other builds.
+REQUIREMENTS=(Cython setuptools pytest hypothesis numpy pytest-xdist pytest-timeout)
 
 # Without a CUDA toolkit (CI), the build takes the headers and the static
 # runtime from these (pyproject.toml's build-system.requires); on the GPU
@@ -107,7 +109,7 @@ CUDA_WHEELS=("nvidia-cuda-runtime==13.*" "nvidia-cuda-crt==13.*")
 install_deps() {
     local py
     py=$(py_of "$1")
-    if "$py" -c 'import Cython, setuptools, pytest, hypothesis, numpy, nvidia.cu13' 2>/dev/null; then
+    if "$py" -c 'import Cython, setuptools, pytest, hypothesis, numpy, xdist, pytest_timeout, nvidia.cu13' 2>/dev/null; then
         echo "== test requirements: already there"
         return
     fi

@@ -367,18 +367,27 @@ cdef class Waitable(HandleOwner):
             self._unuse()
 
     cdef int _done_now(self) except -1:
-        # The idle fast path of synchronize(): one query, GIL kept (a query
-        # never waits), then, only if the package made a stream-ordered free
-        # since this object's last full synchronize, that synchronize (GIL
-        # released), so that the memory pool can give freed memory back.
+        # The idle fast path of synchronize(): one query (the GIL kept where
+        # _status_keeps_gil allows), then, only if the package made a
+        # stream-ordered free since this object's last full synchronize,
+        # that synchronize (GIL released), so that the memory pool can give
+        # freed memory back.
         cdef bint is_stream = self._kind == rt.HANDLE_STREAM
         cdef unsigned long long frees
         cdef int done
-        self._hold()
-        try:
-            done = _raw_status(is_stream, self._handle, False)
-        finally:
-            self._unhold()
+        if _status_keeps_gil():
+            self._hold()
+            try:
+                done = _raw_status(is_stream, self._handle, False)
+            finally:
+                self._unhold()
+        else:
+            self._use()
+            try:
+                with nogil:
+                    done = _raw_status(is_stream, self._handle, False)
+            finally:
+                self._unuse()
         if done == 0:
             return 0
         frees = rt.async_frees()
@@ -405,19 +414,32 @@ cdef class Waitable(HandleOwner):
     def query(self):
         """True when the work (a stream's so far, an event's last record)
         has completed.  Never blocks."""
-        # The GIL stays held: a query only reads status and never waits on
-        # another thread (CUDA runs host functions without holding the locks
-        # a query takes), so a callback waiting for the GIL cannot block it;
-        # releasing and retaking the GIL would cost about as much as the
-        # query itself (~250 ns on an H200 host, benchmarks/results).
+        # The GIL is kept only where _status_keeps_gil says a query cannot
+        # deadlock holding it: releasing and retaking it costs about as much
+        # as the query itself (~250 ns on an H200 host, benchmarks/results).
         cdef int done
-        self._hold()
-        done = _query_call(self._kind == rt.HANDLE_STREAM, self._handle)
-        self._unhold()
+        cdef bint is_stream = self._kind == rt.HANDLE_STREAM
+        cdef Py_ssize_t counted
+        cdef unsigned long long epoch
+        if _status_keeps_gil():
+            self._hold()
+            done = _query_call(is_stream, self._handle)
+            self._unhold()
+            _pass_on(done)
+            if done == 1 and is_stream and (<Stream>self)._queued:
+                # The GIL was kept throughout: everything counted is done.
+                _forget(<Stream>self, (<Stream>self)._queued, _queue.epoch)
+            return done == 1
+        # What was counted before the query is what it answers for.
+        counted = (<Stream>self)._queued if is_stream else 0
+        epoch = _queue.epoch
+        self._use()
+        with nogil:
+            done = _query_call(is_stream, self._handle)
+        self._unuse()
         _pass_on(done)
-        if done == 1 and self._kind == rt.HANDLE_STREAM and (<Stream>self)._queued:
-            # The GIL was kept throughout: everything counted is done.
-            _forget(<Stream>self, (<Stream>self)._queued, _queue.epoch)
+        if done == 1 and counted:
+            _forget(<Stream>self, counted, epoch)
         return done == 1
 
     @property
@@ -471,6 +493,27 @@ cdef class Waitable(HandleOwner):
 
     def __hash__(self):
         return hash((self._kind, <uintptr_t>self._handle, self._device))
+
+
+# ---- when a status call made from Python may keep the GIL -------------------------------
+# A query never waits for the GPU, but it can wait for a lock of the driver
+# that another thread holds while that thread is blocked in an enqueue: a
+# full queue, or, under compute-sanitizer memcheck, every kernel launch,
+# which the tool makes wait for the kernel.  (On an H200 under memcheck,
+# eight threads launching and enqueueing Python callbacks on one stream
+# while a ninth queried and synchronized it hung: seven threads in a
+# launch, the ninth in synchronize(), CUDA's callback thread with no
+# Python frame; only the Python stacks were taken, so this is the reading
+# that fits them, not a proof.)  So a query keeps the GIL exactly
+# when the first half of the enqueue rule below holds: no Python host
+# callback of the package is alive, so nothing the GPU can be waiting for
+# needs the GIL (callbacks of other libraries are not seen: the rule's
+# caveat, docs/safety.rst).  The status benchmark rows, which have no
+# callback alive, keep it.  Free-threaded CPython: a query always detaches,
+# as every enqueue does (below), so that a thread blocked in the driver
+# never holds up a stop-the-world pause that the callback thread waits on.
+cdef inline bint _status_keeps_gil() noexcept:
+    return not STREAMS_FREE_THREADED and rt.enqueue_may_keep_gil()
 
 
 # ---- when an enqueue made from Python may keep the GIL ---------------------------------
@@ -2220,6 +2263,11 @@ def reset_persisting_l2_cache():
     require_device()
     with nogil:
         rt.ctx_reset_persisting_l2_cache()
+
+
+def _status_keeps_gil_now():
+    """Whether a query made now keeps the GIL (_status_keeps_gil); for tests."""
+    return _status_keeps_gil()
 
 
 def _queue_state():

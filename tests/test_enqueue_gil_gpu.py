@@ -156,3 +156,47 @@ def test_a_stream_closed_busy_stays_counted_until_a_device_synchronize(kernels):
     assert streams._stream._queue_state()[0] == base + 20
     assert streams.synchronize_device(timeout=30)
     assert streams._stream._queue_state()[0] == 0
+
+
+@NO_RULE_WITHOUT_GIL
+def test_queries_release_the_gil_while_a_python_callback_is_alive(kernels):
+    """A query never waits for the GPU, but it can wait for a driver lock
+    that a thread blocked in an enqueue holds (under compute-sanitizer
+    memcheck, every launch blocks so).  So while a Python callback of the
+    package is alive, which the GPU may be waiting on, queries release the
+    GIL, and they still answer right and forget only the work they answered
+    for; with none alive they keep it (streams/_stream.pyx,
+    _status_keeps_gil)."""
+    keeps = streams._stream._status_keeps_gil_now
+    s = Stream(non_blocking=True)
+    buf = streams.DeviceBuffer(4, s)
+    s.synchronize()
+    streams._cudart._drain_deferred()
+    assert keeps(), "no Python callback alive: a query keeps the GIL"
+    base = streams._stream._queue_state()[0]
+    spin(s, 100_000)
+    ran = []
+    s.launch_host_func(ran.append, 1)
+    assert not keeps(), "a Python callback is alive: a query releases the GIL"
+    for _ in range(5):
+        increment_u32(s, buf.ptr, 1)
+    ev = s.record()
+    counted = streams._stream._queue_state()[0]
+    assert counted > base
+    assert not s.query() and not ev.query() and ran == []
+    deadline = time.monotonic() + 30
+    while not s.query():
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+    assert ran == [1] and ev.query()
+    assert streams._stream._queue_state()[0] == base, "the query that answered True forgot it"
+    deadline = time.monotonic() + 5
+    while not keeps():
+        streams._cudart._drain_deferred()
+        assert time.monotonic() < deadline, "the callback's record was never released"
+        time.sleep(0.001)
+    assert s.query() and ev.query()
+    ev.close()
+    buf.close()
+    s.close()
+

@@ -23,7 +23,9 @@
 #                                            network needed), build streams in place, assert
 #                                            the GIL stays off, run the given test files
 #                                            (default: the GPU suites that matter most
-#                                            without a GIL) with the GIL off; logs in $OUT
+#                                            without a GIL; "tests" for all of them) with the
+#                                            GIL off, over FT_WORKERS (8) xdist workers;
+#                                            logs in $OUT
 #
 # PREFIX defaults to /opt/py313t.  The built streams modules carry the
 # interpreter's own suffix (cpython-313t), so they sit beside a normal
@@ -272,6 +274,13 @@ gpu() {
     assert_gil_off "$prefix" 2>&1 | tee "$out/ft-gil.log"
     [ "${PIPESTATUS[0]}" = 0 ] || exit 1
     if [ $# -eq 0 ]; then set -- "${DEFAULT_GPU_TESTS[@]}"; fi
+    # Spread over FT_WORKERS pytest-xdist workers (default 8; 1: one
+    # process); a test past its bound is reported by name and its worker
+    # replaced (tools/gpu_env.sh, xdist_spread, says why the thread method).
+    if [ "${FT_WORKERS:-8}" -gt 1 ] && "$py" -c "import xdist, pytest_timeout" 2>/dev/null; then
+        set -- -n "${FT_WORKERS:-8}" --max-worker-restart 40 --timeout=150 \
+            --timeout-method=thread -o faulthandler_timeout=140 "$@"
+    fi
     log="$out/ft-pytest.log"
     echo "== pytest with the GIL off: $*"
     (unset PYTHON_GIL; "$py" -X faulthandler -m pytest -q -p no:cacheprovider -rfEs \

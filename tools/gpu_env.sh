@@ -13,9 +13,14 @@ PY="${PYTHON:-python3}"
 # SPREAD: the pytest-xdist options for $1 workers, or none where xdist is
 # not installed or $1 is 1.  A test that kills its worker is then reported
 # as that test's failure while the rest go on (--max-worker-restart).
+# A test past its --timeout then has its worker dump every thread's stack
+# and exit (pytest-timeout's thread method): the test is reported by name
+# and the rest go on.  The default signal method cannot stop a test whose
+# main thread is blocked in C (a hang in the driver), and the whole suite
+# then ran into the call's limit with no summary.
 xdist_spread() {
     SPREAD=()
     if [ "$1" -gt 1 ] && "$PY" -c "import xdist" 2>/dev/null; then
-        SPREAD=(-n "$1" --max-worker-restart 40)
+        SPREAD=(-n "$1" --max-worker-restart 40 --timeout-method=thread)
     fi
 }

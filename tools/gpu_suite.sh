@@ -120,7 +120,7 @@ if [ -n "$SANITIZER" ]; then
         printf ' %q' "${TOOL[@]}" --target-processes application-only "$(command -v $PY)" >>"$WRAP"
         printf ' "$@"\n' >>"$WRAP"
         chmod +x "$WRAP"
-        SELECT+=(--dist load --tx "$WORKERS*popen//python=$WRAP")
+        SELECT+=(--dist load --tx "$WORKERS*popen//python=$WRAP" --timeout-method=thread)
     else
         # One process under the tool, following the subprocess tests too.
         RUN=("${TOOL[@]}" --target-processes all)

@@ -273,6 +273,8 @@ gpu() {
     echo "   built in $((SECONDS - t0)) s"
     assert_gil_off "$prefix" 2>&1 | tee "$out/ft-gil.log"
     [ "${PIPESTATUS[0]}" = 0 ] || exit 1
+    # FT_BUILD_ONLY=1: built and checked, no tests (tools/gpu_bench.sh times it).
+    if [ "${FT_BUILD_ONLY:-0}" = 1 ]; then return 0; fi
     if [ $# -eq 0 ]; then set -- "${DEFAULT_GPU_TESTS[@]}"; fi
     # Spread over FT_WORKERS pytest-xdist workers (default 8; 1: one
     # process); a test past its bound is reported by name and its worker

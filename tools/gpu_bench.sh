@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The benchmark rows the open issues ask for, in one device call on a quiet
+# machine (no tests beside it):
+#
+#   bash tools/gpu_bench.sh [BEFORE_DIR] [FT_BUNDLE]
+#
+# BEFORE_DIR (default .before): the source of the build to compare with
+# (`git archive REV --prefix=.before/ | tar -x`), FT_BUNDLE (default
+# .ft/py313t-bundle.tar, from tools/free_threaded.sh pack); carry both.
+# STEPS (default "rows one host ft") picks:
+#   rows  every row with a target, the status rows and the host-function
+#         rows: the C program, streams from Python and Cython and the
+#         baseline build of each, CuPy, PyTorch, cuda.core, a process each,
+#         every worker on CPUs 2,3 (benchmarks.run --baseline)
+#   one   the status and enqueue rows with the Python contenders in one
+#         shared process (--one-process): whether a lead is the library's
+#   host  benchmarks/host_func_threads_breakdown.py: 8 producer threads of
+#         Python callbacks, producers giving way or not, native functions
+#   ft    tools/quick_timing.py under this build and the free-threaded one,
+#         alternated three times (per call from Python, no floor)
+# Each step is bounded (ROWS_TIMEOUT, ONE_TIMEOUT, HOST_TIMEOUT, FT_TIMEOUT
+# seconds).  Results under $OUT: rows.txt/json, one.txt/json, host.txt,
+# ft.txt, and the build logs.
+source "$(dirname "$0")/gpu_env.sh"
+STEPS="${STEPS:-rows one host ft}"
+BEFORE_SRC="${1:-.before}"
+BUNDLE="${2:-.ft/py313t-bundle.tar}"
+"$PY" setup.py build_ext --inplace -j 16 >"$OUT/bench-build.log" 2>&1 \
+    || { tail -30 "$OUT/bench-build.log"; echo "BUILD FAILED"; exit 1; }
+OPS=stream_query,stream_synchronize,event_record,event_query,stream_wait_event,kernel_launch
+OPS=$OPS,prepared_launch,kernel_launch_args16,graph_launch,host_func_round_trip
+OPS=$OPS,host_func_native_round_trip,host_func_throughput_8threads,event_create_destroy
+OPS=$OPS,stream_create_destroy
+if [[ "$STEPS" == *rows* ]]; then
+    rm -rf /tmp/streams-before && cp -a "$BEFORE_SRC" /tmp/streams-before
+    (cd /tmp/streams-before && "$PY" setup.py build_ext --inplace -j 16) \
+        >"$OUT/bench-build-before.log" 2>&1 || { tail -30 "$OUT/bench-build-before.log"; exit 1; }
+    timeout "${ROWS_TIMEOUT:-300}" "$PY" -m benchmarks.run --no-progress --cpus 2,3 \
+        --rounds 3 --batches 6 --baseline /tmp/streams-before --ops "$OPS" \
+        --contenders c,streams-py,streams-cy,cupy,torch,cuda-core \
+        --json "$OUT/rows.json" >"$OUT/rows.txt" 2>&1
+    echo "rows exit $?" >>"$OUT/rows.txt"
+    sed -n '/^   operation/,/^   targets/p' "$OUT/rows.txt"; tail -1 "$OUT/rows.txt"
+fi
+if [[ "$STEPS" == *one* ]]; then
+    timeout "${ONE_TIMEOUT:-120}" "$PY" -m benchmarks.run --no-progress --cpus 2,3 --one-process \
+        --rounds 3 --batches 6 --ops stream_query,event_record,event_query,stream_wait_event \
+        --contenders streams-py,streams-cy,cupy,torch,cuda-core \
+        --json "$OUT/one.json" >"$OUT/one.txt" 2>&1
+    echo "one-process exit $?" >>"$OUT/one.txt"
+    sed -n '/^   operation/,/^   targets/p' "$OUT/one.txt"; tail -1 "$OUT/one.txt"
+fi
+if [[ "$STEPS" == *host* ]]; then
+    timeout "${HOST_TIMEOUT:-120}" "$PY" benchmarks/host_func_threads_breakdown.py \
+        >"$OUT/host.txt" 2>&1
+    echo "host breakdown exit $?" >>"$OUT/host.txt"
+    cat "$OUT/host.txt"
+fi
+if [[ "$STEPS" == *ft* ]]; then
+    FT_PY="$(tar xOf "$BUNDLE" PREFIX)/bin/python3.13t"
+    OUT="$OUT/ft-build" FT_BUILD_ONLY=1 bash tools/free_threaded.sh gpu "$BUNDLE" \
+        >"$OUT/ft-build.txt" 2>&1 || { tail -20 "$OUT/ft-build.txt"; exit 1; }
+    for round in 1 2 3; do
+        for py in "$PY" "$FT_PY"; do
+            echo "== round $round: $("$py" -c 'import sys; print(sys.version.split()[0], "GIL" if getattr(sys, "_is_gil_enabled", lambda: True)() else "no GIL")')"
+            PYTHONPATH="$ROOT" timeout "${FT_TIMEOUT:-60}" "$py" tools/quick_timing.py
+        done
+    done >"$OUT/ft.txt" 2>&1
+    cat "$OUT/ft.txt"
+fi

@@ -667,6 +667,20 @@ ctypedef int (*_record_call)(cudaEvent_t ev, cudaStream_t s, unsigned int flags)
 ctypedef int (*_wait_call)(cudaStream_t s, cudaEvent_t ev, unsigned int flags) noexcept nogil
 
 
+cdef inline int _record_or_wait(Stream stream, Event event, bint wait) noexcept nogil:
+    # The call of both paths below, made with the uses already taken: 0, or
+    # -1 with the call layer's exception set.
+    cdef int rc
+    if wait:
+        return (<_wait_call>rt.stream_wait_event)(<cudaStream_t>stream._handle,
+                                                   <cudaEvent_t>event._handle, 0)
+    rc = (<_record_call>rt.event_record)(<cudaEvent_t>event._handle,
+                                          <cudaStream_t>stream._handle, 0)
+    if rc == 0:
+        streams_flag_set(<int*>&event._recorded, True)
+    return rc
+
+
 # The counted uses (HandleOwner._use): without the GIL, or from a Cython
 # caller who may hold none, close() in another thread may come in between.
 # Written as _enqueue_held below (no finally; see there).
@@ -678,14 +692,7 @@ cdef inline int _enqueue_counted(Stream stream, Event event, bint wait) except -
         stream._unuse()
         with gil:
             return event._raise_closed()
-    if wait:
-        rc = (<_wait_call>rt.stream_wait_event)(<cudaStream_t>stream._handle,
-                                                 <cudaEvent_t>event._handle, 0)
-    else:
-        rc = (<_record_call>rt.event_record)(<cudaEvent_t>event._handle,
-                                              <cudaStream_t>stream._handle, 0)
-        if rc == 0:
-            streams_flag_set(<int*>&event._recorded, True)
+    rc = _record_or_wait(stream, event, wait)
     event._unuse()
     stream._unuse()
     return rc       # -1 with the call layer's exception set
@@ -713,14 +720,7 @@ cdef inline int _enqueue_held(Stream stream, Event event, bint wait) except -1:
         event._unhold()
         stream._unhold()
         return event._raise_closed()
-    if wait:
-        rc = (<_wait_call>rt.stream_wait_event)(<cudaStream_t>stream._handle,
-                                                 <cudaEvent_t>event._handle, 0)
-    else:
-        rc = (<_record_call>rt.event_record)(<cudaEvent_t>event._handle,
-                                              <cudaStream_t>stream._handle, 0)
-        if rc == 0:
-            streams_flag_set(<int*>&event._recorded, True)
+    rc = _record_or_wait(stream, event, wait)
     event._unhold()
     stream._unhold()
     return rc       # -1 with the call layer's exception set

@@ -1,4 +1,7 @@
 import gc
+import os
+import signal
+import threading
 import time
 
 import pytest
@@ -19,6 +22,41 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+# With tools/stackdump.c preloaded (the GPU scripts do it, tools/gpu_env.sh),
+# a test still running after STREAMS_TEST_STACKDUMP_AFTER seconds has the
+# native stack of every thread of its process written to STACKDUMP_DIR: a
+# hang in the driver then shows where, which faulthandler's Python frames
+# cannot (the device machine has no debugger).
+_STACKDUMP_AFTER = float(os.environ.get("STREAMS_TEST_STACKDUMP_AFTER") or 0)
+
+
+def _stackdump_loaded():
+    # Loaded in this process, not only named in LD_PRELOAD: without its
+    # handler, SIGUSR2 would end the process.
+    try:
+        with open("/proc/self/maps") as maps:
+            return "stackdump" in maps.read()
+    except OSError:
+        return False
+
+
+_STACKDUMP = _STACKDUMP_AFTER > 0 and _stackdump_loaded()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    if not _STACKDUMP:
+        yield
+        return
+    timer = threading.Timer(_STACKDUMP_AFTER, os.kill, (os.getpid(), signal.SIGUSR2))
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
 
 
 @pytest.fixture(autouse=True)

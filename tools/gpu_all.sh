@@ -27,6 +27,8 @@ STEPS="${STEPS:-matrix sanitizers}"
 "$PY" setup.py build_ext --inplace -j 16 >"$LOGS/build-release.log" 2>&1 \
     || { tail -30 "$LOGS/build-release.log"; echo "BUILD FAILED"; exit 1; }
 if [[ "$STEPS" == *replay* ]]; then
+stackdump_preload
+stackdump_after $(( ${FUZZ_SECONDS:-90} + 45 )) "tests/test_fuzz_gpu.py" replay
 (PYTHONPATH="$PWD" STREAMS_FUZZ_SECONDS="${FUZZ_SECONDS:-90}" STREAMS_FUZZ_SEED="${FUZZ_SEED:-1}" \
     STREAMS_FUZZ_SHRINK_SECONDS=0 timeout $(( ${FUZZ_SECONDS:-90} + 60 )) \
     "$PY" tests/test_fuzz_gpu.py >"$OUT/replay-noshrink.txt" 2>&1;
@@ -59,6 +61,8 @@ if [[ "$STEPS" == *sanitizers* ]]; then
 # Beside the sanitizer suites: the fuzzer once more (its own seed), and the
 # fuzzer itself under memcheck (the suite's xdist workers do not follow its
 # child); a memcheck start takes about two minutes.
+stackdump_preload
+stackdump_after $(( ${FUZZ_MEMCHECK_SECONDS:-60} + 240 )) "tests/test_fuzz_gpu.py" fuzz
 (PYTHONPATH="$PWD" STREAMS_FUZZ_SECONDS="${FUZZ2_SECONDS:-240}" STREAMS_FUZZ_SEED="$(( ${FUZZ_SEED:-1} + 1000 ))" \
     timeout $(( ${FUZZ2_SECONDS:-240} + 120 )) "$PY" tests/test_fuzz_gpu.py >"$LOGS/fuzz2.log" 2>&1;
  echo "fuzz exit $?" >>"$LOGS/fuzz2.log") &

@@ -48,12 +48,14 @@ for v in "${VARIANTS[@]}"; do
 done
 echo "== tests (the three suites at once)"
 xdist_spread "${MATRIX_WORKERS:-4}"
+stackdump_preload
 for v in "${VARIANTS[@]}"; do
     (cd "${DIR[$v]}" && timeout "${SUITE_TIMEOUT:-300}" "$PY" -m pytest -q -rfEs \
         -p no:cacheprovider --timeout=120 -o faulthandler_timeout=100 "${SPREAD[@]}" \
         >"$OUT/suite-$v.log" 2>&1; echo $? >"/tmp/suite-rc-$v") &
 done
 wait
+stackdump_report
 STATUS=0
 for v in "${VARIANTS[@]}"; do
     rc="$(cat "/tmp/suite-rc-$v")"

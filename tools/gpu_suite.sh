@@ -33,12 +33,7 @@
 #
 # Logs go to $OUT (if set) so they come back from the device machine.
 set -uo pipefail
-cd "$(dirname "$0")/.."
-OUT="${OUT:-/tmp/streams-out}"
-mkdir -p "$OUT"
-export CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
-export PYTHONUNBUFFERED=1
-PY="${PYTHON:-python3}"
+source "$(dirname "$0")/gpu_env.sh"
 SANITIZER=""
 TAG="release"
 NO_BUILD=""
@@ -128,11 +123,13 @@ if [ -n "$SANITIZER" ]; then
 else
     SELECT=(--junitxml="$OUT/junit-$TAG.xml")
 fi
+stackdump_preload
 # No paths: pytest runs every suite of pyproject's testpaths.
 timeout "${SUITE_TIMEOUT:-540}" "${RUN[@]}" $PY -m pytest -q -rfEs -p no:cacheprovider \
     --timeout=120 -o faulthandler_timeout=100 "${SELECT[@]}" "$@" 2>&1 \
     | tee "$OUT/pytest-$TAG${SANITIZER:+-$SANITIZER}.log"
 STATUS="${PIPESTATUS[0]}"
+stackdump_report
 if [ -n "$SANITIZER" ]; then
     # The sanitizer's own summary and exit code end the run (86: it found
     # errors, whatever pytest said).

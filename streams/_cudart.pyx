@@ -676,28 +676,23 @@ cdef void release_pool(void* pool, void* frees) noexcept nogil:
 
 ### Versions and device management #########################################################
 cdef str _runtime_version_str():
-    cdef int v = 0
-    cudaRuntimeGetVersion(&v)
-    return _version_str(v)
+    cdef int driver = 0, runtime = 0
+    _versions(&driver, &runtime)
+    return _version_str(runtime)
 
 
 def runtime_version():
     """The CUDA runtime version this package was built with, e.g. ``13000``."""
-    cdef int v = 0
-    check(cudaRuntimeGetVersion(&v))
-    return v
+    cdef int driver = 0, runtime = 0
+    _versions(&driver, &runtime)
+    return runtime
 
 
 def driver_version():
     """The CUDA version the installed driver supports, e.g. ``13000``; 0 without a driver."""
-    cdef int v = 0
-    cdef cudaError_t err
-    with nogil:
-        err = cudaDriverGetVersion(&v)
-    if err != cudaSuccess:
-        cudaGetLastError()
-        return 0
-    return v
+    cdef int driver = 0, runtime = 0
+    _versions(&driver, &runtime)
+    return driver
 
 
 cdef int get_device_count() except -1 nogil:
@@ -1043,7 +1038,7 @@ cdef void* _host_fn_v2 = NULL
 cdef int _raise_no_sync_mode(int driver, cudaError_t err) except -1:
     cdef int runtime = 0
     cudaGetLastError()
-    cudaRuntimeGetVersion(&runtime)
+    _versions(&driver, &runtime)
     raise NotImplementedError(
         "sync_mode='spin_wait' needs a driver for CUDA 13.1 or newer and streams built "
         "against a CUDA 12.5 or newer runtime (cudaGetDriverEntryPointByVersion; the "
@@ -1054,7 +1049,7 @@ cdef int _raise_no_sync_mode(int driver, cudaError_t err) except -1:
 
 cdef int check_host_func_sync_mode(int sync_mode) except -1:
     global _host_fn_v2
-    cdef int driver = 0
+    cdef int driver = 0, runtime = 0
     cdef void* fn = NULL
     cdef cudaError_t err = cudaSuccess
     if sync_mode == 0 or streams_ptr_load(&_host_fn_v2) != NULL:
@@ -1062,10 +1057,8 @@ cdef int check_host_func_sync_mode(int sync_mode) except -1:
     if sync_mode != 1:
         raise ValueError(f"sync_mode must be 0 (blocking) or 1 (spin_wait), got {sync_mode}")
     guard()
+    _versions(&driver, &runtime)
     with nogil:
-        if cudaDriverGetVersion(&driver) != cudaSuccess:
-            cudaGetLastError()
-            driver = 0
         if driver >= STREAMS_HOST_FN_SYNC_VERSION:
             err = streams_get_driver_entry_at(b"cuLaunchHostFunc", &fn,
                                               STREAMS_HOST_FN_SYNC_VERSION)

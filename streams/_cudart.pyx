@@ -1337,12 +1337,18 @@ _DRIVER_NAMES[:] = [b"cuStreamWaitValue32", b"cuStreamWaitValue64", b"cuStreamWr
 ctypedef int (*_node_type_fn)(cudaGraphNode_t node, int* out) noexcept nogil
 
 
-cdef void* _driver_fn(int which) except NULL nogil:
-    cdef void* fn = streams_ptr_load(&_driver_fns[which])
+cdef void* _entry_once(void** slot, const char* name) except NULL nogil:
+    # The driver's `name`, resolved at its first use and published in `slot`
+    # with one atomic store (a racing second resolution writes the same).
+    cdef void* fn = streams_ptr_load(slot)
     if fn == NULL:
-        check(streams_get_driver_entry(_DRIVER_NAMES[which], &fn))
-        streams_ptr_store(&_driver_fns[which], fn)
+        check(streams_get_driver_entry(name, &fn))
+        streams_ptr_store(slot, fn)
     return fn
+
+
+cdef void* _driver_fn(int which) except NULL nogil:
+    return _entry_once(&_driver_fns[which], _DRIVER_NAMES[which])
 
 
 cdef int _value_op(int which, cudaStream_t s, unsigned long long addr,
@@ -2732,11 +2738,7 @@ cdef enum:
 
 
 cdef void* _function_fn(int which) except NULL nogil:
-    cdef void* fn = streams_ptr_load(&_function_fns[which])
-    if fn == NULL:
-        check(streams_get_driver_entry(_FUNCTION_FN_NAMES[which], &fn))
-        streams_ptr_store(&_function_fns[which], fn)
-    return fn
+    return _entry_once(&_function_fns[which], _FUNCTION_FN_NAMES[which])
 
 
 cdef int launch_function(const cudaLaunchConfig_t* config, const void* func,

@@ -1065,6 +1065,30 @@ cdef MemoryPool _new_pool(void* handle, int dev, bint ipc, bint owned, void* fre
     return pool
 
 
+cdef void* _pool_handle(cudaMemPool_t* h, int dev, int fd, bint share, size_t cap) except NULL:
+    # A pool of `dev` made (fd < 0; `share` and `cap` as MemoryPool() takes
+    # them) or imported from `fd`, and the list its frees will be marked in
+    # (rt.marks_new), which is returned; freed again when CUDA refuses.
+    cdef DeviceScope scope
+    cdef void* frees
+    rt.drain_deferred()
+    frees = rt.marks_new()
+    try:
+        with nogil:
+            enter_device(&scope, dev)
+            try:
+                if fd < 0:
+                    rt.mem_pool_create(h, dev, share, cap)
+                else:
+                    rt.mem_pool_import_fd(h, fd)
+            finally:
+                exit_device(&scope)
+    except BaseException:
+        rt.marks_free(frees)
+        raise
+    return frees
+
+
 cdef object _default_pools = {}     # device -> the MemoryPool of its default pool
 cdef object _default_pools_lock = object()  # its critical section (see _hostcall's _capture_lock)
 
@@ -1104,24 +1128,12 @@ cdef class MemoryPool(HandleOwner):
         cdef unsigned long long threshold = 0 if release_threshold is None \
             else as_nbytes(release_threshold, "release_threshold")
         cdef cudaMemPool_t h = NULL
-        cdef DeviceScope scope
         cdef int dev
         cdef void* frees
         self._init_once()
         try:
             dev = resolve_device(device)
-            rt.drain_deferred()
-            frees = rt.marks_new()
-            try:
-                with nogil:
-                    enter_device(&scope, dev)
-                    try:
-                        rt.mem_pool_create(&h, dev, share, cap)
-                    finally:
-                        exit_device(&scope)
-            except BaseException:
-                rt.marks_free(frees)
-                raise
+            frees = _pool_handle(&h, dev, -1, share, cap)
             self._handle = <void*>h
             self._device = dev
             self._ipc = share
@@ -1164,24 +1176,12 @@ cdef class MemoryPool(HandleOwner):
         """
         cdef int c_fd = as_int(fd, "fd")
         cdef cudaMemPool_t h = NULL
-        cdef DeviceScope scope
         cdef int dev
+        cdef void* frees
         if c_fd < 0:
             raise ValueError(f"fd must be a file descriptor (>= 0), got {c_fd}")
-        cdef void* frees
         dev = resolve_device(device)
-        rt.drain_deferred()
-        frees = rt.marks_new()
-        try:
-            with nogil:
-                enter_device(&scope, dev)
-                try:
-                    rt.mem_pool_import_fd(&h, c_fd)
-                finally:
-                    exit_device(&scope)
-        except BaseException:
-            rt.marks_free(frees)
-            raise
+        frees = _pool_handle(&h, dev, c_fd, True, 0)
         pool = _new_pool(<void*>h, dev, True, True, frees)
         (<MemoryPool>pool)._shared = True
         return pool

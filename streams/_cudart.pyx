@@ -487,8 +487,16 @@ def debug_counters():
 # (streams/_stream.pyx, keep_gil_for; docs/safety.rst).
 
 cdef bint enqueue_may_keep_gil() noexcept nogil:
+    # Free-threaded CPython: never.  There "keeping the GIL" is staying
+    # attached, and a thread attached while it waits in the driver holds up
+    # every stop-the-world pause, which CUDA's callback thread, entering
+    # Python for a callback the GPU waits for, waits out (_stream.pyx, the
+    # enqueue rule): so closes, event creation and queries detach there too.
     # Freed first: created - freed can then only overstate the calls alive.
-    cdef unsigned long long freed = streams_counter(STREAMS_CNT_HOST_CALL_FREED)
+    cdef unsigned long long freed
+    if STREAMS_FREE_THREADED:
+        return False
+    freed = streams_counter(STREAMS_CNT_HOST_CALL_FREED)
     return streams_counter(STREAMS_CNT_HOST_CALL_CREATED) == freed
 
 

@@ -513,7 +513,7 @@ cdef class Waitable(HandleOwner):
 # as every enqueue does (below), so that a thread blocked in the driver
 # never holds up a stop-the-world pause that the callback thread waits on.
 cdef inline bint _status_keeps_gil() noexcept:
-    return not STREAMS_FREE_THREADED and rt.enqueue_may_keep_gil()
+    return rt.enqueue_may_keep_gil()     # False on free-threaded CPython
 
 
 # ---- when an enqueue made from Python may keep the GIL ---------------------------------

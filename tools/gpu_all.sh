@@ -11,7 +11,9 @@
 # its seed; FUZZ2_SECONDS (240) beside the sanitizers, FUZZ_MEMCHECK_SECONDS
 # (60) under memcheck there.
 # STEPS (default "matrix sanitizers"): one of them alone splits the work
-# over two device calls (the machine stays warm in between).  STEPS=replay
+# over two device calls (the machine stays warm in between).  STEPS=diagnose
+# runs the free-threaded suite beside memcheck on the eight-thread tests and
+# the fuzzer, with native stacks of whatever hangs (tools/stackdump.c).  STEPS=replay
 # replays one fuzzer seed (FUZZ_SEED, FUZZ_SECONDS): once without shrinking,
 # to see the failing example, and once beside it under gdb with every step
 # traced, for the C backtrace of a crash ($OUT/replay-*.txt).
@@ -82,5 +84,33 @@ for f in fuzz2 fuzz-memcheck; do
     echo "== $f"
     grep -E "^fuzz: [0-9]|fuzz exit|FAILED|ERROR SUMMARY|Falsifying|AssertionError|Fatal" "$LOGS/$f.log" | tail -8
 done | tee "$OUT/fuzz-sanitizers.txt"
+fi
+if [[ "$STEPS" == *diagnose* ]]; then
+# The two hangs of 2026-11-27 in one call: the whole suite on the
+# free-threaded build (FT_BUNDLE, default .ft/py313t-bundle.tar; carry .ft)
+# beside memcheck on the eight-thread tests and the fuzzer under memcheck,
+# each with native stacks of what is still running past its bound.
+(OUT="$OUT/ft" timeout "${FT_TIMEOUT:-420}" bash tools/free_threaded.sh gpu \
+    "${FT_BUNDLE:-.ft/py313t-bundle.tar}" tests >"$OUT/ft.txt" 2>&1
+ echo "ft exit $?" >>"$OUT/ft.txt") &
+FT=$!
+stackdump_preload
+stackdump_after $(( ${FUZZ_MEMCHECK_SECONDS:-60} + 200 )) "tests/test_fuzz_gpu.py" fuzz-memcheck
+(PYTHONPATH="$PWD" STREAMS_FUZZ_SECONDS="${FUZZ_MEMCHECK_SECONDS:-60}" STREAMS_FUZZ_SEED="${FUZZ_SEED:-3442}" \
+    STREAMS_FUZZ_TRACE=1 timeout $(( ${FUZZ_MEMCHECK_SECONDS:-60} + 280 )) \
+    "${CUDA_HOME}/bin/compute-sanitizer" --tool memcheck --report-api-errors no \
+    --show-backtrace no --error-exitcode 86 "$PY" tests/test_fuzz_gpu.py \
+    >"$LOGS/fuzz-memcheck.log" 2>&1; echo "fuzz exit $?" >>"$LOGS/fuzz-memcheck.log") &
+FUZZ3=$!
+OUT="$OUT/memcheck" SUITE_TIMEOUT="${SANITIZER_TIMEOUT:-300}" bash tools/gpu_suite.sh --no-build \
+    --sanitizer memcheck tests/test_free_threading_gpu.py tests/test_enqueue_gil_gpu.py \
+    >"$OUT/memcheck.txt" 2>&1
+echo "memcheck exit $?" >>"$OUT/memcheck.txt"
+wait "$FUZZ3" "$FT"
+tail -3 "$OUT/memcheck.txt"
+grep -E "^fuzz: [0-9]|fuzz exit|ERROR SUMMARY|Falsifying|AssertionError" "$LOGS/fuzz-memcheck.log" | tail -5
+tail -3 "$LOGS/fuzz-memcheck.log" >"$OUT/fuzz-memcheck-tail.txt"
+grep -E "^(FAILED|ERROR) |passed|failed|ft exit" "$OUT/ft/ft-pytest.log" "$OUT/ft.txt" | tail -30
+ls "$OUT"/stacks* "$OUT"/*/stacks* 2>/dev/null
 fi
 tar -czf "$OUT/logs-${STEPS// /-}.tar.gz" -C "$LOGS" . 2>/dev/null

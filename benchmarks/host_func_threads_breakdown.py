@@ -34,8 +34,9 @@ the producers' Python side is the cost.
 import argparse
 import statistics
 import sys
-import threading
 import time
+
+from benchmarks.timing import run_producers
 
 THREADS = 8
 
@@ -50,27 +51,9 @@ def _stats(xs):
 def _producers(work, n, threads=THREADS):
     """Run ``work(k)`` in ``threads`` threads (n calls in all), started first
     and let go together; returns (start, end of the last producer) in ns."""
-    go = threading.Event()
-    errors = []
-
-    def produce(k):
-        go.wait()
-        try:
-            work(k)
-        except BaseException as exc:     # noqa: BLE001 - reported below
-            errors.append(exc)
-
-    shares = [n // threads + (i < n % threads) for i in range(threads)]
-    pool = [threading.Thread(target=produce, args=(k,)) for k in shares]
-    for t in pool:
-        t.start()
-    t0 = time.perf_counter_ns()
-    go.set()
-    for t in pool:
-        t.join()
-    t1 = time.perf_counter_ns()
-    if errors:
-        raise errors[0]
+    t0, t1, error = run_producers(work, n, threads)
+    if error is not None:
+        raise error
     return t0, t1
 
 

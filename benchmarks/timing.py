@@ -90,33 +90,41 @@ class Case:
         self.closers = []
 
 
+def run_producers(work, n, threads):
+    """``work(k)`` in ``threads`` threads, k calls each and n in all, all
+    started first and let go together: (when they were let go, when the
+    last one finished) in ns, and the first exception one raised, or None."""
+    go = threading.Event()
+    errors = []
+
+    def produce(k):
+        go.wait()
+        try:
+            work(k)
+        except BaseException as exc:     # noqa: BLE001 - returned to the caller
+            errors.append(exc)
+
+    shares = [n // threads + (i < n % threads) for i in range(threads)]
+    pool = [threading.Thread(target=produce, args=(k,)) for k in shares]
+    for t in pool:
+        t.start()
+    t0 = time.perf_counter_ns()
+    go.set()
+    for t in pool:
+        t.join()
+    return t0, time.perf_counter_ns(), (errors[0] if errors else None)
+
+
 def producers(work, sync, threads):
     """``timed(n)``: ``work(k)`` in ``threads`` threads at once, k calls each
     and n in all, then ``sync()``; the timing starts when the threads, all
     started and waiting, are let go, and ends when ``sync`` returns."""
     def timed(n):
-        go = threading.Event()
-        errors = []
-
-        def produce(k):
-            go.wait()
-            try:
-                work(k)
-            except BaseException as exc:
-                errors.append(exc)
-
-        shares = [n // threads + (i < n % threads) for i in range(threads)]
-        pool = [threading.Thread(target=produce, args=(k,)) for k in shares]
-        for t in pool:
-            t.start()
-        t0 = time.perf_counter_ns()
-        go.set()
-        for t in pool:
-            t.join()
+        t0, _, error = run_producers(work, n, threads)
         sync()
         ns = time.perf_counter_ns() - t0
-        if errors:
-            raise errors[0]
+        if error is not None:
+            raise error
         return ns
 
     return timed

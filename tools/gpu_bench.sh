@@ -51,7 +51,7 @@ if [[ "$STEPS" == *one* ]]; then
     sed -n '/^   operation/,/^   targets/p' "$OUT/one.txt"; tail -1 "$OUT/one.txt"
 fi
 if [[ "$STEPS" == *host* ]]; then
-    timeout "${HOST_TIMEOUT:-120}" "$PY" benchmarks/host_func_threads_breakdown.py \
+    timeout "${HOST_TIMEOUT:-120}" "$PY" -m benchmarks.host_func_threads_breakdown \
         >"$OUT/host.txt" 2>&1
     echo "host breakdown exit $?" >>"$OUT/host.txt"
     cat "$OUT/host.txt"

@@ -284,22 +284,15 @@ gpu() {
             --timeout-method=thread -o faulthandler_timeout=140 "$@"
     fi
     log="$out/ft-pytest.log"
-    # Native stacks of a test past 90 s (tools/gpu_env.sh, stackdump_preload).
-    (source "$ROOT/tools/gpu_env.sh" >/dev/null; OUT="$out"; stackdump_preload
-     echo "${LD_PRELOAD:-}" >"$out/.preload")
-    if [ -s "$out/.preload" ]; then
-        export LD_PRELOAD="$(cat "$out/.preload")" STACKDUMP_DIR="$out/stacks" \
-            STREAMS_TEST_STACKDUMP_AFTER="${STACKDUMP_AFTER:-90}"
-    fi
+    # Native stacks of a test past 90 s (tools/stackdump_env.sh).
+    source "$ROOT/tools/stackdump_env.sh"
+    OUT="$out" stackdump_preload
     echo "== pytest with the GIL off: $*"
     (unset PYTHON_GIL; "$py" -X faulthandler -m pytest -q -p no:cacheprovider -rfEs \
         --junitxml="$out/ft-junit.xml" "$@") >"$log" 2>&1
     local rc=$?
     unset LD_PRELOAD
-    if [ -n "$(ls "$out/stacks" 2>/dev/null)" ]; then
-        STACKDUMP_DIR="$out/stacks" bash "$ROOT/tools/stackdump.sh" --files >"$out/stacks.txt" 2>&1
-        echo "native stacks of tests past ${STACKDUMP_AFTER:-90} s: $out/stacks.txt"
-    fi
+    OUT="$out" stackdump_report
     tail -40 "$log"
     return $rc
 }

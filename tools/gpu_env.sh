@@ -25,39 +25,6 @@ xdist_spread() {
     fi
 }
 
-# stackdump_preload: tools/stackdump.c built and preloaded into what runs
-# next (the tests and their children), with a watchdog after
-# STACKDUMP_AFTER seconds (default 90) per test (tests/conftest.py): every
-# thread's native stack of a test that hangs goes to $OUT/stacks, and
-# stackdump_report names the frames into $OUT/stacks.txt.  Without gcc,
-# nothing is preloaded.
-stackdump_preload() {
-    local lib=/tmp/streams-libstackdump.so
-    command -v gcc >/dev/null || return 0
-    gcc -shared -fPIC -O1 -o "$lib" "$ROOT/tools/stackdump.c" || return 0
-    mkdir -p "$OUT/stacks"
-    export LD_PRELOAD="$lib${LD_PRELOAD:+:$LD_PRELOAD}" STACKDUMP_DIR="$OUT/stacks"
-    export STREAMS_TEST_STACKDUMP_AFTER="${STACKDUMP_AFTER:-90}"
-}
-
-stackdump_report() {
-    [ -n "$(ls "$OUT/stacks" 2>/dev/null)" ] || return 0
-    (unset LD_PRELOAD; STACKDUMP_DIR="$OUT/stacks" bash "$ROOT/tools/stackdump.sh" --files \
-        >"$OUT/stacks.txt" 2>&1)
-    echo "native stacks of tests past ${STREAMS_TEST_STACKDUMP_AFTER:-90} s: $OUT/stacks.txt"
-}
-
-# stackdump_after SECONDS PATTERN NAME, in the background: after SECONDS,
-# every Python process whose command line matches PATTERN (pgrep -f) and
-# that still runs has its threads' native stacks written to
-# $OUT/stacks-NAME-PID.txt (it must have been started after
-# stackdump_preload).
-stackdump_after() {
-    (sleep "$1"
-     for pid in $(pgrep -f "$2"); do
-         case "$(cat /proc/"$pid"/comm 2>/dev/null)" in python*) ;; *) continue ;; esac
-         grep -q stackdump /proc/"$pid"/maps 2>/dev/null || continue
-         (unset LD_PRELOAD; STACKDUMP_DIR="$OUT/stacks" bash "$ROOT/tools/stackdump.sh" "$pid" 2 \
-             >"$OUT/stacks-$3-$pid.txt" 2>&1)
-     done) &
-}
+# stackdump_preload, stackdump_report, stackdump_after: native stacks of
+# what hangs (tools/stackdump_env.sh).
+source "$ROOT/tools/stackdump_env.sh"

@@ -31,14 +31,18 @@ OPS=stream_query,stream_synchronize,event_record,event_query,stream_wait_event,k
 OPS=$OPS,prepared_launch,kernel_launch_args16,graph_launch,host_func_round_trip
 OPS=$OPS,host_func_native_round_trip,host_func_throughput_8threads,event_create_destroy
 OPS=$OPS,stream_create_destroy
+# BENCH_OPS and BENCH_CONTENDERS narrow the rows step (a shorter call).
+OPS="${BENCH_OPS:-$OPS}"
+# Named contenders leave out the baselines unless named too (benchmarks.run
+# adds them only to its default list).
+CONTENDERS="${BENCH_CONTENDERS:-c,streams-py,streams-py-baseline,streams-cy,streams-cy-baseline,cupy,torch,cuda-core}"
 if [[ "$STEPS" == *rows* ]]; then
     rm -rf /tmp/streams-before && cp -a "$BEFORE_SRC" /tmp/streams-before
     (cd /tmp/streams-before && "$PY" setup.py build_ext --inplace -j 16) \
         >"$OUT/bench-build-before.log" 2>&1 || { tail -30 "$OUT/bench-build-before.log"; exit 1; }
     timeout "${ROWS_TIMEOUT:-300}" "$PY" -m benchmarks.run --no-progress --cpus 2,3 \
         --rounds 3 --batches 6 --baseline /tmp/streams-before --ops "$OPS" \
-        --contenders c,streams-py,streams-cy,cupy,torch,cuda-core \
-        --json "$OUT/rows.json" >"$OUT/rows.txt" 2>&1
+        --contenders "$CONTENDERS" --json "$OUT/rows.json" >"$OUT/rows.txt" 2>&1
     echo "rows exit $?" >>"$OUT/rows.txt"
     sed -n '/^   operation/,/^   targets/p' "$OUT/rows.txt"; tail -1 "$OUT/rows.txt"
 fi

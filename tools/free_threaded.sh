@@ -288,12 +288,17 @@ gpu() {
     source "$ROOT/tools/stackdump_env.sh"
     OUT="$out" stackdump_preload
     echo "== pytest with the GIL off: $*"
-    (unset PYTHON_GIL; "$py" -X faulthandler -m pytest -q -p no:cacheprovider -rfEs \
+    # -v: each test by name as it ends, so a run cut short still says
+    # which failed and which never ended.  FT_PYTEST_TIMEOUT (seconds, 0:
+    # none) interrupts pytest like ^C, which still prints its summary.
+    (unset PYTHON_GIL; timeout -s INT -k 30 "${FT_PYTEST_TIMEOUT:-0}" \
+        "$py" -X faulthandler -m pytest -v -p no:cacheprovider -rfEs \
         --junitxml="$out/ft-junit.xml" "$@") >"$log" 2>&1
     local rc=$?
     unset LD_PRELOAD
     OUT="$out" stackdump_report
-    tail -40 "$log"
+    grep -E "^(FAILED|ERROR) " "$log" | head -40
+    tail -3 "$log"
     return $rc
 }
 

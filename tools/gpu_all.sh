@@ -15,8 +15,8 @@
 # runs the free-threaded suite beside memcheck on the eight-thread tests and
 # the fuzzer, with native stacks of whatever hangs (tools/stackdump.c).  STEPS=replay
 # replays one fuzzer seed (FUZZ_SEED, FUZZ_SECONDS): once without shrinking,
-# to see the failing example, and once beside it under gdb with every step
-# traced, for the C backtrace of a crash ($OUT/replay-*.txt).
+# to see the failing example, and once beside it with every step traced,
+# with the native stacks of a crash ($OUT/replay-*.txt, $OUT/stacks.txt).
 # Logs under $OUT: matrix.txt, sanitizers.txt, fuzz.txt, and the full
 # pytest and sanitizer logs in $OUT/logs.tar.gz.
 source "$(dirname "$0")/gpu_env.sh"
@@ -29,23 +29,40 @@ STEPS="${STEPS:-matrix sanitizers}"
 "$PY" setup.py build_ext --inplace -j 16 >"$LOGS/build-release.log" 2>&1 \
     || { tail -30 "$LOGS/build-release.log"; echo "BUILD FAILED"; exit 1; }
 if [[ "$STEPS" == *replay* ]]; then
+# REPLAY_DEBUG=1 replays in the debug-refcounts build (a copy in
+# /tmp/streams-debug); REPLAY_COPIES more untraced copies run beside the
+# two, as load (a crash seen beside the matrix may need it).  A crash
+# leaves every thread's native stack (STACKDUMP_ON_CRASH; no gdb there)
+# in $OUT/stacks.txt.
+DIR="$ROOT"
+if [ "${REPLAY_DEBUG:-0}" = 1 ]; then
+    DIR=/tmp/streams-debug && rm -rf "$DIR" && cp -a "$ROOT" "$DIR"
+    rm -rf "$DIR/build" "$DIR"/streams/*.so "$DIR"/streams/*.c
+    (cd "$DIR" && STREAMS_DEBUG_REFCOUNTS=1 "$PY" setup.py build_ext --inplace -j 16) \
+        >"$LOGS/build-debug.log" 2>&1 || { tail -30 "$LOGS/build-debug.log"; echo "BUILD FAILED"; exit 1; }
+fi
 stackdump_preload
-stackdump_after $(( ${FUZZ_SECONDS:-90} + 45 )) "tests/test_fuzz_gpu.py" replay
-(PYTHONPATH="$PWD" STREAMS_FUZZ_SECONDS="${FUZZ_SECONDS:-90}" STREAMS_FUZZ_SEED="${FUZZ_SEED:-1}" \
-    STREAMS_FUZZ_SHRINK_SECONDS=0 timeout $(( ${FUZZ_SECONDS:-90} + 60 )) \
-    "$PY" tests/test_fuzz_gpu.py >"$OUT/replay-noshrink.txt" 2>&1;
- echo "fuzz exit $?" >>"$OUT/replay-noshrink.txt") &
-NOSHRINK=$!
-GDB=(); command -v gdb >/dev/null && GDB=(gdb -q -batch -ex run -ex bt -ex "info threads" --args)
-PYTHONPATH="$PWD" STREAMS_FUZZ_SECONDS="${FUZZ_SECONDS:-90}" STREAMS_FUZZ_SEED="${FUZZ_SEED:-1}" \
-    STREAMS_FUZZ_TRACE=1 timeout $(( ${FUZZ_SECONDS:-90} + 90 )) "${GDB[@]}" \
-    "$PY" tests/test_fuzz_gpu.py >"$OUT/replay-gdb.txt" 2>"$LOGS/replay-trace.log"
-echo "fuzz exit $?" >>"$OUT/replay-gdb.txt"
-tail -60 "$LOGS/replay-trace.log" >"$OUT/replay-trace-tail.txt"
-wait "$NOSHRINK"
-grep -E "^fuzz|exit|Falsif|Error|assert|state\." "$OUT/replay-noshrink.txt" | tail -40
-grep -E "^#[0-9]|SIG|exit" "$OUT/replay-gdb.txt" | head -40
-tail -20 "$OUT/replay-trace-tail.txt"
+export STACKDUMP_ON_CRASH=1
+replay() {  # NAME TRACE
+    (cd "$DIR" && PYTHONPATH="$DIR" STREAMS_FUZZ_SECONDS="${FUZZ_SECONDS:-90}" \
+        STREAMS_FUZZ_SEED="${FUZZ_SEED:-1}" STREAMS_FUZZ_SHRINK_SECONDS=0 STREAMS_FUZZ_TRACE="$2" \
+        timeout $(( ${FUZZ_SECONDS:-90} + 90 )) "$PY" tests/test_fuzz_gpu.py \
+        >"$OUT/replay-$1.txt" 2>"$LOGS/replay-$1.log"
+     echo "fuzz exit $?" >>"$OUT/replay-$1.txt"
+     tail -60 "$LOGS/replay-$1.log" >"$OUT/replay-$1-tail.txt")
+}
+pids=()
+for i in $(seq 1 "${REPLAY_COPIES:-0}"); do replay "copy$i" 0 & pids+=($!); done
+replay noshrink 0 & pids+=($!)
+replay trace 1
+wait "${pids[@]}"
+unset STACKDUMP_ON_CRASH
+stackdump_report
+for f in "$OUT"/replay-*.txt; do
+    case "$f" in *-tail.txt) continue ;; esac
+    echo "== $f"; grep -E "^fuzz|Falsif|Error|assert|Fatal|state\." "$f" | tail -12
+done
+tail -25 "$OUT/replay-trace-tail.txt"
 fi
 if [[ "$STEPS" == *matrix* ]]; then
 (PYTHONPATH="$PWD" STREAMS_FUZZ_SECONDS="${FUZZ_SECONDS:-240}" STREAMS_FUZZ_SEED="${FUZZ_SEED:-1}" \
@@ -114,3 +131,9 @@ grep -E "^(FAILED|ERROR) |passed|failed|ft exit" "$OUT/ft/ft-pytest.log" "$OUT/f
 ls "$OUT"/stacks* "$OUT"/*/stacks* 2>/dev/null
 fi
 tar -czf "$OUT/logs-${STEPS// /-}.tar.gz" -C "$LOGS" . 2>/dev/null
+# The raw per-thread stack files in one archive (a device call brings back
+# only so many files); the named report is stacks.txt beside them.
+for d in "$OUT"/stacks "$OUT"/*/stacks; do
+    [ -d "$d" ] && [ -n "$(ls "$d")" ] && tar -czf "$d.tar.gz" -C "$d" . && rm -rf "$d"
+done
+true

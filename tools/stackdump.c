@@ -5,6 +5,7 @@
  *   gcc -shared -fPIC -O1 -o /tmp/libstackdump.so tools/stackdump.c
  *   STACKDUMP_DIR=/tmp/dump LD_PRELOAD=/tmp/libstackdump.so python ...
  *   bash tools/stackdump.sh PID      (or: kill -USR2 PID)
+ *   STACKDUMP_ON_CRASH=1: also at a crash (below)
  *
  * A SIGUSR2 sent to the process (kill, from outside or from the process
  * itself: tests/conftest.py does after STREAMS_TEST_STACKDUMP_AFTER
@@ -27,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 static char dump_dir[512] = "/tmp";
@@ -71,6 +73,21 @@ static void fan_out(pid_t me) {
     close(fd);
 }
 
+/* A crash (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT): every thread's stack
+ * as above, the faulting thread's first, then the signal again with its
+ * default action.  faulthandler, enabled later, runs first and gives this
+ * handler the signal back once it has printed the Python frames. */
+static void on_crash(int sig, siginfo_t *info, void *context) {
+    struct timespec pause = {0, 300 * 1000 * 1000};
+    (void)info;
+    (void)context;
+    dump_self();
+    fan_out((pid_t)syscall(SYS_gettid));
+    nanosleep(&pause, NULL);        /* the others write their files */
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
 static void on_signal(int sig, siginfo_t *info, void *context) {
     (void)sig;
     (void)context;
@@ -94,4 +111,11 @@ __attribute__((constructor)) static void stackdump_install(void) {
     action.sa_flags = SA_SIGINFO | SA_RESTART;
     sigemptyset(&action.sa_mask);
     sigaction(SIGUSR2, &action, NULL);
+    if (getenv("STACKDUMP_ON_CRASH") != NULL) {
+        static const int crashes[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+        action.sa_sigaction = on_crash;
+        action.sa_flags = SA_SIGINFO | SA_NODEFER | SA_ONSTACK;
+        for (size_t i = 0; i < sizeof crashes / sizeof crashes[0]; i++)
+            sigaction(crashes[i], &action, NULL);
+    }
 }

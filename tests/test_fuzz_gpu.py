@@ -29,7 +29,9 @@ The machine runs in a child process (a crash must not kill pytest): this
 file is also the child's script.  ``STREAMS_FUZZ_SECONDS`` (default 60)
 bounds the run, ``STREAMS_FUZZ_SEED`` replays one, ``STREAMS_FUZZ_REPORT``
 names a file for the "N examples, M steps in S seconds" line, and
-``STREAMS_FUZZ_TRACE=1`` prints every step as it runs.  Under
+``STREAMS_FUZZ_TRACE=1`` prints the steps that say what they built or
+dropped as they run, ``=2`` also every rule with its arguments, before it
+runs (for a crash, which leaves no falsifying example).  Under
 compute-sanitizer: ``compute-sanitizer --tool memcheck --report-api-errors
 no python tests/test_fuzz_gpu.py`` (docs/safety.rst).
 """
@@ -68,6 +70,7 @@ CHECK_DEVICE_MEMORY = os.environ.get("STREAMS_FUZZ_DEVICE_MEMORY") == "1"
 # house rule); STREAMS_FUZZ_STRICT_NAMES=0 checks only the exception type.
 STRICT_NAMES = os.environ.get("STREAMS_FUZZ_STRICT_NAMES", "1") != "0"
 TRACE = os.environ.get("STREAMS_FUZZ_TRACE", "") not in ("", "0")
+TRACE_RULES = os.environ.get("STREAMS_FUZZ_TRACE", "") == "2"
 
 N = 256                 # uint32 per buffer: one block of N threads fills it
 NBYTES = N * 4
@@ -2095,6 +2098,23 @@ def _new_object_uses(cls, obj, s, g):
 
 # ---- the run: rounds of examples within a time budget, in a child process --------------------
 
+def trace_every_rule(machine):
+    """Each rule's name and arguments on stderr as it starts, on this thread
+    (a profile hook: the rules themselves stay as hypothesis made them)."""
+    import inspect
+    codes = {}
+    for name, value in vars(machine).items():
+        if getattr(value, "hypothesis_stateful_rule", None) is not None:
+            codes[inspect.unwrap(value).__code__] = name
+
+    def hook(frame, event, arg):
+        if event == "call" and frame.f_code in codes:
+            args = {k: v for k, v in frame.f_locals.items() if k != "self"}
+            print(f"  rule {STATS['steps']}: {codes[frame.f_code]} {args}", file=sys.stderr,
+                  flush=True)
+    sys.setprofile(hook)
+
+
 def fuzz_settings():
     # Shrinking a failure replays examples on the GPU: bounded too.
     engine = sys.modules.get("hypothesis.internal.conjecture.engine")
@@ -2179,6 +2199,8 @@ def main():
         graph_before = streams.graph_memory_info()
         start = time.monotonic()
         RUN_BUDGET["end"] = start + BUDGET
+    if TRACE_RULES:
+        trace_every_rule(GpuObjectGraph)
     try:
         while BUDGET > 0 and time.monotonic() < RUN_BUDGET["end"]:
             round_seed = (seed + rounds) % 2**32

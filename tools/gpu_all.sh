@@ -43,8 +43,8 @@ if [ "${REPLAY_DEBUG:-0}" = 1 ]; then
 fi
 stackdump_preload
 export STACKDUMP_ON_CRASH=1
-replay() {  # NAME TRACE
-    (cd "$DIR" && PYTHONPATH="$DIR" STREAMS_FUZZ_SECONDS="${FUZZ_SECONDS:-90}" \
+replay() {  # NAME TRACE [BUILD_DIR]
+    (cd "${3:-$DIR}" && PYTHONPATH="${3:-$DIR}" STREAMS_FUZZ_SECONDS="${FUZZ_SECONDS:-90}" \
         STREAMS_FUZZ_SEED="${FUZZ_SEED:-1}" STREAMS_FUZZ_SHRINK_SECONDS=0 STREAMS_FUZZ_TRACE="$2" \
         timeout $(( ${FUZZ_SECONDS:-90} + 90 )) "$PY" tests/test_fuzz_gpu.py \
         >"$OUT/replay-$1.txt" 2>"$LOGS/replay-$1.log"
@@ -53,8 +53,10 @@ replay() {  # NAME TRACE
 }
 pids=()
 for i in $(seq 1 "${REPLAY_COPIES:-0}"); do replay "copy$i" 0 & pids+=($!); done
+# REPLAY_RELEASE=1: the release build too, beside the debug one.
+[ "${REPLAY_RELEASE:-0}" = 1 ] && [ "$DIR" != "$ROOT" ] && { replay release 0 "$ROOT" & pids+=($!); }
 replay noshrink 0 & pids+=($!)
-replay trace 1
+replay trace "${REPLAY_TRACE:-1}"     # 2: every rule with its arguments
 wait "${pids[@]}"
 unset STACKDUMP_ON_CRASH
 stackdump_report

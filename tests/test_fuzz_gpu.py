@@ -226,6 +226,7 @@ class HolderM:
         self.mem_nodes = False      # a graph with memory nodes is instantiated once
         self.conditional = False    # so is one with conditional nodes
         self.instantiated = 0
+        self.made = ""              # what built it, for the trace
         self.closed = False
         self.how = None             # "close" or "drop" once gone
 
@@ -429,6 +430,8 @@ class GpuObjectGraph(RuleBasedStateMachine):
         import numpy
         np = numpy
         STATS["examples"] += 1
+        if TRACE_RULES:
+            print(f"  example {STATS['examples']} starts", file=sys.stderr, flush=True)
         RAN.clear()
         EXPECTED.clear()
         STATUSES.clear()
@@ -1110,6 +1113,7 @@ class GpuObjectGraph(RuleBasedStateMachine):
         deps = ()
         for kind in kinds:
             deps = self._graph_op(g, h, kind, rnd, deps)
+        h.made = f"step {STATS['steps']}: built {kinds}"
         self.trace(f"graph {[op[0][0] for op in h.ops]}")
 
     @precondition(lambda self: self.bufs and [s for s in self.own_streams() if s.non_blocking])
@@ -1165,6 +1169,7 @@ class GpuObjectGraph(RuleBasedStateMachine):
             if s.capture_status != streams.CaptureStatus.NONE:
                 g = s.end_capture()
         h.obj = g
+        h.made = f"step {STATS['steps']}: captured {kinds} ({mode})"
         self.graphs.append(h)
 
     @precondition(lambda self: self.live(self.graphs))
@@ -1180,6 +1185,15 @@ class GpuObjectGraph(RuleBasedStateMachine):
                 with pytest.raises(CudaError, match="one executable at a time"):
                     gm.obj.instantiate(auto_free_on_launch=auto_free, upload_stream=up)
             return
+        if TRACE_RULES:
+            self.trace(f"instantiate the graph of {gm.made}, {len(self.live(self.graphs))} live, "
+                       f"{gm.instantiated} executables before; upload to {up!r}")
+            for node in gm.obj.nodes:
+                self.trace(f"  node {node.type.name}")
+                if node.type == streams.NodeType.KERNEL:
+                    p = node.kernel_params()
+                    self.trace(f"    function {p.function:#x} kernel {p.kernel_handle:#x} "
+                               f"name {p.name if hasattr(p, 'name') else '?'}")
         ex = gm.obj.instantiate(auto_free_on_launch=auto_free, upload_stream=up)
         gm.instantiated += 1
         h = HolderM(ex, "exec")

@@ -1157,6 +1157,8 @@ class GpuObjectGraph(RuleBasedStateMachine):
                     s.launch_host_func(count_cb, key)   # a graph-owned host node
                     h.ops.append([("host", key), True])
                 elif kind == "callback":
+                    if os.environ.get("STREAMS_FUZZ_DIAG") == "skip-callback":
+                        continue    # a diagnosis: the same draws, no refused call
                     # Refused during a capture; the capture survives.
                     with pytest.raises(RuntimeError):
                         s.add_callback(status_cb, "never")
@@ -1194,6 +1196,12 @@ class GpuObjectGraph(RuleBasedStateMachine):
                     p = node.kernel_params()
                     self.trace(f"    function {p.function:#x} kernel {p.kernel_handle:#x} "
                                f"name {p.name if hasattr(p, 'name') else '?'}")
+        if os.environ.get("STREAMS_FUZZ_DIAG") == "clone-first":
+            twin = gm.obj.clone()
+            self.trace("clone made")
+            twin.instantiate().close()
+            self.trace("clone instantiated")
+            twin.close()
         ex = gm.obj.instantiate(auto_free_on_launch=auto_free, upload_stream=up)
         gm.instantiated += 1
         h = HolderM(ex, "exec")

@@ -1196,6 +1196,24 @@ class GpuObjectGraph(RuleBasedStateMachine):
                     p = node.kernel_params()
                     self.trace(f"    function {p.function:#x} kernel {p.kernel_handle:#x} "
                                f"name {p.name if hasattr(p, 'name') else '?'}")
+        if os.environ.get("STREAMS_FUZZ_DIAG") == "probe":
+            import ctypes
+            cu = ctypes.CDLL("libcuda.so.1")
+            ctx = ctypes.c_void_p()
+            cu.cuCtxGetCurrent(ctypes.byref(ctx))
+            prim = ctypes.c_void_p()
+            cu.cuDevicePrimaryCtxRetain(ctypes.byref(prim), 0)
+            self.trace(f"current context {ctx.value or 0:#x}, primary {prim.value or 0:#x}")
+            for name in ("empty", "fill_u32"):
+                probe = Graph()
+                if name == "empty":
+                    probe.add_kernel_node("empty")
+                else:
+                    probe.add_kernel_node("fill_u32", 1, N, self.bufs[0].obj, 0, 0)
+                self.trace(f"a fresh graph of one {name} kernel node: instantiate")
+                probe.instantiate().close()
+                self.trace("  instantiated")
+                probe.close()
         if os.environ.get("STREAMS_FUZZ_DIAG") == "clone-first":
             twin = gm.obj.clone()
             self.trace("clone made")

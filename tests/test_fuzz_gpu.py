@@ -1209,7 +1209,9 @@ class GpuObjectGraph(RuleBasedStateMachine):
                 if name == "empty":
                     probe.add_kernel_node("empty")
                 else:
-                    probe.add_kernel_node("fill_u32", 1, N, self.bufs[0].obj, 0, 0)
+                    scratch = DeviceBuffer(NBYTES, stream=Stream.legacy)
+                    probe.add_kernel_node("fill_u32", 1, N, scratch, 0, N)
+                    scratch.close()
                 self.trace(f"a fresh graph of one {name} kernel node: instantiate")
                 probe.instantiate().close()
                 self.trace("  instantiated")

@@ -476,10 +476,19 @@ def end_capture(Stream stream not None):
         stream._unuse()
         # Buffers released during the capture are freed now (see _memory).
         rt.drain_deferred()
+    # What the capturing stream's handle needs (a green context, a foreign
+    # stream's owner) lives as long as the graph and its executables: the
+    # captured kernel nodes name functions of the stream's context, and
+    # instantiating them once a green context was destroyed crashed in the
+    # driver (fuzzer seed 2482497966: a graph captured on a green stream,
+    # the stream and its context dropped, then instantiate: SIGSEGV).
     if target_obj is not None and g == <cudaGraph_t>(<Graph>target_obj)._handle:
-        return target_obj    # begin_capture_to_graph: CUDA returns the user's graph
+        # begin_capture_to_graph: CUDA returns the user's graph
+        if stream._owner is not None:
+            (<Graph>target_obj)._keep.append(stream._owner)
+        return target_obj
     rt.count_graph_adopted()
-    return _wrap_graph(g, True, slot, None)
+    return _wrap_graph(g, True, slot, None if stream._owner is None else [stream._owner])
 
 
 def capture_info(Stream stream not None):

@@ -10,6 +10,7 @@ import pytest
 np = pytest.importorskip("numpy", reason="the green-context tests check results with numpy")
 
 import streams
+from _support import run_python
 from streams import DeviceBuffer, Event, GreenContext, Module, Stream
 
 pytestmark = pytest.mark.gpu
@@ -371,3 +372,65 @@ def test_misuse_raises(device):
     with pytest.raises(RuntimeError, match="once"):
         ctx.__init__(part)
     ctx.close()
+
+
+_CAPTURED_ON_A_DROPPED_GREEN_STREAM = r"""
+import gc
+import numpy as np
+import streams
+from streams import DeviceBuffer, GreenContext, Stream
+
+def contexts():
+    gc.collect()
+    streams._cudart._drain_deferred()
+    return streams.debug_counters()["live_green_contexts"]
+
+dev = streams.Device(streams.get_device())
+r = dev.sm_resource()
+(part,), _ = dev.split_sm(r.min_partition_size, groups=1)
+base = contexts()
+out = DeviceBuffer(4 * 256, Stream.legacy)
+Stream.legacy.synchronize()
+ctx = GreenContext(part)
+g = ctx.create_stream()
+ctx.close()                       # only the stream holds the context now
+if MODE == "capture":
+    g.begin_capture("thread_local")
+    streams.testing.fill_u32(g, out, 7, 256)
+    graph = g.end_capture()
+else:                             # into a graph of the user's
+    graph = streams.Graph()
+    g.begin_capture_to_graph(graph)
+    streams.testing.fill_u32(g, out, 7, 256)
+    g.end_capture()
+del g, ctx                        # the stream goes: the graph holds the context
+print("held", contexts() - base)
+ex = graph.instantiate()          # SIGSEGV in the driver before the fix
+graph.close()
+print("exec holds", contexts() - base)
+g2 = GreenContext(part).create_stream()
+ex.launch(g2)
+host = np.zeros(256, dtype=np.uint32)
+streams.memcpy_async(host, out, stream=g2)
+g2.synchronize()
+print("values", sorted(set(host.tolist())))
+ex.close()
+g2.close()
+del g2
+print("after", contexts() - base)
+"""
+
+
+@pytest.mark.parametrize("mode", ["capture", "capture_to_graph"])
+def test_a_graph_captured_on_a_green_stream_keeps_its_context(device, mode):
+    """A graph captured on a green context's stream keeps the context (its
+    kernel nodes name the context's functions) for as long as it and its
+    executables live.  Before: the stream dropped, the context went with
+    it, and instantiating the graph crashed in the driver (the fuzzer,
+    seed 2482497966).  In a child: the failure mode is a crash."""
+    result = run_python(f"MODE = {mode!r}\n" + _CAPTURED_ON_A_DROPPED_GREEN_STREAM, timeout=120)
+    assert result.returncode == 0, (result.returncode, result.stdout, result.stderr[-3000:])
+    lines = result.stdout.split("\n")
+    assert "held 1" in lines and "exec holds 1" in lines, result.stdout
+    assert "values [7]" in lines, result.stdout
+    assert "after 0" in lines, result.stdout

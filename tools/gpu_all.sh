@@ -138,4 +138,5 @@ tar -czf "$OUT/logs-${STEPS// /-}.tar.gz" -C "$LOGS" . 2>/dev/null
 for d in "$OUT"/stacks "$OUT"/*/stacks; do
     [ -d "$d" ] && [ -n "$(ls "$d")" ] && tar -czf "$d.tar.gz" -C "$d" . && rm -rf "$d"
 done
+pack_out
 true

@@ -72,3 +72,4 @@ if [[ "$STEPS" == *ft* ]]; then
     done >"$OUT/ft.txt" 2>&1
     cat "$OUT/ft.txt"
 fi
+pack_out

@@ -28,3 +28,21 @@ xdist_spread() {
 # stackdump_preload, stackdump_report, stackdump_after: native stacks of
 # what hangs (tools/stackdump_env.sh).
 source "$ROOT/tools/stackdump_env.sh"
+
+# pack_out: a device call brings back at most 8 files of $OUT, two folders
+# deep at most (the device README).  Past that everything under $OUT goes
+# into $OUT/all.tar.gz, and the top folder's .txt summaries stay beside it
+# while they fit.  The scripts that own $OUT call it last.
+pack_out() {
+    local n
+    n=$(find "$OUT" -type f | wc -l)
+    [ "$n" -le 8 ] && return 0
+    tar -czf /tmp/streams-all-out.tar.gz -C "$OUT" . || return 0
+    local keep=/tmp/streams-out-summaries
+    rm -rf "$keep" && mkdir -p "$keep"
+    find "$OUT" -maxdepth 1 -type f -name '*.txt' -size -256k | head -7 | xargs -r cp -t "$keep"
+    rm -rf "${OUT:?}"/*
+    mv /tmp/streams-all-out.tar.gz "$OUT/all.tar.gz"
+    cp "$keep"/* "$OUT"/ 2>/dev/null
+    echo "== $n files under \$OUT: all of them in all.tar.gz"
+}

@@ -1157,8 +1157,6 @@ class GpuObjectGraph(RuleBasedStateMachine):
                     s.launch_host_func(count_cb, key)   # a graph-owned host node
                     h.ops.append([("host", key), True])
                 elif kind == "callback":
-                    if os.environ.get("STREAMS_FUZZ_DIAG") == "skip-callback":
-                        continue    # a diagnosis: the same draws, no refused call
                     # Refused during a capture; the capture survives.
                     with pytest.raises(RuntimeError):
                         s.add_callback(status_cb, "never")
@@ -1196,32 +1194,6 @@ class GpuObjectGraph(RuleBasedStateMachine):
                     p = node.kernel_params()
                     self.trace(f"    function {p.function:#x} kernel {p.kernel_handle:#x} "
                                f"name {p.name if hasattr(p, 'name') else '?'}")
-        if os.environ.get("STREAMS_FUZZ_DIAG") == "probe":
-            import ctypes
-            cu = ctypes.CDLL("libcuda.so.1")
-            ctx = ctypes.c_void_p()
-            cu.cuCtxGetCurrent(ctypes.byref(ctx))
-            prim = ctypes.c_void_p()
-            cu.cuDevicePrimaryCtxRetain(ctypes.byref(prim), 0)
-            self.trace(f"current context {ctx.value or 0:#x}, primary {prim.value or 0:#x}")
-            for name in ("empty", "fill_u32"):
-                probe = Graph()
-                if name == "empty":
-                    probe.add_kernel_node("empty")
-                else:
-                    scratch = DeviceBuffer(NBYTES, stream=Stream.legacy)
-                    probe.add_kernel_node("fill_u32", 1, N, scratch, 0, N)
-                    scratch.close()
-                self.trace(f"a fresh graph of one {name} kernel node: instantiate")
-                probe.instantiate().close()
-                self.trace("  instantiated")
-                probe.close()
-        if os.environ.get("STREAMS_FUZZ_DIAG") == "clone-first":
-            twin = gm.obj.clone()
-            self.trace("clone made")
-            twin.instantiate().close()
-            self.trace("clone instantiated")
-            twin.close()
         ex = gm.obj.instantiate(auto_free_on_launch=auto_free, upload_stream=up)
         gm.instantiated += 1
         h = HolderM(ex, "exec")

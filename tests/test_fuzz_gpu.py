@@ -1169,7 +1169,7 @@ class GpuObjectGraph(RuleBasedStateMachine):
             if s.capture_status != streams.CaptureStatus.NONE:
                 g = s.end_capture()
         h.obj = g
-        h.made = f"step {STATS['steps']}: captured {kinds} ({mode})"
+        h.made = f"step {STATS['steps']}: captured {kinds} ({mode}) on {s!r}"
         self.graphs.append(h)
 
     @precondition(lambda self: self.live(self.graphs))
@@ -1193,7 +1193,7 @@ class GpuObjectGraph(RuleBasedStateMachine):
                 if node.type == streams.NodeType.KERNEL:
                     p = node.kernel_params()
                     self.trace(f"    function {p.function:#x} kernel {p.kernel_handle:#x} "
-                               f"name {p.name if hasattr(p, 'name') else '?'}")
+                               f"name {p.name}")
         ex = gm.obj.instantiate(auto_free_on_launch=auto_free, upload_stream=up)
         gm.instantiated += 1
         h = HolderM(ex, "exec")

@@ -289,10 +289,12 @@ gpu() {
     OUT="$out" stackdump_preload
     echo "== pytest with the GIL off: $*"
     # -v: each test by name as it ends, so a run cut short still says
-    # which failed and which never ended.  FT_PYTEST_TIMEOUT (seconds, 0:
-    # none) interrupts pytest like ^C, which still prints its summary.
+    # which failed and which never ended; --durations: the slowest tests
+    # (the free-threaded suite took past 340 s on 8 workers).
+    # FT_PYTEST_TIMEOUT (seconds, 0: none) interrupts pytest like ^C,
+    # which still prints its summary.
     (unset PYTHON_GIL; timeout -s INT -k 30 "${FT_PYTEST_TIMEOUT:-0}" \
-        "$py" -X faulthandler -m pytest -v -p no:cacheprovider -rfEs \
+        "$py" -X faulthandler -m pytest -v -p no:cacheprovider -rfEs --durations=30 \
         --junitxml="$out/ft-junit.xml" "$@") >"$log" 2>&1
     local rc=$?
     unset LD_PRELOAD

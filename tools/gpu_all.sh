@@ -17,6 +17,8 @@
 # replays one fuzzer seed (FUZZ_SEED, FUZZ_SECONDS): once without shrinking,
 # to see the failing example, and once beside it with every step traced,
 # with the native stacks of a crash ($OUT/replay-*.txt, $OUT/stacks.txt).
+# STEPS=verify, after a crash's fix: the seed in both builds, VERIFY_TESTS,
+# and the free-threaded whole suite beside them.
 # Logs under $OUT: matrix.txt, sanitizers.txt, fuzz.txt, and the full
 # pytest and sanitizer logs in $OUT/logs.tar.gz.
 source "$(dirname "$0")/gpu_env.sh"
@@ -103,6 +105,43 @@ for f in fuzz2 fuzz-memcheck; do
     echo "== $f"
     grep -E "^fuzz: [0-9]|fuzz exit|FAILED|ERROR SUMMARY|Falsifying|AssertionError|Fatal" "$LOGS/$f.log" | tail -8
 done | tee "$OUT/fuzz-sanitizers.txt"
+fi
+if [[ "$STEPS" == *verify* ]]; then
+# After a crash's fix: its seed replayed (FUZZ_SEED) in the release and the
+# debug-refcounts builds, the tests named in VERIFY_TESTS, and beside them
+# the whole suite on the free-threaded build (FT_BUNDLE; carry .ft), each
+# test by name.
+# In a copy: its in-place build must not rewrite this checkout's sources
+# while the replays below run from it.
+rm -rf /tmp/streams-ft && cp -a "$ROOT" /tmp/streams-ft
+(cd /tmp/streams-ft && OUT="$OUT/ft" FT_PYTEST_TIMEOUT="${FT_PYTEST_TIMEOUT:-400}" \
+    timeout $(( ${FT_PYTEST_TIMEOUT:-400} + 120 )) \
+    bash tools/free_threaded.sh gpu "${FT_BUNDLE:-.ft/py313t-bundle.tar}" tests \
+    >"$OUT/ft.txt" 2>&1; echo "ft exit $?" >>"$OUT/ft.txt") &
+FT=$!
+DBG=/tmp/streams-debug && rm -rf "$DBG" && cp -a "$ROOT" "$DBG"
+rm -rf "$DBG/build" "$DBG"/streams/*.so "$DBG"/streams/*.c
+(cd "$DBG" && STREAMS_DEBUG_REFCOUNTS=1 "$PY" setup.py build_ext --inplace -j 8) \
+    >"$LOGS/build-debug.log" 2>&1 || { tail -30 "$LOGS/build-debug.log"; echo "BUILD FAILED"; }
+stackdump_preload
+export STACKDUMP_ON_CRASH=1
+for d in "$ROOT" "$DBG"; do
+    (cd "$d" && PYTHONPATH="$d" STREAMS_FUZZ_SECONDS="${FUZZ_SECONDS:-60}" \
+        STREAMS_FUZZ_SEED="${FUZZ_SEED:-1}" STREAMS_FUZZ_SHRINK_SECONDS=0 \
+        timeout $(( ${FUZZ_SECONDS:-60} + 90 )) "$PY" tests/test_fuzz_gpu.py 2>&1 | tail -40 \
+        >"$OUT/verify-fuzz-$(basename "$d").txt"; echo "fuzz exit ${PIPESTATUS[0]}" \
+        >>"$OUT/verify-fuzz-$(basename "$d").txt") &
+done
+"$PY" -m pytest -q -p no:cacheprovider -rfEs ${VERIFY_TESTS:-tests/test_green_gpu.py} \
+    >"$OUT/verify-tests.txt" 2>&1
+echo "tests exit $?" >>"$OUT/verify-tests.txt"
+wait $(jobs -p | grep -v "^$FT\$")
+unset STACKDUMP_ON_CRASH
+stackdump_report
+tail -3 "$OUT/verify-tests.txt"
+for f in "$OUT"/verify-fuzz-*.txt; do echo "== $f"; grep -E "^fuzz|Fatal|Falsif" "$f" | tail -4; done
+wait "$FT"
+grep -E "^(FAILED|ERROR) |passed|failed|ft exit" "$OUT/ft/ft-pytest.log" "$OUT/ft.txt" | tail -12
 fi
 if [[ "$STEPS" == *diagnose* ]]; then
 # The two hangs of 2026-11-27 in one call: the whole suite on the

@@ -141,7 +141,7 @@ stackdump_report
 tail -3 "$OUT/verify-tests.txt"
 for f in "$OUT"/verify-fuzz-*.txt; do echo "== $f"; grep -E "^fuzz|Fatal|Falsif" "$f" | tail -4; done
 wait "$FT"
-grep -E "^(FAILED|ERROR) |passed|failed|ft exit" "$OUT/ft/ft-pytest.log" "$OUT/ft.txt" | tail -12
+grep -hE "^(FAILED|ERROR) |^=+ .*(passed|failed)|ft exit" "$OUT/ft/ft-pytest.log" "$OUT/ft.txt" | tail -12
 fi
 if [[ "$STEPS" == *diagnose* ]]; then
 # The two hangs of 2026-11-27 in one call: the whole suite on the
@@ -168,7 +168,7 @@ wait "$FUZZ3" "$FT"
 tail -3 "$OUT/memcheck.txt"
 grep -E "^fuzz: [0-9]|fuzz exit|ERROR SUMMARY|Falsifying|AssertionError" "$LOGS/fuzz-memcheck.log" | tail -5
 tail -3 "$LOGS/fuzz-memcheck.log" >"$OUT/fuzz-memcheck-tail.txt"
-grep -E "^(FAILED|ERROR) |passed|failed|ft exit" "$OUT/ft/ft-pytest.log" "$OUT/ft.txt" | tail -30
+grep -hE "^(FAILED|ERROR) |^=+ .*(passed|failed)|ft exit" "$OUT/ft/ft-pytest.log" "$OUT/ft.txt" | tail -30
 ls "$OUT"/stacks* "$OUT"/*/stacks* 2>/dev/null
 fi
 tar -czf "$OUT/logs-${STEPS// /-}.tar.gz" -C "$LOGS" . 2>/dev/null

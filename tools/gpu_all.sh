@@ -30,41 +30,50 @@ STEPS="${STEPS:-matrix sanitizers}"
 # The release build first: the fuzzer runs on it beside the matrix.
 "$PY" setup.py build_ext --inplace -j 16 >"$LOGS/build-release.log" 2>&1 \
     || { tail -30 "$LOGS/build-release.log"; echo "BUILD FAILED"; exit 1; }
-if [[ "$STEPS" == *replay* ]]; then
-# REPLAY_DEBUG=1 replays in the debug-refcounts build (a copy in
-# /tmp/streams-debug); REPLAY_COPIES more untraced copies run beside the
-# two, as load (a crash seen beside the matrix may need it).  A crash
-# leaves every thread's native stack (STACKDUMP_ON_CRASH; no gdb there)
-# in $OUT/stacks.txt.
-DIR="$ROOT"
-if [ "${REPLAY_DEBUG:-0}" = 1 ]; then
-    DIR=/tmp/streams-debug && rm -rf "$DIR" && cp -a "$ROOT" "$DIR"
-    rm -rf "$DIR/build" "$DIR"/streams/*.so "$DIR"/streams/*.c
-    (cd "$DIR" && STREAMS_DEBUG_REFCOUNTS=1 "$PY" setup.py build_ext --inplace -j 16) \
-        >"$LOGS/build-debug.log" 2>&1 || { tail -30 "$LOGS/build-debug.log"; echo "BUILD FAILED"; exit 1; }
-fi
-stackdump_preload
-export STACKDUMP_ON_CRASH=1
-replay() {  # NAME TRACE [BUILD_DIR]
-    (cd "${3:-$DIR}" && PYTHONPATH="${3:-$DIR}" STREAMS_FUZZ_SECONDS="${FUZZ_SECONDS:-90}" \
+# The debug-refcounts build in a copy of the checkout, $DEBUG_DIR (the
+# in-place release build stays); $1: build jobs.
+DEBUG_DIR=/tmp/streams-debug
+build_debug_copy() {
+    rm -rf "$DEBUG_DIR" && cp -a "$ROOT" "$DEBUG_DIR"
+    rm -rf "$DEBUG_DIR/build" "$DEBUG_DIR"/streams/*.so "$DEBUG_DIR"/streams/*.c
+    (cd "$DEBUG_DIR" && STREAMS_DEBUG_REFCOUNTS=1 "$PY" setup.py build_ext --inplace -j "$1") \
+        >"$LOGS/build-debug.log" 2>&1 || { tail -30 "$LOGS/build-debug.log"; echo "BUILD FAILED"; return 1; }
+}
+# One fuzzer seed (FUZZ_SEED, FUZZ_SECONDS) replayed without shrinking in
+# the build at BUILD_DIR, at trace level TRACE: $OUT/replay-NAME.txt, the
+# end of its stderr in $OUT/replay-NAME-tail.txt, all of it in $LOGS.
+replay() {  # NAME TRACE BUILD_DIR
+    (cd "$3" && PYTHONPATH="$3" STREAMS_FUZZ_SECONDS="${FUZZ_SECONDS:-90}" \
         STREAMS_FUZZ_SEED="${FUZZ_SEED:-1}" STREAMS_FUZZ_SHRINK_SECONDS=0 STREAMS_FUZZ_TRACE="$2" \
         timeout $(( ${FUZZ_SECONDS:-90} + 90 )) "$PY" tests/test_fuzz_gpu.py \
         >"$OUT/replay-$1.txt" 2>"$LOGS/replay-$1.log"
      echo "fuzz exit $?" >>"$OUT/replay-$1.txt"
      tail -60 "$LOGS/replay-$1.log" >"$OUT/replay-$1-tail.txt")
 }
+if [[ "$STEPS" == *replay* ]]; then
+# REPLAY_DEBUG=1 replays in the debug-refcounts build; REPLAY_COPIES more
+# untraced copies run beside the two, as load (a crash seen beside the
+# matrix may need it).  A crash leaves every thread's native stack
+# (STACKDUMP_ON_CRASH; no gdb there) in $OUT/stacks.txt.
+DIR="$ROOT"
+if [ "${REPLAY_DEBUG:-0}" = 1 ]; then
+    build_debug_copy 16 || exit 1
+    DIR="$DEBUG_DIR"
+fi
+stackdump_preload
+export STACKDUMP_ON_CRASH=1
 pids=()
-for i in $(seq 1 "${REPLAY_COPIES:-0}"); do replay "copy$i" 0 & pids+=($!); done
+for i in $(seq 1 "${REPLAY_COPIES:-0}"); do replay "copy$i" 0 "$DIR" & pids+=($!); done
 # REPLAY_RELEASE=1: the release build too, beside the debug one.
 [ "${REPLAY_RELEASE:-0}" = 1 ] && [ "$DIR" != "$ROOT" ] && { replay release 0 "$ROOT" & pids+=($!); }
-replay noshrink 0 & pids+=($!)
-replay trace "${REPLAY_TRACE:-1}"     # 2: every rule with its arguments
+replay noshrink 0 "$DIR" & pids+=($!)
+replay trace "${REPLAY_TRACE:-1}" "$DIR"     # 2: every rule with its arguments
 wait "${pids[@]}"
 unset STACKDUMP_ON_CRASH
 stackdump_report
 for f in "$OUT"/replay-*.txt; do
     case "$f" in *-tail.txt) continue ;; esac
-    echo "== $f"; grep -E "^fuzz|Falsif|Error|assert|Fatal|state\." "$f" | tail -12
+    echo "== $f"; grep -hE "^fuzz|Falsif|Error|assert|Fatal|state\." "$f" "${f%.txt}-tail.txt" | tail -12
 done
 tail -25 "$OUT/replay-trace-tail.txt"
 fi
@@ -119,29 +128,23 @@ rm -rf /tmp/streams-ft && cp -a "$ROOT" /tmp/streams-ft
     bash tools/free_threaded.sh gpu "${FT_BUNDLE:-.ft/py313t-bundle.tar}" tests \
     >"$OUT/ft.txt" 2>&1; echo "ft exit $?" >>"$OUT/ft.txt") &
 FT=$!
-DBG=/tmp/streams-debug && rm -rf "$DBG" && cp -a "$ROOT" "$DBG"
-rm -rf "$DBG/build" "$DBG"/streams/*.so "$DBG"/streams/*.c
-(cd "$DBG" && STREAMS_DEBUG_REFCOUNTS=1 "$PY" setup.py build_ext --inplace -j 8) \
-    >"$LOGS/build-debug.log" 2>&1 || { tail -30 "$LOGS/build-debug.log"; echo "BUILD FAILED"; }
 stackdump_preload
 export STACKDUMP_ON_CRASH=1
-for d in "$ROOT" "$DBG"; do
-    (cd "$d" && PYTHONPATH="$d" STREAMS_FUZZ_SECONDS="${FUZZ_SECONDS:-60}" \
-        STREAMS_FUZZ_SEED="${FUZZ_SEED:-1}" STREAMS_FUZZ_SHRINK_SECONDS=0 \
-        timeout $(( ${FUZZ_SECONDS:-60} + 90 )) "$PY" tests/test_fuzz_gpu.py 2>&1 | tail -40 \
-        >"$OUT/verify-fuzz-$(basename "$d").txt"; echo "fuzz exit ${PIPESTATUS[0]}" \
-        >>"$OUT/verify-fuzz-$(basename "$d").txt") &
-done
+pids=()
+replay release 0 "$ROOT" & pids+=($!)
+build_debug_copy 8 && { replay debug 0 "$DEBUG_DIR" & pids+=($!); }
 "$PY" -m pytest -q -p no:cacheprovider -rfEs ${VERIFY_TESTS:-tests/test_green_gpu.py} \
     >"$OUT/verify-tests.txt" 2>&1
 echo "tests exit $?" >>"$OUT/verify-tests.txt"
-wait $(jobs -p | grep -v "^$FT\$")
+wait "${pids[@]}"
 unset STACKDUMP_ON_CRASH
 stackdump_report
 tail -3 "$OUT/verify-tests.txt"
-for f in "$OUT"/verify-fuzz-*.txt; do echo "== $f"; grep -E "^fuzz|Fatal|Falsif" "$f" | tail -4; done
+for f in "$OUT"/replay-release.txt "$OUT"/replay-debug.txt; do
+    [ -f "$f" ] && { echo "== $f"; grep -hE "^fuzz|Fatal|Falsif" "$f" "${f%.txt}-tail.txt" | tail -4; }
+done
 wait "$FT"
-grep -hE "^(FAILED|ERROR) |^=+ .*(passed|failed)|ft exit" "$OUT/ft/ft-pytest.log" "$OUT/ft.txt" | tail -12
+{ grep -hE "^(FAILED|ERROR) |^=+ .*(passed|failed)" "$OUT/ft/ft-pytest.log"; grep -h "ft exit" "$OUT/ft.txt"; } | tail -12
 fi
 if [[ "$STEPS" == *diagnose* ]]; then
 # The two hangs of 2026-11-27 in one call: the whole suite on the
@@ -168,14 +171,9 @@ wait "$FUZZ3" "$FT"
 tail -3 "$OUT/memcheck.txt"
 grep -E "^fuzz: [0-9]|fuzz exit|ERROR SUMMARY|Falsifying|AssertionError" "$LOGS/fuzz-memcheck.log" | tail -5
 tail -3 "$LOGS/fuzz-memcheck.log" >"$OUT/fuzz-memcheck-tail.txt"
-grep -hE "^(FAILED|ERROR) |^=+ .*(passed|failed)|ft exit" "$OUT/ft/ft-pytest.log" "$OUT/ft.txt" | tail -30
+{ grep -hE "^(FAILED|ERROR) |^=+ .*(passed|failed)" "$OUT/ft/ft-pytest.log"; grep -h "ft exit" "$OUT/ft.txt"; } | tail -30
 ls "$OUT"/stacks* "$OUT"/*/stacks* 2>/dev/null
 fi
 tar -czf "$OUT/logs-${STEPS// /-}.tar.gz" -C "$LOGS" . 2>/dev/null
-# The raw per-thread stack files in one archive (a device call brings back
-# only so many files); the named report is stacks.txt beside them.
-for d in "$OUT"/stacks "$OUT"/*/stacks; do
-    [ -d "$d" ] && [ -n "$(ls "$d")" ] && tar -czf "$d.tar.gz" -C "$d" . && rm -rf "$d"
-done
 pack_out
 true

@@ -43,9 +43,9 @@ build_debug_copy() {
 # the build at BUILD_DIR, at trace level TRACE: $OUT/replay-NAME.txt, the
 # end of its stderr in $OUT/replay-NAME-tail.txt, all of it in $LOGS.
 replay() {  # NAME TRACE BUILD_DIR
-    (cd "$3" && PYTHONPATH="$3" STREAMS_FUZZ_SECONDS="${FUZZ_SECONDS:-90}" \
+    (cd "$3" && PYTHONPATH="$3" STREAMS_FUZZ_SECONDS="${REPLAY_SECONDS:-${FUZZ_SECONDS:-90}}" \
         STREAMS_FUZZ_SEED="${FUZZ_SEED:-1}" STREAMS_FUZZ_SHRINK_SECONDS=0 STREAMS_FUZZ_TRACE="$2" \
-        timeout $(( ${FUZZ_SECONDS:-90} + 90 )) "$PY" tests/test_fuzz_gpu.py \
+        timeout $(( ${REPLAY_SECONDS:-${FUZZ_SECONDS:-90}} + 90 )) "$PY" tests/test_fuzz_gpu.py \
         >"$OUT/replay-$1.txt" 2>"$LOGS/replay-$1.log"
      echo "fuzz exit $?" >>"$OUT/replay-$1.txt"
      tail -60 "$LOGS/replay-$1.log" >"$OUT/replay-$1-tail.txt")
@@ -122,17 +122,24 @@ if [[ "$STEPS" == *verify* ]]; then
 # test by name.
 # In a copy: its in-place build must not rewrite this checkout's sources
 # while the replays below run from it.
+# FT_SKIP=1 leaves the free-threaded suite out (run it in a call of its own);
+# VERIFY_SEED (default FUZZ_SEED) is the seed replayed.
+FT=
+if [ "${FT_SKIP:-0}" != 1 ]; then
 rm -rf /tmp/streams-ft && cp -a "$ROOT" /tmp/streams-ft
 (cd /tmp/streams-ft && OUT="$OUT/ft" FT_PYTEST_TIMEOUT="${FT_PYTEST_TIMEOUT:-400}" \
     timeout $(( ${FT_PYTEST_TIMEOUT:-400} + 120 )) \
     bash tools/free_threaded.sh gpu "${FT_BUNDLE:-.ft/py313t-bundle.tar}" tests \
     >"$OUT/ft.txt" 2>&1; echo "ft exit $?" >>"$OUT/ft.txt") &
 FT=$!
+fi
 stackdump_preload
 export STACKDUMP_ON_CRASH=1
 pids=()
-replay release 0 "$ROOT" & pids+=($!)
-build_debug_copy 8 && { replay debug 0 "$DEBUG_DIR" & pids+=($!); }
+FUZZ_SEED="${VERIFY_SEED:-${FUZZ_SEED:-1}}" replay release 0 "$ROOT" & pids+=($!)
+# The matrix's debug-refcounts build (same $DEBUG_DIR) serves when it ran first.
+{ [[ "$STEPS" == *matrix* ]] && ls "$DEBUG_DIR"/streams/_cudart*.so >/dev/null 2>&1 \
+    || build_debug_copy 8; } && { FUZZ_SEED="${VERIFY_SEED:-${FUZZ_SEED:-1}}" replay debug 0 "$DEBUG_DIR" & pids+=($!); }
 "$PY" -m pytest -q -p no:cacheprovider -rfEs ${VERIFY_TESTS:-tests/test_green_gpu.py} \
     >"$OUT/verify-tests.txt" 2>&1
 echo "tests exit $?" >>"$OUT/verify-tests.txt"
@@ -143,8 +150,10 @@ tail -3 "$OUT/verify-tests.txt"
 for f in "$OUT"/replay-release.txt "$OUT"/replay-debug.txt; do
     [ -f "$f" ] && { echo "== $f"; grep -hE "^fuzz|Fatal|Falsif" "$f" "${f%.txt}-tail.txt" | tail -4; }
 done
+if [ -n "$FT" ]; then
 wait "$FT"
 { grep -hE "^(FAILED|ERROR) |^=+ .*(passed|failed)" "$OUT/ft/ft-pytest.log"; grep -h "ft exit" "$OUT/ft.txt"; } | tail -12
+fi
 fi
 if [[ "$STEPS" == *diagnose* ]]; then
 # The two hangs of 2026-11-27 in one call: the whole suite on the

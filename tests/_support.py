@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import textwrap
 import threading
 import time
@@ -239,7 +240,8 @@ def run_python(code, **kwargs):
     return run_python_args(["-c", code], **kwargs)
 
 
-def run_ipc_event_child(event, *, open_kwargs=None, wait_device=None, before="", timeout=60):
+def run_ipc_event_child(event, *, open_kwargs=None, wait_device=None, before="", timeout=60,
+                        release=None):
     """Open ``event`` in a child Python from its IPC handle (sent on the
     child's stdin) and return the words the child printed, once it exited 0.
 
@@ -250,7 +252,10 @@ def run_ipc_event_child(event, *, open_kwargs=None, wait_device=None, before="",
     waits for the event (``wait_device`` None: ``Event.synchronize()``;
     otherwise a new stream of that device waits for it and is synchronized)
     and prints ``then <query()>``.  Record ``event`` behind a long spin
-    first, so that ``first`` is False."""
+    first, so that ``first`` is False; or behind a wait on a host word, with
+    ``release`` a function that writes it: it is called once the child has
+    printed ``first``, so that ``first`` is False however slowly the child
+    starts (a loaded machine)."""
     if wait_device is None:
         wait = "ev.synchronize()"
     else:
@@ -267,9 +272,39 @@ def run_ipc_event_child(event, *, open_kwargs=None, wait_device=None, before="",
         'print("then", ev.query(), flush=True)',
         "ev.close()",
     ])
-    result = run_python(code, timeout=timeout, input=event.ipc_handle().hex() + "\n")
-    assert result.returncode == 0, result.stderr[-2000:]
-    return result.stdout.split()
+    handle = event.ipc_handle().hex() + "\n"
+    if release is None:
+        result = run_python(code, timeout=timeout, input=handle)
+        assert result.returncode == 0, result.stderr[-2000:]
+        return result.stdout.split()
+    where = Path(streams.__file__).resolve().parent.parent
+    with tempfile.TemporaryFile("w+") as err:
+        child = subprocess.Popen([sys.executable, "-c", code], cwd=str(where), text=True,
+                                 env=env_importing_this_streams(None), stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, stderr=err)
+        lines = []
+        try:
+            child.stdin.write(handle)
+            child.stdin.flush()          # communicate() closes it
+            # The child prints "first ..." before it waits: read up to it
+            # (or to its end, if it failed first), then let the work go.
+            # Nothing follows "first" until then, so no output stays behind
+            # in this reader's buffer for communicate() to miss.
+            while line := child.stdout.readline():
+                lines.append(line)
+                if line.startswith("first"):
+                    break
+        finally:
+            release()
+        try:
+            rest, _ = child.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.communicate()
+            raise
+        err.seek(0)
+        assert child.returncode == 0, err.read()[-2000:]
+    return ("".join(lines) + rest).split()
 
 
 # The close-race harness, for the child Python of a test that races close()

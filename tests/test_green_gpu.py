@@ -378,6 +378,7 @@ _CAPTURED_ON_A_DROPPED_GREEN_STREAM = r"""
 import gc
 import numpy as np
 import streams
+import streams.testing
 from streams import DeviceBuffer, GreenContext, Stream
 
 def contexts():

@@ -10,7 +10,8 @@
 #                                              tools/stage_cuda12.py; the
 #                                              device call must carry it)
 #
-# SUITE_TIMEOUT (default 300 s) bounds each suite.  MATRIX_WORKERS (default
+# SUITE_TIMEOUT (default 300 s) bounds each suite; MATRIX_TESTS (default: the
+# whole suite) names test files or ids instead, e.g. to rerun fixed tests.  MATRIX_WORKERS (default
 # 4) pytest-xdist workers run each suite where xdist is installed: the three
 # serial suites no longer fit one device call, and a test that kills its
 # worker is reported as that test's failure while the rest go on
@@ -51,7 +52,7 @@ xdist_spread "${MATRIX_WORKERS:-4}"
 stackdump_preload
 for v in "${VARIANTS[@]}"; do
     (cd "${DIR[$v]}" && timeout "${SUITE_TIMEOUT:-300}" "$PY" -m pytest -q -rfEs \
-        -p no:cacheprovider --timeout=120 -o faulthandler_timeout=100 "${SPREAD[@]}" \
+        -p no:cacheprovider --timeout=120 -o faulthandler_timeout=100 "${SPREAD[@]}" ${MATRIX_TESTS:-} \
         >"$OUT/suite-$v.log" 2>&1; echo $? >"/tmp/suite-rc-$v") &
 done
 wait

@@ -376,6 +376,7 @@ cdef extern from "kernel_node.h" nogil:
 # NotImplementedError naming the versions.
 cdef int kernel_node_require() except -1
 cdef int kernel_node_get(cudaGraphNode_t node, streams_kernel_node_params* out) except -1 nogil
+cdef int kernel_node_context_ok(void* ctx) except -1 nogil
 # 1 with the offset and size of parameter `index`, 0 when there is no such
 # parameter.
 cdef int kernel_param_info(void* func, void* kern, size_t index, size_t* offset,

@@ -2314,13 +2314,23 @@ cdef enum:
     _K_FUNC_ATTR
     _K_KERNEL_ATTR
     _K_KERNEL_FUNC
+    _K_CTX_CURRENT
+    _K_PRIMARY_STATE
+    _K_PRIMARY_RETAIN
+    _K_PRIMARY_RELEASE
     _K_N
 cdef const char* _KERNEL_NODE_NAMES[_K_N]
 _KERNEL_NODE_NAMES[:] = [b"cuGraphKernelNodeGetParams", b"cuGraphExecKernelNodeSetParams",
                          b"cuGraphKernelNodeSetParams", b"cuFuncGetParamInfo",
                          b"cuKernelGetParamInfo", b"cuFuncGetName", b"cuKernelGetName",
                          b"cuFuncGetAttribute", b"cuKernelGetAttribute",
-                         b"cuKernelGetFunction"]
+                         b"cuKernelGetFunction", b"cuCtxGetCurrent",
+                         b"cuDevicePrimaryCtxGetState", b"cuDevicePrimaryCtxRetain",
+                         b"cuDevicePrimaryCtxRelease"]
+ctypedef int (*_ctx_get_current_fn)(void** ctx) noexcept nogil
+ctypedef int (*_primary_ctx_state_fn)(int dev, unsigned int* flags, int* active) noexcept nogil
+ctypedef int (*_primary_ctx_retain_fn)(void** ctx, int dev) noexcept nogil
+ctypedef int (*_primary_ctx_release_fn)(int dev) noexcept nogil
 cdef void* _kernel_node_fns[_K_N]
 # Read without the lock: streams_flag_get acquires the table written before.
 cdef int _kernel_node_resolved = False
@@ -2434,6 +2444,43 @@ cdef int kernel_function(void* kern, void** out) except -1 nogil:
         out[0] = NULL
         return 0
     return 1
+
+
+cdef int kernel_node_context_ok(void* ctx) except -1 nogil:
+    # 1 when a kernel node that CUDA recorded with context `ctx` may be
+    # changed in place: none recorded, or a device's primary context (the
+    # current device's, else another device's that is active: a retain of
+    # an active one only counts, never creates).  0 for any other context,
+    # a green context's above all: for a node captured on a green context's
+    # stream the 580 driver (CUDA 13.0) answers every change with
+    # cudaErrorInvalidValue or cudaErrorInvalidContext, and crashes inside
+    # cuGraphExecKernelNodeSetParams when the parameters carry the function
+    # without the context, which is what the runtime's setters and the
+    # adopted-function path pass (measured on an H200, 2026-11-27,
+    # tools/probe_green_kernel_args.py).
+    cdef void* cur = NULL
+    cdef void* prim = NULL
+    cdef int n = 0, dev, active = 0
+    cdef unsigned int flags = 0
+    if ctx == NULL:
+        return 1
+    _kernel_node_ready()
+    if (<_ctx_get_current_fn>_kernel_node_fns[_K_CTX_CURRENT])(&cur) == 0 and cur == ctx:
+        return 1
+    if cudaGetDeviceCount(&n) != cudaSuccess:
+        cudaGetLastError()
+        return 0
+    for dev in range(n):
+        if (<_primary_ctx_state_fn>_kernel_node_fns[_K_PRIMARY_STATE])(dev, &flags,
+                                                                         &active) != 0 \
+                or not active:
+            continue
+        if (<_primary_ctx_retain_fn>_kernel_node_fns[_K_PRIMARY_RETAIN])(&prim, dev) != 0:
+            continue
+        (<_primary_ctx_release_fn>_kernel_node_fns[_K_PRIMARY_RELEASE])(dev)
+        if prim == ctx:
+            return 1
+    return 0
 
 
 cdef int graph_exec_kernel_node_set(cudaGraphExec_t ex, cudaGraphNode_t node,

@@ -1082,6 +1082,39 @@ cdef tuple _changed_args(KernelNodeParams info, tuple current, object changes, o
     return tuple(args), tuple(keeps)
 
 
+cdef str _OTHER_CONTEXT = (
+    "{}: this kernel node runs in a context other than a device's primary one (it was "
+    "captured on a green context's stream), and CUDA cannot change such a node in place: "
+    "the 580 driver (CUDA 13.0) refuses it or crashes; capture the graph again with the "
+    "new arguments instead")
+
+
+cdef int _refuse_other_context(void* ctx, str argname) except -1:
+    # Before CUDA sees the change: see kernel_node_context_ok.
+    cdef int ok
+    with nogil:
+        ok = rt.kernel_node_context_ok(ctx)
+    if not ok:
+        raise ValueError(_OTHER_CONTEXT.format(argname))
+    return 0
+
+
+cdef int _refuse_node_of_other_context(GraphNode nd, str argname) except -1:
+    # A node about to get a new kernel through the runtime (or the adopted-
+    # function path): its recorded context, read through the driver.  A
+    # driver or build without that table (before CUDA 12.4 / a 12.5
+    # runtime) has no green contexts' nodes to refuse either.
+    cdef streams_kernel_node_params p
+    try:
+        rt.kernel_node_require()
+    except NotImplementedError:
+        return 0
+    with _kernel_node_lock:
+        with nogil:
+            rt.kernel_node_get(<cudaGraphNode_t>nd._handle, &p)
+    return _refuse_other_context(p.ctx, argname)
+
+
 cdef int _set_kernel_args(KernelNodeParams info, tuple args, GraphExec ex,
                           GraphNode nd) except -1:
     # The node's parameters as read, with `args` in place of its arguments
@@ -1195,6 +1228,7 @@ cdef class GraphNode:
         stays alive with the graph."""
         cdef KernelNodeParams info = _read_kernel_node(self, "node")
         cdef Graph top = _top(self._graph)
+        _refuse_other_context(info._p.ctx, "node")
         new_args, keeps = _changed_args(info, info.args, changes, signature)
         if keeps:
             top._keep.append(keeps)
@@ -2071,12 +2105,14 @@ cdef class GraphExec(HandleOwner):
         k = _kernel_node_params(kernel, grid, block, args, shared_mem, &params, &pack)
         function = k._adopted == 2
         try:
-            # Boxed before CUDA has the new parameters: a launch may use them
-            # as soon as the call returns.
-            self._keep_for_replays((keep_in_use(k._module), keep_pack_users(&pack),
-                              _kept_args(args)))
             self._enter(nd)
             try:
+                # Refused before anything is kept for it.
+                _refuse_node_of_other_context(nd, "node")
+                # Boxed before CUDA has the new parameters: a launch may use
+                # them as soon as the call returns.
+                self._keep_for_replays((keep_in_use(k._module), keep_pack_users(&pack),
+                                        _kept_args(args)))
                 with nogil:
                     if function:
                         rt.graph_exec_function_node_set_params(
@@ -2101,12 +2137,14 @@ cdef class GraphExec(HandleOwner):
         ``signature`` (a Kernel, or type names as for ``get_kernel``), a
         value of the type it names.  Memory passed here stays alive while
         the executable may use it.  Raises ValueError or IndexError naming
-        the change CUDA's parameter layout cannot take, CudaError where
-        CUDA refuses the update."""
+        the change CUDA's parameter layout cannot take, ValueError for a
+        node captured on a green context's stream (CUDA cannot change one
+        in place), CudaError where CUDA refuses the update."""
         cdef GraphNode nd = self._node_of(node, "node")
         cdef KernelNodeParams info
         cdef uintptr_t key = <uintptr_t>nd._handle
         info = _read_kernel_node(nd, "node")
+        _refuse_other_context(info._p.ctx, "node")
         if self._kernel_args is not None and key in self._kernel_args:
             current = self._kernel_args[key]
         else:

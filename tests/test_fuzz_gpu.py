@@ -171,6 +171,12 @@ class StreamM:
         self.obj, self.kind, self.non_blocking, self.owner = obj, kind, non_blocking, owner
         self.closed = False
         self.expect_error = False   # a host callback raised: the next synchronize() raises
+        self.own_green = False      # a green context's stream
+
+    @property
+    def green(self):
+        # A foreign wrapper of a green context's stream captures there too.
+        return self.own_green or (self.owner is not None and self.owner.green)
 
     @property
     def pending_error(self):
@@ -226,6 +232,7 @@ class HolderM:
         self.mem_nodes = False      # a graph with memory nodes is instantiated once
         self.conditional = False    # so is one with conditional nodes
         self.instantiated = 0
+        self.green = False          # captured on a green context's stream
         self.made = ""              # what built it, for the trace
         self.closed = False
         self.how = None             # "close" or "drop" once gone
@@ -690,7 +697,9 @@ class GpuObjectGraph(RuleBasedStateMachine):
         assert s.sm_count == parts[0].sm_count
         if not keep_context:
             ctx.close()
-        self.streams.append(StreamM(s, "own", True))
+        sm = StreamM(s, "own", True)
+        sm.own_green = True
+        self.streams.append(sm)
 
     @precondition(lambda self: self.own_streams())
     @rule(i=st.integers(0, 64), via=st.sampled_from(["from_handle", "cuda_stream", "torch"]))
@@ -1169,6 +1178,7 @@ class GpuObjectGraph(RuleBasedStateMachine):
             if s.capture_status != streams.CaptureStatus.NONE:
                 g = s.end_capture()
         h.obj = g
+        h.green = sm.green
         h.made = f"step {STATS['steps']}: captured {kinds} ({mode}) on {s!r}"
         self.graphs.append(h)
 
@@ -1286,6 +1296,20 @@ class GpuObjectGraph(RuleBasedStateMachine):
             changes[1] = value
             new = value
         self.trace(f"change captured fill {i}: {changes}")
+        if gm.green:
+            # Nodes of a green context's capture cannot be changed in place
+            # (graphs.rst): refused before CUDA, the executable unchanged.
+            exc = expect_refusal(lambda: h.obj.set_kernel_node_args(node, changes), "node",
+                                 ValueError, "set_kernel_node_args(node of a green capture)")
+            assert "green context" in str(exc), exc
+            # The whole-kernel setter (the runtime's path, which crashed
+            # the driver) and the graph's own node too.
+            for fn in (lambda: h.obj.set_kernel_node(node, "fill_u32", 1, N, buf.obj, value, N),
+                       lambda: node.set_args(changes)):
+                exc = expect_refusal(fn, "node", ValueError, "change of a green capture's node")
+                assert "green context" in str(exc), exc
+            assert node.kernel_params().values(sig) == (ptr, old, count)
+            return
         h.obj.set_kernel_node_args(node, changes)
         h.ops[i][0] = ("fill", target, new)
         if what != "value":

@@ -435,3 +435,67 @@ def test_a_graph_captured_on_a_green_stream_keeps_its_context(device, mode):
     assert "held 1" in lines and "exec holds 1" in lines, result.stdout
     assert "values [7]" in lines, result.stdout
     assert "after 0" in lines, result.stdout
+
+
+_CHANGING_A_GREEN_CAPTURE = r"""
+import numpy as np
+import streams
+import streams.testing
+from streams import DeviceBuffer, GreenContext, Stream
+
+N = 256
+dev = streams.Device(streams.get_device())
+(part,), _ = dev.split_sm(dev.sm_resource().min_partition_size, groups=1)
+for kind in ("green", "ordinary"):
+    ctx = GreenContext(part) if kind == "green" else None
+    s = ctx.create_stream() if ctx is not None else Stream(non_blocking=True)
+    out, other = DeviceBuffer(4 * N, s), DeviceBuffer(4 * N, s)
+    streams.memset_async(out, 0, stream=s)
+    streams.memset_async(other, 0, stream=s)
+    s.begin_capture("global")
+    streams.testing.fill_u32(s, out, 7, N)
+    graph = s.end_capture()
+    ex = graph.instantiate()
+    (node,) = [n for n in graph.nodes if n.type == streams.NodeType.KERNEL]
+    results = []
+    for name, change in (
+            ("args", lambda: ex.set_kernel_node_args(node, {0: other, 1: 9})),
+            ("kernel", lambda: ex.set_kernel_node(node, "fill_u32", 1, N, other, 9, N)),
+            ("node", lambda: node.set_args({1: 5}))):
+        try:
+            change()
+            results.append(name + "=ok")
+        except ValueError as exc:
+            assert "green context" in str(exc) and str(exc).startswith("node:"), exc
+            results.append(name + "=refused")
+    ex.launch(s)
+    a, b = np.zeros(N, np.uint32), np.zeros(N, np.uint32)
+    streams.memcpy_async(a, out, stream=s)
+    streams.memcpy_async(b, other, stream=s)
+    s.synchronize()
+    print(kind, *results, "out", sorted(set(a.tolist())), "other", sorted(set(b.tolist())))
+    ex.close()
+    graph.close()
+    out.close()
+    other.close()
+    s.close()
+    if ctx is not None:
+        ctx.close()
+print("done")
+"""
+
+
+def test_changing_a_node_of_a_green_capture_is_refused_before_cuda(device):
+    """Every in-place change of a kernel node captured on a green context's
+    stream is refused with ValueError naming ``node``, before CUDA is
+    called: the 580 driver answered the argument change with invalid
+    argument (the fuzzer, seed 1096) and crashed on the whole-kernel change
+    (tools/probe_green_kernel_args.py).  The executable keeps what was
+    captured; the same changes on an ordinary stream's capture take effect
+    (the control).  In a child: the failure mode is a crash."""
+    result = run_python(_CHANGING_A_GREEN_CAPTURE, timeout=120)
+    assert result.returncode == 0, (result.returncode, result.stdout, result.stderr[-3000:])
+    lines = result.stdout.splitlines()
+    assert "green args=refused kernel=refused node=refused out [7] other [0]" in lines, lines
+    assert "ordinary args=ok kernel=ok node=ok out [0] other [9]" in lines, lines
+    assert lines[-1] == "done", lines

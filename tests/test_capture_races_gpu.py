@@ -69,7 +69,12 @@ def awaiter():
     try:
         asyncio.run(main())
     except BaseException as exc:       # a wait that never finished: TimeoutError
-        problems.append(("AWAIT FAILED", repr(exc)))
+        # With the backlog at that moment: callbacks issued, ids run so far
+        # (on a free-threaded build, is the wait behind a queue the
+        # enqueuers outran?).
+        problems.append(("AWAIT FAILED", repr(exc),
+                         f"issued {len(issued)}, ran {len(counts)}, "
+                         f"awaited {awaited[0]}"))
         stop.set()
     finally:
         ev.close()

@@ -57,13 +57,14 @@ def exec_set(ex, node, params, push=None):
 def case(kind, part):
     ctx = GreenContext(part) if kind == "green" else None
     s = ctx.create_stream() if ctx is not None else Stream(non_blocking=True)
-    out, other = DeviceBuffer(4 * N, s), DeviceBuffer(4 * N, s)
+    other = DeviceBuffer(4 * N, s)
     streams.memset_async(other, 0, stream=s)
-    s.begin_capture("global")
-    streams.testing.fill_u32(s, out, 7, N)
-    graph = s.end_capture()
+    out = DeviceBuffer(4 * N, s)
+    with s.capture("global") as cap:
+        streams.testing.fill_u32(s, out, 7, N)
+    graph = cap.graph
+    node = next(n for n in graph.nodes if n.type == streams.NodeType.KERNEL)
     ex = graph.instantiate()
-    (node,) = [n for n in graph.nodes if n.type == streams.NodeType.KERNEL]
     p = Params()
     got = cu.cuGraphKernelNodeGetParams_v2(ctypes.c_void_p(node.handle), ctypes.byref(p))
     cur = ctypes.c_void_p()

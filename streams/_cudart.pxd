@@ -196,6 +196,9 @@ cdef int launch_host_func(cudaStream_t h, PyObject* payload, int sync_mode) exce
 cdef void producer_enter() noexcept nogil
 cdef void producer_leave() noexcept nogil
 cdef int launch_graph_host_func(cudaStream_t h, PyObject* payload, int sync_mode) except -1 nogil
+# For the tests: a thread Python does not know runs a graph's payload (not
+# consumed) `count` times as CUDA's callback thread would, and exits.
+cdef int call_on_native_thread(PyObject* payload, int count) except -1 nogil
 # 0 when sync_mode can be used here; raises NotImplementedError naming the
 # versions needed otherwise (no CUDA work is enqueued).
 cdef int check_host_func_sync_mode(int sync_mode) except -1

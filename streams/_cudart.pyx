@@ -58,6 +58,7 @@ cdef extern from "cudart/shim.h" nogil:
     void streams_stream_callback_trampoline(cudaStream_t stream, cudaError_t status,
                                             void* payload)
     void streams_graph_host_fn_trampoline(void* payload)
+    int streams_call_on_native_thread(void* payload, int count)
     void streams_user_object_release(void* payload)
     void streams_notify_ticket_fn(void* ticket)
     void streams_fence_enter()
@@ -1159,6 +1160,13 @@ cdef void producer_enter() noexcept nogil:
 
 cdef void producer_leave() noexcept nogil:
     streams_producer_leave()
+
+
+cdef int call_on_native_thread(PyObject* payload, int count) except -1 nogil:
+    if streams_call_on_native_thread(<void*>payload, count) != 0:
+        with gil:
+            raise OSError("could not start a thread")
+    return 0
 
 
 def _producers_yield(on=None):

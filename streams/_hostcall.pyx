@@ -904,3 +904,16 @@ def _native_host_func(callback, arg=None, owner=None):
     address, kept object or None) for a native function, None for Python
     code.  Private: tests check the classification without a GPU."""
     return native_host_func(callback, arg, owner, "callback", "arg")
+
+
+def _call_on_a_native_thread(callback, arg=None, int count=1):
+    """``callback(arg)`` run ``count`` times, one after another, on a thread
+    Python does not know, through the trampoline CUDA's callback thread
+    runs (as a graph's host node: the payload is not consumed); the thread
+    then exits.  Private: tests of the trampoline without a GPU."""
+    if count < 0:
+        raise ValueError(f"count must be >= 0, not {count}")
+    cdef HostCall call = new_call(callback, arg, None, None, KIND_HOST_FUNC)
+    call.persistent = True
+    with nogil:
+        rt.call_on_native_thread(<PyObject*>call, count)

@@ -65,7 +65,10 @@ def refcount_back(obj, expected):
     object belongs to the thread that made it (biased reference counting):
     a payload this thread made and CUDA's thread let go last is handed back
     and freed by this thread at its next check for pending work, moments
-    later.  There the count is polled (up to 2 s) until it settles."""
+    later; what CUDA's thread made (the frames of a callback's exception,
+    which hold the callable) and this thread let go goes back to CUDA's
+    thread, and only a collection frees it while no callback comes.  There
+    the count is polled (up to 2 s), collecting, until it settles."""
     if not FREE_THREADED:
         # `obj` here holds one reference more than in the caller.
         return sys.getrefcount(obj) - 1 == expected
@@ -82,6 +85,8 @@ def wait_for_refcount(obj, expected, timeout=2.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         streams._cudart._drain_deferred()
+        if FREE_THREADED:
+            gc.collect()        # what CUDA's thread made goes back to it (above)
         if sys.getrefcount(obj) - 1 == expected:
             return True
         time.sleep(0.01)

@@ -157,7 +157,13 @@ class _NativeCell:
     def __del__(self):
         NATIVE_SEEN[self.key] = self.cell.value
         del self.cell               # the page's last export: it can be unmapped
-        self.page.close()
+        try:
+            self.page.close()
+        except BufferError:
+            # Free-threaded CPython, inside a collection: the collector still
+            # holds the cell until the finalizers have run, so the page is
+            # still exported; it is unmapped when the page goes, right after.
+            pass
 
 
 def _unraisable_hook(u):

@@ -17,7 +17,8 @@
 #   host  benchmarks/host_func_threads_breakdown.py: 8 producer threads of
 #         Python callbacks, producers giving way or not, native functions
 #   ft    tools/quick_timing.py under this build and the free-threaded one,
-#         alternated three times (per call from Python, no floor)
+#         alternated five times on CPUs 2,3 (per call from Python, no
+#         floor), and the median of each row per interpreter
 # Each step is bounded (ROWS_TIMEOUT, ONE_TIMEOUT, HOST_TIMEOUT, FT_TIMEOUT
 # seconds).  Results under $OUT: rows.txt/json, one.txt/json, host.txt,
 # ft.txt, and the build logs.
@@ -64,12 +65,17 @@ if [[ "$STEPS" == *ft* ]]; then
     FT_PY="$(tar xOf "$BUNDLE" PREFIX)/bin/python3.13t"
     OUT="$OUT/ft-build" FT_BUILD_ONLY=1 bash tools/free_threaded.sh gpu "$BUNDLE" \
         >"$OUT/ft-build.txt" 2>&1 || { tail -20 "$OUT/ft-build.txt"; exit 1; }
-    for round in 1 2 3; do
+    # On CPUs 2,3 as the rows step, which took the spread from +-50% to a
+    # few per cent.
+    PIN=()
+    command -v taskset >/dev/null && PIN=(taskset -c 2,3)
+    for round in 1 2 3 4 5; do
         for py in "$PY" "$FT_PY"; do
             echo "== round $round: $("$py" -c 'import sys; print(sys.version.split()[0], "GIL" if getattr(sys, "_is_gil_enabled", lambda: True)() else "no GIL")')"
-            PYTHONPATH="$ROOT" timeout "${FT_TIMEOUT:-60}" "$py" tools/quick_timing.py
+            PYTHONPATH="$ROOT" timeout "${FT_TIMEOUT:-60}" "${PIN[@]}" "$py" tools/quick_timing.py
         done
     done >"$OUT/ft.txt" 2>&1
+    "$PY" tools/quick_timing.py --summarize "$OUT/ft.txt" | tee -a "$OUT/ft.txt"
     cat "$OUT/ft.txt"
 fi
 pack_out

@@ -18,6 +18,12 @@
 # (--max-worker-restart); 1 runs each suite in one process.  Logs go to
 # $OUT: build-VARIANT.log and suite-VARIANT.log.  Exit status: 0 when every
 # suite passed.
+#
+# A fourth suite runs beside them on the free-threaded interpreter when its
+# bundle is there (FT_BUNDLE, default .ft/py313t-bundle.tar from
+# tools/free_threaded.sh pack; carry .ft): tools/free_threaded.sh gpu in a
+# copy of its own, over MATRIX_FT_WORKERS (4) workers, its logs under
+# $OUT/ft and its summary in suite-ft.log.  MATRIX_FT=0 leaves it out.
 source "$(dirname "$0")/gpu_env.sh"
 CU12="$(cd "${1:-.cu12}" && pwd)" || { echo "no CUDA 12 folder ${1:-.cu12}"; exit 2; }
 VARIANTS=(release debug cu12)
@@ -25,7 +31,13 @@ declare -A DIR=([release]="$ROOT" [debug]=/tmp/streams-debug [cu12]=/tmp/streams
 declare -A ENV=([release]="" [debug]="STREAMS_DEBUG_REFCOUNTS=1"
                 [cu12]="CUDA_HOME=$CU12 STREAMS_CUDA_MAJOR=12")
 
-for v in debug cu12; do
+FT_BUNDLE="$(realpath -m "${FT_BUNDLE:-$ROOT/.ft/py313t-bundle.tar}")"
+FT=0
+if [ "${MATRIX_FT:-1}" = 1 ] && [ -f "$FT_BUNDLE" ]; then
+    FT=1
+    DIR[ft]=/tmp/streams-ft
+fi
+for v in debug cu12 $([ $FT = 1 ] && echo ft); do
     rm -rf "${DIR[$v]}"
     cp -a "$ROOT" "${DIR[$v]}"
     # A copy of an in-place build would pass for its own: build_ext skips
@@ -55,6 +67,15 @@ for v in "${VARIANTS[@]}"; do
         -p no:cacheprovider --timeout=120 -o faulthandler_timeout=100 "${SPREAD[@]}" ${MATRIX_TESTS:-} \
         >"$OUT/suite-$v.log" 2>&1; echo $? >"/tmp/suite-rc-$v") &
 done
+if [ $FT = 1 ]; then
+    # Built there (with the bundle's generated C when the sources match),
+    # then its suite with the GIL off (the stack dumper preloaded above).
+    (cd "${DIR[ft]}" && OUT="$OUT/ft" FT_WORKERS="${MATRIX_FT_WORKERS:-4}" \
+        FT_PYTEST_TIMEOUT="${SUITE_TIMEOUT:-300}" \
+        bash tools/free_threaded.sh gpu "$FT_BUNDLE" ${MATRIX_TESTS:-tests} \
+        >"$OUT/suite-ft.log" 2>&1; echo $? >/tmp/suite-rc-ft) &
+    VARIANTS+=(ft)
+fi
 wait
 stackdump_report
 STATUS=0
@@ -65,4 +86,5 @@ for v in "${VARIANTS[@]}"; do
     tail -1 "$OUT/suite-$v.log"
     [ "$rc" = 0 ] || STATUS=1
 done
+pack_out
 exit "$STATUS"

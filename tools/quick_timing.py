@@ -1,9 +1,18 @@
 """Rough per-call timings of the hot paths (a probe; the real numbers come
-from `python -m benchmarks.run`, which also runs the C floor)."""
-import time
+from `python -m benchmarks.run`, which also runs the C floor).
 
-from streams import Event, Stream
-from streams.testing import launch_empty
+    python tools/quick_timing.py                  time the rows here
+    python tools/quick_timing.py --summarize LOG  medians of the rounds in LOG
+                                                  (tools/gpu_bench.sh ft: rounds
+                                                  headed "== round N: VERSION
+                                                  GIL|no GIL"), per interpreter,
+                                                  and the free-threaded one's
+                                                  excess per call
+"""
+import re
+import statistics
+import sys
+import time
 
 
 def per_call(fn, n=200_000):
@@ -18,19 +27,49 @@ def per_call(fn, n=200_000):
     return best
 
 
-s = Stream()
-ev = Event()
-s.synchronize()
-rows = {
-    "stream.query": per_call(s.query),
-    "stream.synchronize": per_call(s.synchronize),
-    "event.record": per_call(lambda: s.record(ev)),
-    "event.query": per_call(ev.query),
-    "stream.wait_event": per_call(lambda: s.wait_event(ev)),
-    "event create+close": per_call(lambda: Event().close(), 50_000),
-    "stream create+close": per_call(lambda: Stream().close(), 20_000),
-    "launch_empty": per_call(lambda: launch_empty(s), 50_000),
-}
-s.synchronize()
-for k, v in rows.items():
-    print(f"{k:24s} {v:8.0f} ns")
+def summarize(path):
+    rows = {}       # interpreter -> row -> [ns per round]
+    who = None
+    for line in open(path):
+        head = re.match(r"== round \d+: (.*)", line)
+        if head:
+            who = head.group(1).strip()
+            continue
+        cell = re.match(r"(\S.*?)\s+(\d+) ns$", line.rstrip())
+        if cell and who:
+            rows.setdefault(who, {}).setdefault(cell.group(1), []).append(int(cell.group(2)))
+    names = sorted(rows, key=lambda w: "no GIL" in w)
+    print("median ns per call over the rounds: " + " | ".join(names))
+    for row in rows[names[0]]:
+        meds = [statistics.median(rows[w].get(row, [0])) for w in names]
+        extra = f"  no GIL {meds[1] - meds[0]:+.0f} ns" if len(meds) == 2 else ""
+        print(f"{row:24s} " + " ".join(f"{m:8.0f}" for m in meds) + extra)
+
+
+def main():
+    from streams import Event, Stream
+    from streams.testing import launch_empty
+
+    s = Stream()
+    ev = Event()
+    s.synchronize()
+    rows = {
+        "stream.query": per_call(s.query),
+        "stream.synchronize": per_call(s.synchronize),
+        "event.record": per_call(lambda: s.record(ev)),
+        "event.query": per_call(ev.query),
+        "stream.wait_event": per_call(lambda: s.wait_event(ev)),
+        "event create+close": per_call(lambda: Event().close(), 50_000),
+        "stream create+close": per_call(lambda: Stream().close(), 20_000),
+        "launch_empty": per_call(lambda: launch_empty(s), 50_000),
+    }
+    s.synchronize()
+    for k, v in rows.items():
+        print(f"{k:24s} {v:8.0f} ns")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--summarize":
+        summarize(sys.argv[2])
+    else:
+        main()

@@ -21,28 +21,22 @@ static int streams_wait_trampolines_idle(long long timeout_ns) {
     return 0;
 }
 
-/* CUDA runs host functions on a thread Python does not know.  Creating and
- * deleting a Python thread state for every callback costs microseconds, so
- * the first callback on such a thread keeps its thread state alive (the
- * same extra gilstate count pybind11 takes); it lives until the process
- * ends.
+/* CUDA runs host functions on a thread Python does not know.  The first
+ * callback on such a thread creates a Python thread state for it and keeps
+ * it (the extra gilstate count pybind11 takes), for as long as the process
+ * lives: creating and deleting one for every callback costs microseconds
+ * with a GIL, and far more on a free-threaded CPython, where a thread
+ * state deleted with objects still alive in its heap hands them over
+ * (3.13t: 150 us per callback that made one object, 394-431 us per streams
+ * callback on an H200, against 1.7-2.1 us kept; tools/probe_callback_backlog.py).
  *
- * Not on a free-threaded CPython: there an object belongs to the thread
- * state that made it (biased reference counting), and another thread that
- * drops its last reference hands it back to that thread state, which frees
- * it the next time it runs Python.  A kept thread state of CUDA's thread
- * runs Python only at the next callback, so what a callback made and
- * someone else let go (an exception, the report given to
- * sys.unraisablehook, which names the callback's payload) would stay alive
- * until then: a leak for as long as no callback comes.  A thread state
- * deleted after each callback gives its objects back at once, and later
- * drops free them on the spot. */
+ * On a free-threaded CPython an object belongs to the thread that made it
+ * (biased reference counting): one that a callback made and another thread
+ * let go of last is handed back to CUDA's thread and freed when that
+ * thread next runs Python (the next callback), or by the next cyclic
+ * collection (gc.collect() merges every thread's hand-backs), as for any
+ * thread that sleeps (docs/safety.rst). */
 static _Thread_local int streams_tls_tstate_pinned = 0;
-#ifdef Py_GIL_DISABLED
-#define STREAMS_PIN_CALLBACK_TSTATE 0
-#else
-#define STREAMS_PIN_CALLBACK_TSTATE 1
-#endif
 
 /* Producers give way to callbacks.  A Python callback needs the GIL on
  * CUDA's thread, and the stream waits for it.  CPython's GIL is not fair: a
@@ -100,7 +94,7 @@ static void streams_run_payload(void *payload, int status, int consume) {
     atomic_fetch_add(&streams_callbacks_awaiting_gil, 1);
     gil = PyGILState_Ensure();
     atomic_fetch_sub(&streams_callbacks_awaiting_gil, 1);
-    if (STREAMS_PIN_CALLBACK_TSTATE && !streams_tls_tstate_pinned) {
+    if (!streams_tls_tstate_pinned) {
         PyThreadState_Get()->gilstate_counter++;
         streams_tls_tstate_pinned = 1;
     }
@@ -113,6 +107,34 @@ static void streams_run_payload(void *payload, int status, int consume) {
     streams_tls_in_callback = 0;
     PyGILState_Release(gil);
     atomic_fetch_sub(&streams_trampolines_active, 1);
+}
+
+/* For the tests (streams._hostcall._call_on_a_native_thread): what CUDA's
+ * callback thread does with a graph's payload, without CUDA: a thread
+ * Python does not know runs `payload` (not consumed) `count` times, and
+ * exits.  Its thread state stays, as a callback thread's does. */
+typedef struct {
+    void *payload;
+    int count;
+} streams_native_thread_job;
+
+static void *streams_native_thread_main(void *arg) {
+    streams_native_thread_job *job = (streams_native_thread_job *)arg;
+    int i;
+    for (i = 0; i < job->count; i++)
+        streams_run_payload(job->payload, 0, 0);
+    return NULL;
+}
+
+static int streams_call_on_native_thread(void *payload, int count) {
+    pthread_t thread;
+    streams_native_thread_job job;
+    job.payload = payload;
+    job.count = count;
+    if (pthread_create(&thread, NULL, streams_native_thread_main, &job) != 0)
+        return -1;
+    pthread_join(thread, NULL);
+    return 0;
 }
 
 #endif /* STREAMS_CUDART_HOSTFN_H */

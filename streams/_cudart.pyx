@@ -1169,6 +1169,22 @@ cdef int call_on_native_thread(PyObject* payload, int count) except -1 nogil:
     return 0
 
 
+def _nogil_round_trip(long n=100000):
+    """ns per ``with nogil`` block with nothing in it, the mean over ``n``:
+    what a call that lets go of the interpreter around CUDA pays for that
+    alone (with a GIL: releasing and taking back an uncontended GIL; on a
+    free-threaded build: detaching and attaching the thread state, which
+    every enqueue there does).  For tools/quick_timing.py."""
+    if n <= 0:
+        raise ValueError(f"n must be > 0, not {n}")
+    cdef long i
+    cdef long long t0 = streams_now_ns()
+    for i in range(n):
+        with nogil:
+            pass
+    return (streams_now_ns() - t0) / n
+
+
 def _producers_yield(on=None):
     """Whether enqueues of host functions from several threads, back from
     their launch, let a Python callback that waits for the GIL take it first

@@ -50,10 +50,21 @@ def main():
     from streams import Event, Stream
     from streams.testing import launch_empty
 
+    import streams
+
     s = Stream()
     ev = Event()
     s.synchronize()
+    # The status calls of some processes are several times slower until the
+    # first device-wide synchronize (docs/benchmarks.rst): every round is
+    # timed after one.
+    streams.synchronize_device()
     rows = {
+        # The parts of a call that are not CUDA's: a Python call into the
+        # package (a property), and a `with nogil` block with nothing in it
+        # (what an enqueue that lets go of the interpreter pays for that).
+        "python call (closed)": per_call(lambda: s.closed),
+        "nogil round trip": streams._cudart._nogil_round_trip(200_000),
         "stream.query": per_call(s.query),
         "stream.synchronize": per_call(s.synchronize),
         "event.record": per_call(lambda: s.record(ev)),

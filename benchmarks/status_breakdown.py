@@ -43,7 +43,11 @@ incs = sys.argv[4:]
 ext = Extension(%r, [pyx], include_dirs=incs, extra_compile_args=["-O2"])
 setup(name="streams-status-probe",
       ext_modules=cythonize([ext], include_path=[pxd_root], build_dir=build,
-                            compiler_directives={"language_level": 3}, quiet=True),
+                            compiler_directives={"language_level": 3,
+                                                 # else importing it turns a free-threaded
+                                                 # build's GIL back on for the whole run
+                                                 "freethreading_compatible": True},
+                            quiet=True),
       script_args=["build_ext", "--build-lib", build, "--build-temp", build + "/tmp"])
 """ % PROBE
 
@@ -66,14 +70,17 @@ def build_probe(cache_dir=None):
             if n.endswith(".pxd")]
     build = os.path.join(cache_dir or builders.default_cache_dir(), "status-probe")
     product = os.path.join(build, PROBE + (sysconfig.get_config_var("EXT_SUFFIX") or ".so"))
-    key = builders._digest(builders.read(src, "rb"), *pxds, sys.version, *incs)
+    key = builders._digest(builders.read(src, "rb"), _SETUP.encode(), *pxds, sys.version, *incs)
     if builders._stamp_ok(build, key, product):
         return product, None
     os.makedirs(build, exist_ok=True)
     pyx = os.path.join(build, PROBE + ".pyx")
     with open(src, "rb") as fin, open(pyx, "wb") as fout:
         fout.write(fin.read())
-    cmd = [sys.executable, "-c", _SETUP, build, pyx, CHECKOUT, streams.get_include(), *incs]
+    # The probe cimports the call layer, whose private headers (the shim,
+    # counters.h) live in the checkout's src/, never in the package.
+    cmd = [sys.executable, "-c", _SETUP, build, pyx, CHECKOUT, streams.get_include(),
+           os.path.join(CHECKOUT, "src"), *incs]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=build)
     if proc.returncode != 0 or not os.path.isfile(product):
         return None, "building the probe failed:\n" + builders._tail(proc.stdout + proc.stderr)

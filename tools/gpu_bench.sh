@@ -14,14 +14,16 @@
 #         every worker on CPUs 2,3 (benchmarks.run --baseline)
 #   one   the status and enqueue rows with the Python contenders in one
 #         shared process (--one-process): whether a lead is the library's
+#   status benchmarks/status_breakdown.py on CPUs 2,3: where a status or
+#         enqueue call's time goes, layer by layer, and the pieces alone
 #   host  benchmarks/host_func_threads_breakdown.py: 8 producer threads of
 #         Python callbacks, producers giving way or not, native functions
 #   ft    tools/quick_timing.py under this build and the free-threaded one,
 #         alternated five times on CPUs 2,3 (per call from Python, no
 #         floor), and the median of each row per interpreter
-# Each step is bounded (ROWS_TIMEOUT, ONE_TIMEOUT, HOST_TIMEOUT, FT_TIMEOUT
-# seconds).  Results under $OUT: rows.txt/json, one.txt/json, host.txt,
-# ft.txt, and the build logs.
+# Each step is bounded (ROWS_TIMEOUT, ONE_TIMEOUT, STATUS_TIMEOUT,
+# HOST_TIMEOUT, FT_TIMEOUT seconds).  Results under $OUT: rows.txt/json,
+# one.txt/json, status.txt, host.txt, ft.txt, and the build logs.
 source "$(dirname "$0")/gpu_env.sh"
 STEPS="${STEPS:-rows one host ft}"
 BEFORE_SRC="${1:-.before}"
@@ -54,6 +56,12 @@ if [[ "$STEPS" == *one* ]]; then
         --json "$OUT/one.json" >"$OUT/one.txt" 2>&1
     echo "one-process exit $?" >>"$OUT/one.txt"
     sed -n '/^   operation/,/^   targets/p' "$OUT/one.txt"; tail -1 "$OUT/one.txt"
+fi
+if [[ "$STEPS" == *status* ]]; then
+    timeout "${STATUS_TIMEOUT:-120}" taskset -c 2,3 "$PY" -m benchmarks.status_breakdown \
+        >"$OUT/status.txt" 2>&1
+    echo "status breakdown exit $?" >>"$OUT/status.txt"
+    cat "$OUT/status.txt"
 fi
 if [[ "$STEPS" == *host* ]]; then
     timeout "${HOST_TIMEOUT:-120}" "$PY" -m benchmarks.host_func_threads_breakdown \

@@ -25,7 +25,7 @@ What it showed on an H200 (driver 580.159.04), 2026-11-27:
   * Python 3.13t (no GIL), CUDA's thread deleting its thread state after
     each callback: 394-431 us per callback, so the free-threaded capture
     races waited minutes.  Keeping it (src/cudart/hostfn.h): 2.3-2.6 us,
-    and 1, 4 and 8 producers (about 200,000 callbacks a second in all)
+    and 1, 4 and 8 producers (180,000-200,000 callbacks a second in all)
     stayed 1,000-16,000 callbacks ahead, a marker callback running 5-90 ms
     after its enqueue.
 """
@@ -97,6 +97,7 @@ def producers(s, threads, seconds=2.0):
             issued[k] = n
 
     ts = [threading.Thread(target=work, args=(k,)) for k in range(threads)]
+    started = time.monotonic()
     for t in ts:
         t.start()
     samples = []
@@ -110,13 +111,14 @@ def producers(s, threads, seconds=2.0):
         lat = (time.perf_counter() - t0) * 1e3 if got else float("inf")
         samples.append((sum(issued) - ran[0], lat))
     stop.set()
+    elapsed = time.monotonic() - started     # past `seconds` while a marker waited
     for t in ts:
         t.join()
     t0 = time.perf_counter()
     backlog = sum(issued) - ran[0]
     s.synchronize()
     drain_s = time.perf_counter() - t0
-    return sum(issued), backlog, drain_s, samples
+    return sum(issued), elapsed, backlog, drain_s, samples
 
 
 def main():
@@ -134,9 +136,10 @@ def main():
         print(f"drain {count}: enqueue {enq:.0f} ns/call, callbacks {per:.0f} ns each",
               flush=True)
     for threads in (1, 4, 8):
-        total, backlog, drain_s, samples = producers(s, threads)
+        total, elapsed, backlog, drain_s, samples = producers(s, threads)
         rows = " ".join(f"{b}/{lat:.1f}ms" for b, lat in samples)
-        print(f"producers {threads}: issued {total} ({total / 2.0 / 1e3:.0f}k/s), backlog at stop "
+        print(f"producers {threads}: issued {total} in {elapsed:.1f} s "
+              f"({total / elapsed / 1e3:.0f}k/s), backlog at stop "
               f"{backlog}, drained in {drain_s:.2f} s; samples backlog/marker latency: {rows}",
               flush=True)
     counter.close()

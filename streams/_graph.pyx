@@ -1083,10 +1083,11 @@ cdef tuple _changed_args(KernelNodeParams info, tuple current, object changes, o
 
 
 cdef str _OTHER_CONTEXT = (
-    "{}: this kernel node runs in a context other than a device's primary one (it was "
-    "captured on a green context's stream), and CUDA cannot change such a node in place: "
-    "the 580 driver (CUDA 13.0) refuses it or crashes; capture the graph again with the "
-    "new arguments instead")
+    "{}: this kernel node runs in a context other than a device's primary one (a green "
+    "context's, when it was captured on a green context's stream, or one made through the "
+    "driver API), and streams does not change such a node in place: for a green context's "
+    "node the 580 driver (CUDA 13.0) refuses the change or crashes; capture the graph "
+    "again with the new arguments instead")
 
 
 cdef int _refuse_other_context(void* ctx, str argname) except -1:
@@ -2138,8 +2139,9 @@ cdef class GraphExec(HandleOwner):
         value of the type it names.  Memory passed here stays alive while
         the executable may use it.  Raises ValueError or IndexError naming
         the change CUDA's parameter layout cannot take, ValueError for a
-        node captured on a green context's stream (CUDA cannot change one
-        in place), CudaError where CUDA refuses the update."""
+        node that runs in a context other than a device's primary one (one
+        captured on a green context's stream: CUDA cannot change it in
+        place), CudaError where CUDA refuses the update."""
         cdef GraphNode nd = self._node_of(node, "node")
         cdef KernelNodeParams info
         cdef uintptr_t key = <uintptr_t>nd._handle

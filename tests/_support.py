@@ -228,15 +228,21 @@ def env_importing_this_streams(extra=None):
     return env
 
 
-def run_python_args(args, *, timeout, cwd=None, input=None, extra_env=None):
-    """Run ``python ARGS`` in a child that imports the same ``streams`` as
-    this process.  By default its working directory is the folder that
-    holds that package: ``-c`` and ``-m`` put the cwd first on sys.path,
-    and a source checkout there (no compiled module) would otherwise
-    shadow an installed wheel."""
+def child_python(args, cwd=None, extra_env=None):
+    """The command, working directory and environment of a child ``python
+    ARGS`` that imports the same ``streams`` as this process, as keyword
+    arguments of :mod:`subprocess`.  By default its working directory is
+    the folder that holds that package: ``-c`` and ``-m`` put the cwd first
+    on sys.path, and a source checkout there (no compiled module) would
+    otherwise shadow an installed wheel."""
     where = cwd if cwd is not None else Path(streams.__file__).resolve().parent.parent
-    return subprocess.run([sys.executable] + list(args), cwd=str(where), input=input,
-                          env=env_importing_this_streams(extra_env),
+    return {"args": [sys.executable] + list(args), "cwd": str(where),
+            "env": env_importing_this_streams(extra_env)}
+
+
+def run_python_args(args, *, timeout, cwd=None, input=None, extra_env=None):
+    """Run ``python ARGS`` in a child (:func:`child_python`) to its end."""
+    return subprocess.run(**child_python(args, cwd, extra_env), input=input,
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -282,11 +288,9 @@ def run_ipc_event_child(event, *, open_kwargs=None, wait_device=None, before="",
         result = run_python(code, timeout=timeout, input=handle)
         assert result.returncode == 0, result.stderr[-2000:]
         return result.stdout.split()
-    where = Path(streams.__file__).resolve().parent.parent
     with tempfile.TemporaryFile("w+") as err:
-        child = subprocess.Popen([sys.executable, "-c", code], cwd=str(where), text=True,
-                                 env=env_importing_this_streams(None), stdin=subprocess.PIPE,
-                                 stdout=subprocess.PIPE, stderr=err)
+        child = subprocess.Popen(**child_python(["-c", code]), text=True,
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err)
         lines = []
         try:
             child.stdin.write(handle)

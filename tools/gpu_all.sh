@@ -30,12 +30,10 @@ STEPS="${STEPS:-matrix sanitizers}"
 # The release build first: the fuzzer runs on it beside the matrix.
 "$PY" setup.py build_ext --inplace -j 16 >"$LOGS/build-release.log" 2>&1 \
     || { tail -30 "$LOGS/build-release.log"; echo "BUILD FAILED"; exit 1; }
-# The debug-refcounts build in a copy of the checkout, $DEBUG_DIR (the
-# in-place release build stays); $1: build jobs.
-DEBUG_DIR=/tmp/streams-debug
+# The debug-refcounts build in a copy of the checkout, $DEBUG_DIR
+# (tools/gpu_env.sh; the in-place release build stays); $1: build jobs.
 build_debug_copy() {
-    rm -rf "$DEBUG_DIR" && cp -a "$ROOT" "$DEBUG_DIR"
-    rm -rf "$DEBUG_DIR/build" "$DEBUG_DIR"/streams/*.so "$DEBUG_DIR"/streams/*.c
+    fresh_copy "$DEBUG_DIR"
     (cd "$DEBUG_DIR" && STREAMS_DEBUG_REFCOUNTS=1 "$PY" setup.py build_ext --inplace -j "$1") \
         >"$LOGS/build-debug.log" 2>&1 || { tail -30 "$LOGS/build-debug.log"; echo "BUILD FAILED"; return 1; }
 }

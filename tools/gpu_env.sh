@@ -29,6 +29,18 @@ xdist_spread() {
 # what hangs (tools/stackdump_env.sh).
 source "$ROOT/tools/stackdump_env.sh"
 
+# fresh_copy DEST: the checkout copied to DEST with its build outputs
+# removed.  A copy of an in-place build would pass for its own: build_ext
+# skips extensions whose .so is newer than their sources, whatever
+# CUDA_HOME or STREAMS_DEBUG_REFCOUNTS say (a CUDA 12 suite then ran CUDA 13).
+# Where the debug-refcounts build lives, a fresh_copy: gpu_matrix.sh makes
+# it, and gpu_all.sh's verify step uses the matrix's when it ran first.
+DEBUG_DIR=/tmp/streams-debug
+fresh_copy() {
+    rm -rf "$1" && cp -a "$ROOT" "$1" &&
+        rm -rf "$1/build" "$1"/streams/*.so "$1"/streams/*.c
+}
+
 # pack_out: a device call brings back at most 8 files of $OUT, two folders
 # deep at most (the device README).  Past that everything under $OUT goes
 # into $OUT/all.tar.gz, and the top folder's .txt summaries stay beside it

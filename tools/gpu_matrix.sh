@@ -27,7 +27,7 @@
 source "$(dirname "$0")/gpu_env.sh"
 CU12="$(cd "${1:-.cu12}" && pwd)" || { echo "no CUDA 12 folder ${1:-.cu12}"; exit 2; }
 VARIANTS=(release debug cu12)
-declare -A DIR=([release]="$ROOT" [debug]=/tmp/streams-debug [cu12]=/tmp/streams-cu12)
+declare -A DIR=([release]="$ROOT" [debug]="$DEBUG_DIR" [cu12]=/tmp/streams-cu12)
 declare -A ENV=([release]="" [debug]="STREAMS_DEBUG_REFCOUNTS=1"
                 [cu12]="CUDA_HOME=$CU12 STREAMS_CUDA_MAJOR=12")
 
@@ -38,12 +38,7 @@ if [ "${MATRIX_FT:-1}" = 1 ] && [ -f "$FT_BUNDLE" ]; then
     DIR[ft]=/tmp/streams-ft
 fi
 for v in debug cu12 $([ $FT = 1 ] && echo ft); do
-    rm -rf "${DIR[$v]}"
-    cp -a "$ROOT" "${DIR[$v]}"
-    # A copy of an in-place build would pass for its own: build_ext skips
-    # extensions whose .so is newer than their sources, whatever CUDA_HOME
-    # or STREAMS_DEBUG_REFCOUNTS say (the CUDA 12 suite then runs CUDA 13).
-    rm -rf "${DIR[$v]}/build" "${DIR[$v]}"/streams/*.so "${DIR[$v]}"/streams/*.c
+    fresh_copy "${DIR[$v]}"
 done
 echo "== build (in place, side by side)"
 for v in "${VARIANTS[@]}"; do

@@ -216,3 +216,53 @@ def render_chart(doc, path, ops=None, contenders=None):
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+# The README's table: the operations and contenders a reader compares.
+README_OPS = ["stream_query", "event_record", "stream_wait_event", "kernel_launch",
+              "graph_launch", "host_func_round_trip", "host_func_native_round_trip",
+              "event_create_destroy", "stream_create_destroy"]
+README_CONTENDERS = ["streams-py", "cupy", "torch", "cuda-core"]
+README_SHORT = {"streams-py": "streams", "c": "C prog."}
+
+
+def render_markdown(doc, ops=None, contenders=None):
+    """The README's table of a result: per operation, the C program's
+    median and each contender's median ns per call with its ratio to its
+    in-process floor (n/a where it has no number)."""
+    cols = _columns(doc, contenders or README_CONTENDERS)
+    rows = _rows(doc, ops or README_OPS)
+    width = max([len(doc["ops"].get(op, {}).get("label", op)) for op in rows] + [9])
+    names = [README_SHORT.get(c, doc["contenders"][c]["label"]) for c in cols]
+    out = [f"| {'operation':<{width}} | C prog. | " + " | ".join(f"{n:<11}" for n in names)
+           + " |",
+           f"|{'-' * (width + 2)}|--------:|" + "|".join("-" * 12 + ":" for _ in cols) + "|"]
+    for op in rows:
+        res = doc["results"][op]
+        c = res.get("c", {})
+        base = _fmt_ns(c["stats"]["median"]) if c.get("status") == "ok" else "n/a"
+        cells = []
+        for col in cols:
+            cell = res.get(col, {})
+            if cell.get("status") != "ok":
+                cells.append(f"{'n/a':>11}")
+                continue
+            ratio = f"{cell['ratio']:.2f}x" if cell.get("ratio") is not None else ""
+            ns = _fmt_ns(cell["stats"]["median"])
+            cells.append(f"{ns:>5} {ratio:<5}" if len(ns) < 5 else f"{ns} {ratio}")
+        label = doc["ops"].get(op, {}).get("label", op)
+        out.append(f"| {label:<{width}} | {base:>7} | " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
+
+
+if __name__ == "__main__":
+    import argparse
+    import json
+    ap = argparse.ArgumentParser(description="Render a stored result document.")
+    ap.add_argument("result", help="a result document (python -m benchmarks.run --json)")
+    ap.add_argument("--markdown", action="store_true",
+                    help="the README's table instead of the terminal one")
+    args = ap.parse_args()
+    with open(args.result) as f:
+        document = json.load(f)
+    print(render_markdown(document) if args.markdown else render_table(document), end="")

@@ -225,3 +225,26 @@ def test_chart(example, tmp_path):
     assert small.stat().st_size > 0
     with pytest.raises(ValueError):
         render.render_chart(doc, str(tmp_path / "none.png"), contenders=["c"])
+
+
+def test_the_readme_table_is_rendered_from_the_document(example):
+    """render_markdown: one row per README operation with the C program's
+    median, each contender's median and its ratio to its own floor, n/a
+    where a contender has no number."""
+    doc = copy.deepcopy(example)
+    results.finalize(doc)
+    text = render.render_markdown(doc)
+    lines = text.splitlines()
+    assert lines[0].split("|")[1:-1] == [
+        f" {'operation':<27} ", " C prog. ", " streams     ", " CuPy        ",
+        " PyTorch     ", " cuda.core   "]
+    assert len(lines) == 2 + len(render.README_OPS)
+    cell = doc["results"]["event_record"]["streams-py"]
+    row = next(ln for ln in lines if ln.startswith("| event record "))
+    assert f"{cell['stats']['median']:.0f} {cell['ratio']:.2f}x" in row
+    c = doc["results"]["event_record"]["c"]["stats"]["median"]
+    assert row.split("|")[2].strip() == f"{c:.0f}"
+    doc["results"]["event_record"]["cuda-core"].update(status="error", reason="broke")
+    row = next(ln for ln in render.render_markdown(doc).splitlines()
+               if ln.startswith("| event record "))
+    assert row.rstrip(" |").endswith("n/a")

@@ -500,3 +500,27 @@ def test_an_object_a_callback_made_is_freed_once_dropped_or_by_a_collection():
     result = run_python(code, timeout=60)
     assert result.returncode == 0 and result.stdout.strip().endswith("OK"), (
         result.stdout[-2000:], result.stderr[-3000:])
+
+
+def test_the_private_timing_and_trampoline_hooks_refuse_bad_input():
+    """The hooks the tests and tools/quick_timing.py call: clear errors for
+    wrong types and values past their C types, and a trampoline call made
+    from inside a callback runs on a thread of its own."""
+    run = streams._hostcall._call_on_a_native_thread
+    with pytest.raises(TypeError, match="callback must be callable"):
+        run(1)
+    with pytest.raises(ValueError, match="count must be >= 0"):
+        run(print, None, -1)
+    with pytest.raises(OverflowError):
+        run(print, None, 2 ** 31)
+    with pytest.raises(ValueError, match="n must be > 0"):
+        streams._cudart._nogil_round_trip(0)
+    with pytest.raises(TypeError):
+        streams._cudart._nogil_round_trip("x")
+    with pytest.raises(OverflowError):
+        streams._cudart._nogil_round_trip(2 ** 64)
+    before = streams.debug_counters()["live_host_calls"]
+    seen = []
+    run(lambda _: run(seen.append, 1, 2))
+    assert seen == [1, 1]
+    assert streams.debug_counters()["live_host_calls"] == before

@@ -11,8 +11,8 @@ layer alike):
 * ``python``: the Python method, in the benchmark's generated loop;
 
 and the pieces on their own: the guard, a counted use (two locked
-read-modify-writes), a use made with the GIL held (a load), the check of
-whether an enqueue may keep the GIL, and a Python call with no CUDA
+read-modify-writes), the GIL's release and retake that every status and
+enqueue call from Python makes, and a Python call with no CUDA
 (``Stream.closed``) in the same loop.  Each line: the median ns per call
 of the batches and half their p10-p90 spread; each layer also as the
 ratio to the floor and what it adds to the layer below.

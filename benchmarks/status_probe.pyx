@@ -14,8 +14,8 @@
 #   layer "c_api"  the C-level method a Cython project calls without the
 #                  GIL: "call" plus the counted use of each object;
 # and the pieces on their own: the guard, a counted use (the two locked
-# read-modify-writes), a use made with the GIL held (a look at the flag),
-# and the check of whether an enqueue may keep the GIL.  Two plain
+# read-modify-writes), and the release and retake of the GIL that every
+# status and enqueue call from Python makes (the GIL rule).  Two plain
 # functions split the Python layer: `noop(s)` is a Python call of a
 # compiled function that does nothing, `query(s)` the same call making the
 # call layer's query, with no check of its own: the first is the price of
@@ -26,13 +26,12 @@ from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 
 cimport streams._cudart as rt
 from streams._handle cimport HandleOwner
-from streams._platform cimport streams_held_use_begin, streams_held_use_end
 from streams._stream cimport Event, Stream
 from streams.cudart cimport cudaEvent_t, cudaStream_t
 
 OPS = ("stream_query", "event_record", "event_query", "stream_wait_event")
 LAYERS = ("call", "c_api")
-PIECES = ("guard", "counted_use", "held_use", "enqueue_may_keep_gil")
+PIECES = ("guard", "counted_use", "gil_release")
 
 
 cdef inline long long _now() noexcept nogil:
@@ -86,16 +85,11 @@ cdef long long _piece(int which, HandleOwner obj, long n) except -1 nogil:
         for i in range(n):
             obj._use()
             obj._unuse()
-    elif which == 2:
-        for i in range(n):
-            if streams_held_use_begin(&obj._state) != 0:
-                streams_held_use_end(&obj._state)
-                with gil:
-                    raise ValueError("closed")
-            streams_held_use_end(&obj._state)
     else:
         for i in range(n):
-            rt.enqueue_may_keep_gil()
+            with gil:
+                with nogil:
+                    pass
     return _now() - t0
 
 
@@ -113,14 +107,13 @@ def layer_batch(str op, str layer, Stream s not None, Event ev not None,
 
 
 def piece_batch(str piece, HandleOwner obj not None, long n):
-    """Nanoseconds of ``n`` repetitions of one piece of a call.  The held use
-    is timed with the GIL held, as the package makes it; the others without."""
+    """Nanoseconds of ``n`` repetitions of one piece of a call, timed
+    without the GIL (the GIL's release and retake: a take and a release
+    around an empty nogil block, the same pair of operations)."""
     cdef int which = PIECES.index(piece)
     cdef long long elapsed
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
-    if which == 2:
-        return _piece(which, obj, n)
     with nogil:
         elapsed = _piece(which, obj, n)
     return elapsed

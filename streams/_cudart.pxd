@@ -52,6 +52,7 @@ cdef extern from "counters.h":
         STREAMS_CNT_MODULE_LOAD
         STREAMS_CNT_MODULE_UNLOAD
         STREAMS_CNT_PAYLOAD_LEAKED
+        STREAMS_CNT_CUDA_WITH_GIL
         STREAMS_CNT_GREEN_CTX_CREATED
         STREAMS_CNT_GREEN_CTX_DESTROYED
 
@@ -74,23 +75,6 @@ cdef enum:
     HANDLE_MEM_POOL         # cudaMemPoolCreate, cudaMemPoolImportFromShareableHandle
     HANDLE_GREEN_CTX        # cuGreenCtxCreate (streams/_cudart.pyx, green contexts)
     HANDLE_KINDS
-# True when no Python host callback of the package is alive: an enqueue that
-# blocks on a full queue then cannot be waiting for one that needs the GIL.
-cdef bint enqueue_may_keep_gil() noexcept nogil
-# What this process has queued behind streams not yet seen idle: the other
-# half of the keep-the-GIL rule (streams/_stream.pyx, keep_gil_for).  Read and
-# written with the GIL held only.
-ctypedef struct QueueCount:
-    Py_ssize_t total            # enqueues counted, not yet seen done
-    unsigned long long epoch    # moved by a device synchronize's request
-    Py_ssize_t foreign          # the part of total on other libraries' streams
-    void* foreign_stream        # the one such stream they went to...
-    bint foreign_mixed          # ...unless they went to several
-cdef QueueCount* queue_count() noexcept nogil
-# A device synchronize of the process's only device: at its request (returns
-# what was counted then) and once it has answered (forgets that much).
-cdef Py_ssize_t queue_drain_begin() noexcept
-cdef void queue_drain_end(Py_ssize_t counted) noexcept
 cdef int destroy_handle(int kind, void* h) except -1 nogil
 cdef void release_handle(int kind, void* h) noexcept nogil
 # A memory pool is destroyed only once the frees of its memory, each marked
@@ -156,14 +140,19 @@ cdef int stream_attach_mem_async(cudaStream_t h, void* p, size_t length, unsigne
 cdef int stream_begin_capture(cudaStream_t h, cudaStreamCaptureMode mode) except -1 nogil
 cdef int stream_begin_capture_to_graph(cudaStream_t h, cudaGraph_t g, const cudaGraphNode_t* deps, size_t n, cudaStreamCaptureMode mode) except -1 nogil
 cdef int stream_end_capture(cudaStream_t h, cudaGraph_t* out) except -1 nogil
-# The capture fence (src/cudart/fence.h): an enqueue's read hold, from
-# its "is this stream capturing?" to its launch; captures begin and end
-# (above) in a write hold.  Taken without the GIL, never held while taking it.
-cdef int fence_enter() except -1 nogil
-cdef void fence_leave() noexcept nogil
-# An exclusive hold, for an enqueue into a capture (it touches the capture's
-# graph, which CUDA does not synchronize): released with fence_leave.
-cdef int fence_enter_exclusive() except -1 nogil
+# The capture fence of stream `h` (src/cudart/fence.h): an enqueue's read
+# hold, from its "is this stream capturing?" to its launch; captures begin
+# and end on `h` (above) in a write hold.  Holds on different streams never
+# wait for one another.  Taken without the GIL.
+cdef int fence_enter(cudaStream_t h) except -1 nogil
+cdef void fence_leave(cudaStream_t h) noexcept nogil
+# The capture lock, for an enqueue into a capture (it touches the capture's
+# graph, which CUDA does not synchronize, and the capture must not end
+# meanwhile); captures begin and end holding it too.  Taken without the GIL.
+cdef int capture_lock_enter() except -1 nogil
+cdef void capture_lock_leave() noexcept nogil
+# Streams whose fence has a hold or a waiting writer now (tests).
+cdef size_t fence_streams_now() noexcept nogil
 cdef int stream_is_capturing(cudaStream_t h, cudaStreamCaptureStatus* out) except -1 nogil
 # Whether work enqueued on `h` now would land in a capture, never raising:
 # True when it is being captured (or its capture was invalidated and not yet

@@ -43,6 +43,7 @@ cdef extern from "cudart/shim.h" nogil:
     void streams_count(int which)
     unsigned long long streams_counter(int which)
     int streams_debug_build()
+    int streams_gil_held_here()
     void streams_note_async_free()
     unsigned long long streams_async_frees_so_far()
 
@@ -61,10 +62,13 @@ cdef extern from "cudart/shim.h" nogil:
     int streams_call_on_native_thread(void* payload, int count)
     void streams_user_object_release(void* payload)
     void streams_notify_ticket_fn(void* ticket)
-    void streams_fence_enter()
-    void streams_fence_leave()
-    void streams_fence_close()
-    void streams_fence_open()
+    void streams_fence_enter(void* stream)
+    void streams_fence_leave(void* stream)
+    void streams_fence_close(void* stream)
+    void streams_fence_open(void* stream)
+    void streams_capture_enter()
+    void streams_capture_leave()
+    size_t streams_fence_streams_now()
     unsigned long long streams_ticket_new(void* payload)
     void* streams_ticket_take(unsigned long long token)
     long long streams_tickets_pending_now()
@@ -237,6 +241,8 @@ cdef int guard() except -1 nogil:
         # flags bouncing between the cores of threads that call CUDA.
         if not streams_cuda_touched:
             streams_cuda_touched = 1
+        if streams_gil_held_here():
+            _note_cuda_with_gil()
         return 0
     with gil:
         return _raise_guard(state)
@@ -244,10 +250,48 @@ cdef int guard() except -1 nogil:
 
 cdef inline int _guard_fast() except -1 nogil:
     # The guard of the status calls and enqueues, inlined: one relaxed load
-    # and two flags in the common case, guard() for the rest.
-    if streams_guard_state() == STREAMS_GUARD_OK and streams_cuda_touched:
+    # and two flags in the common case, guard() for the rest (and for every
+    # call of a debug build, which checks the GIL rule).
+    if (streams_guard_state() == STREAMS_GUARD_OK and streams_cuda_touched
+            and not streams_debug_build()):
         return 0
     return guard()
+
+
+# Debug builds: where CUDA was called with the GIL held (the GIL rule,
+# streams/_stream.pyx), as the Python frames that made the call; the GPU
+# suite's teardown (tests/conftest.py) fails on any.  At most 64 kept.
+cdef list _gil_sites = []
+
+
+cdef void _note_cuda_with_gil() noexcept nogil:
+    streams_count(STREAMS_CNT_CUDA_WITH_GIL)
+    with gil:
+        try:
+            _keep_gil_site()
+        except BaseException:
+            pass
+
+
+cdef int _keep_gil_site() except -1:
+    import sys
+    f = sys._getframe(0)
+    frames = []
+    while f is not None and len(frames) < 4:
+        frames.append(f"{f.f_code.co_filename.rsplit('/', 1)[-1]}:{f.f_lineno} "
+                      f"{f.f_code.co_name}")
+        f = f.f_back
+    site = " <- ".join(frames) or "(no Python frame)"
+    if site not in _gil_sites and len(_gil_sites) < 64:
+        _gil_sites.append(site)
+    return 0
+
+
+def _cuda_calls_with_gil():
+    """Debug builds: the sites (Python frames) where CUDA was called with
+    the GIL held, at most 64; the count is debug_counters()'s
+    ``cuda_calls_with_gil``.  For tests."""
+    return list(_gil_sites)
 
 
 cdef inline int _release_decision() noexcept nogil:
@@ -470,66 +514,8 @@ def debug_counters():
         counters["live_module_loads"] = _pair(STREAMS_CNT_MODULE_LOAD,
                                               STREAMS_CNT_MODULE_UNLOAD)[2]
         counters["payloads_leaked"] = streams_counter(STREAMS_CNT_PAYLOAD_LEAKED)
+        counters["cuda_calls_with_gil"] = streams_counter(STREAMS_CNT_CUDA_WITH_GIL)
     return counters
-
-
-# ---- when an enqueue may keep the GIL -------------------------------------------------
-# An enqueue (record, wait, launch) can block in the driver when the stream's
-# queue is full, until the GPU drains it.  If the GPU is then held up by a
-# Python host callback waiting for the GIL that the blocked thread holds,
-# neither moves: so the package's enqueues release the GIL... unless no
-# Python host callback of the package is alive (enqueued, running, or held by
-# a graph).  Then nothing the GPU waits for can need the GIL, and keeping it
-# saves the release and retake (about 150-250 ns).  No callback can appear
-# meanwhile: making one takes the GIL the enqueueing thread holds.
-# Callbacks that other libraries enqueue with their own Python functions are
-# not seen, nor anything else on the host the GPU may wait for: the second
-# half of the rule, a bound on what this process has queued, covers those
-# (streams/_stream.pyx, keep_gil_for; docs/safety.rst).
-
-cdef bint enqueue_may_keep_gil() noexcept nogil:
-    # Free-threaded CPython: never.  There "keeping the GIL" is staying
-    # attached, and a thread attached while it waits in the driver holds up
-    # every stop-the-world pause, which CUDA's callback thread, entering
-    # Python for a callback the GPU waits for, waits out (_stream.pyx, the
-    # enqueue rule): so closes, event creation and queries detach there too.
-    # Freed first: created - freed can then only overstate the calls alive.
-    cdef unsigned long long freed
-    if STREAMS_FREE_THREADED:
-        return False
-    freed = streams_counter(STREAMS_CNT_HOST_CALL_FREED)
-    return streams_counter(STREAMS_CNT_HOST_CALL_CREATED) == freed
-
-
-cdef QueueCount _queue_count
-_queue_count.total = 0
-_queue_count.epoch = 0
-_queue_count.foreign = 0
-_queue_count.foreign_stream = NULL
-_queue_count.foreign_mixed = False
-
-
-cdef QueueCount* queue_count() noexcept nogil:
-    return &_queue_count
-
-
-cdef Py_ssize_t queue_drain_begin() noexcept:
-    if STREAMS_FREE_THREADED:
-        return -1   # nothing is counted without a GIL (_stream.pyx, keep_gil_for)
-    # Streams counted before this request find their count stale (another
-    # epoch) and start again from zero; what they had stays in the total
-    # until the synchronize answers, since it covers exactly that work.
-    _queue_count.epoch += 1
-    _queue_count.foreign = 0
-    _queue_count.foreign_stream = NULL
-    _queue_count.foreign_mixed = False
-    return _queue_count.total
-
-
-cdef void queue_drain_end(Py_ssize_t counted) noexcept:
-    if counted < 0:
-        return
-    _queue_count.total = max(_queue_count.total - counted, 0)
 
 
 # ---- destroying handles -----------------------------------------------------------
@@ -881,16 +867,17 @@ cdef int stream_attach_mem_async(cudaStream_t h, void* p, size_t length,
 
 # ---- capture ----------------------------------------------------------------------------
 
-# Captures begin and end inside a write hold of the capture fence (shim.h):
-# never in the middle of an enqueue that checked whether its stream captures.
-# Called without the GIL (an enqueue holding the fence may need it).
+# Captures begin and end inside a write hold of their stream's capture
+# fence and the capture lock (src/cudart/fence.h): never in the middle of an
+# enqueue on that stream that checked whether it captures, nor of an
+# enqueue into a capture.  Called without the GIL.
 
 cdef int stream_begin_capture(cudaStream_t h, cudaStreamCaptureMode mode) except -1 nogil:
     cdef cudaError_t err
     guard()
-    streams_fence_close()
+    streams_fence_close(<void*>h)
     err = cudaStreamBeginCapture(h, mode)
-    streams_fence_open()
+    streams_fence_open(<void*>h)
     return check(err)
 
 
@@ -899,36 +886,43 @@ cdef int stream_begin_capture_to_graph(cudaStream_t h, cudaGraph_t g,
                                        cudaStreamCaptureMode mode) except -1 nogil:
     cdef cudaError_t err
     guard()
-    streams_fence_close()
+    streams_fence_close(<void*>h)
     err = cudaStreamBeginCaptureToGraph(h, g, deps, NULL, n, mode)
-    streams_fence_open()
+    streams_fence_open(<void*>h)
     return check(err)
 
 
 cdef int stream_end_capture(cudaStream_t h, cudaGraph_t* out) except -1 nogil:
     cdef cudaError_t err
     guard()
-    streams_fence_close()
+    streams_fence_close(<void*>h)
     err = cudaStreamEndCapture(h, out)
-    streams_fence_open()
+    streams_fence_open(<void*>h)
     return check(err)
 
 
-cdef int fence_enter() except -1 nogil:
+cdef int fence_enter(cudaStream_t h) except -1 nogil:
     guard()
-    streams_fence_enter()
+    streams_fence_enter(<void*>h)
     return 0
 
 
-cdef int fence_enter_exclusive() except -1 nogil:
+cdef void fence_leave(cudaStream_t h) noexcept nogil:
+    streams_fence_leave(<void*>h)
+
+
+cdef int capture_lock_enter() except -1 nogil:
     guard()
-    streams_fence_close()
+    streams_capture_enter()
     return 0
 
 
-cdef void fence_leave() noexcept nogil:
-    # One unlock call releases a read or a write hold (pthread rwlocks).
-    streams_fence_leave()
+cdef void capture_lock_leave() noexcept nogil:
+    streams_capture_leave()
+
+
+cdef size_t fence_streams_now() noexcept nogil:
+    return streams_fence_streams_now()
 
 
 cdef bint stream_in_capture(cudaStream_t h) noexcept nogil:

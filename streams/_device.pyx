@@ -246,10 +246,6 @@ cdef int device_synchronize(int dev, long long timeout_ns) except -1:
     cdef unsigned long long ticket
     cdef long long start, in_flight = 0
     cdef int done
-    # With one device, the synchronize that answers this request drains every
-    # queue of the process: the enqueues counted so far for the keep-the-GIL
-    # rule (streams/_stream.pyx, keep_gil_for) are done once it answers.
-    cdef Py_ssize_t counted = rt.queue_drain_begin() if rt.get_device_count() == 1 else -1
     with nogil:
         ticket = rt.device_synchronize_request(dev)
         start = streams_now_ns()
@@ -257,8 +253,6 @@ cdef int device_synchronize(int dev, long long timeout_ns) except -1:
         with nogil:
             done = rt.device_synchronize_wait(dev, ticket, WAIT_SLICE_NS, &in_flight)
         if done:
-            if counted >= 0:
-                rt.queue_drain_end(counted)
             # Whatever gone graph executables kept for their replays can
             # go now (rt.park).
             rt.drain_deferred()

@@ -44,7 +44,7 @@ from streams._memory cimport (SPAN_DEVICE, Span, _check_fits, init_span, keep_me
 from streams._handle cimport HandleOwner, keep_in_use
 from streams._platform cimport (streams_close_begin, streams_flag_set, streams_is_closed,
                                 streams_ptr_load, streams_ptr_store)
-from streams._stream cimport (ErrorSlot, Event, Stream, as_event, as_stream, keep_gil_for,
+from streams._stream cimport (ErrorSlot, Event, Stream, as_event, as_stream,
                               streams_host_fn_t)
 from streams.cudart cimport *
 
@@ -1895,16 +1895,14 @@ cdef enum _ExecOp:
     EXEC_LAUNCH
 
 
-cdef int _enqueue_exec(GraphExec exe, Stream stream, _ExecOp op, bint held) except -1 nogil:
+cdef int _enqueue_exec(GraphExec exe, Stream stream, _ExecOp op) except -1 nogil:
     # With the stream's device current, as for a kernel launch (-1, the
-    # special streams: the current device's).  held: the caller keeps the
-    # GIL throughout, so each use is a check of the closed flag
-    # (HandleOwner._hold) instead of a counted one.
+    # special streams: the current device's).
     cdef DeviceScope scope
     cdef void* marks
-    exe._use_as(held)
+    exe._use()
     try:
-        stream._use_as(held)
+        stream._use()
         try:
             enter_device(&scope, stream._device)
             try:
@@ -1919,9 +1917,9 @@ cdef int _enqueue_exec(GraphExec exe, Stream stream, _ExecOp op, bint held) exce
             finally:
                 exit_device(&scope)
         finally:
-            stream._unuse_as(held)
+            stream._unuse()
     finally:
-        exe._unuse_as(held)
+        exe._unuse()
 
 
 # no_gc_clear: __dealloc__ parks what the replays in flight use (_keep,
@@ -1945,10 +1943,10 @@ cdef class GraphExec(HandleOwner):
         return self._handle
 
     cdef int c_launch(self, Stream stream) except -1 nogil:
-        return _enqueue_exec(self, stream, EXEC_LAUNCH, False)
+        return _enqueue_exec(self, stream, EXEC_LAUNCH)
 
     cdef int c_upload(self, Stream stream) except -1 nogil:
-        return _enqueue_exec(self, stream, EXEC_UPLOAD, False)
+        return _enqueue_exec(self, stream, EXEC_UPLOAD)
 
     def launch(self, stream=None):
         """Enqueue one replay on ``stream`` (default: the current stream).
@@ -1959,11 +1957,8 @@ cdef class GraphExec(HandleOwner):
         cdef Stream s = as_stream(stream, "stream")
         if self._errors is not None and self._errors.first is not None:
             self._errors.raise_pending("graph host callback")
-        if keep_gil_for(s):
-            _enqueue_exec(self, s, EXEC_LAUNCH, True)
-        else:
-            with nogil:
-                self.c_launch(s)
+        with nogil:
+            self.c_launch(s)
 
     def upload(self, stream=None):
         """Upload the executable ahead of its first launch."""

@@ -1,8 +1,7 @@
 # The life of every handle owner (streams, events, graphs, executables,
 # modules, buffers), in one base class.  Free of CUDA types like
 # _stream.pxd: a project that cimports streams compiles it too.
-from streams._platform cimport (streams_held_use_begin, streams_held_use_end, streams_use_begin,
-                                streams_use_end)
+from streams._platform cimport streams_use_begin, streams_use_end
 
 cdef class HandleOwner:
     cdef unsigned int _state      # streams/handle.h: closed flag and users
@@ -35,33 +34,7 @@ cdef class HandleOwner:
         if streams_use_end(&self._state) and self._owns_handle:
             self._release()
     cdef int _check_open(self) except -1 nogil
-    # A use that keeps the GIL from _hold to _unhold and runs no Python code
-    # in between (no decref, no callback, no `with nogil`).  close() needs
-    # the GIL, so it cannot come in between: the closed flag is all there
-    # is to check (streams/handle.h), and the locked read-modify-writes of
-    # _use/_unuse are spared.  Status calls and enqueues that keep the GIL
-    # use these.  Declared nogil only so that a nogil function can take
-    # either kind of use; the caller holds the GIL.
-    cdef inline int _hold(self) except -1 nogil:
-        if streams_held_use_begin(&self._state) == 0:
-            return 0
-        self._unhold()
-        with gil:
-            return self._raise_closed()
-    cdef inline void _unhold(self) noexcept nogil:
-        if streams_held_use_end(&self._state) and self._owns_handle:
-            self._release()
     cdef int _raise_closed(self) except -1
-    # One or the other: held (the caller keeps the GIL throughout) or counted.
-    cdef inline int _use_as(self, bint held) except -1 nogil:
-        if held:
-            return self._hold()
-        return self._use()
-    cdef inline void _unuse_as(self, bint held) noexcept nogil:
-        if held:
-            self._unhold()
-        else:
-            self._unuse()
     # What a subclass does with its handle.  _destroy: now, for close(),
     # raising on a CUDA error.  _release: never raising, deferred where CUDA
     # cannot be called (the last user leaving, __dealloc__); it may read C
@@ -71,9 +44,8 @@ cdef class HandleOwner:
     cdef void _release(self) noexcept nogil
     # The common part of every close(): 0 when it was closed already, 1 when
     # closed and destroyed now, 2 when closed and the last user releases.
-    # keep_gil: the subclass knows its destroy never waits and that no
-    # thread CUDA runs can be waiting for the GIL (rt.enqueue_may_keep_gil).
-    cdef int _close_handle(self, bint keep_gil=*) except -1
+    # The destroy runs with the GIL released (it takes a driver lock).
+    cdef int _close_handle(self) except -1
 
 
 # A keep-alive that holds `owner` in use (one _use, given back when the

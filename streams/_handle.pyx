@@ -72,7 +72,7 @@ cdef class HandleOwner:
     cdef void _release(self) noexcept nogil:
         pass
 
-    cdef int _close_handle(self, bint keep_gil=False) except -1:
+    cdef int _close_handle(self) except -1:
         cdef int how
         if streams_is_closed(&self._state):
             return 0
@@ -81,11 +81,8 @@ cdef class HandleOwner:
         rt.guard()
         how = streams_close_begin(&self._state)
         if how == 1 and self._owns_handle:
-            if keep_gil:
+            with nogil:
                 self._destroy()
-            else:
-                with nogil:
-                    self._destroy()
         return how
 
     @property

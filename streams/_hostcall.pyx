@@ -222,11 +222,11 @@ cdef int _capture_state(cudaStream_t h, cudaStreamCaptureStatus* status,
     # Asked inside the fence too: the driver crashed when a call on a stream
     # raced a capture beginning or ending on it in another thread
     # (benchmarks/capture_race.c: the unfenced variants die of SIGSEGV).
-    rt.fence_enter()
+    rt.fence_enter(h)
     try:
         return rt.stream_get_capture_info(h, status, capture_id, NULL, NULL, NULL, NULL)
     finally:
-        rt.fence_leave()
+        rt.fence_leave(h)
 
 
 cdef int _launch_once(cudaStream_t h, _HostWork* work, PyObject* payload,
@@ -234,7 +234,7 @@ cdef int _launch_once(cudaStream_t h, _HostWork* work, PyObject* payload,
     # 1: launched as a one-shot (which now owns the reference to `payload`);
     # 0: the stream is being captured now (nothing enqueued).
     cdef cudaStreamCaptureStatus now = cudaStreamCaptureStatusNone
-    rt.fence_enter()
+    rt.fence_enter(h)
     try:
         rt.stream_is_capturing(h, &now)
         if now == cudaStreamCaptureStatusActive:
@@ -249,7 +249,7 @@ cdef int _launch_once(cudaStream_t h, _HostWork* work, PyObject* payload,
             rt.stream_add_callback(h, payload)
         return 1
     finally:
-        rt.fence_leave()
+        rt.fence_leave(h)
 
 
 cdef int _enqueue_once(Stream stream, _HostWork* work, object callback, object arg,
@@ -304,17 +304,16 @@ cdef int _launch_captured(cudaStream_t h, _HostWork* work, PyObject* payload,
     cdef cudaStreamCaptureStatus now = cudaStreamCaptureStatusNone
     cdef unsigned long long id_now = 0
     cdef cudaGraph_t graph = NULL
-    # Exclusively: cudaGraphRetainUserObject works on the capture's graph,
-    # and CUDA graph objects are not internally synchronized ("API calls
-    # accessing the same graph object must be serialized externally", CUDA's
-    # graph thread-safety notes).  Under a shared hold, several threads
-    # enqueuing into one capture attached user objects to the same graph at
-    # once, beside each other's host nodes being captured into it: the GPU
-    # race tests died of SIGSEGV (test_capture_races_gpu.py, every variant,
-    # old build and new).  Captured enqueues are rare and short (nothing here
-    # waits for the GPU: a captured launch queues nothing), so serializing
-    # them costs little; one-shot enqueues still share the fence.
-    rt.fence_enter_exclusive()
+    # Under the capture lock: cudaGraphRetainUserObject works on the
+    # capture's graph, and CUDA graph objects are not internally
+    # synchronized ("API calls accessing the same graph object must be
+    # serialized externally", CUDA's graph thread-safety notes).  Without it,
+    # several threads enqueuing into one capture attached user objects to
+    # the same graph at once, beside each other's host nodes being captured
+    # into it: the GPU race tests died of SIGSEGV (test_capture_races_gpu.py).
+    # Captured enqueues are rare and short (nothing here waits for the GPU:
+    # a captured launch queues nothing), so serializing them costs little.
+    rt.capture_lock_enter()
     try:
         rt.stream_get_capture_info(h, &now, &id_now, &graph, NULL, NULL, NULL)
         if now != cudaStreamCaptureStatusActive or id_now != capture_id:
@@ -329,7 +328,7 @@ cdef int _launch_captured(cudaStream_t h, _HostWork* work, PyObject* payload,
             rt.launch_graph_host_func(h, payload, sync_mode)
         return 1
     finally:
-        rt.fence_leave()
+        rt.capture_lock_leave()
 
 
 cdef int _enqueue_captured(Stream stream, _HostWork* work, object callback, object arg,
@@ -673,7 +672,7 @@ cdef int _notify_unless_capturing(cudaStream_t h, void* node) except -1 nogil:
     # capture fence, so no capture that streams begins can take the host
     # function into a graph (where replays would ring a freed node).
     cdef cudaStreamCaptureStatus now = cudaStreamCaptureStatusNone
-    rt.fence_enter()
+    rt.fence_enter(h)
     try:
         rt.stream_is_capturing(h, &now)
         if now != cudaStreamCaptureStatusNone:
@@ -681,7 +680,7 @@ cdef int _notify_unless_capturing(cudaStream_t h, void* node) except -1 nogil:
         rt.launch_notify(h, node)
         return 1
     finally:
-        rt.fence_leave()
+        rt.fence_leave(h)
 
 
 cdef int _enqueue_doorbell(Waitable obj, _Doorbell bell, unsigned long long token) except -1:
@@ -757,13 +756,13 @@ cdef int _query_unless_capturing(Stream stream) except -1:
         with nogil:
             rt.thread_exchange_capture_mode(&mode)
             try:
-                rt.fence_enter()
+                rt.fence_enter(<cudaStream_t>stream._handle)
                 try:
                     rt.stream_is_capturing(<cudaStream_t>stream._handle, &now)
                     if now == cudaStreamCaptureStatusNone:
                         done = rt.stream_query(<cudaStream_t>stream._handle)
                 finally:
-                    rt.fence_leave()
+                    rt.fence_leave(<cudaStream_t>stream._handle)
             finally:
                 rt.thread_exchange_capture_mode(&mode)
     finally:

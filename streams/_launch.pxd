@@ -81,8 +81,7 @@ cdef class PreparedLaunch:
 
     # One cudaLaunchKernel: the hot loop of a cimporter.
     cdef int c_launch(self, Stream stream) except -1 nogil
-    # held: the caller keeps the GIL throughout (HandleOwner._hold).
-    cdef int _launch(self, Stream stream, bint held) except -1 nogil
+    cdef int _launch(self, Stream stream) except -1 nogil
 
 
 # The argument packer shared by launches, prepared launches and graph

@@ -28,7 +28,7 @@ from streams._memory cimport (SPAN_DEVICE, SPAN_NO_WAIT, SPAN_NULL_OK, Span, rel
                               resolve_span)
 from streams._handle cimport HandleOwner, keep_in_use
 from streams._platform cimport streams_flag_get, streams_flag_set, streams_mark_bit
-from streams._stream cimport Event, LaunchTarget, Stream, as_stream, keep_gil_for
+from streams._stream cimport Event, LaunchTarget, Stream, as_stream
 from streams.cudart cimport *
 
 from streams._cudart import CudaError
@@ -726,7 +726,7 @@ cdef LaunchConfig _usable_config(object config):
 
 
 cdef int _launch_configured(Kernel k, Stream stream, LaunchConfig c,
-                            void** args, bint held) except -1 nogil:
+                            void** args) except -1 nogil:
     # The events are held in use for the call (a close() elsewhere waits),
     # and their handles read now: a config outlives any one launch.
     cdef cudaLaunchConfig_t cfg
@@ -780,7 +780,7 @@ cdef int _launch_configured(Kernel k, Stream stream, LaunchConfig c,
                 attrs[n].val.launchCompletionEvent.flags = 0
                 n += 1
             cfg.numAttrs = n
-            _launch_packed(k, stream, cfg.gridDim, cfg.blockDim, args, c._shared_mem, &cfg, held)
+            _launch_packed(k, stream, cfg.gridDim, cfg.blockDim, args, c._shared_mem, &cfg)
             if prog:
                 streams_flag_set(<int*>&c._programmatic_event._recorded, True)
             if done:
@@ -812,18 +812,15 @@ cdef cudaFuncAttributes _kernel_attributes(Kernel k) except *:
 
 
 cdef int _launch_packed(Kernel k, Stream stream, dim3 grid, dim3 block, void** args,
-                        size_t shared_mem, const cudaLaunchConfig_t* config,
-                        bint held) except -1 nogil:
+                        size_t shared_mem, const cudaLaunchConfig_t* config) except -1 nogil:
     # Module and stream are in use for the call, so that another thread's
-    # close() of either waits for it to leave: counted, or, when the caller
-    # keeps the GIL throughout (held), a check of each closed flag
-    # (HandleOwner._hold).
+    # close() of either waits for it to leave.
     cdef DeviceScope scope
     cdef cudaLaunchConfig_t plain
     cdef int dev
-    k._module._use_as(held)
+    k._module._use()
     try:
-        stream._use_as(held)
+        stream._use()
         try:
             dev = stream.c_device()
             enter_device(&scope, dev)
@@ -847,9 +844,9 @@ cdef int _launch_packed(Kernel k, Stream stream, dim3 grid, dim3 block, void** a
             finally:
                 exit_device(&scope)
         finally:
-            stream._unuse_as(held)
+            stream._unuse()
     finally:
-        k._module._unuse_as(held)
+        k._module._unuse()
     return 0
 
 
@@ -1003,7 +1000,7 @@ cdef class Kernel(LaunchTarget):
                                  "(at most 4294967295)")
         g.x, g.y, g.z = grid_x, grid_y, grid_z
         b.x, b.y, b.z = block_x, block_y, block_z
-        return _launch_packed(self, stream, g, b, args, shared_mem, NULL, False)
+        return _launch_packed(self, stream, g, b, args, shared_mem, NULL)
 
     cdef int _launch_on(self, Stream stream, object grid, object block, tuple args,
                         object shared_mem, object config, bint wait_producers) except -1:
@@ -1023,17 +1020,11 @@ cdef class Kernel(LaunchTarget):
         cdef void** argv = pack.ptrs if len(args) else NULL
         pack_args(self, args, &pack, stream, 0 if wait_producers else SPAN_NO_WAIT)
         try:
-            if keep_gil_for(stream):
+            with nogil:
                 if lc is None:
-                    _launch_packed(self, stream, g, b, argv, smem, NULL, True)
+                    _launch_packed(self, stream, g, b, argv, smem, NULL)
                 else:
-                    _launch_configured(self, stream, lc, argv, True)
-            else:
-                with nogil:
-                    if lc is None:
-                        _launch_packed(self, stream, g, b, argv, smem, NULL, False)
-                    else:
-                        _launch_configured(self, stream, lc, argv, False)
+                    _launch_configured(self, stream, lc, argv)
         finally:
             release_pack(&pack)
         return 0
@@ -1218,9 +1209,9 @@ cdef class PreparedLaunch:
         rt.refuse_construction(self, "use Kernel.prepare()")
 
     cdef int c_launch(self, Stream stream) except -1 nogil:
-        return self._launch(stream, False)
+        return self._launch(stream)
 
-    cdef int _launch(self, Stream stream, bint held) except -1 nogil:
+    cdef int _launch(self, Stream stream) except -1 nogil:
         cdef dim3 g, b
         if self._kernel is None:
             with gil:
@@ -1228,20 +1219,17 @@ cdef class PreparedLaunch:
                                  "Kernel.prepare())")
         if self._config is not None:
             return _launch_configured(self._kernel, stream, self._config,
-                                      self._ptrs if self._nargs else NULL, held)
+                                      self._ptrs if self._nargs else NULL)
         g.x, g.y, g.z = self._grid[0], self._grid[1], self._grid[2]
         b.x, b.y, b.z = self._block[0], self._block[1], self._block[2]
         return _launch_packed(self._kernel, stream, g, b, self._ptrs if self._nargs else NULL,
-                              self._shared_mem, NULL, held)
+                              self._shared_mem, NULL)
 
     def launch(self, stream=None):
         """Enqueue the launch on ``stream`` (default: the current stream)."""
         cdef Stream s = as_stream(stream, "stream")
-        if keep_gil_for(s):
-            self._launch(s, True)
-        else:
-            with nogil:
-                self._launch(s, False)
+        with nogil:
+            self._launch(s)
 
     @property
     def kernel(self):
@@ -1359,7 +1347,7 @@ def _spin(Stream stream not None, double microseconds):
     args[0] = &ns
     one.x, one.y, one.z = 1, 1, 1
     with nogil:
-        _launch_packed(_k_spin, stream, one, one, args, 0, NULL, False)
+        _launch_packed(_k_spin, stream, one, one, args, 0, NULL)
 
 
 def _launch_empty(Stream stream not None):
@@ -1367,7 +1355,7 @@ def _launch_empty(Stream stream not None):
     _load_builtins()
     one.x, one.y, one.z = 1, 1, 1
     with nogil:
-        _launch_packed(_k_empty, stream, one, one, NULL, 0, NULL, False)
+        _launch_packed(_k_empty, stream, one, one, NULL, 0, NULL)
 
 
 def _fill_u32(Stream stream not None, ptr, value, count):

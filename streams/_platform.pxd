@@ -14,8 +14,6 @@ cdef extern from "streams/handle.h" nogil:
     unsigned int STREAMS_H_INERT
     int streams_use_begin(unsigned int* state)
     int streams_use_end(unsigned int* state)
-    int streams_held_use_begin(unsigned int* state)
-    int streams_held_use_end(unsigned int* state)
     int streams_close_begin(unsigned int* state)
     int streams_is_closed(const unsigned int* state)
     int streams_closed_now(const unsigned int* state)

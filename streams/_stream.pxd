@@ -64,13 +64,7 @@ cdef class Stream(Waitable):
     # stream closes with some left, _tail marks where its work ends.
     cdef int _dependents        # changed atomically (note_dependent, drop_dependent)
     cdef Event _tail            # under the stream's critical section (stream_tail)
-    # Enqueues on this stream counted by keep_gil_for and not yet seen done,
-    # valid while _queue_epoch is the process's (a device synchronize's
-    # request moves it); past _probe_at, an enqueue first asks whether the
-    # stream is idle.
-    cdef Py_ssize_t _queued
-    cdef unsigned long long _queue_epoch
-    cdef Py_ssize_t _probe_at
+    cdef unsigned long long _tail_gen   # tails swapped in so far (mark_tail)
 
     cdef int c_record(self, Event event) except -1 nogil
     cdef int c_wait_event(self, Event event) except -1 nogil
@@ -117,10 +111,6 @@ cdef Event new_event(int device, unsigned int flags)
 # Ctrl-C checked; 1 done, 0 when timeout_ns (>= 0) passed first.
 cdef int wait_until_done(Waitable obj, long long timeout_ns) except -1
 
-
-# The keep-the-GIL rule of enqueues made from Python (see _stream.pyx): counts
-# one enqueue on ``stream`` (or on another library's raw stream) and says
-# whether it may keep the GIL.  Called with the GIL held, before the enqueue.
 # A closed stream's tail (see _stream.pyx): the buffers allocated on a stream
 # count themselves (note_dependent before the enqueue, settle_dependent after
 # it, both while holding a use of the stream; drop_dependent once their free
@@ -131,5 +121,3 @@ cdef void drop_dependent(Stream s) noexcept
 cdef Event stream_tail(Stream s)
 cdef int mark_tail(Stream s) except -1
 
-cdef int keep_gil_for(Stream stream) except -1
-cdef int keep_gil_for_foreign(void* stream) except -1

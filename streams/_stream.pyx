@@ -28,7 +28,7 @@ from streams._handle cimport HandleOwner
 from streams._platform cimport (STREAMS_FREE_THREADED, streams_close_begin, streams_closed_now,
                                 streams_flag_get, streams_flag_set, streams_u64_get, streams_u64_set,
                                 streams_count_add, streams_count_get, streams_cpu_relax,
-                                streams_cpu_yield, streams_held_use_begin, streams_is_closed, streams_now_ns, streams_pool, streams_pool_close,
+                                streams_cpu_yield, streams_is_closed, streams_now_ns, streams_pool, streams_pool_close,
                                 streams_pool_idle, streams_pool_new, streams_pool_put,
                                 streams_pool_ref, streams_pool_take, streams_pool_unref,
                                 streams_sleep_ns, streams_use_begin, streams_use_end)
@@ -173,33 +173,21 @@ cdef enum _RawOp:
 cdef int _enqueue_raw(_RawOp what, Waitable ours, void* foreign, unsigned int flags) except -1:
     # A record or a wait between one of ours, a stream or an event, and
     # another library's raw handle (its object stays alive in the caller),
-    # the GIL kept when that cannot deadlock.
+    # with the GIL released (the enqueue rule below).
     cdef void* stream
     cdef void* event
-    cdef int keep = (keep_gil_for(<Stream>ours) if ours._kind == rt.HANDLE_STREAM
-                     else keep_gil_for_foreign(foreign))
-    if not keep:
-        ours._use()
-        try:
-            stream = ours._handle if ours._kind == rt.HANDLE_STREAM else foreign
-            event = foreign if ours._kind == rt.HANDLE_STREAM else ours._handle
-            with nogil:
-                if what == RAW_RECORD:
-                    rt.event_record(<cudaEvent_t>event, <cudaStream_t>stream, flags)
-                else:
-                    rt.stream_wait_event(<cudaStream_t>stream, <cudaEvent_t>event, flags)
-        finally:
-            ours._unuse()
-        return 0
-    ours._hold()
+    ours._use()
     try:
         stream = ours._handle if ours._kind == rt.HANDLE_STREAM else foreign
         event = foreign if ours._kind == rt.HANDLE_STREAM else ours._handle
-        if what == RAW_RECORD:
-            return rt.event_record(<cudaEvent_t>event, <cudaStream_t>stream, flags)
-        return rt.stream_wait_event(<cudaStream_t>stream, <cudaEvent_t>event, flags)
+        with nogil:
+            if what == RAW_RECORD:
+                rt.event_record(<cudaEvent_t>event, <cudaStream_t>stream, flags)
+            else:
+                rt.stream_wait_event(<cudaStream_t>stream, <cudaEvent_t>event, flags)
     finally:
-        ours._unhold()
+        ours._unuse()
+    return 0
 
 
 cdef int _event_create_on(cudaEvent_t* out, unsigned int flags, int device) except -1 nogil:
@@ -367,27 +355,19 @@ cdef class Waitable(HandleOwner):
             self._unuse()
 
     cdef int _done_now(self) except -1:
-        # The idle fast path of synchronize(): one query (the GIL kept where
-        # _status_keeps_gil allows), then, only if the package made a
-        # stream-ordered free since this object's last full synchronize,
-        # that synchronize (GIL released), so that the memory pool can give
-        # freed memory back.
+        # The idle fast path of synchronize(): one query, then, only if the
+        # package made a stream-ordered free since this object's last full
+        # synchronize, that synchronize, so that the memory pool can give
+        # freed memory back.  Both with the GIL released (the rule below).
         cdef bint is_stream = self._kind == rt.HANDLE_STREAM
         cdef unsigned long long frees
         cdef int done
-        if _status_keeps_gil():
-            self._hold()
-            try:
+        self._use()
+        try:
+            with nogil:
                 done = _raw_status(is_stream, self._handle, False)
-            finally:
-                self._unhold()
-        else:
-            self._use()
-            try:
-                with nogil:
-                    done = _raw_status(is_stream, self._handle, False)
-            finally:
-                self._unuse()
+        finally:
+            self._unuse()
         if done == 0:
             return 0
         frees = rt.async_frees()
@@ -413,33 +393,14 @@ cdef class Waitable(HandleOwner):
 
     def query(self):
         """True when the work (a stream's so far, an event's last record)
-        has completed.  Never blocks."""
-        # The GIL is kept only where _status_keeps_gil says a query cannot
-        # deadlock holding it: releasing and retaking it costs about as much
-        # as the query itself (~250 ns on an H200 host, benchmarks/results).
+        has completed.  Never blocks for the GPU (it may wait for a driver
+        lock, with the GIL released)."""
         cdef int done
-        cdef bint is_stream = self._kind == rt.HANDLE_STREAM
-        cdef Py_ssize_t counted
-        cdef unsigned long long epoch
-        if _status_keeps_gil():
-            self._hold()
-            done = _query_call(is_stream, self._handle)
-            self._unhold()
-            _pass_on(done)
-            if done == 1 and is_stream and (<Stream>self)._queued:
-                # The GIL was kept throughout: everything counted is done.
-                _forget(<Stream>self, (<Stream>self)._queued, _queue.epoch)
-            return done == 1
-        # What was counted before the query is what it answers for.
-        counted = (<Stream>self)._queued if is_stream else 0
-        epoch = _queue.epoch
         self._use()
         with nogil:
-            done = _query_call(is_stream, self._handle)
+            done = _query_call(self._kind == rt.HANDLE_STREAM, self._handle)
         self._unuse()
         _pass_on(done)
-        if done == 1 and counted:
-            _forget(<Stream>self, counted, epoch)
         return done == 1
 
     @property
@@ -467,17 +428,10 @@ cdef class Waitable(HandleOwner):
         is released when it leaves.  A pooled one goes back to its pool.
         """
         # When a user in another thread releases the handle on its way out,
-        # the owner stays until this object goes.
-        # cudaStreamDestroy and cudaEventDestroy return at once (CUDA frees
-        # the handle when its work is done), so the GIL policy of enqueues
-        # holds for them too.
-        if (self._kind == rt.HANDLE_STREAM and (<Stream>self)._queued and self._owns_handle
-                and not streams_is_closed(&self._state)):
-            # Only a handle of ours is asked: a wrapper's may be gone with
-            # its owner (closing a wrapper must stay safe then), and what
-            # was counted on it stays counted.
-            _forget_if_idle(<Stream>self)
-        if self._close_handle(rt.enqueue_may_keep_gil()) == 1:
+        # the owner stays until this object goes.  cudaStreamDestroy and
+        # cudaEventDestroy return at once (CUDA frees the handle when its
+        # work is done) but take a driver lock: the GIL is released.
+        if self._close_handle() == 1:
             # A reader of .owner in another thread takes its reference under
             # the same critical section, never one this drop is freeing.
             with cython.critical_section(self):
@@ -495,173 +449,24 @@ cdef class Waitable(HandleOwner):
         return hash((self._kind, <uintptr_t>self._handle, self._device))
 
 
-# ---- when a status call made from Python may keep the GIL -------------------------------
-# A query never waits for the GPU, but it can wait for a lock of the driver
-# that another thread holds while that thread is blocked in an enqueue: a
-# full queue, or, under compute-sanitizer memcheck, every kernel launch,
-# which the tool makes wait for the kernel.  (On an H200 under memcheck,
-# eight threads launching and enqueueing Python callbacks on one stream
-# while a ninth queried and synchronized it hung: seven threads in a
-# launch, the ninth in synchronize(), CUDA's callback thread with no
-# Python frame; only the Python stacks were taken, so this is the reading
-# that fits them, not a proof.)  So a query keeps the GIL exactly
-# when the first half of the enqueue rule below holds: no Python host
-# callback of the package is alive, so nothing the GPU can be waiting for
-# needs the GIL (callbacks of other libraries are not seen: the rule's
-# caveat, docs/safety.rst).  The status benchmark rows, which have no
-# callback alive, keep it.  Free-threaded CPython: a query always detaches,
-# as every enqueue does (below), so that a thread blocked in the driver
-# never holds up a stop-the-world pause that the callback thread waits on.
-cdef inline bint _status_keeps_gil() noexcept:
-    return rt.enqueue_may_keep_gil()     # False on free-threaded CPython
-
-
-# ---- when an enqueue made from Python may keep the GIL ---------------------------------
-# An enqueue (record, wait, launch, graph launch) blocks in the driver while
-# the queue it goes to is full, until the GPU drains it.  If the GPU is held
-# up by something on the host that needs the GIL (a Python host callback of
-# any library, a host thread about to write the word a wait_value waits for,
-# a kernel polling pinned memory, an external event), a thread blocked there
-# holding the GIL never lets it happen: a deadlock.  Releasing the GIL around
-# every enqueue costs ~150-250 ns a call; keeping it is safe exactly when the
-# enqueue cannot block.  The rule (both must hold):
-#   1. no Python host callback of the package is alive (rt.enqueue_may_keep_gil);
-#   2. the enqueues this process made from Python and has not yet seen done
-#      number at most QUEUE_BUDGET, far below the depth at which the driver
-#      blocks (tools/queue_depth.py: 1021 launches behind one busy stream on
-#      an H100; docs/safety.rst has the figures).  So no queue this
-#      process filled can be full, whatever the GPU waits for.
-# "Seen done": a stream's count is forgotten when query() answers True or
-# synchronize() returns for it, when an enqueue past the budget finds it
-# idle (a query with the GIL released, once every QUEUE_PROBE enqueues),
-# and all counts when a device synchronize answers (one device only).  An
-# enqueue past the budget releases the GIL: if the queue is full it waits
-# there without it, and the host can make the GPU move.
-# Counted before the call, so that a count can only run ahead of the work;
-# a stream closed or dropped with work counted leaves it in the total until
-# a device synchronize.  Not counted (docs/safety.rst): work that other
-# libraries or the C-level API (`c_*`, which never holds the GIL) enqueue;
-# a queue that such work fills to within QUEUE_BUDGET of the driver's depth
-# behind a host wait can still block an enqueue that keeps the GIL.
-#
-# Free-threaded CPython (no GIL): the rule is not used; every enqueue made
-# from Python runs detached from the interpreter (`with nogil` releases the
-# thread state there).  The GIL is gone, but the deadlock is not: a thread
-# that stays attached while it blocks in the driver holds up every
-# stop-the-world pause (the cyclic GC, some type changes), and a thread
-# that wants to attach meanwhile (CUDA's callback thread entering Python
-# for a host callback the GPU waits for) waits for that pause to end: the
-# GPU, the callback and the pause then wait on one another.  Detached, a
-# blocked enqueue holds nothing another thread needs.  Detaching costs a
-# pair of atomic operations on the thread's own state, far less than the
-# process-wide counts of the budget would cost shared between threads, and
-# no count is kept: _queued stays 0, so query(), synchronize() and close()
-# forget nothing.
-cdef enum:
-    QUEUE_BUDGET = 256
-    QUEUE_PROBE = 64
-cdef rt.QueueCount* _queue = rt.queue_count()
-
-
-cdef inline void _forget(Stream stream, Py_ssize_t n, unsigned long long epoch) noexcept:
-    # The first n enqueues counted on stream (in epoch) are done.
-    if stream._queue_epoch == epoch and n > 0:
-        n = min(n, stream._queued)
-        stream._queued -= n
-        _queue.total = max(_queue.total - n, 0)
-        stream._probe_at = stream._queued + QUEUE_PROBE
-
-
-cdef int _probe(void* handle, bint is_ours, Waitable owner) except -1:
-    # Whether a stream is idle, asked with the GIL released.
-    cdef int done
-    if is_ours:
-        owner._use()
-        try:
-            with nogil:
-                done = rt.stream_query(<cudaStream_t>owner._handle)
-        finally:
-            owner._unuse()
-        return done
-    with nogil:
-        done = rt.stream_query(<cudaStream_t>handle)
-    return done
-
-
-cdef void _forget_if_idle(Stream stream) noexcept:
-    # Before a close: work counted on a stream that is closed unfinished
-    # stays counted until a device synchronize; idle, it is forgotten now.
-    cdef Py_ssize_t n = stream._queued
-    cdef unsigned long long epoch = _queue.epoch
-    try:
-        if _probe(NULL, True, stream):
-            _forget(stream, n, epoch)
-    except (CudaError, ValueError, RuntimeError):
-        pass    # closed meanwhile, in a callback, or CUDA cannot say: it stays counted
-
-
-cdef inline int _keep_gil(Stream stream) except -1:
-    # keep_gil_for's common case, inlined into the Python enqueues of this
-    # module: the stream's count is current and the budget has room, so
-    # what is left is the count and the question about host callbacks.
-    # Everything else (a new epoch, a full budget, free-threaded Python)
-    # goes the long way.
-    if (not STREAMS_FREE_THREADED and stream._queue_epoch == _queue.epoch
-            and _queue.total < QUEUE_BUDGET):
-        stream._queued += 1
-        _queue.total += 1
-        return rt.enqueue_may_keep_gil()
-    return keep_gil_for(stream)
-
-
-cdef int keep_gil_for(Stream stream) except -1:
-    cdef Py_ssize_t n
-    cdef unsigned long long epoch
-    if STREAMS_FREE_THREADED:
-        return 0    # never attached while blocked in the driver (above)
-    epoch = _queue.epoch
-    if stream._queue_epoch != epoch:
-        stream._queued = 0
-        stream._queue_epoch = epoch
-        stream._probe_at = QUEUE_PROBE
-    stream._queued += 1
-    _queue.total += 1
-    if _queue.total <= QUEUE_BUDGET:
-        return rt.enqueue_may_keep_gil()
-    if stream._queued >= stream._probe_at:
-        n = stream._queued - 1      # the ones already enqueued
-        stream._probe_at = stream._queued + QUEUE_PROBE
-        if _probe(NULL, True, stream):
-            _forget(stream, n, epoch)
-            return _queue.total <= QUEUE_BUDGET and rt.enqueue_may_keep_gil()
-    return 0
-
-
-cdef int keep_gil_for_foreign(void* stream) except -1:
-    # Another library's stream has no object of ours to keep its count on:
-    # one count for them all, forgotten when the one stream they went to is
-    # seen idle (several: only by a device synchronize).
-    cdef Py_ssize_t n
-    if STREAMS_FREE_THREADED:
-        return 0
-    if _queue.foreign == 0:
-        _queue.foreign_stream = stream
-        _queue.foreign_mixed = False
-    elif _queue.foreign_stream != stream:
-        _queue.foreign_mixed = True
-    _queue.foreign += 1
-    _queue.total += 1
-    if _queue.total <= QUEUE_BUDGET:
-        return rt.enqueue_may_keep_gil()
-    if not _queue.foreign_mixed and _queue.foreign % QUEUE_PROBE == 0:
-        n = _queue.foreign - 1
-        if _probe(stream, False, None):
-            n = min(n, _queue.foreign)
-            _queue.foreign -= n
-            _queue.total = max(_queue.total - n, 0)
-            return _queue.total <= QUEUE_BUDGET and rt.enqueue_may_keep_gil()
-    return 0
-
+# ---- the GIL rule: every CUDA call made from Python releases it -------------------------
+# An enqueue (record, wait, launch, copy, graph launch, host function)
+# blocks in the driver while the queue it goes to is full, until the GPU
+# drains it; a status call (query), a create or a destroy can wait for a
+# driver lock that such a blocked thread holds.  What the GPU is waiting
+# for may need the GIL: a Python host callback of any library, a Python
+# thread about to write the word a wait_value waits for, a kernel polling
+# memory a Python thread fills.  A thread that waited in the driver
+# holding the GIL would then wait for ever.  So the rule has no
+# exception: every call into CUDA that can block or take a driver lock is
+# made inside `with nogil:` (on free-threaded CPython: detached from the
+# interpreter, which also keeps a stop-the-world pause from waiting on a
+# thread blocked in the driver).  Nothing is counted or guessed, so no
+# path (captures, other libraries' streams and events, failed enqueues,
+# the C-level API) can break it.  What it costs per call is measured in
+# benchmarks/ (the release and retake of an uncontended GIL).
+# Tests: tests/test_enqueue_gil_gpu.py, one per kind of enqueue and status
+# call, each behind a wait_value that a Python thread releases.
 
 ctypedef int (*_record_call)(cudaEvent_t ev, cudaStream_t s, unsigned int flags) noexcept nogil
 ctypedef int (*_wait_call)(cudaStream_t s, cudaEvent_t ev, unsigned int flags) noexcept nogil
@@ -681,9 +486,11 @@ cdef inline int _record_or_wait(Stream stream, Event event, bint wait) noexcept 
     return rc
 
 
-# The counted uses (HandleOwner._use): without the GIL, or from a Cython
-# caller who may hold none, close() in another thread may come in between.
-# Written as _enqueue_held below (no finally; see there).
+# The counted uses (HandleOwner._use): with the GIL released, close() in
+# another thread may come in between.  No finally: the call layer's
+# function is called through a pointer that does not propagate its error,
+# so that both objects are let go before the error is (its saved exception
+# state costs more than the rest of the path).
 cdef inline int _enqueue_counted(Stream stream, Event event, bint wait) except -1 nogil:
     cdef int rc
     stream._use()       # closed: let go, raised
@@ -698,56 +505,15 @@ cdef inline int _enqueue_counted(Stream stream, Event event, bint wait) except -
     return rc       # -1 with the call layer's exception set
 
 
-cdef inline int _record_on(Stream stream, Event event) except -1 nogil:
-    return _enqueue_counted(stream, event, False)
-
-
-cdef inline int _wait_event_on(Stream stream, Event event) except -1 nogil:
-    return _enqueue_counted(stream, event, True)
-
-
-# The uses that keep the GIL, spelled out: each a look at the object's
-# closed flag (HandleOwner._hold), inlined into the Python methods.  The
-# call layer's function is called through a pointer that does not
-# propagate its error, so that both objects are let go before the error
-# is: no finally (its saved exception state costs more than the rest of
-# the path), and the pairs of _hold and _unhold still match on every path
-# (they count on free-threaded Python).
-cdef inline int _enqueue_held(Stream stream, Event event, bint wait) except -1:
-    cdef int rc
-    stream._hold()      # closed: let go, raised
-    if streams_held_use_begin(&event._state) != 0:
-        event._unhold()
-        stream._unhold()
-        return event._raise_closed()
-    rc = _record_or_wait(stream, event, wait)
-    event._unhold()
-    stream._unhold()
-    return rc       # -1 with the call layer's exception set
-
-
-# The counted path of _record and _wait_event, out of line (through a
-# pointer): inlined there, its registers cost the held path a longer
-# prologue on every call.
-cdef int (*_record_counted)(Stream stream, Event event) except -1 nogil
-cdef int (*_wait_event_counted)(Stream stream, Event event) except -1 nogil
-_record_counted = _record_on
-_wait_event_counted = _wait_event_on
-
-
 cdef inline int _record(Stream stream, Event event) except -1:
-    if _keep_gil(stream):
-        return _enqueue_held(stream, event, False)
     with nogil:
-        _record_counted(stream, event)
+        _enqueue_counted(stream, event, False)
     return 0
 
 
 cdef inline int _wait_event(Stream stream, Event event) except -1:
-    if _keep_gil(stream):
-        return _enqueue_held(stream, event, True)
     with nogil:
-        _wait_event_counted(stream, event)
+        _enqueue_counted(stream, event, True)
     return 0
 
 
@@ -976,10 +742,10 @@ cdef class Stream(Waitable):
         return rt.get_device()
 
     cdef int c_record(self, Event event) except -1 nogil:
-        return _record_on(self, event)
+        return _enqueue_counted(self, event, False)
 
     cdef int c_wait_event(self, Event event) except -1 nogil:
-        return _wait_event_on(self, event)
+        return _enqueue_counted(self, event, True)
 
     cdef int c_wait_stream(self, Stream other) except -1 nogil:
         self._use()
@@ -1004,14 +770,9 @@ cdef class Stream(Waitable):
         give those waits a ``timeout``.
         """
         cdef long long timeout_ns = as_timeout_ns(timeout)
-        # What is counted now is done once the synchronize returns True.
-        cdef Py_ssize_t queued = self._queued
-        cdef unsigned long long epoch = _queue.epoch
         cdef int done = self._done_now()
         if not done:
             done = wait_until_done(self, timeout_ns)
-        if done == 1 and queued:
-            _forget(self, queued, epoch)
         if self._errors is not None:
             self._errors.raise_pending("host callback")
         return done == 1
@@ -1085,20 +846,14 @@ cdef class Stream(Waitable):
             try:
                 if dev < 0:
                     dev = current_device()
-                if keep_gil_for(self):
+                with nogil:
                     rt.stream_wait_stream(<cudaStream_t>self._handle, <cudaStream_t>h, dev)
-                else:
-                    with nogil:
-                        rt.stream_wait_stream(<cudaStream_t>self._handle, <cudaStream_t>h, dev)
             finally:
                 self._unuse()
             return
         o = <Stream>other
-        if keep_gil_for(self):
+        with nogil:
             self.c_wait_stream(o)
-        else:
-            with nogil:
-                self.c_wait_stream(o)
 
     def launch_host_func(self, callback, arg=None, *, owner=None, sync_mode="blocking"):
         """Run ``callback(arg)`` on the host once all work enqueued so far is done.
@@ -1503,11 +1258,8 @@ cdef class Stream(Waitable):
             if last and self._owns_handle:
                 # The release close() makes, checked (CudaError) as it is for
                 # every handle: this close was the last user.
-                if rt.enqueue_may_keep_gil():
+                with nogil:
                     self._destroy()
-                else:
-                    with nogil:
-                        self._destroy()
         if last:
             with cython.critical_section(self):
                 self._owner = None
@@ -1549,18 +1301,31 @@ cdef int settle_dependent(Stream s) except -1:
 
 cdef int mark_tail(Stream s) except -1:
     # Record where s's work ends now; the caller holds a use of s.  The
-    # record and the swap run in one critical section with the thread
-    # attached (a record of an event does not block: docs/safety.rst, the
-    # figures of tools/queue_depth.py), so of two threads marking at once
-    # the later record in stream order is the one kept.
+    # record runs with the GIL released (it blocks while s's queue is full:
+    # the GIL rule), the swap under s's critical section.  Of two threads
+    # marking at once, the later record in stream order must be the one
+    # kept: a marker keeps its event only if no other marker swapped since
+    # it read _tail_gen before its record; otherwise it records again, now
+    # after the other's record, and tries again (as many rounds at most as
+    # markers at once).  Test: test_stream_gpu.py, concurrent close marks.
     cdef Event ev = new_event(s._device, cudaEventDisableTiming)
     cdef Event old = None
-    with cython.critical_section(s):
-        if streams_count_get(&s._dependents) > 0:
+    cdef unsigned long long gen
+    cdef bint settled = False
+    while not settled:
+        with cython.critical_section(s):
+            gen = s._tail_gen
+        with nogil:
             rt.event_record(<cudaEvent_t>ev._handle, <cudaStream_t>s._handle, 0)
-            streams_flag_set(<int*>&ev._recorded, True)
-            old = s._tail
-            s._tail = ev
+        streams_flag_set(<int*>&ev._recorded, True)
+        with cython.critical_section(s):
+            if streams_count_get(&s._dependents) == 0:
+                settled = True      # nothing left to order: ev goes
+            elif s._tail_gen == gen:
+                old = s._tail
+                s._tail = ev
+                s._tail_gen = gen + 1
+                settled = True
     # `old` (and `ev` when nothing was left to order) goes here, outside
     # the critical section: its close may detach.
     return 0
@@ -1669,13 +1434,10 @@ cdef class Event(Waitable):
             else:
                 dev = switch_to = resolve_device(device, "device")
             rt.drain_deferred()
-            # Creating an event (and switching devices) waits for nothing but a
-            # driver lock: the GIL policy of enqueues holds.
-            if rt.enqueue_may_keep_gil():
+            # Creating an event (and switching devices) takes a driver lock:
+            # the GIL is released (the GIL rule, above).
+            with nogil:
                 _event_create_on(&handle, flags, switch_to)
-            else:
-                with nogil:
-                    _event_create_on(&handle, flags, switch_to)
             self._handle = <streams_event_t>handle
             self._device = dev
             self._flags = flags
@@ -2263,14 +2025,3 @@ def reset_persisting_l2_cache():
     require_device()
     with nogil:
         rt.ctx_reset_persisting_l2_cache()
-
-
-def _status_keeps_gil_now():
-    """Whether a query made now keeps the GIL (_status_keeps_gil); for tests."""
-    return _status_keeps_gil()
-
-
-def _queue_state():
-    """(total, on other libraries' streams): the enqueues the keep-the-GIL
-    rule has counted and not yet seen done (keep_gil_for); for tests."""
-    return _queue.total, _queue.foreign

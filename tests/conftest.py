@@ -95,7 +95,16 @@ def no_leaked_handles(request):
     changed = [key for key in keys if after[key] != before[key]]
     assert not changed, (
         f"{', '.join(f'{k} went from {before[k]} to {after[k]}' for k in changed)} "
-        f"in {request.node.name}{_holders(changed)}")
+        f"in {request.node.name}{_holders(changed)}{_gil_sites(changed)}")
+
+
+def _gil_sites(changed):
+    # Where CUDA was called with the GIL held (debug builds; the GIL rule of
+    # streams/_stream.pyx).
+    if "cuda_calls_with_gil" not in changed:
+        return ""
+    return "".join(f"\n  CUDA called with the GIL: {site}"
+                   for site in streams._cudart._cuda_calls_with_gil())
 
 
 # The classes whose live objects a leak report explains by their referrers.
@@ -178,7 +187,7 @@ def _chains(obj, skip, depth=6, width=4):
 
 # What a debug build (STREAMS_DEBUG_REFCOUNTS=1) adds to the leak check.
 DEBUG_BALANCES = ["live_payload_refs", "live_dlpack_refs", "live_allocations",
-                  "live_module_loads"]
+                  "live_module_loads", "cuda_calls_with_gil"]
 
 
 @pytest.fixture

@@ -350,12 +350,3 @@ def test_producers_giving_way_is_on_by_default_and_switches():
     finally:
         _cudart._producers_yield(True)
     assert _cudart._producers_yield() is True
-
-
-def test_a_query_keeps_the_gil_only_where_it_cannot_deadlock():
-    # streams/_stream.pyx, _status_keeps_gil: with a GIL and no Python host
-    # callback of the package alive a query keeps it; free-threaded CPython
-    # always detaches, as every enqueue does.
-    from _support import FREE_THREADED
-    assert streams.debug_counters()["live_host_calls"] == 0
-    assert streams._stream._status_keeps_gil_now() is (not FREE_THREADED)

@@ -400,24 +400,6 @@ def test_default_pool_lookup_from_eight_threads_gives_one_object():
     assert all(p is got[0] for p in got)
 
 
-def test_the_keep_the_gil_rule_counts_nothing_without_a_gil(closer):
-    """With a GIL, enqueues are counted for the keep-the-GIL rule; without
-    one (free-threaded CPython) every enqueue runs detached and nothing is
-    counted (streams/_stream.pyx, keep_gil_for)."""
-    from streams._stream import _queue_state
-    s = closer(Stream(non_blocking=True))
-    spin(s, 50_000)
-    ev = closer(Event())
-    for _ in range(20):
-        ev.record(s)
-    total, _foreign = _queue_state()
-    if FREE_THREADED:
-        assert total == 0
-    else:
-        assert total >= 20
-    s.synchronize()
-
-
 def test_host_buffer_views_race_close_in_a_child():
     """Eight threads take numpy views of one pinned buffer and write through
     them while another thread tries to close it: close() refuses

@@ -1,9 +1,8 @@
 """How many enqueues the driver takes behind a busy stream before one blocks.
 
-The rule that lets an enqueue keep the GIL (streams/_stream.pyx,
-``_keep_gil_for``) bounds the work this process has queued behind streams
-not yet seen idle; its budget must stay well below the depth measured here.
-A stream is held busy by a spin kernel (GPU-timed, so nothing on the host is
+Why every enqueue releases the GIL (streams/_stream.pyx, the GIL rule):
+past this depth an enqueue blocks in the driver until the GPU drains the
+queue.  A stream is held busy by a spin kernel (GPU-timed, so nothing on the host is
 needed for it to end: no deadlock whatever the GIL does), then one kind of
 enqueue is repeated until a call takes longer than ``BLOCKED_S``.
 

@@ -48,32 +48,6 @@ static inline int streams_close_begin(unsigned int *state) {
                                        __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST) ? 1 : 2;
 }
 
-/* A use that holds the GIL from its begin to its end and runs no Python
- * code in between (nothing there can hand the GIL to another thread).
- * close() and __dealloc__ mark an object closed only with the GIL held, so
- * neither can run inside such a use: a look at the CLOSED bit is the whole
- * check, and the two locked read-modify-writes of a counted use are spared
- * (benchmarks/status_breakdown.py measures both).  A use that drops the GIL,
- * and every call of a Cython project, counts.  Without a GIL (free-threaded
- * CPython) nothing keeps close() out, so there these count too.  The caller
- * calls streams_held_use_end exactly once either way. */
-static inline int streams_held_use_begin(unsigned int *state) {
-#ifdef Py_GIL_DISABLED
-    return streams_use_begin(state);
-#else
-    return (__atomic_load_n(state, __ATOMIC_RELAXED) & STREAMS_H_CLOSED) ? -1 : 0;
-#endif
-}
-
-static inline int streams_held_use_end(unsigned int *state) {
-#ifdef Py_GIL_DISABLED
-    return streams_use_end(state);
-#else
-    (void)state;
-    return 0;
-#endif
-}
-
 static inline int streams_is_closed(const unsigned int *state) {
     return (__atomic_load_n(state, __ATOMIC_ACQUIRE) & STREAMS_H_CLOSED) != 0;
 }

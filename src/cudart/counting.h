@@ -25,6 +25,18 @@ static inline unsigned long long streams_counter(int which) {
 }
 static inline int streams_debug_build(void) { return STREAMS_DEBUG_BUILD; }
 
+/* Debug builds: whether the calling thread holds the GIL, asked by the
+ * guard of every CUDA call (streams/_cudart.pyx, guard): a call made so
+ * breaks the GIL rule (streams/_stream.pyx), and the GPU suite's teardown
+ * fails on it.  Release builds: 0, a constant the check compiles away to. */
+static inline int streams_gil_held_here(void) {
+#if STREAMS_DEBUG_BUILD
+    return PyGILState_Check();
+#else
+    return 0;
+#endif
+}
+
 static inline void streams_payload_incref(PyObject *payload) {
     streams_count(STREAMS_CNT_PAYLOAD_INCREF);
     Py_INCREF(payload);

@@ -13,22 +13,33 @@
  * same check and the attaching of a graph-owned payload to that graph would
  * hand CUDA a dead graph.  Two defences:
  *
- *  - The fence: the check, the attaching and the launch of an enqueue run
- *    inside a read hold of one process-wide lock; every capture begun or
- *    ended through streams (cudaStreamBeginCapture[ToGraph],
- *    cudaStreamEndCapture) runs inside a write hold.  So no capture that
- *    streams starts or ends, on any stream (an end also takes the streams
- *    that joined its capture out of it), can change a stream's state in
- *    the middle of an enqueue: what the check saw is what the launch gets.
- *    One-shot enqueues do not exclude one another; an enqueue into a
- *    capture takes the lock exclusively, because it attaches a user object
- *    to the capture's graph and CUDA graph objects are not internally
- *    synchronized (two threads attaching to one capture's graph at once
- *    crashed in the driver).  Nobody waits for the lock with
- *    the GIL held: a launch in a read hold may wait for its stream's queue
- *    to drain, which may need a Python callback, hence the GIL.  (A read
- *    hold takes the GIL only to raise an error; its holder then waits for
- *    no one that waits for the lock with the GIL.)
+ *  - The fence, per stream: the check and the launch of a one-shot enqueue
+ *    on stream S run inside a read hold of S's fence; a capture begun or
+ *    ended through streams on S (cudaStreamBeginCapture[ToGraph],
+ *    cudaStreamEndCapture) runs inside a write hold of S's fence.  So no
+ *    capture that streams starts or ends on S can change S's state in the
+ *    middle of an enqueue on S: what the check saw is what the launch gets.
+ *    (A host-function launch racing a capture's begin or end on the same
+ *    stream crashed the driver: benchmarks/capture_race.c.)  Holds on
+ *    different streams never wait for one another: a read hold may block in
+ *    the driver for as long as its stream's queue is full, and whatever the
+ *    GPU waits for (a host thread about to write a word, a callback) may be
+ *    a thread that begins or ends a capture on another stream meanwhile.
+ *    Writers first: a stream that threads keep enqueuing host functions on
+ *    still lets a capture begin or end on it (with readers first, the
+ *    capturing thread of benchmarks/capture_race.c waited for ever).
+ *
+ *  - The capture lock, one for the process: an enqueue into a capture
+ *    attaches a user object to the capture's graph, and CUDA graph objects
+ *    are not internally synchronized (two threads attaching to one
+ *    capture's graph at once crashed in the driver), and the capture must
+ *    not end (its graph be destroyed) meanwhile.  So enqueues into a
+ *    capture, and every capture's begin and end, take it.  It is held only
+ *    across calls that cannot wait for the GPU (a launch into a capture
+ *    queues nothing), and never while waiting for a stream's fence: the
+ *    fence comes first.
+ *
+ * Nobody waits for either with the GIL held (the callers release it first).
  *
  *  - Tickets, for what the fence cannot see (a capture begun by another
  *    library, or a stream that joins a capture by waiting on an event
@@ -44,21 +55,141 @@
  *    (Generations are 32 bits: a stale ticket could match again only after
  *    2^32 reuses of its slot, and would then run another pending payload
  *    early, still never a freed one.) */
-/* Writers first: glibc's default rwlock prefers readers, and a stream that
- * threads keep enqueuing host functions on then never lets a capture begin
- * or end (benchmarks/capture_race.c, the fenced variants: the capturing
- * thread waited for ever).  Nothing takes a read hold while holding one,
- * which a writer-preferring lock would deadlock. */
-#ifdef PTHREAD_RWLOCK_WRITER_NONRECURSIVE_INITIALIZER_NP
-static pthread_rwlock_t streams_capture_fence = PTHREAD_RWLOCK_WRITER_NONRECURSIVE_INITIALIZER_NP;
-#else
-static pthread_rwlock_t streams_capture_fence = PTHREAD_RWLOCK_INITIALIZER;
-#endif
 
-static inline void streams_fence_enter(void) { pthread_rwlock_rdlock(&streams_capture_fence); }
-static inline void streams_fence_leave(void) { pthread_rwlock_unlock(&streams_capture_fence); }
-static inline void streams_fence_close(void) { pthread_rwlock_wrlock(&streams_capture_fence); }
-static inline void streams_fence_open(void) { pthread_rwlock_unlock(&streams_capture_fence); }
+/* The streams with a hold or a waiting writer: a small table under one
+ * mutex that is only ever held for a look-up, never across a CUDA call. */
+typedef struct {
+    void *stream;
+    int readers;            /* read holds now */
+    int writer;             /* 1 while a capture begins or ends on it */
+    int writers_waiting;    /* writers first: readers wait for these too */
+} streams_fence_entry;
+
+static pthread_mutex_t streams_fence_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t streams_fence_cond = PTHREAD_COND_INITIALIZER;
+static streams_fence_entry *streams_fence_table = NULL;
+static size_t streams_fence_len = 0, streams_fence_cap = 0;
+static pthread_mutex_t streams_capture_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The entry of `stream`, made if `make`; NULL if absent (or out of memory,
+ * which the caller treats as "wait and try again"). */
+static streams_fence_entry *streams_fence_find(void *stream, int make) {
+    size_t i;
+    for (i = 0; i < streams_fence_len; i++)
+        if (streams_fence_table[i].stream == stream)
+            return &streams_fence_table[i];
+    if (!make)
+        return NULL;
+    if (streams_fence_len == streams_fence_cap) {
+        size_t cap = streams_fence_cap ? 2 * streams_fence_cap : 16;
+        streams_fence_entry *t = (streams_fence_entry *)realloc(
+            streams_fence_table, cap * sizeof(streams_fence_entry));
+        if (t == NULL)
+            return NULL;
+        streams_fence_table = t;
+        streams_fence_cap = cap;
+    }
+    streams_fence_table[streams_fence_len].stream = stream;
+    streams_fence_table[streams_fence_len].readers = 0;
+    streams_fence_table[streams_fence_len].writer = 0;
+    streams_fence_table[streams_fence_len].writers_waiting = 0;
+    return &streams_fence_table[streams_fence_len++];
+}
+
+static void streams_fence_forget_if_idle(streams_fence_entry *e) {
+    if (e->readers == 0 && e->writer == 0 && e->writers_waiting == 0)
+        *e = streams_fence_table[--streams_fence_len];
+}
+
+/* A read hold of `stream`'s fence. */
+static void streams_fence_enter(void *stream) {
+    streams_fence_entry *e;
+    pthread_mutex_lock(&streams_fence_lock);
+    for (;;) {
+        e = streams_fence_find(stream, 1);
+        if (e != NULL && e->writer == 0 && e->writers_waiting == 0)
+            break;
+        if (e == NULL) {    /* out of memory: wait for a hold to end */
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 1000000;
+            if (ts.tv_nsec >= 1000000000) { ts.tv_sec++; ts.tv_nsec -= 1000000000; }
+            pthread_cond_timedwait(&streams_fence_cond, &streams_fence_lock, &ts);
+        } else {
+            pthread_cond_wait(&streams_fence_cond, &streams_fence_lock);
+        }
+    }
+    e->readers++;
+    pthread_mutex_unlock(&streams_fence_lock);
+}
+
+static void streams_fence_leave(void *stream) {
+    streams_fence_entry *e;
+    pthread_mutex_lock(&streams_fence_lock);
+    e = streams_fence_find(stream, 0);
+    if (e != NULL) {
+        e->readers--;
+        streams_fence_forget_if_idle(e);
+    }
+    pthread_cond_broadcast(&streams_fence_cond);
+    pthread_mutex_unlock(&streams_fence_lock);
+}
+
+/* A write hold of `stream`'s fence (a capture beginning or ending on it),
+ * then the capture lock. */
+static void streams_fence_close(void *stream) {
+    streams_fence_entry *e;
+    int waiting = 0;
+    pthread_mutex_lock(&streams_fence_lock);
+    for (;;) {
+        e = streams_fence_find(stream, 1);
+        if (e != NULL && !waiting) {
+            e->writers_waiting++;
+            waiting = 1;
+        }
+        if (e != NULL && e->readers == 0 && e->writer == 0)
+            break;
+        if (e == NULL) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 1000000;
+            if (ts.tv_nsec >= 1000000000) { ts.tv_sec++; ts.tv_nsec -= 1000000000; }
+            pthread_cond_timedwait(&streams_fence_cond, &streams_fence_lock, &ts);
+        } else {
+            pthread_cond_wait(&streams_fence_cond, &streams_fence_lock);
+        }
+    }
+    e->writers_waiting--;
+    e->writer = 1;
+    pthread_mutex_unlock(&streams_fence_lock);
+    pthread_mutex_lock(&streams_capture_lock);
+}
+
+static void streams_fence_open(void *stream) {
+    streams_fence_entry *e;
+    pthread_mutex_unlock(&streams_capture_lock);
+    pthread_mutex_lock(&streams_fence_lock);
+    e = streams_fence_find(stream, 0);
+    if (e != NULL) {
+        e->writer = 0;
+        streams_fence_forget_if_idle(e);
+    }
+    pthread_cond_broadcast(&streams_fence_cond);
+    pthread_mutex_unlock(&streams_fence_lock);
+}
+
+/* The capture lock alone: an enqueue into a capture. */
+static inline void streams_capture_enter(void) { pthread_mutex_lock(&streams_capture_lock); }
+static inline void streams_capture_leave(void) { pthread_mutex_unlock(&streams_capture_lock); }
+
+/* How many streams have a hold or a waiting writer now (tests). */
+static inline size_t streams_fence_streams_now(void) {
+    size_t n;
+    pthread_mutex_lock(&streams_fence_lock);
+    n = streams_fence_len;
+    pthread_mutex_unlock(&streams_fence_lock);
+    return n;
+}
 
 #define STREAMS_TICKET_CHUNK 1024u
 #define STREAMS_TICKET_CHUNKS 4096u     /* about 4 million one-shots pending at once */

@@ -1307,7 +1307,8 @@ cdef int mark_tail(Stream s) except -1:
     # kept: a marker keeps its event only if no other marker swapped since
     # it read _tail_gen before its record; otherwise it records again, now
     # after the other's record, and tries again (as many rounds at most as
-    # markers at once).  Test: test_stream_gpu.py, concurrent close marks.
+    # markers at once).  Test: test_free_threading_gpu.py, allocations
+    # racing the close of their stream.
     cdef Event ev = new_event(s._device, cudaEventDisableTiming)
     cdef Event old = None
     cdef unsigned long long gen

@@ -19,6 +19,21 @@ payload and allocation is given back (``streams.debug_counters()``, with the
 debug build's balances), and the default pool holds what it held before; at
 the end of the run the device's free memory is back where it started.
 
+Some rules play a whole scenario in one step, with its own model, where a
+class of fault needs one: a capture of 1,000+ counted enqueues beside
+counted work not yet done (long_capture); kernel nodes added through
+``capture_info()`` whose module and buffer are closed while the captured
+graph lives (capture_info_node_keeps, capture_info_node); sequences of
+kernel-node changes on an executable and its graphs (kernel_node_changes,
+against NodeChangeModel); arrays whose producer stream is being captured,
+used outside the capture (foreign_producer_capturing); closes while
+another thread is inside the object (close_with_user_inside); green
+contexts closed with work queued (green_close_under_work); and a
+host-released ``wait_value`` behind enqueues of every kind, where a hang
+ends the run as a finding (host_released_wait, hang_watchdog).  Each runs
+a bounded number of times per example; one that cannot run here (no green
+contexts, launches that wait for their kernel) says so at the end.
+
 The model keeps the caller's side of every documented contract (docs/
 safety.rst, graphs.rst): work on another stream is ordered before a
 buffer's free; captured work and memset/memcpy nodes hold nothing, so what
@@ -37,6 +52,9 @@ no python tests/test_fuzz_gpu.py`` (docs/safety.rst).
 """
 import asyncio
 import collections
+import contextlib
+import copy
+import ctypes
 import faulthandler
 import gc
 import importlib.util
@@ -44,6 +62,7 @@ import math
 import os
 import random
 import sys
+import textwrap
 import threading
 import time
 import traceback
@@ -332,6 +351,239 @@ LEAK_KEYS = ["live_streams", "live_events", "live_callbacks", "live_host_calls",
 DEBUG_KEYS = ["live_payload_refs", "live_dlpack_refs", "live_allocations", "live_module_loads"]
 
 
+# ---- what the audit's faults needed: models and guards the rules below share -----------------
+
+NOTES = {}      # rule -> why it did nothing in this run (printed at the end of the run)
+ROUND = {"seed": None, "announced": None}     # the round running now, for the watchdog's line
+
+
+def note(rule, why):
+    """``rule`` could not run here (no green contexts, launches that wait
+    for their kernel): said once, at the end of the run."""
+    NOTES.setdefault(rule, why)
+
+
+@contextlib.contextmanager
+def hang_watchdog(seconds, what):
+    """A hang inside the block ends the run as a finding instead of hanging
+    it: past ``seconds`` faulthandler's own thread, which needs no GIL (the
+    block may hold it while it blocks in the driver), dumps every thread's
+    stack and exits the process with status 1.  The round's seed is said
+    once per round, before the first block, so that the hang replays
+    (test_hang_watchdog_turns_a_hang_into_a_failure)."""
+    if ROUND["announced"] != ROUND["seed"]:
+        ROUND["announced"] = ROUND["seed"]
+        print(f"fuzz: a hang past {seconds:g} s in {what} exits 1; this round replays with "
+              f"STREAMS_FUZZ_SEED={ROUND['seed']}", file=sys.stderr, flush=True)
+    faulthandler.dump_traceback_later(seconds, exit=True)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+
+
+def chain_order(nodes):
+    """The nodes of a captured chain (each launch after the previous one) in
+    the order they were captured: each after its dependencies."""
+    placed, rest = [], list(nodes)
+    while rest:
+        for n in rest:
+            if all(d in placed for d in n.dependencies):
+                placed.append(n)
+                rest.remove(n)
+                break
+        else:
+            raise AssertionError(f"not a chain: {len(rest)} nodes wait for nodes outside it")
+    return placed
+
+
+# A kernel node of the change sequences: {"kind": "fill" | "inc", "buf": the
+# index of the rule's buffer, "value": fill's value, "count", "grid",
+# "block"}.  fill_u32(pointer, uint32 value, uint64 count) writes value to
+# the first min(count, grid * block) words; increment_u32(pointer, uint64
+# count) adds 1 to them.
+
+def node_effect(state, words):
+    """What running one kernel node of ``state`` does to ``words`` (uint32
+    arrays, one per buffer)."""
+    n = min(state["count"], state["grid"] * state["block"])
+    if state["kind"] == "fill":
+        words[state["buf"]][:n] = state["value"]
+    else:
+        words[state["buf"]][:n] += 1
+
+
+def node_changed(state, changes):
+    """``state`` with the arguments ``changes`` names (index -> new value;
+    a buffer's index for the pointer) changed and the rest kept."""
+    new = dict(state)
+    for index, value in changes.items():
+        if index == 0:
+            new["buf"] = value
+        elif state["kind"] == "fill":
+            new["value" if index == 1 else "count"] = value
+        else:
+            new["count"] = value
+    return new
+
+
+class NodeChangeModel:
+    """What an executable's kernel nodes compute after changes
+    (docs/graphs.rst, "Updating an executable" and "Changing captured
+    graphs"): an executable takes its graph's nodes when it is made and
+    when ``update(graph)`` brings that graph's; ``set_kernel_node`` replaces
+    a node's kernel, configuration and arguments; ``set_kernel_node_args``
+    changes the arguments it names on top of what the last change left (not
+    on the graph's); ``GraphNode.set_args`` changes the graph's node only,
+    for later instantiations and updates (test_node_change_model_follows_the_docs)."""
+
+    def __init__(self, graphs):
+        self.graphs = {name: [dict(s) for s in states] for name, states in graphs.items()}
+        self.exec = None
+
+    def instantiate(self, name):
+        self.exec = copy.deepcopy(self.graphs[name])
+
+    def update(self, name):
+        self.exec = copy.deepcopy(self.graphs[name])
+
+    def set_kernel_node(self, i, state):
+        self.exec[i] = dict(state)
+
+    def set_kernel_node_args(self, i, changes):
+        self.exec[i] = node_changed(self.exec[i], changes)
+
+    def set_args(self, name, i, changes):
+        self.graphs[name][i] = node_changed(self.graphs[name][i], changes)
+
+    def launch(self, words):
+        for state in self.exec:
+            node_effect(state, words)
+
+
+class _DL:
+    """Another library's array that only speaks DLPack: the producer is a
+    streams DeviceBuffer, which orders its own stream before the consumer's
+    (``__dlpack__(stream=)``)."""
+
+    def __init__(self, buf):
+        self.buf = buf
+
+    def __dlpack_device__(self):
+        return self.buf.__dlpack_device__()
+
+    def __dlpack__(self, **kwargs):
+        return self.buf.__dlpack__(**kwargs)
+
+
+_PROBES = {}
+
+
+def launches_wait_for_kernels():
+    """Whether a kernel launch returns only once its kernel has run (as
+    under compute-sanitizer memcheck): then any launch behind a wait for the
+    host blocks, whatever the library does."""
+    if "sync_launch" not in _PROBES:
+        s = Stream(non_blocking=True)
+        try:
+            t0 = time.monotonic()
+            streams.testing.spin(s, 50_000)
+            _PROBES["sync_launch"] = time.monotonic() - t0 > 0.025
+            s.synchronize()
+        finally:
+            s.close()
+    return _PROBES["sync_launch"]
+
+
+def memset_queue_depth():
+    """How many 4-byte memsets go into a stream behind a busy kernel before
+    one blocks (the driver's queue depth for them), or None if none blocked
+    within the kernel's second (measured once)."""
+    if "depth" not in _PROBES:
+        s = Stream(non_blocking=True)
+        buf = DeviceBuffer(64, stream=s)
+        depth = None
+        try:
+            s.synchronize()
+            streams.memset_async(buf, 0, 4, stream=s)
+            s.synchronize()
+            start = time.monotonic()
+            streams.testing.spin(s, 1_000_000)
+            for i in range(20000):
+                t0 = time.monotonic()
+                streams.memset_async(buf, 0, 4, stream=s)
+                if time.monotonic() - t0 > 0.1:
+                    depth = i
+                    break
+                if time.monotonic() - start > 0.8:
+                    break
+            s.synchronize()
+        finally:
+            buf.close()
+            s.close()
+        _PROBES["depth"] = depth
+    return _PROBES["depth"]
+
+
+def graph_launch_capturable():
+    """Whether CUDA captures a graph launch into a stream capture here (an
+    executable that holds nothing, so nothing of streams but the launch is
+    asked): None if it does, else why not."""
+    if "graph_in_capture" not in _PROBES:
+        s = Stream(non_blocking=True)
+        g = Graph()
+        g.add_empty_node()
+        ex = g.instantiate()
+        g.close()
+        why = None
+        try:
+            s.begin_capture("thread_local")
+            try:
+                ex.launch(s)
+            except CudaError as exc:
+                why = f"CUDA refused a graph launch into a capture: {exc}"
+            finally:
+                try:
+                    s.end_capture().close()
+                except CudaError as exc:
+                    why = why or f"the capture of a graph launch failed: {exc}"
+        finally:
+            ex.close()
+            s.synchronize()
+            s.close()
+        _PROBES["graph_in_capture"] = why
+    return _PROBES["graph_in_capture"]
+
+
+def settled_counters():
+    """``debug_counters()`` once nothing earlier is pending: what later
+    steps release is their own."""
+    streams.synchronize_device()
+    streams._cudart._drain_deferred()
+    gc.collect()
+    streams._cudart._drain_deferred()
+    return streams.debug_counters()
+
+
+def wait_counters(expected, keys, timeout=3.0):
+    """Poll ``debug_counters()`` (synchronizing, draining what is deferred
+    and collecting) until ``keys`` equal ``expected``'s or ``timeout``
+    passes; return the last counters."""
+    deadline = time.monotonic() + timeout
+    while True:
+        streams.synchronize_device()
+        streams._cudart._drain_deferred()
+        after = streams.debug_counters()
+        if all(after[k] == expected[k] for k in keys) or time.monotonic() > deadline:
+            return after
+        time.sleep(0.02)
+        gc.collect()
+
+
+HANDLE_KEYS = ("live_streams", "live_events", "live_graphs", "live_graph_execs",
+               "live_modules", "live_buffers")
+
+
 class _CAI:
     """Another library's array over a buffer's memory, naming ``stream``."""
 
@@ -458,6 +710,9 @@ class GpuObjectGraph(RuleBasedStateMachine):
         NATIVE_SEEN.clear()
         self.old_nodes = []          # nodes of closed graphs
         self.keys = 0
+        # Rules that cost more than a step (long captures, spins, threads):
+        # each runs at most a few times per example.
+        self.heavy = collections.Counter()
         # The model's own choices (fill values, close orders): the same for
         # every replay of a rule sequence, so that a failure replays.
         self.rng = random.Random(25)
@@ -1946,6 +2201,903 @@ class GpuObjectGraph(RuleBasedStateMachine):
                     f"native cell {key}: counted {NATIVE_SEEN.get(key)}, not {expected}"))
         self.natives = []
 
+    # ---- long captures: the keep-the-GIL budget must never touch a capture ---------------------
+
+    @precondition(lambda self: self.heavy["long_capture"] < 1)
+    @rule(seed=st.integers(0, 2**32 - 1), n_ops=st.sampled_from([1000, 1300, 2000]),
+          mode=st.sampled_from(["global", "thread_local", "relaxed"]),
+          busy=st.sampled_from([0, 300]), fresh=st.booleans(), i=st.integers(0, 64),
+          replays=st.integers(1, 2))
+    def long_capture(self, seed, n_ops, mode, busy, fresh, i, replays):
+        """A capture of ``n_ops`` counted enqueues (kernel launches by every
+        path, prepared and graph launches, records, waits, a fork to a second
+        stream and its joins) while another stream holds counted work not yet
+        done (behind a spin) and gets more during the capture: every enqueue
+        is captured, the capture ends, and each replay of the graph computes
+        what the model says.  Fails where an enqueue past the keep-the-GIL
+        budget (256) queries a stream while a capture runs, which CUDA
+        refuses by invalidating the capture: the enqueue raises CudaError,
+        or end_capture does."""
+        # The rule's own draws (up to thousands) come from one seed: a
+        # hypothesis Random would take each from the example's bounded data.
+        rnd = random.Random(seed)
+        self.heavy["long_capture"] += 1
+        inc = streams._launch.builtin_kernel("increment_u32")
+        fill = streams._launch.builtin_kernel("fill_u32")
+        empty = streams._launch.builtin_kernel("empty")
+        # A green stream's capture is left to capture_graph: graph launches
+        # of the primary context into it are not what this rule is about.
+        own = [x for x in self.own_streams() if x.non_blocking and not x.green]
+        private = fresh or not own
+        s = Stream(non_blocking=True) if private else self.pick(own, i).obj
+        r, t = Stream(non_blocking=True), Stream(non_blocking=True)
+        u = Stream(non_blocking=True) if busy else None
+        a, b = DeviceBuffer(NBYTES, stream=r), DeviceBuffer(NBYTES, stream=r)
+        start = {"a": self.rng.getrandbits(31), "b": self.rng.getrandbits(31)}
+        streams.testing.fill_u32(r, a, start["a"], N)
+        streams.testing.fill_u32(r, b, start["b"], N)
+        # Graph launches into the capture: an executable that holds nothing
+        # (a capture of a kernel) and one that holds its buffer (a kernel
+        # node: it marks where its launches end).
+        execs = []
+        why = graph_launch_capturable()
+        if why is None:
+            tmp = Stream(non_blocking=True)
+            tmp.begin_capture("thread_local")
+            try:
+                streams.testing.increment_u32(tmp, a, N)
+            finally:
+                g0 = tmp.end_capture()
+            execs.append(g0.instantiate())
+            g0.close()
+            tmp.close()
+            g1 = Graph()
+            g1.add_kernel_node("increment_u32", 1, N, a, N)
+            execs.append(g1.instantiate())
+            g1.close()
+        else:
+            note("long_capture (graph launches)", why)
+        preps = {"a": inc.prepare(1, N, a, N), "b": inc.prepare(1, N, b, N)}
+        events = [Event() for _ in range(4)]
+        r.synchronize()
+        if busy:
+            streams.testing.spin(u, rnd.choice([2000, 50_000]))
+            for _ in range(busy):
+                u.launch(empty, 1, 1)       # counted, not seen done
+        ops = {"a": [], "b": []}            # per replay: ("inc",) or ("fill", v)
+        counted = 0
+        forked = unjoined = False
+        recorded = None                     # an event recorded in this capture on s
+        self.trace(f"long capture of {n_ops} on {'a new stream' if private else s!r} ({mode}), "
+                   f"{busy} counted on another stream")
+        s.begin_capture(mode)
+        try:
+            while counted < n_ops or unjoined:
+                if counted >= n_ops:
+                    kind = "join"
+                else:
+                    kind = rnd.choices(
+                        ["inc", "launch", "launch_ex", "prepared", "graph", "fill", "record",
+                         "wait", "fork", "t", "join", "busy"],
+                        [20, 20, 10, 10, 6, 2, 8, 6, 2, 10, 3, 4])[0]
+                if kind == "inc":
+                    streams.testing.increment_u32(s, a, N)
+                    ops["a"].append(("inc",))
+                elif kind == "launch":
+                    s.launch(inc, 1, N, a, N)
+                    ops["a"].append(("inc",))
+                elif kind == "launch_ex":
+                    s.launch_ex(inc, LaunchConfig(1, N), a, N)
+                    ops["a"].append(("inc",))
+                elif kind == "prepared":
+                    preps["a"].launch(s)
+                    ops["a"].append(("inc",))
+                elif kind == "graph" and execs:
+                    rnd.choice(execs).launch(s)
+                    ops["a"].append(("inc",))
+                elif kind == "fill":
+                    v = rnd.getrandbits(32)
+                    s.launch(fill, 1, N, a, v, N)
+                    ops["a"].append(("fill", v))
+                elif kind == "record":
+                    recorded = rnd.choice(events[:2])
+                    s.record(recorded)
+                elif kind == "wait" and recorded is not None:
+                    s.wait_event(recorded)
+                elif kind == "fork" and not forked:
+                    s.record(events[2])
+                    t.wait_event(events[2])           # t joins the capture
+                    forked = True
+                elif kind == "t" and forked:
+                    if rnd.random() < 0.5:
+                        t.launch(inc, 1, N, b, N)
+                    else:
+                        preps["b"].launch(t)
+                    ops["b"].append(("inc",))
+                    unjoined = True
+                elif kind == "join" and unjoined:
+                    t.record(events[3])
+                    s.wait_event(events[3])
+                    unjoined = False
+                elif kind == "busy" and busy:
+                    u.launch(empty, 1, 1)             # not captured: u is not in it
+                    continue
+                else:
+                    continue
+                counted += 1
+        except BaseException:
+            if s.capture_status != streams.CaptureStatus.NONE:
+                try:
+                    s.end_capture().close()
+                except CudaError:
+                    pass
+            raise
+        g = s.end_capture()
+        assert s.capture_status == streams.CaptureStatus.NONE
+        assert t.capture_status == streams.CaptureStatus.NONE, "the forked stream stays captured"
+        ex = g.instantiate()
+        g.close()
+        want = {k: np.full(N, start[k], dtype=np.uint32) for k in start}
+        for _ in range(replays):
+            ex.launch(r)
+            for k in want:
+                for op in ops[k]:
+                    if op[0] == "inc":
+                        want[k] += 1
+                    else:
+                        want[k][:] = op[1]
+        for k, buf in (("a", a), ("b", b)):
+            got = np.empty(N, dtype=np.uint32)
+            streams.memcpy_async(got, buf, stream=r)
+            r.synchronize()
+            assert np.array_equal(got, want[k]), (
+                f"a capture of {counted} enqueues ({len(ops[k])} on {k}), replayed {replays} "
+                f"times, left {got[0]} in {k}, the model says {want[k][0]}")
+        ex.close()
+        for x in execs + events:
+            x.close()
+        preps.clear()
+        r.synchronize()
+        a.close()
+        b.close()
+        for x in (r, t, u) + ((s,) if private else ()):
+            if x is not None:
+                x.close()
+
+    # ---- kernel nodes added to a capture through capture_info ----------------------------------
+
+    @precondition(lambda self: self.heavy["capture_info"] < 2)
+    @rule(value=st.integers(0, UINT32_MAX - 1), keep=st.sampled_from(["graph", "exec", "both"]),
+          deps=st.sampled_from(["set", "add"]), before=st.booleans(), replays=st.integers(1, 3),
+          mode=st.sampled_from(["global", "thread_local", "relaxed"]))
+    def capture_info_node_keeps(self, value, keep, deps, before, replays, mode):
+        """A kernel node added to a capture's graph through
+        ``capture_info().graph`` (CUDA's pattern, with
+        ``update_capture_dependencies``) holds its module and buffer as
+        every ``add_kernel_node`` node does (docs/safety.rst): closed by
+        their owner while the captured graph or its executable lives, both
+        stay (debug counters), a buffer allocated then cannot get the node's
+        memory, and every replay computes what the model says; once the
+        graph and the executable are gone, both are let go.  Fails where
+        the node's holds stay with the temporary Graph that capture_info
+        made instead of the captured graph: the counters drop at the
+        closes, or the replays run unloaded code and write freed memory."""
+        self.heavy["capture_info"] += 1
+        home, s = Stream(non_blocking=True), Stream(non_blocking=True)
+        mod = streams.testing.builtin_module()
+        k = mod.get_kernel("streams_fill_u32", signature="pointer, uint32, uint64")
+        tgt, out = DeviceBuffer(NBYTES, stream=home), DeviceBuffer(NBYTES, stream=home)
+        home.launch(k, 1, N, tgt, 0, N)      # loaded and run once: no lazy loading in the capture
+        streams.memset_async(out, 0, stream=home)
+        home.synchronize()
+        s.begin_capture(mode)
+        try:
+            if before:
+                streams.testing.launch_empty(s)
+            info = s.capture_info()
+            assert info.status == streams.CaptureStatus.ACTIVE and info.graph is not None, info
+            node = info.graph.add_kernel_node(k, 1, N, tgt, value, N,
+                                              dependencies=info.dependencies)
+            s.update_capture_dependencies([node], deps)
+            # Captured after the node, by address: the node holds tgt.
+            streams.testing.increment_u32(s, tgt, N)
+            streams.memcpy_async(out, tgt, stream=s)
+        except BaseException:
+            if s.capture_status != streams.CaptureStatus.NONE:
+                s.end_capture().close()
+            raise
+        g = s.end_capture()
+        del info, node
+        kernels = [n for n in g.nodes if n.type == "kernel"]
+        assert len(kernels) == 2 + before, f"{len(kernels)} kernel nodes, not {2 + before}"
+        ex = None
+        if keep != "graph":
+            ex = g.instantiate()
+        if keep == "exec":
+            g.close()
+        base = settled_counters()
+        mod.close()
+        tgt.close(stream=home)
+        gc.collect()
+        streams._cudart._drain_deferred()
+        after = streams.debug_counters()
+        lost = [key for key in ("live_modules", "live_buffers") if after[key] != base[key]]
+        assert not lost, (
+            f"the {keep} of a capture kept not the module and buffer of a node added through "
+            "capture_info: " + ", ".join(f"{key} {base[key]} -> {after[key]}" for key in lost))
+        # Memory allocated now must not be the node's.
+        probe = DeviceBuffer(NBYTES, stream=home)
+        sentinel = (value + 0x5A5A5A5A) & UINT32_MAX
+        streams.testing.fill_u32(home, probe, sentinel, N)
+        home.synchronize()
+        if ex is None:
+            ex = g.instantiate()
+        for _ in range(replays):
+            ex.launch(s)
+        s.synchronize()
+        for buf, want, what in ((out, value + 1, "the copy of the node's buffer"),
+                                (probe, sentinel, "a buffer allocated after the close")):
+            got = np.empty(N, dtype=np.uint32)
+            streams.memcpy_async(got, buf, stream=s)
+            s.synchronize()
+            assert (got == want).all(), f"{what} holds {got[0]:#x}, not {want:#x}"
+        ex.close()
+        g.close()
+        del ex, g, kernels
+        expected = dict(base)           # tgt gone, the probe open: as many buffers as then
+        expected["live_modules"] -= 1
+        after = wait_counters(expected, ("live_modules", "live_buffers"))
+        assert after["live_modules"] == expected["live_modules"] and \
+            after["live_buffers"] == expected["live_buffers"], (
+                "the node's module and buffer outlived the graph and executable: "
+                f"live_modules {base['live_modules']} -> {after['live_modules']}, "
+                f"live_buffers {base['live_buffers']} -> {after['live_buffers']}")
+        probe.close()
+        out.close()
+        home.synchronize()
+        s.close()
+        home.close()
+
+    @precondition(lambda self: self.bufs and [m for m in self.mods if not m.closed])
+    @rule(b=st.integers(0, 64), m=st.integers(0, 64), value=st.integers(0, UINT32_MAX),
+          mode=st.sampled_from(["global", "thread_local", "relaxed"]), exec_first=st.booleans())
+    def capture_info_node(self, b, m, value, mode, exec_first):
+        """A capture whose only work is a kernel node added through
+        ``capture_info().graph`` with a module and a buffer of the model's:
+        the graph joins the model as one whose kernel node holds them, so
+        the model's own rules close that module and buffer while it, and
+        its executables, live and replay."""
+        buf = self.pick(self.bufs, b)
+        mod = self.pick([x for x in self.mods if not x.closed], m)
+        s = Stream(non_blocking=True)
+        s.begin_capture(mode)
+        try:
+            streams.testing.launch_empty(s)
+            info = s.capture_info()
+            node = info.graph.add_kernel_node(mod.fill, 1, N, buf.obj, value, N,
+                                              dependencies=info.dependencies)
+            s.update_capture_dependencies([node], "set")
+            streams.testing.launch_empty(s)
+        finally:
+            g = s.end_capture()
+        del info, node
+        s.close()
+        h = HolderM(g, "graph")
+        h.ops.append([("fill", buf, value), True])
+        h.held.append(buf)              # and the module: not a raw use, unlike a captured launch
+        h.made = f"step {STATS['steps']}: a capture_info node ({mode})"
+        self.graphs.append(h)
+        if exec_first:
+            self.instantiate(len(self.live(self.graphs)) - 1, False, -1)
+
+    # ---- kernel-node change sequences against a model -----------------------------------------
+
+    @precondition(lambda self: self.heavy["node_changes"] < 2)
+    @rule(seed=st.integers(0, 2**32 - 1), n_nodes=st.integers(1, 3),
+          steps=st.lists(st.sampled_from(["set_kernel_node", "set_kernel_node_args",
+                                          "set_kernel_node_args", "update", "node_set_args",
+                                          "launch", "instantiate"]),
+                         min_size=4, max_size=16))
+    def kernel_node_changes(self, seed, n_nodes, steps):
+        """Random sequences of ``GraphExec.set_kernel_node``,
+        ``set_kernel_node_args``, ``update(graph)``, ``GraphNode.set_args``
+        on the source graph and on the update's graph, new executables and
+        launches, checked after every launch against NodeChangeModel (the
+        documented semantics), and the graphs' nodes against theirs after
+        every step.  Fails where set_kernel_node_args builds on the source
+        graph's node rather than the executable's: after set_kernel_node,
+        after update(graph2) or after the graph's own set_args, a launch
+        then runs the graph's kernel and arguments (or the graph's change)."""
+        # The rule's own draws (up to thousands) come from one seed: a
+        # hypothesis Random would take each from the example's bounded data.
+        rnd = random.Random(seed)
+        self.heavy["node_changes"] += 1
+        kernels = {"fill": streams._launch.builtin_kernel("fill_u32"),
+                   "inc": streams._launch.builtin_kernel("increment_u32")}
+        sigs = {"fill": "pointer, uint32, uint64", "inc": "pointer, uint64"}
+        configs = [(1, N), (2, N // 2), (4, N // 4), (1, N // 2), (3, 64)]
+        s = Stream(non_blocking=True)
+        bufs = [DeviceBuffer(NBYTES, stream=s) for _ in range(3)]
+        words = [np.full(N, rnd.getrandbits(32), dtype=np.uint32) for _ in bufs]
+        for buf, w in zip(bufs, words):
+            streams.testing.fill_u32(s, buf, int(w[0]), N)
+
+        def state(kind):
+            grid, block = rnd.choice(configs)
+            return {"kind": kind, "buf": rnd.randrange(len(bufs)), "value": rnd.getrandbits(32),
+                    "count": rnd.choice([N, N // 2, N // 4 + 1, 1]), "grid": grid, "block": block}
+
+        def args_of(st_):
+            tail = (st_["value"], st_["count"]) if st_["kind"] == "fill" else (st_["count"],)
+            return (kernels[st_["kind"]], st_["grid"], st_["block"], bufs[st_["buf"]]) + tail
+
+        def capture(states):
+            s.begin_capture("thread_local")
+            try:
+                for st_ in states:
+                    k, grid, block, *args = args_of(st_)
+                    s.launch(k, grid, block, *args)
+            finally:
+                g = s.end_capture()
+            return g, chain_order([n for n in g.nodes if n.type == "kernel"])
+
+        def changes_for(st_, same_layout):
+            # A pointer has one size in both kernels; the other arguments
+            # are changed only where the layout is the one captured.
+            choices = [0] + ([1, 2] if st_["kind"] == "fill" else [1]) * same_layout
+            picked = rnd.sample(choices, rnd.randint(1, len(choices)))
+            model, real = {}, {}
+            for index in picked:
+                if index == 0:
+                    j = rnd.randrange(len(bufs))
+                    model[0], real[0] = j, bufs[j]
+                elif index == 1 and st_["kind"] == "fill":
+                    model[1] = real[1] = rnd.getrandbits(32)
+                else:
+                    model[index] = real[index] = rnd.choice([N, N // 2, 3])
+            return model, real
+
+        kinds = [rnd.choice(["fill", "inc"]) for _ in range(n_nodes)]
+        graphs = {}
+        for name in ("g1", "g2"):
+            states = [state(kind) for kind in kinds]
+            g, nodes = capture(states)
+            assert len(nodes) == n_nodes, f"{len(nodes)} kernel nodes, not {n_nodes}"
+            graphs[name] = (g, nodes, states)
+        model = NodeChangeModel({name: v[2] for name, v in graphs.items()})
+        source = "g1"
+        ex = graphs[source][0].instantiate()
+        model.instantiate(source)
+        done = []
+
+        def check_data(what):
+            s.synchronize()
+            for j, buf in enumerate(bufs):
+                got = np.empty(N, dtype=np.uint32)
+                streams.memcpy_async(got, buf, stream=s)
+                s.synchronize()
+                if not np.array_equal(got, words[j]):
+                    bad = np.flatnonzero(got != words[j])
+                    raise AssertionError(
+                        f"after {done} ({what}): buffer {j} holds {got[bad[0]]:#x} at "
+                        f"[{bad[0]}] ({len(bad)} wrong), the model says {words[j][bad[0]]:#x}; "
+                        f"executable {model.exec}")
+
+        def check_graphs():
+            for name, (g, nodes, _) in graphs.items():
+                for i, node in enumerate(nodes):
+                    st_ = model.graphs[name][i]
+                    p = node.kernel_params()
+                    want = args_of(st_)
+                    got = (p.grid[0], p.block[0]) + tuple(p.values(sigs[st_["kind"]]))
+                    expect = (want[1], want[2], want[3].ptr) + want[4:]
+                    assert got == expect, (f"after {done}: node {i} of {name} is {got}, "
+                                           f"the graph's model says {expect}")
+
+        try:
+            for step in steps:
+                i = rnd.randrange(n_nodes)
+                nodes = graphs[source][1]
+                if step == "set_kernel_node":
+                    new = state(rnd.choice(["fill", "inc"]))
+                    ex.set_kernel_node(nodes[i], *args_of(new))
+                    model.set_kernel_node(i, new)
+                    done.append(f"set_kernel_node({i}, {new})")
+                elif step == "set_kernel_node_args":
+                    st_ = model.exec[i]
+                    m, real = changes_for(st_, st_["kind"] == kinds[i])
+                    ex.set_kernel_node_args(nodes[i], real)
+                    model.set_kernel_node_args(i, m)
+                    done.append(f"set_kernel_node_args({i}, {m})")
+                elif step == "update":
+                    name = rnd.choice(list(graphs))
+                    result = ex.update(graphs[name][0])
+                    assert result.ok, f"after {done}: update({name}) refused: {result}"
+                    model.update(name)
+                    done.append(f"update({name})")
+                elif step == "node_set_args":
+                    name = rnd.choice(list(graphs))
+                    m, real = changes_for(model.graphs[name][i], True)
+                    graphs[name][1][i].set_args(real)
+                    model.set_args(name, i, m)
+                    done.append(f"{name}.node[{i}].set_args({m})")
+                elif step == "instantiate":
+                    ex.close()
+                    source = rnd.choice(list(graphs))
+                    ex = graphs[source][0].instantiate()
+                    model.instantiate(source)
+                    done.append(f"instantiate({source})")
+                else:
+                    for _ in range(rnd.randint(1, 2)):
+                        ex.launch(s)
+                        model.launch(words)
+                        done.append("launch")
+                    check_data("launch")
+                check_graphs()
+            ex.launch(s)
+            model.launch(words)
+            done.append("launch")
+            check_data("the last launch")
+        finally:
+            ex.close()
+            for g, _, _ in graphs.values():
+                g.close()
+            s.synchronize()
+            for buf in bufs:
+                buf.close()
+            s.close()
+
+    # ---- foreign producers on a stream that is being captured ---------------------------------
+
+    @precondition(lambda self: self.bufs)
+    @rule(b=st.integers(0, 64), i=st.integers(0, 64), value=st.integers(0, UINT32_MAX),
+          mode=st.sampled_from(["global", "thread_local", "relaxed"]),
+          via=st.sampled_from(["cai copy", "cai launch", "dlpack copy", "dlpack launch",
+                               "dlpack export"]))
+    def foreign_producer_capturing(self, b, i, value, mode, via):
+        """An array whose producer stream is being captured (its
+        ``__cuda_array_interface__`` v3 names it, or a DLPack producer whose
+        stream it is), used by a stream outside the capture: "a capture is
+        never broken by a foreign array" (docs/safety.rst).  The use is
+        refused (RuntimeError or BufferError, nothing enqueued) or runs with
+        the right data; either way the consumer stays out of the capture
+        and the capture ends cleanly.  Fails where the consumer waits for
+        the capturing stream: that makes it join the capture, its work is
+        captured instead of run, and end_capture fails (unjoined)."""
+        dst = self.pick(self.bufs, b)
+        q = self.pick(self.usable_streams(), i)
+        P = Stream(non_blocking=True)
+        src = DeviceBuffer(NBYTES, stream=P)
+        src_value = self.rng.getrandbits(32)
+        streams.testing.fill_u32(P, src, src_value, N)
+        made = P.record()
+        fill = streams._launch.builtin_kernel("fill_u32")
+        capsule = None
+        refused = None
+        ended = None
+        P.begin_capture(mode)
+        try:
+            streams.testing.launch_empty(P)
+            # The consumer is ordered after src's fill by the model: the
+            # capture's wait (if any) runs nothing.
+            q.obj.wait_event(made)
+            try:
+                if via == "cai copy":
+                    self.use_on(q, [dst], lambda: streams.memcpy_async(
+                        dst.obj, _CAI(src, P.handle), NBYTES, stream=q.obj))
+                elif via == "cai launch":
+                    self.use_on(q, [dst], lambda: q.obj.launch(
+                        fill, 1, N, _CAI(dst.obj, P.handle), value, N))
+                elif via == "dlpack copy":
+                    self.use_on(q, [dst], lambda: streams.memcpy_async(
+                        dst.obj, _DL(src), NBYTES, stream=q.obj))
+                elif via == "dlpack launch":
+                    self.use_on(q, [dst], lambda: q.obj.launch(
+                        streams._launch.builtin_kernel("increment_u32"), 1, N, _DL(src), N))
+                else:
+                    capsule = src.__dlpack__(stream=q.obj.handle or 1)
+            except (RuntimeError, BufferError) as exc:
+                refused = exc
+            status = q.obj.capture_status
+            streams.testing.launch_empty(P)
+        finally:
+            if P.capture_status != streams.CaptureStatus.NONE:
+                try:
+                    P.end_capture().close()
+                except CudaError as exc:
+                    ended = exc
+        self.trace(f"{via} on {q} of an array of a capturing stream: "
+                   f"{'refused' if refused else 'ran'}, consumer {status}")
+        assert status == streams.CaptureStatus.NONE, (
+            f"{via} on {q}: the consumer joined the capture of the array's producer ({status})")
+        assert ended is None, f"{via} on {q}: the producer's capture was broken: {ended}"
+        if refused is None:
+            if via in ("cai copy", "dlpack copy"):
+                dst.data[:] = src_value
+            elif via == "cai launch":
+                dst.data[:] = value
+            elif via == "dlpack launch":
+                src_value = (src_value + 1) & UINT32_MAX
+            if via in ("cai copy", "dlpack copy", "cai launch"):
+                self.check_buffer(dst, q)
+        del capsule
+        # src's last user is q (or nobody): its free on P comes after.
+        P.wait_stream(q.obj)
+        got = np.empty(N, dtype=np.uint32)
+        streams.memcpy_async(got, src, stream=P)
+        P.synchronize()
+        assert (got == src_value).all(), (
+            f"{via}: the producer's array holds {got[0]:#x}, not {src_value:#x}")
+        src.close()
+        made.close()
+        P.close()
+
+    # ---- closes while another thread is inside a call on the object ---------------------------
+
+    @precondition(lambda self: self.heavy["close_inside"] < 2)
+    @rule(what=st.sampled_from(["capture into graph", "capture into graph on a thread",
+                                "add_kernel_node", "exec launch", "stream enqueue",
+                                "stream synchronize"]),
+          delay=st.sampled_from([0.0, 0.0005, 0.003]), value=st.integers(1, 2**31),
+          mode=st.sampled_from(["thread_local", "relaxed"]))
+    def close_with_user_inside(self, what, delay, value, mode):
+        """``close()`` while another call is inside the object (docs/safety.rst,
+        "Closing from another thread"): calls inside finish with a valid
+        handle, later ones raise ValueError naming the closed object, the
+        work that was enqueued runs (the data says so), and what the object
+        held is let go: a closed Graph lets go of its nodes' modules and
+        buffers even while the object is still referenced (its docstring),
+        and once everything is closed the debug counters are back where
+        they were.  Fails where a Graph closed while a capture into it is in
+        progress, or a node is being added, keeps its nodes' module and
+        buffers for as long as the closed object is referenced."""
+        self.heavy["close_inside"] += 1
+        before = settled_counters()
+        errors = []
+
+        def on_thread(fn):
+            def run():
+                try:
+                    fn()
+                except BaseException as exc:    # raised on the main thread below
+                    errors.append(exc)
+            t = threading.Thread(target=run)
+            t.start()
+            return t
+
+        def joined(t):
+            t.join(30)
+            assert not t.is_alive(), f"{what}: the thread inside the call hangs"
+            if errors:
+                raise errors[0]
+
+        def closed_error(exc):
+            assert isinstance(exc, ValueError) and "closed" in str(exc), (
+                f"{what}: a call after close() raised {type(exc).__name__}: {exc}")
+
+        s = Stream(non_blocking=True)
+        buf = DeviceBuffer(NBYTES, stream=s)
+        streams.memset_async(buf, 0, stream=s)
+        if what in ("capture into graph", "capture into graph on a thread", "add_kernel_node"):
+            # The graph's kernel nodes hold a module of their own and buf.
+            mod = streams.testing.builtin_module()
+            k = mod.get_kernel("streams_fill_u32", signature="pointer, uint32, uint64")
+            s.launch(k, 1, N, buf, 0, N)
+            s.synchronize()
+            g = Graph()
+            g.add_kernel_node(k, 1, N, buf, value, N)
+            if what == "capture into graph":
+                s.begin_capture_to_graph(g, mode=mode)   # the graph is in use until the end
+                streams.testing.launch_empty(s)
+                g.close()
+                assert g.closed
+                got = s.end_capture()                    # the last user: destroys the handle
+                assert got is g and got.closed, got
+                del got
+            elif what == "capture into graph on a thread":
+                begun, closed = threading.Event(), threading.Event()
+
+                def capture():
+                    s.begin_capture_to_graph(g, mode=mode)
+                    begun.set()
+                    try:
+                        closed.wait(10)
+                        streams.testing.launch_empty(s)
+                    finally:
+                        s.end_capture()
+
+                t = on_thread(capture)
+                begun.wait(10)
+                g.close()
+                closed.set()
+                joined(t)
+            else:
+                def add_nodes():
+                    for _ in range(100_000):
+                        try:
+                            g.add_kernel_node(k, 1, N, buf, value, N)
+                        except ValueError as exc:
+                            closed_error(exc)
+                            return
+                    raise AssertionError("add_kernel_node on a closed Graph never raised")
+
+                t = on_thread(add_nodes)
+                time.sleep(delay)
+                g.close()
+                joined(t)
+            # The closed graph is still referenced (g): what its nodes held
+            # goes with the close.
+            s.synchronize()
+            base = settled_counters()
+            assert base["live_graphs"] == before["live_graphs"], (
+                f"{what}: the closed graph's handle was never destroyed")
+            mod.close()
+            buf.close()
+            after = wait_counters({**base, "live_modules": base["live_modules"] - 1,
+                                   "live_buffers": base["live_buffers"] - 1},
+                                  ("live_modules", "live_buffers"))
+            assert after["live_modules"] == base["live_modules"] - 1 and \
+                after["live_buffers"] == base["live_buffers"] - 1, (
+                    f"{what}: a closed Graph, still referenced, keeps what its nodes held: "
+                    f"live_modules {base['live_modules']} -> {after['live_modules']}, "
+                    f"live_buffers {base['live_buffers']} -> {after['live_buffers']}")
+            del g, k, mod
+        elif what == "exec launch":
+            g = Graph()
+            g.add_kernel_node("increment_u32", 1, N, buf, N)
+            ex = g.instantiate()
+            g.close()
+            ran = [0]
+
+            def launches():
+                for _ in range(100_000):
+                    try:
+                        ex.launch(s)
+                    except ValueError as exc:
+                        closed_error(exc)
+                        return
+                    ran[0] += 1
+                raise AssertionError("launch of a closed GraphExec never raised")
+
+            t = on_thread(launches)
+            time.sleep(delay)
+            ex.close()
+            joined(t)
+            got = np.empty(N, dtype=np.uint32)
+            streams.memcpy_async(got, buf, stream=s)
+            s.synchronize()
+            assert (got == ran[0] % 2**32).all(), (
+                f"{what}: {ran[0]} launches returned, the buffer counted {got[0]}")
+            del ex, g
+            buf.close()
+        else:
+            home = Stream(non_blocking=True)
+            data = DeviceBuffer(NBYTES, stream=home)
+            streams.memset_async(data, 0, stream=home)
+            home.synchronize()
+            s.synchronize()
+            last = [0]
+            if what == "stream enqueue":
+                def fills():
+                    for n in range(1, 100_000):
+                        try:
+                            streams.testing.fill_u32(s, data, n, N)
+                        except ValueError as exc:
+                            closed_error(exc)
+                            return
+                        last[0] = n
+                    raise AssertionError("an enqueue on a closed Stream never raised")
+            else:
+                streams.testing.spin(s, 20_000)
+                streams.testing.fill_u32(s, data, value, N)
+
+                def fills():
+                    try:
+                        assert s.synchronize() is True
+                        last[0] = value
+                    except ValueError as exc:
+                        closed_error(exc)     # it started after the close
+                        last[0] = value                 # the fill still runs
+            t = on_thread(fills)
+            time.sleep(delay or 0.002)
+            buf.close()                 # on s, before it closes
+            s.close()
+            joined(t)
+            streams.synchronize_device()
+            got = np.empty(N, dtype=np.uint32)
+            streams.memcpy_async(got, data, stream=home)
+            home.synchronize()
+            assert (got == last[0]).all(), (
+                f"{what}: the last enqueue that returned wrote {last[0]}, the buffer holds "
+                f"{got[0]}")
+            data.close()
+            home.close()
+        s.close()
+        keys = HANDLE_KEYS + (("live_allocations", "live_module_loads")
+                              if before["debug_build"] else ())
+        after = wait_counters(before, keys)
+        changed = [key for key in keys if after[key] != before[key]]
+        assert not changed, f"{what}: not given back: " + ", ".join(
+            f"{key} {before[key]} -> {after[key]}" for key in changed)
+
+    # ---- green contexts closed with work still queued -------------------------------------------
+
+    @precondition(lambda self: self.bufs and self.heavy["green_close"] < 1)
+    @rule(b=st.integers(0, 64), value=st.integers(0, UINT32_MAX),
+          order=st.sampled_from(["context first", "stream first", "drop both"]),
+          spin_ms=st.sampled_from([0, 200]))
+    def green_close_under_work(self, b, value, order, spin_ms):
+        """A spin then a fill of a model buffer on a green context's stream,
+        then the stream and the context closed (or dropped) at once: the
+        close does not wait for the spin (docs/safety.rst: closing a stream
+        waits for a driver lock, never for the GPU), the fill runs and the
+        buffer holds its value, and the context is destroyed once its work
+        is done (debug counters).  A no-op where the device has no green
+        contexts (said at the end of the run).  Fails where the stream's
+        close destroys the context under its queued work (the fill is lost,
+        an error, a crash) or waits for that work."""
+        dev = streams.Device(streams.get_device())
+        try:
+            whole = dev.sm_resource()
+            parts, _ = dev.split_sm(whole.min_partition_size, groups=1)
+            ctx = streams.GreenContext(parts[0])
+        except NotImplementedError as exc:
+            note("green_close_under_work", f"no green contexts here: {exc}")
+            return
+        self.heavy["green_close"] += 1
+        buf = self.pick(self.bufs, b)
+        # Counted with the context: it must be gone once its work is done.
+        before = settled_counters()["live_green_contexts"] - 1
+        gs = ctx.create_stream()
+        gs.wait_event(buf.ready)
+        t_spin = time.monotonic()
+        streams.testing.spin(gs, spin_ms * 1000)
+        streams.testing.fill_u32(gs, buf.obj, value, N)
+        t0 = time.monotonic()
+        if order == "context first":
+            ctx.close()
+            gs.close()
+        elif order == "stream first":
+            gs.close()
+            ctx.close()
+        else:
+            del gs, ctx
+            gc.collect()
+        close_s = time.monotonic() - t0
+        # Under compute-sanitizer the spin's launch itself waits for it.
+        if spin_ms and t0 - t_spin < spin_ms / 2000:
+            assert close_s < spin_ms / 2000, (
+                f"closing a green stream and its context ({order}) took {close_s:.3f} s: "
+                f"it waited for the {spin_ms} ms spin")
+        streams.synchronize_device()
+        buf.data[:] = value
+        buf.last_user = None
+        self.check_buffer(buf, self.defaults[0])
+        streams._cudart._drain_deferred()
+        after = wait_counters({"live_green_contexts": before}, ("live_green_contexts",))
+        assert after["live_green_contexts"] == before, (
+            f"the green context outlived its closed stream's work ({order}): "
+            f"live_green_contexts {before} -> {after['live_green_contexts']}")
+
+    # ---- host-released waits behind enqueues of every kind -------------------------------------
+
+    @precondition(lambda self: self.heavy["host_wait"] < 1)
+    @rule(seed=st.integers(0, 2**32 - 1), delay=st.sampled_from([0.0, 0.05, 0.3]),
+          counted=st.integers(0, 250), callback=st.booleans())
+    def host_released_wait(self, seed, delay, counted, callback):
+        """``wait_value`` on a pinned word that a Python thread writes later,
+        then enqueues of every kind from this thread: uncounted ones
+        (memset, memcpy, native host functions) to just below the queue
+        depth the driver showed for memsets, then up to 250 counted ones
+        (kernel, launch_ex, prepared and graph launches, records, waits),
+        with a Python callback alive or not.  It must complete: an enqueue
+        that keeps the GIL may not block, since the writer needs it
+        (docs/safety.rst).  A hang ends the run as a finding
+        (hang_watchdog).  Fails where the budget counts only some enqueues:
+        a counted launch keeps the GIL and blocks on the queue the uncounted
+        ones filled, and the writer never runs."""
+        # The rule's own draws (up to thousands) come from one seed: a
+        # hypothesis Random would take each from the example's bounded data.
+        rnd = random.Random(seed)
+        if launches_wait_for_kernels():
+            note("host_released_wait", "kernel launches wait for their kernel here "
+                 "(compute-sanitizer): any launch behind a wait for the host blocks")
+            return
+        self.heavy["host_wait"] += 1
+        depth = memset_queue_depth()
+        uncounted = depth - rnd.randint(8, 240) if depth else rnd.randint(600, 2000)
+        inc = streams._launch.builtin_kernel("increment_u32")
+        s, other = Stream(non_blocking=True), Stream(non_blocking=True)
+        work = DeviceBuffer(NBYTES, stream=s)
+        small = [DeviceBuffer(256, stream=s) for _ in range(2)]
+        streams.memset_async(work, 0, stream=s)
+        prep = inc.prepare(1, N, work, N)
+        g = Graph()
+        g.add_kernel_node(inc, 1, N, work, N)
+        ex = g.instantiate()
+        g.close()
+        ex.launch(s)                            # its first launch before the wait
+        streams.memset_async(work, 0, stream=s)
+        ev_mine, ev_other = Event(), Event()
+        other.record(ev_other)
+        counter = ctypes.c_uint64(0)
+        flag = PinnedBuffer(8)
+        word = ctypes.c_uint32.from_address(flag.ptr)
+        word.value = 0
+        key = self.new_key()
+        s.synchronize()
+        other.synchronize()
+        # Nothing that may synchronize the device implicitly between the
+        # wait and the write (wait_value's docstring): everything above was
+        # made and loaded first, what earlier steps released is released
+        # now, and no collection runs in between.
+        streams.synchronize_device()
+        streams._cudart._drain_deferred()
+        gc.collect()
+        incs = natives = 0
+        kinds = ("memset", "memcpy", "native")
+        writer = threading.Thread(target=lambda: (time.sleep(delay), setattr(word, "value", 1)))
+        gc.disable()
+        try:
+            with hang_watchdog(30, "host_released_wait"):
+                try:
+                    s.wait_value(flag, 1, "geq")
+                    writer.start()
+                    for n in range(uncounted + counted):
+                        if n < uncounted or rnd.random() < 0.2:
+                            kind = rnd.choices(kinds, [80, 10, 10])[0]
+                        else:
+                            kind = rnd.choice(["launch", "launch_ex", "prepared", "graph",
+                                               "record", "wait"])
+                        if n == uncounted and callback:
+                            s.launch_host_func(count_cb, key)
+                            EXPECTED[key] += 1
+                        if kind == "memset":
+                            streams.memset_async(small[0], n & 0xFF, 4, stream=s)
+                        elif kind == "memcpy":
+                            streams.memcpy_async(small[1], small[0], 256, stream=s)
+                        elif kind == "native":
+                            s.launch_host_func(streams.testing.native_increment,
+                                               ctypes.addressof(counter))
+                            natives += 1
+                        elif kind == "launch":
+                            s.launch(inc, 1, N, work, N)
+                        elif kind == "launch_ex":
+                            s.launch_ex(inc, LaunchConfig(1, N), work, N)
+                        elif kind == "prepared":
+                            prep.launch(s)
+                        elif kind == "graph":
+                            ex.launch(s)
+                        elif kind == "record":
+                            s.record(ev_mine)
+                        else:
+                            s.wait_event(ev_other)
+                        incs += kind in ("launch", "launch_ex", "prepared", "graph")
+                finally:
+                    word.value = 1
+                    if writer.ident is not None:
+                        writer.join()
+                assert s.synchronize() is True
+        finally:
+            gc.enable()
+        got = np.empty(N, dtype=np.uint32)
+        streams.memcpy_async(got, work, stream=s)
+        s.synchronize()
+        assert (got == incs).all(), f"{incs} launches behind the wait, the buffer counted {got[0]}"
+        assert counter.value == natives, f"{natives} native calls, {counter.value} ran"
+        self.trace(f"host-released wait: {uncounted} uncounted (depth {depth}), {counted} more, "
+                   f"{incs} launches, callback {callback}")
+        ex.close()
+        del prep
+        for x in [work] + small:
+            x.close()
+        for x in (ev_mine, ev_other):
+            x.close()
+        s.synchronize()
+        s.close()
+        other.close()
+        flag.close()
+
     @rule()
     def sync_all(self):
         """A check point: everything done, every buffer as the model says,
@@ -2190,6 +3342,11 @@ def warm_up():
             pass
     buf.close()
     streams.synchronize_device()
+    # What some rules ask CUDA once, asked before any count of the library's
+    # moves (a graph launch into a capture is a counted enqueue).
+    launches_wait_for_kernels()
+    graph_launch_capturable()
+    streams.synchronize_device()
 
 
 def device_free_memory():
@@ -2248,6 +3405,7 @@ def main():
     try:
         while BUDGET > 0 and time.monotonic() < RUN_BUDGET["end"]:
             round_seed = (seed + rounds) % 2**32
+            ROUND["seed"] = round_seed
 
             def factory():
                 return GpuObjectGraph()
@@ -2302,6 +3460,8 @@ def main():
             if free_by_round and None not in free_by_round:
                 line += f" (by round: {sorted(set(f >> 20 for f in free_by_round))[:8]} MiB)"
         print(line, flush=True)
+        for rule_name, why in NOTES.items():
+            print(f"fuzz: {rule_name} did nothing: {why}", flush=True)
         if report:
             Path(report).write_text(line + "\n")
     return 0
@@ -2318,7 +3478,10 @@ def test_fuzzer_is_well_formed():
                      "thread_captures_while_main_enqueues", "cycle_through_foreign_stream",
                      "new_object", "edge_launch_args", "raw_stream_ints", "foreign_node",
                      "await_work", "update_exec_node", "native_host_func", "adopt_kernel",
-                     "compile_module", "new_green_stream", "change_captured_kernel_args"):
+                     "compile_module", "new_green_stream", "change_captured_kernel_args",
+                     "long_capture", "capture_info_node_keeps", "capture_info_node",
+                     "kernel_node_changes", "foreign_producer_capturing",
+                     "close_with_user_inside", "green_close_under_work", "host_released_wait"):
         assert expected in names, expected
     for r in rules:
         for strategy in r.arguments_strategies.values():
@@ -2365,6 +3528,108 @@ def test_teardown_checks_with_no_model_object_left(monkeypatch):
     monkeypatch.setattr(sys.modules[__name__], "EXPECTED", collections.Counter())
     machine.teardown()
     assert alive_at_check == [False], "the model still held the graph when teardown checked"
+
+
+def test_node_change_model_follows_the_docs():
+    """NodeChangeModel, which kernel_node_changes checks the GPU against,
+    says what docs/graphs.rst says for the audit's three sequences: after
+    set_kernel_node, after update(graph2) and after the graph's own
+    set_args, set_kernel_node_args changes only what it names, on the
+    executable's kernel and arguments.  CPU only (numpy)."""
+    np_ = pytest.importorskip("numpy")
+
+    def fill(buf, value):
+        return {"kind": "fill", "buf": buf, "value": value, "count": 8, "grid": 1, "block": 8}
+
+    def run(model):
+        words = [np_.zeros(8, dtype=np_.uint32) for _ in range(2)]
+        model.launch(words)
+        return int(words[0][0]), int(words[1][0])
+
+    a, b = 0, 1
+    m = NodeChangeModel({"g": [fill(a, 5)]})
+    m.instantiate("g")
+    m.set_kernel_node(0, fill(b, 7))
+    m.set_kernel_node_args(0, {1: 9})
+    assert run(m) == (0, 9)
+
+    m = NodeChangeModel({"g1": [fill(a, 5)], "g2": [fill(b, 5)]})
+    m.instantiate("g1")
+    m.update("g2")
+    m.set_kernel_node_args(0, {1: 9})
+    assert run(m) == (0, 9)
+
+    m = NodeChangeModel({"g": [fill(a, 5)]})
+    m.instantiate("g")
+    m.set_args("g", 0, {0: b})
+    m.set_kernel_node_args(0, {1: 9})
+    assert run(m) == (9, 0)
+    m.instantiate("g")              # a later instantiation takes the graph's change
+    assert run(m) == (0, 5)
+    m.update("g")                   # and so does an update
+    assert run(m) == (0, 5)
+
+    # An increment on part of the words, the count changed on it, and a
+    # kernel change that keeps the buffer the executable had.
+    inc = {"kind": "inc", "buf": a, "value": 0, "count": 8, "grid": 2, "block": 2}
+    m = NodeChangeModel({"g": [inc]})
+    m.instantiate("g")
+    words = [np_.zeros(8, dtype=np_.uint32) for _ in range(2)]
+    m.launch(words)
+    assert words[0].tolist() == [1, 1, 1, 1, 0, 0, 0, 0]
+    m.set_kernel_node_args(0, {1: 2})
+    m.launch(words)
+    assert words[0].tolist() == [2, 2, 1, 1, 0, 0, 0, 0]
+    m.set_kernel_node_args(0, {0: b})
+    m.launch(words)
+    assert words[1].tolist() == [1, 1, 0, 0, 0, 0, 0, 0]
+    assert m.graphs["g"][0] == inc, "an executable's change moved the graph's node"
+
+
+def test_chain_order_follows_dependencies():
+    """chain_order gives a captured chain's nodes in capture order whatever
+    order the graph lists them in, and refuses what is not a chain.  CPU
+    only: stand-ins for GraphNode (compared by identity)."""
+    class Node:
+        def __init__(self, *deps):
+            self.dependencies = list(deps)
+
+    n0 = Node()
+    n1 = Node(n0)
+    n2 = Node(n1)
+    assert chain_order([n2, n0, n1]) == [n0, n1, n2]
+    assert chain_order([]) == []
+    with pytest.raises(AssertionError, match="not a chain"):
+        chain_order([n2, n1])
+
+
+def test_hang_watchdog_turns_a_hang_into_a_failure():
+    """A block that ends in time cancels the watchdog (the process goes on
+    past the bound); one that hangs holding the GIL (a C call that keeps
+    it, as an enqueue that blocks in the driver would) ends the process
+    with status 1 and every thread's stack, after the line that names the
+    round's seed.  CPU only."""
+    code = textwrap.dedent(f"""
+        import ctypes, sys, time
+        sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})
+        import test_fuzz_gpu as f
+        f.ROUND["seed"] = 4242
+        with f.hang_watchdog(0.5, "a quick block"):
+            pass
+        time.sleep(1.0)
+        print("past the first bound", flush=True)
+        with f.hang_watchdog(0.5, "a hung block"):
+            ctypes.PyDLL(None).sleep(30)
+        print("not reached", flush=True)
+    """)
+    t0 = time.monotonic()
+    result = run_python_args(["-c", code], timeout=60)
+    assert time.monotonic() - t0 < 25, "the watchdog did not end the hang"
+    assert result.returncode == 1, (result.returncode, result.stdout, result.stderr[-2000:])
+    assert "past the first bound" in result.stdout and "not reached" not in result.stdout
+    assert "STREAMS_FUZZ_SEED=4242" in result.stderr, result.stderr[-2000:]
+    assert "Timeout (0:00:00.500000)!" in result.stderr, result.stderr[-2000:]
+    assert "<string>" in result.stderr, result.stderr[-2000:]
 
 
 def test_fuzzer_child_reports_and_seeds(tmp_path):

@@ -2522,8 +2522,6 @@ cdef int graph_kernel_node_set(cudaGraphNode_t node,
 # ---- kernel nodes through the driver: end ----
 
 # ==== adopted kernels and cleanup warnings (begin) ==========================================
-from cpython.pythread cimport (PyThread_type_lock, PyThread_allocate_lock, PyThread_acquire_lock,
-                               PyThread_release_lock)
 import warnings as _warnings
 
 cdef extern from "Python.h":
@@ -2608,21 +2606,23 @@ cdef void sync_devices_quietly(unsigned long long devices) noexcept nogil:
         cleanup_failed(CLEANUP_DEVICE_SYNC, <const void*><uintptr_t>devices, <int>err)
 
 
-cdef struct _CleanupError:
-    int what
-    uintptr_t handle
-    int err
-
-cdef enum:
-    _CLEANUP_QUEUE = 64
-cdef _CleanupError _cleanup_queue[_CLEANUP_QUEUE]
-cdef int _cleanup_len = 0
-cdef unsigned long long _cleanup_lost = 0
-cdef int _inject_left[CLEANUP_KINDS]
-cdef int _inject_error[CLEANUP_KINDS]
-memset(_inject_left, 0, sizeof(_inject_left))
-memset(_inject_error, 0, sizeof(_inject_error))
-cdef PyThread_type_lock _cleanup_lock = PyThread_allocate_lock()
+# The queue of failures and the fault injection are the shim's
+# (src/cudart/cleanup.h): one lock, which a fork re-makes in the child.
+cdef extern from "cudart/shim.h":
+    ctypedef struct streams_cleanup_error:
+        int what
+        uintptr_t handle
+        int err
+    enum:
+        STREAMS_CLEANUP_QUEUE
+        STREAMS_CLEANUP_INJECT_KINDS
+    void streams_cleanup_push(int what, const void* handle, int err) nogil
+    int streams_cleanup_queued() nogil
+    int streams_cleanup_take(streams_cleanup_error* out, unsigned long long* lost) nogil
+    int streams_cleanup_inject(int what, int err, int count) nogil
+    int streams_cleanup_injected(int what) nogil
+    void streams_cleanup_hold_for(long long ns) nogil
+    int streams_cleanup_holds_now() nogil
 
 # What each kind of release is called in a warning: the object, the call.
 # What each kind of release is called in a warning: the object, the call.
@@ -2650,29 +2650,19 @@ _CLEANUP_KIND_NAMES = {"stream": HANDLE_STREAM, "event": HANDLE_EVENT, "graph": 
                        "device_sync": CLEANUP_DEVICE_SYNC, "marker_event": CLEANUP_MARKER_EVENT}
 
 
+if CLEANUP_KINDS > STREAMS_CLEANUP_INJECT_KINDS:
+    raise ImportError("streams: src/cudart/cleanup.h has room for fewer kinds of release "
+                      "than streams/_cudart.pxd names (STREAMS_CLEANUP_INJECT_KINDS)")
+
+
 cdef void cleanup_failed(int what, const void* h, int err) noexcept nogil:
-    global _cleanup_len, _cleanup_lost
-    PyThread_acquire_lock(_cleanup_lock, 1)
-    if _cleanup_len < _CLEANUP_QUEUE:
-        _cleanup_queue[_cleanup_len].what = what
-        _cleanup_queue[_cleanup_len].handle = <uintptr_t>h
-        _cleanup_queue[_cleanup_len].err = err
-        _cleanup_len += 1
-    else:
-        _cleanup_lost += 1
-    PyThread_release_lock(_cleanup_lock)
+    streams_cleanup_push(what, h, err)
 
 
 cdef int injected_failure(int what) noexcept nogil:
-    cdef int err = 0
-    if what < 0 or what >= CLEANUP_KINDS or _inject_left[what] == 0:
-        return 0      # the usual case, read without the lock
-    PyThread_acquire_lock(_cleanup_lock, 1)
-    if _inject_left[what] > 0:
-        _inject_left[what] -= 1
-        err = _inject_error[what]
-    PyThread_release_lock(_cleanup_lock)
-    return err
+    if what < 0 or what >= CLEANUP_KINDS:
+        return 0
+    return streams_cleanup_injected(what)
 
 
 cdef void _warn_cleanup(str text) noexcept:
@@ -2688,20 +2678,15 @@ cdef void _warn_cleanup(str text) noexcept:
 
 
 cdef void flush_cleanup_warnings() noexcept:
-    cdef _CleanupError items[_CLEANUP_QUEUE]
+    cdef streams_cleanup_error items[STREAMS_CLEANUP_QUEUE]
     cdef int n, i
-    cdef unsigned long long lost
-    global _cleanup_len, _cleanup_lost
-    if _cleanup_len == 0 or not streams_interpreter_alive():
+    cdef unsigned long long lost = 0
+    if not streams_interpreter_alive():
         return
-    PyThread_acquire_lock(_cleanup_lock, 1)
-    n = _cleanup_len
-    for i in range(n):
-        items[i] = _cleanup_queue[i]
-    _cleanup_len = 0
-    lost = _cleanup_lost
-    _cleanup_lost = 0
-    PyThread_release_lock(_cleanup_lock)
+    if streams_cleanup_queued() == 0:
+        return
+    with nogil:
+        n = streams_cleanup_take(items, &lost)
     for i in range(n):
         what, call = _CLEANUP_WHAT.get(items[i].what, (f"handle of kind {items[i].what}",
                                                        "its release"))
@@ -2750,10 +2735,20 @@ def _inject_cleanup_failure(kind, int error, int count):
     if count < 0:
         raise ValueError(f"count must be >= 0, got {count}")
     what = _CLEANUP_KIND_NAMES[kind]
-    PyThread_acquire_lock(_cleanup_lock, 1)
-    _inject_error[what] = error
-    _inject_left[what] = count
-    PyThread_release_lock(_cleanup_lock)
+    with nogil:
+        streams_cleanup_inject(what, error, count)
+
+
+def _hold_cleanup_lock(double seconds):
+    """Hold the lock of the queue of failed releases for ``seconds``, the
+    GIL released (tests: a fork while another thread holds it)."""
+    with nogil:
+        streams_cleanup_hold_for(<long long>(seconds * 1e9))
+
+
+def _cleanup_lock_holds():
+    """How many _hold_cleanup_lock calls hold the lock now (tests)."""
+    return streams_cleanup_holds_now()
 # ---- CUfunction handles, through the driver ----
 # The driver's structs, as cuda.h lays them out (CUlaunchConfig;
 # CUDA_KERNEL_NODE_PARAMS_v2, the ABI of the 12.0 entry points).

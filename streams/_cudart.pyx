@@ -2545,6 +2545,10 @@ class CudaWarning(RuntimeWarning):
 
 
 ctypedef int (*_func_get_name_fn)(const char** name, const void* func) noexcept nogil
+# Looked up at first use, from any thread: the pointer is stored first and
+# the state after it, both atomically (release), and read state first, then
+# pointer (acquire), so a reader that sees "found" sees the pointer too.
+# Racing lookups store the same values.
 cdef void* _get_name_ptr[2]
 cdef int _get_name_state[2]        # 0 not looked up, 1 found, 2 missing
 _get_name_ptr[0] = NULL
@@ -2575,17 +2579,18 @@ cdef int func_get_name(const void* func, bint is_kernel, const char** out) excep
     cdef int which = 1 if is_kernel else 0
     cdef int r
     guard()
-    if _get_name_state[which] == 0:
+    if streams_flag_get(&_get_name_state[which]) == 0:
         fn = _driver_entry_since(b"cuKernelGetName" if is_kernel else b"cuFuncGetName", 12030)
         if fn != NULL:
-            _get_name_ptr[which] = fn
-            _get_name_state[which] = 1
+            streams_ptr_store(&_get_name_ptr[which], fn)
+            streams_flag_set(&_get_name_state[which], 1)
         else:
-            _get_name_state[which] = 2
-    if _get_name_state[which] != 1:
+            streams_flag_set(&_get_name_state[which], 2)
+    if streams_flag_get(&_get_name_state[which]) != 1:
         return 1
+    fn = streams_ptr_load(&_get_name_ptr[which])
     out[0] = NULL
-    r = (<_func_get_name_fn>_get_name_ptr[which])(out, func)
+    r = (<_func_get_name_fn>fn)(out, func)
     if r != 0 or out[0] == NULL:
         return 1
     return 0

@@ -97,6 +97,8 @@ cdef extern from "cudart/shim.h":
     void streams_marks_free(streams_marks_t* m) nogil
     int streams_park(streams_marks_t* m, PyObject* a, PyObject* b)
     int streams_park_release(streams_marks_t* m, streams_release_fn fn, void* arg, int kind)
+    int streams_marks_push(streams_marks_t* m, cudaEvent_t ev) nogil
+    void streams_destroy_marker_event(cudaEvent_t ev) nogil
     size_t streams_parked_count()
     Py_ssize_t streams_poll_parked()
     void streams_payload_incref(PyObject* payload)
@@ -681,6 +683,87 @@ cdef void release_pool(void* pool, void* frees) noexcept nogil:
             return      # no memory to park, no CUDA here: leak, safely
     streams_marks_free(<streams_marks_t*>frees)
     release_handle(HANDLE_MEM_POOL, pool)
+
+
+# ---- green contexts: destroyed once the work queued in them is done ---------------
+# A green context's last holder can go while work is still queued in it: a
+# stream made there closed right after a launch (cudaStreamDestroy lets its
+# queued work run), then the context closed.  cuGreenCtxDestroy is not
+# documented to wait for that work, nor to let it run, and the close must
+# not wait for it either (a close never waits for the GPU: docs/safety.rst).
+# So the release records an event of the whole context (cuGreenCtxRecordEvent:
+# every activity of the context at that moment, its closed streams' included)
+# and parks the context on it; the destroy runs once the event is done, at
+# a later drain (tests/test_audit_misc_gpu.py).  Where the event cannot be
+# made, the context is destroyed at once, as before.  Counted destroyed at
+# the release, as every handle release_handle lets go.
+
+cdef void _destroy_green_parked(void* ctx, int kind) noexcept nogil:
+    _destroy_quietly(ctx, HANDLE_GREEN_CTX)
+
+
+cdef cudaError_t _green_record_event(void* ctx, cudaEvent_t ev) noexcept nogil:
+    if _green_runtime:
+        return streams_rt_green_record_event(ctx, ev)
+    if _green_fns[_G_RECORD_EVENT] == NULL:
+        return cudaErrorNotSupported
+    return <cudaError_t>(<streams_green_record_event_fn>_green_fns[_G_RECORD_EVENT])(
+        ctx, <void*>ev)
+
+
+cdef bint _park_green(void* ctx, streams_marks_t* m) noexcept nogil:
+    # The parked list is kept with the GIL held (as _park_pool).
+    cdef int failed
+    with gil:
+        failed = streams_park_release(m, _destroy_green_parked, ctx, HANDLE_GREEN_CTX)
+    return failed == 0
+
+
+cdef void _release_green_now(void* ctx, int device) noexcept nogil:
+    # On a thread that may call CUDA (RELEASE_NOW, or a drain of the
+    # deferred queue), GIL or not.  The event is made on the context's
+    # device, in relaxed capture mode: a release must not break a capture
+    # of another thread that it has nothing to do with.
+    cdef streams_marks_t* m = streams_marks_new()
+    cdef cudaEvent_t ev = NULL
+    cdef cudaError_t err = cudaErrorMemoryAllocation
+    cdef cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed
+    cdef bint exchanged
+    cdef int cur = -1
+    if m != NULL:
+        exchanged = cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess
+        err = cudaGetDevice(&cur)
+        if err == cudaSuccess and cur != device:
+            err = cudaSetDevice(device)
+        if err == cudaSuccess:
+            err = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming)
+        if err == cudaSuccess:
+            err = _green_record_event(ctx, ev)
+            if err == cudaSuccess and streams_marks_push(m, ev) != 0:
+                err = cudaErrorMemoryAllocation
+            if err != cudaSuccess:
+                streams_destroy_marker_event(ev)
+        if cur >= 0 and cur != device:
+            cudaSetDevice(cur)
+        if exchanged:
+            cudaThreadExchangeStreamCaptureMode(&mode)
+        if err != cudaSuccess:
+            cudaGetLastError()      # must not leak into this thread's next call
+        elif not streams_marks_done(m) and _park_green(ctx, m):
+            return
+        streams_marks_free(m)
+    _destroy_quietly(ctx, HANDLE_GREEN_CTX)
+
+
+cdef void release_green_ctx(void* ctx, int device) noexcept nogil:
+    # The last holder's release: never raises, never waits for the GPU.
+    cdef int decision = _release_decision()
+    streams_count(_DESTROYED[HANDLE_GREEN_CTX])
+    if decision == RELEASE_NOW:
+        streams_release_without_gil(_release_green_now, ctx, device)
+        _flush_if_gil()
+    elif decision == RELEASE_DEFER:
+        streams_defer(_release_green_now, ctx, device, NULL)
 
 
 ### Versions and device management #########################################################
@@ -2034,6 +2117,7 @@ cdef extern from "green.h" nogil:
     ctypedef int (*streams_stream_get_green_fn)(void* stream, streams_green_ctx* out)
     ctypedef int (*streams_stream_get_resource_fn)(void* stream, streams_dev_resource* out,
                                                    int type)
+    ctypedef int (*streams_green_record_event_fn)(streams_green_ctx ctx, void* event)
     enum:
         STREAMS_GREEN_CTX_DEFAULT_STREAM
         STREAMS_STREAM_NON_BLOCKING
@@ -2051,6 +2135,7 @@ cdef extern from "green_rt.h" nogil:
     cudaError_t streams_rt_green_stream_create(cudaStream_t* out, streams_green_ctx ctx,
                                                int priority)
     cudaError_t streams_rt_green_sm_resource(streams_green_ctx ctx, streams_dev_resource* out)
+    cudaError_t streams_rt_green_record_event(streams_green_ctx ctx, cudaEvent_t ev)
     enum:
         STREAMS_HAVE_RUNTIME_GREEN
         STREAMS_RUNTIME_GREEN_VERSION
@@ -2064,12 +2149,13 @@ cdef enum:
     _G_STREAM_CREATE
     _G_CTX_RESOURCE
     _G_STREAM_GREEN
+    _G_RECORD_EVENT
     _G_N
 cdef const char* _GREEN_NAMES[_G_N]
 _GREEN_NAMES[:] = [b"cuDeviceGetDevResource", b"cuDevSmResourceSplitByCount",
                    b"cuDevResourceGenerateDesc", b"cuGreenCtxCreate", b"cuGreenCtxDestroy",
                    b"cuGreenCtxStreamCreate", b"cuGreenCtxGetDevResource",
-                   b"cuStreamGetGreenCtx"]
+                   b"cuStreamGetGreenCtx", b"cuGreenCtxRecordEvent"]
 # All resolved, or all NULL; set once, under the GIL (green_require).
 cdef void* _green_fns[_G_N]
 # The flag is read without the lock (streams_flag_get, acquiring the table

@@ -152,8 +152,9 @@ def _split_sm(int device, count, groups):
     return result, remainder
 
 
-# The driver's green context, destroyed when the last holder goes: the
-# GreenContext until it is closed, and every Stream made from it.
+# The driver's green context, let go when the last holder goes: the
+# GreenContext until it is closed, and every Stream made from it; destroyed
+# once the work queued in it is done.
 @cython.final
 @cython.no_gc_clear
 cdef class _GreenHandle:
@@ -177,8 +178,11 @@ cdef class _GreenHandle:
         return n
 
     def __dealloc__(self):
+        # Work may still be queued in the context (a stream made here closed
+        # right after a launch): the release parks it until that work is
+        # done, and never waits for it here (rt.release_green_ctx).
         if self.ctx != NULL:
-            rt.release_handle(rt.HANDLE_GREEN_CTX, self.ctx)
+            rt.release_green_ctx(self.ctx, self.device)
             self.ctx = NULL
 
 

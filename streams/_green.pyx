@@ -165,18 +165,6 @@ cdef class _GreenHandle:
     def __repr__(self):
         return f"<streams green context handle device={self.device}>"
 
-    @property
-    def _sm_count(self):
-        # Stream.sm_count of a stream made here asks its holder first: the
-        # driver's answer for the stream itself needs CUDA 13.1
-        # (cuStreamGetDevResource).
-        cdef unsigned int n = 0
-        if self.ctx == NULL:
-            raise ValueError("this green context handle was never initialised")
-        with nogil:
-            rt.green_ctx_sm_count(self.ctx, &n)
-        return n
-
     def __dealloc__(self):
         # Work may still be queued in the context (a stream made here closed
         # right after a launch): the release parks it until that work is

@@ -702,13 +702,26 @@ cdef void _destroy_green_parked(void* ctx, int kind) noexcept nogil:
     _destroy_quietly(ctx, HANDLE_GREEN_CTX)
 
 
+# cuGreenCtxRecordEvent (CUDA 12.4), looked up at the first release, apart
+# from the table green contexts need (a driver without it still makes
+# them: its contexts are then destroyed at once).  Published as
+# _stream_resource_fn is: the pointer, then the flag.
+cdef void* _green_record_fn = NULL
+cdef int _green_record_tried = False
+
+
 cdef cudaError_t _green_record_event(void* ctx, cudaEvent_t ev) noexcept nogil:
+    cdef void* fn
     if _green_runtime:
         return streams_rt_green_record_event(ctx, ev)
-    if _green_fns[_G_RECORD_EVENT] == NULL:
+    if not streams_flag_get(&_green_record_tried):
+        fn = _driver_entry_since(b"cuGreenCtxRecordEvent", 12040)
+        streams_ptr_store(&_green_record_fn, fn)
+        streams_flag_set(&_green_record_tried, True)
+    fn = streams_ptr_load(&_green_record_fn)
+    if fn == NULL:
         return cudaErrorNotSupported
-    return <cudaError_t>(<streams_green_record_event_fn>_green_fns[_G_RECORD_EVENT])(
-        ctx, <void*>ev)
+    return <cudaError_t>(<streams_green_record_event_fn>fn)(ctx, <void*>ev)
 
 
 cdef bint _park_green(void* ctx, streams_marks_t* m) noexcept nogil:
@@ -2149,13 +2162,12 @@ cdef enum:
     _G_STREAM_CREATE
     _G_CTX_RESOURCE
     _G_STREAM_GREEN
-    _G_RECORD_EVENT
     _G_N
 cdef const char* _GREEN_NAMES[_G_N]
 _GREEN_NAMES[:] = [b"cuDeviceGetDevResource", b"cuDevSmResourceSplitByCount",
                    b"cuDevResourceGenerateDesc", b"cuGreenCtxCreate", b"cuGreenCtxDestroy",
                    b"cuGreenCtxStreamCreate", b"cuGreenCtxGetDevResource",
-                   b"cuStreamGetGreenCtx", b"cuGreenCtxRecordEvent"]
+                   b"cuStreamGetGreenCtx"]
 # All resolved, or all NULL; set once, under the GIL (green_require).
 cdef void* _green_fns[_G_N]
 # The flag is read without the lock (streams_flag_get, acquiring the table

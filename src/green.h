@@ -55,6 +55,7 @@ typedef int (*streams_green_stream_create_fn)(void **stream, streams_green_ctx c
 typedef int (*streams_green_get_resource_fn)(streams_green_ctx ctx, streams_dev_resource *out,
                                              int type);
 typedef int (*streams_stream_get_green_fn)(void *stream, streams_green_ctx *out);
+typedef int (*streams_green_record_event_fn)(streams_green_ctx ctx, void *event);
 typedef int (*streams_stream_get_resource_fn)(void *stream, streams_dev_resource *out, int type);
 
 #endif /* STREAMS_GREEN_H */

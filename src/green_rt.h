@@ -55,6 +55,10 @@ static inline cudaError_t streams_rt_green_sm_resource(streams_green_ctx ctx,
     return cudaExecutionCtxGetDevResource((cudaExecutionContext_t)ctx, (cudaDevResource *)out,
                                           cudaDevResourceTypeSm);
 }
+
+static inline cudaError_t streams_rt_green_record_event(streams_green_ctx ctx, cudaEvent_t ev) {
+    return cudaExecutionCtxRecordEvent((cudaExecutionContext_t)ctx, ev);
+}
 #else
 static inline cudaError_t streams_rt_device_sm_resource(int dev, streams_dev_resource *out) {
     (void)dev; (void)out;
@@ -84,6 +88,10 @@ static inline cudaError_t streams_rt_green_stream_create(cudaStream_t *out, stre
 static inline cudaError_t streams_rt_green_sm_resource(streams_green_ctx ctx,
                                                        streams_dev_resource *out) {
     (void)ctx; (void)out;
+    return cudaErrorNotSupported;
+}
+static inline cudaError_t streams_rt_green_record_event(streams_green_ctx ctx, cudaEvent_t ev) {
+    (void)ctx; (void)ev;
     return cudaErrorNotSupported;
 }
 #endif

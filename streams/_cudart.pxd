@@ -77,6 +77,9 @@ cdef enum:
     HANDLE_KINDS
 cdef int destroy_handle(int kind, void* h) except -1 nogil
 cdef void release_handle(int kind, void* h) noexcept nogil
+# A green context's last release: destroyed once the work queued in it is
+# done (parked on an event of the whole context), never waiting here.
+cdef void release_green_ctx(void* ctx, int device) noexcept nogil
 # A memory pool is destroyed only once the frees of its memory, each marked
 # in `frees` (marks_new, marks_record), have run on the GPU: now when they
 # have, else parked until they have (drain_deferred).  They take `frees`.

@@ -101,6 +101,8 @@ cdef extern from "cudart/shim.h":
     void streams_marks_free(streams_marks_t* m) nogil
     int streams_park(streams_marks_t* m, PyObject* a, PyObject* b)
     int streams_park_release(streams_marks_t* m, streams_release_fn fn, void* arg, int kind)
+    int streams_marks_push(streams_marks_t* m, cudaEvent_t ev) nogil
+    void streams_destroy_marker_event(cudaEvent_t ev) nogil
     size_t streams_parked_count()
     Py_ssize_t streams_poll_parked()
     void streams_payload_incref(PyObject* payload)
@@ -667,6 +669,100 @@ cdef void release_pool(void* pool, void* frees) noexcept nogil:
             return      # no memory to park, no CUDA here: leak, safely
     streams_marks_free(<streams_marks_t*>frees)
     release_handle(HANDLE_MEM_POOL, pool)
+
+
+# ---- green contexts: destroyed once the work queued in them is done ---------------
+# A green context's last holder can go while work is still queued in it: a
+# stream made there closed right after a launch (cudaStreamDestroy lets its
+# queued work run), then the context closed.  cuGreenCtxDestroy is not
+# documented to wait for that work, nor to let it run, and the close must
+# not wait for it either (a close never waits for the GPU: docs/safety.rst).
+# So the release records an event of the whole context (cuGreenCtxRecordEvent:
+# every activity of the context at that moment, its closed streams' included)
+# and parks the context on it; the destroy runs once the event is done, at
+# a later drain (tests/test_audit_misc_gpu.py).  Where the event cannot be
+# made, the context is destroyed at once, as before.  Counted destroyed at
+# the release, as every handle release_handle lets go.
+
+cdef void _destroy_green_parked(void* ctx, int kind) noexcept nogil:
+    _destroy_quietly(ctx, HANDLE_GREEN_CTX)
+
+
+# cuGreenCtxRecordEvent (CUDA 12.4), looked up at the first release, apart
+# from the table green contexts need (a driver without it still makes
+# them: its contexts are then destroyed at once).  Published as
+# _stream_resource_fn is: the pointer, then the flag.
+cdef void* _green_record_fn = NULL
+cdef int _green_record_tried = False
+
+
+cdef cudaError_t _green_record_event(void* ctx, cudaEvent_t ev) noexcept nogil:
+    cdef void* fn
+    if _green_runtime:
+        return streams_rt_green_record_event(ctx, ev)
+    if not streams_flag_get(&_green_record_tried):
+        fn = _driver_entry_since(b"cuGreenCtxRecordEvent", 12040)
+        streams_ptr_store(&_green_record_fn, fn)
+        streams_flag_set(&_green_record_tried, True)
+    fn = streams_ptr_load(&_green_record_fn)
+    if fn == NULL:
+        return cudaErrorNotSupported
+    return <cudaError_t>(<streams_green_record_event_fn>fn)(ctx, <void*>ev)
+
+
+cdef bint _park_green(void* ctx, streams_marks_t* m) noexcept nogil:
+    # The parked list is kept with the GIL held (as _park_pool).
+    cdef int failed
+    with gil:
+        failed = streams_park_release(m, _destroy_green_parked, ctx, HANDLE_GREEN_CTX)
+    return failed == 0
+
+
+cdef void _release_green_now(void* ctx, int device) noexcept nogil:
+    # On a thread that may call CUDA (RELEASE_NOW, or a drain of the
+    # deferred queue), GIL or not.  The event is made on the context's
+    # device, in relaxed capture mode: a release must not break a capture
+    # of another thread that it has nothing to do with.
+    cdef streams_marks_t* m = streams_marks_new()
+    cdef cudaEvent_t ev = NULL
+    cdef cudaError_t err = cudaErrorMemoryAllocation
+    cdef cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed
+    cdef bint exchanged
+    cdef int cur = -1
+    if m != NULL:
+        exchanged = cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess
+        err = cudaGetDevice(&cur)
+        if err == cudaSuccess and cur != device:
+            err = cudaSetDevice(device)
+        if err == cudaSuccess:
+            err = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming)
+        if err == cudaSuccess:
+            err = _green_record_event(ctx, ev)
+            if err == cudaSuccess and streams_marks_push(m, ev) != 0:
+                err = cudaErrorMemoryAllocation
+            if err != cudaSuccess:
+                streams_destroy_marker_event(ev)
+        if cur >= 0 and cur != device:
+            cudaSetDevice(cur)
+        if exchanged:
+            cudaThreadExchangeStreamCaptureMode(&mode)
+        if err != cudaSuccess:
+            cudaGetLastError()      # must not leak into this thread's next call
+        elif not streams_marks_done(m) and _park_green(ctx, m):
+            return
+        streams_marks_free(m)
+    _destroy_quietly(ctx, HANDLE_GREEN_CTX)
+
+
+cdef void release_green_ctx(void* ctx, int device) noexcept nogil:
+    # The last holder's release: never raises, never waits for the GPU.
+    cdef int decision = _release_decision()
+    streams_count(_DESTROYED[HANDLE_GREEN_CTX])
+    if decision == RELEASE_NOW:
+        streams_release_without_gil(_release_green_now, ctx, device)
+        _flush_if_gil()
+    elif decision == RELEASE_DEFER:
+        streams_defer(_release_green_now, ctx, device, NULL)
 
 
 ### Versions and device management #########################################################
@@ -2028,6 +2124,7 @@ cdef extern from "green.h" nogil:
     ctypedef int (*streams_stream_get_green_fn)(void* stream, streams_green_ctx* out)
     ctypedef int (*streams_stream_get_resource_fn)(void* stream, streams_dev_resource* out,
                                                    int type)
+    ctypedef int (*streams_green_record_event_fn)(streams_green_ctx ctx, void* event)
     enum:
         STREAMS_GREEN_CTX_DEFAULT_STREAM
         STREAMS_STREAM_NON_BLOCKING
@@ -2045,6 +2142,7 @@ cdef extern from "green_rt.h" nogil:
     cudaError_t streams_rt_green_stream_create(cudaStream_t* out, streams_green_ctx ctx,
                                                int priority)
     cudaError_t streams_rt_green_sm_resource(streams_green_ctx ctx, streams_dev_resource* out)
+    cudaError_t streams_rt_green_record_event(streams_green_ctx ctx, cudaEvent_t ev)
     enum:
         STREAMS_HAVE_RUNTIME_GREEN
         STREAMS_RUNTIME_GREEN_VERSION
@@ -2516,8 +2614,6 @@ cdef int graph_kernel_node_set(cudaGraphNode_t node,
 # ---- kernel nodes through the driver: end ----
 
 # ==== adopted kernels and cleanup warnings (begin) ==========================================
-from cpython.pythread cimport (PyThread_type_lock, PyThread_allocate_lock, PyThread_acquire_lock,
-                               PyThread_release_lock)
 import warnings as _warnings
 
 cdef extern from "Python.h":
@@ -2541,6 +2637,10 @@ class CudaWarning(RuntimeWarning):
 
 
 ctypedef int (*_func_get_name_fn)(const char** name, const void* func) noexcept nogil
+# Looked up at first use, from any thread: the pointer is stored first and
+# the state after it, both atomically (release), and read state first, then
+# pointer (acquire), so a reader that sees "found" sees the pointer too.
+# Racing lookups store the same values.
 cdef void* _get_name_ptr[2]
 cdef int _get_name_state[2]        # 0 not looked up, 1 found, 2 missing
 _get_name_ptr[0] = NULL
@@ -2571,17 +2671,18 @@ cdef int func_get_name(const void* func, bint is_kernel, const char** out) excep
     cdef int which = 1 if is_kernel else 0
     cdef int r
     guard()
-    if _get_name_state[which] == 0:
+    if streams_flag_get(&_get_name_state[which]) == 0:
         fn = _driver_entry_since(b"cuKernelGetName" if is_kernel else b"cuFuncGetName", 12030)
         if fn != NULL:
-            _get_name_ptr[which] = fn
-            _get_name_state[which] = 1
+            streams_ptr_store(&_get_name_ptr[which], fn)
+            streams_flag_set(&_get_name_state[which], 1)
         else:
-            _get_name_state[which] = 2
-    if _get_name_state[which] != 1:
+            streams_flag_set(&_get_name_state[which], 2)
+    if streams_flag_get(&_get_name_state[which]) != 1:
         return 1
+    fn = streams_ptr_load(&_get_name_ptr[which])
     out[0] = NULL
-    r = (<_func_get_name_fn>_get_name_ptr[which])(out, func)
+    r = (<_func_get_name_fn>fn)(out, func)
     if r != 0 or out[0] == NULL:
         return 1
     return 0
@@ -2602,21 +2703,23 @@ cdef void sync_devices_quietly(unsigned long long devices) noexcept nogil:
         cleanup_failed(CLEANUP_DEVICE_SYNC, <const void*><uintptr_t>devices, <int>err)
 
 
-cdef struct _CleanupError:
-    int what
-    uintptr_t handle
-    int err
-
-cdef enum:
-    _CLEANUP_QUEUE = 64
-cdef _CleanupError _cleanup_queue[_CLEANUP_QUEUE]
-cdef int _cleanup_len = 0
-cdef unsigned long long _cleanup_lost = 0
-cdef int _inject_left[CLEANUP_KINDS]
-cdef int _inject_error[CLEANUP_KINDS]
-memset(_inject_left, 0, sizeof(_inject_left))
-memset(_inject_error, 0, sizeof(_inject_error))
-cdef PyThread_type_lock _cleanup_lock = PyThread_allocate_lock()
+# The queue of failures and the fault injection are the shim's
+# (src/cudart/cleanup.h): one lock, which a fork re-makes in the child.
+cdef extern from "cudart/shim.h":
+    ctypedef struct streams_cleanup_error:
+        int what
+        uintptr_t handle
+        int err
+    enum:
+        STREAMS_CLEANUP_QUEUE
+        STREAMS_CLEANUP_INJECT_KINDS
+    void streams_cleanup_push(int what, const void* handle, int err) nogil
+    int streams_cleanup_queued() nogil
+    int streams_cleanup_take(streams_cleanup_error* out, unsigned long long* lost) nogil
+    int streams_cleanup_inject(int what, int err, int count) nogil
+    int streams_cleanup_injected(int what) nogil
+    void streams_cleanup_hold_for(long long ns) nogil
+    int streams_cleanup_holds_now() nogil
 
 # What each kind of release is called in a warning: the object, the call.
 # What each kind of release is called in a warning: the object, the call.
@@ -2644,29 +2747,19 @@ _CLEANUP_KIND_NAMES = {"stream": HANDLE_STREAM, "event": HANDLE_EVENT, "graph": 
                        "device_sync": CLEANUP_DEVICE_SYNC, "marker_event": CLEANUP_MARKER_EVENT}
 
 
+if CLEANUP_KINDS > STREAMS_CLEANUP_INJECT_KINDS:
+    raise ImportError("streams: src/cudart/cleanup.h has room for fewer kinds of release "
+                      "than streams/_cudart.pxd names (STREAMS_CLEANUP_INJECT_KINDS)")
+
+
 cdef void cleanup_failed(int what, const void* h, int err) noexcept nogil:
-    global _cleanup_len, _cleanup_lost
-    PyThread_acquire_lock(_cleanup_lock, 1)
-    if _cleanup_len < _CLEANUP_QUEUE:
-        _cleanup_queue[_cleanup_len].what = what
-        _cleanup_queue[_cleanup_len].handle = <uintptr_t>h
-        _cleanup_queue[_cleanup_len].err = err
-        _cleanup_len += 1
-    else:
-        _cleanup_lost += 1
-    PyThread_release_lock(_cleanup_lock)
+    streams_cleanup_push(what, h, err)
 
 
 cdef int injected_failure(int what) noexcept nogil:
-    cdef int err = 0
-    if what < 0 or what >= CLEANUP_KINDS or _inject_left[what] == 0:
-        return 0      # the usual case, read without the lock
-    PyThread_acquire_lock(_cleanup_lock, 1)
-    if _inject_left[what] > 0:
-        _inject_left[what] -= 1
-        err = _inject_error[what]
-    PyThread_release_lock(_cleanup_lock)
-    return err
+    if what < 0 or what >= CLEANUP_KINDS:
+        return 0
+    return streams_cleanup_injected(what)
 
 
 cdef void _warn_cleanup(str text) noexcept:
@@ -2682,20 +2775,15 @@ cdef void _warn_cleanup(str text) noexcept:
 
 
 cdef void flush_cleanup_warnings() noexcept:
-    cdef _CleanupError items[_CLEANUP_QUEUE]
+    cdef streams_cleanup_error items[STREAMS_CLEANUP_QUEUE]
     cdef int n, i
-    cdef unsigned long long lost
-    global _cleanup_len, _cleanup_lost
-    if _cleanup_len == 0 or not streams_interpreter_alive():
+    cdef unsigned long long lost = 0
+    if not streams_interpreter_alive():
         return
-    PyThread_acquire_lock(_cleanup_lock, 1)
-    n = _cleanup_len
-    for i in range(n):
-        items[i] = _cleanup_queue[i]
-    _cleanup_len = 0
-    lost = _cleanup_lost
-    _cleanup_lost = 0
-    PyThread_release_lock(_cleanup_lock)
+    if streams_cleanup_queued() == 0:
+        return
+    with nogil:
+        n = streams_cleanup_take(items, &lost)
     for i in range(n):
         what, call = _CLEANUP_WHAT.get(items[i].what, (f"handle of kind {items[i].what}",
                                                        "its release"))
@@ -2744,10 +2832,20 @@ def _inject_cleanup_failure(kind, int error, int count):
     if count < 0:
         raise ValueError(f"count must be >= 0, got {count}")
     what = _CLEANUP_KIND_NAMES[kind]
-    PyThread_acquire_lock(_cleanup_lock, 1)
-    _inject_error[what] = error
-    _inject_left[what] = count
-    PyThread_release_lock(_cleanup_lock)
+    with nogil:
+        streams_cleanup_inject(what, error, count)
+
+
+def _hold_cleanup_lock(double seconds):
+    """Hold the lock of the queue of failed releases for ``seconds``, the
+    GIL released (tests: a fork while another thread holds it)."""
+    with nogil:
+        streams_cleanup_hold_for(<long long>(seconds * 1e9))
+
+
+def _cleanup_lock_holds():
+    """How many _hold_cleanup_lock calls hold the lock now (tests)."""
+    return streams_cleanup_holds_now()
 # ---- CUfunction handles, through the driver ----
 # The driver's structs, as cuda.h lays them out (CUlaunchConfig;
 # CUDA_KERNEL_NODE_PARAMS_v2, the ABI of the 12.0 entry points).

@@ -111,13 +111,21 @@ cdef enum:
     _READ_CUDA_EVENT = 4    # PyTorch events: .cuda_event, 0 until the first record
     _READ_HANDLE = 5        # cuda.core and numba-cuda events: .handle (int() or ctypes)
 
+# Type -> how to read it, keyed by id(type) with a weak reference to the
+# type beside the answer: a cache must not keep a class alive (a class made
+# per call or per test, read once as a stream or an event, is collected when
+# its last user drops it, and its entry goes with it).  An entry is trusted
+# only while its reference still gives the very type asked about (an id is
+# reused once its object is gone).  tests/test_audit_misc_cpu.py shows a
+# dropped class collected.
 cdef dict _stream_readers = {}
 cdef dict _event_readers = {}
 # id(foreign stream) -> (weak reference, handle, device): cudaStreamGetDevice
-# once per object, the entry gone with the object.  The reader caches are
-# filled from any thread with single dict operations (two threads may work
-# out the same answer); the device table is changed under a critical section
-# of its own (free-threaded CPython; the GIL elsewhere).
+# once per object, the entry gone with the object.  Two threads may work
+# out the same answer at once; every table is changed under a critical
+# section (of the reader table itself, or _foreign_devices_lock), so that a
+# weak reference's callback removes only its own entry (free-threaded
+# CPython; the GIL elsewhere).
 cdef dict _foreign_devices = {}
 cdef object _foreign_devices_lock = object()
 
@@ -133,9 +141,44 @@ cdef bint _named_in_mro(type t, tuple names):
     return False
 
 
+cdef class _ForgetType:
+    # The weak reference callback of a reader cache's entry: the type went.
+    cdef dict table
+    cdef object key
+
+    def __call__(self, ref):
+        # Looked at and removed in one step: meanwhile another thread may
+        # put a new entry under the same id (the id of a new type).
+        with cython.critical_section(self.table):
+            entry = self.table.get(self.key)
+            if entry is not None and (<tuple>entry)[0] is ref:
+                del self.table[self.key]
+
+
+cdef inline int _cached_reader(dict table, type t) except -2:
+    # The cached answer for `t`, or -1.
+    cdef object entry = table.get(id(t))
+    if entry is not None and (<tuple>entry)[0]() is t:
+        return (<tuple>entry)[1]
+    return -1
+
+
+cdef int _remember_reader(dict table, type t, int code) except -1:
+    cdef _ForgetType forget = _ForgetType.__new__(_ForgetType)
+    forget.table = table
+    forget.key = id(t)
+    try:
+        ref = _weakref.ref(t, forget)
+    except TypeError:
+        return 0        # a type without weak references: worked out each time
+    with cython.critical_section(table):
+        table[forget.key] = (ref, code)
+    return 0
+
+
 cdef int _stream_reader(type t) except -1:
-    cdef object r = _stream_readers.get(t)
-    if r is not None:
+    cdef int r = _cached_reader(_stream_readers, t)
+    if r >= 0:
         return r
     # The library's own field first where it has one: one attribute read
     # instead of a call and a tuple, for the same handle.
@@ -156,7 +199,7 @@ cdef int _stream_reader(type t) except -1:
         # A .ptr of anything else (a CuPy MemoryPointer, a buffer) read as
         # a stream would hand CUDA a pointer that is none.
         code = _READ_NONE
-    _stream_readers[t] = code
+    _remember_reader(_stream_readers, t, code)
     return code
 
 
@@ -281,8 +324,8 @@ cdef int foreign_stream_device(object obj, uintptr_t h) except -2:
 
 
 cdef int _event_reader(type t) except -1:
-    cdef object r = _event_readers.get(t)
-    if r is not None:
+    cdef int r = _cached_reader(_event_readers, t)
+    if r >= 0:
         return r
     if hasattr(t, "cuda_event"):
         code = _READ_CUDA_EVENT
@@ -293,7 +336,7 @@ cdef int _event_reader(type t) except -1:
         code = _READ_HANDLE
     else:
         code = _READ_NONE
-    _event_readers[t] = code
+    _remember_reader(_event_readers, t, code)
     return code
 
 

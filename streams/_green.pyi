@@ -28,9 +28,7 @@ class SmPartition:
     def sm_count(self) -> int: ...
 
 @final
-class _GreenHandle:
-    @property
-    def _sm_count(self) -> int: ...
+class _GreenHandle: ...
 
 @final
 class GreenContext:

@@ -152,8 +152,9 @@ def _split_sm(int device, count, groups):
     return result, remainder
 
 
-# The driver's green context, destroyed when the last holder goes: the
-# GreenContext until it is closed, and every Stream made from it.
+# The driver's green context, let go when the last holder goes: the
+# GreenContext until it is closed, and every Stream made from it; destroyed
+# once the work queued in it is done.
 @cython.final
 @cython.no_gc_clear
 cdef class _GreenHandle:
@@ -164,21 +165,12 @@ cdef class _GreenHandle:
     def __repr__(self):
         return f"<streams green context handle device={self.device}>"
 
-    @property
-    def _sm_count(self):
-        # Stream.sm_count of a stream made here asks its holder first: the
-        # driver's answer for the stream itself needs CUDA 13.1
-        # (cuStreamGetDevResource).
-        cdef unsigned int n = 0
-        if self.ctx == NULL:
-            raise ValueError("this green context handle was never initialised")
-        with nogil:
-            rt.green_ctx_sm_count(self.ctx, &n)
-        return n
-
     def __dealloc__(self):
+        # Work may still be queued in the context (a stream made here closed
+        # right after a launch): the release parks it until that work is
+        # done, and never waits for it here (rt.release_green_ctx).
         if self.ctx != NULL:
-            rt.release_handle(rt.HANDLE_GREEN_CTX, self.ctx)
+            rt.release_green_ctx(self.ctx, self.device)
             self.ctx = NULL
 
 

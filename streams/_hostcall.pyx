@@ -467,10 +467,33 @@ cdef object _cffi_function(object fn, str argname):
     return address, " calling <" in repr(fn)
 
 
+cdef bint _is_ctypes_byref(object obj):
+    # ctypes.byref(x[, offset]) makes a CArgObject (not a _CData): so do the
+    # from_param conversions of ctypes' simple types, with another tag.
+    t = type(obj)
+    return t.__name__ == "CArgObject" and t.__module__ == "builtins" and hasattr(obj, "_obj")
+
+
+cdef object _byref_address(object ref, str argname):
+    # CPython exposes the referenced object (`_obj`) but not the offset: the
+    # address is what ctypes passes to C for it, read through a C call that
+    # returns its pointer argument (memmove of 0 bytes to the same place,
+    # which touches nothing).  c_void_p accepts only byref's tag ('P').
+    # The CArgObject is what the caller keeps: it holds `_obj`.
+    import ctypes
+    try:
+        return ctypes.memmove(ref, ref, 0) or 0
+    except ctypes.ArgumentError:
+        raise TypeError(f"{argname}: this ctypes parameter ({ref!r}) is not a pointer (pass "
+                        "ctypes.byref(x) or ctypes.pointer(x))") from None
+
+
 cdef object _native_data(object data, str argname):
     """(address, object to keep or None) of a native function's data pointer."""
     if data is None:
         return 0, None
+    if _is_ctypes_byref(data):
+        return _byref_address(data, argname), data
     if _is_ctypes_instance(data):
         import ctypes
         # As for the function: read the address, never ctypes.cast (which

@@ -1372,7 +1372,7 @@ def _increment_u32(Stream stream not None, ptr, count):
 # NVRTC is a separate library of the toolkit (or the nvidia-cuda-nvrtc
 # wheel): loaded with dlopen when from_source first needs it, so importing
 # streams costs nothing and needs no NVRTC.  Only the calls below are used.
-from posix.dlfcn cimport RTLD_LOCAL, RTLD_NOW, dlerror, dlopen, dlsym
+from posix.dlfcn cimport RTLD_LOCAL, RTLD_NOW, dlclose, dlerror, dlopen, dlsym
 from libc.stdlib cimport free as _c_free, malloc as _c_malloc
 
 ctypedef int (*_nvrtc_create_t)(void** prog, const char* src, const char* name, int nheaders,
@@ -1462,9 +1462,27 @@ cdef void* _nvrtc_symbol(void* lib, const char* name, str path) except NULL:
     return fn
 
 
+cdef int _nvrtc_resolve(void* lib, str path, _Nvrtc* out) except -1:
+    out.create = <_nvrtc_create_t>_nvrtc_symbol(lib, b"nvrtcCreateProgram", path)
+    out.compile = <_nvrtc_compile_t>_nvrtc_symbol(lib, b"nvrtcCompileProgram", path)
+    out.log_size = <_nvrtc_size_t>_nvrtc_symbol(lib, b"nvrtcGetProgramLogSize", path)
+    out.log = <_nvrtc_data_t>_nvrtc_symbol(lib, b"nvrtcGetProgramLog", path)
+    out.cubin_size = <_nvrtc_size_t>_nvrtc_symbol(lib, b"nvrtcGetCUBINSize", path)
+    out.cubin = <_nvrtc_data_t>_nvrtc_symbol(lib, b"nvrtcGetCUBIN", path)
+    out.ptx_size = <_nvrtc_size_t>_nvrtc_symbol(lib, b"nvrtcGetPTXSize", path)
+    out.ptx = <_nvrtc_data_t>_nvrtc_symbol(lib, b"nvrtcGetPTX", path)
+    out.add_name = <_nvrtc_add_name_t>_nvrtc_symbol(lib, b"nvrtcAddNameExpression", path)
+    out.lowered = <_nvrtc_lowered_t>_nvrtc_symbol(lib, b"nvrtcGetLoweredName", path)
+    out.destroy = <_nvrtc_destroy_t>_nvrtc_symbol(lib, b"nvrtcDestroyProgram", path)
+    out.error_string = <_nvrtc_error_string_t>_nvrtc_symbol(lib, b"nvrtcGetErrorString", path)
+    out.version = <_nvrtc_version_t>_nvrtc_symbol(lib, b"nvrtcVersion", path)
+    return 0
+
+
 cdef int _load_nvrtc() except -1:
-    global _nvrtc_loaded, _nvrtc_path
+    global _nvrtc_loaded, _nvrtc_path, _nvrtc
     cdef void* lib = NULL
+    cdef _Nvrtc found
     cdef bytes bpath
     cdef const char* err
     # Always under the lock, the first check too: with free threading a
@@ -1493,20 +1511,15 @@ cdef int _load_nvrtc() except -1:
             raise RuntimeError(f"NVRTC (libnvrtc.so), needed by Module.from_source, was not "
                                f"found or could not be loaded; {how}. Tried: "
                                + "; ".join(tried))
-        _nvrtc.create = <_nvrtc_create_t>_nvrtc_symbol(lib, b"nvrtcCreateProgram", path)
-        _nvrtc.compile = <_nvrtc_compile_t>_nvrtc_symbol(lib, b"nvrtcCompileProgram", path)
-        _nvrtc.log_size = <_nvrtc_size_t>_nvrtc_symbol(lib, b"nvrtcGetProgramLogSize", path)
-        _nvrtc.log = <_nvrtc_data_t>_nvrtc_symbol(lib, b"nvrtcGetProgramLog", path)
-        _nvrtc.cubin_size = <_nvrtc_size_t>_nvrtc_symbol(lib, b"nvrtcGetCUBINSize", path)
-        _nvrtc.cubin = <_nvrtc_data_t>_nvrtc_symbol(lib, b"nvrtcGetCUBIN", path)
-        _nvrtc.ptx_size = <_nvrtc_size_t>_nvrtc_symbol(lib, b"nvrtcGetPTXSize", path)
-        _nvrtc.ptx = <_nvrtc_data_t>_nvrtc_symbol(lib, b"nvrtcGetPTX", path)
-        _nvrtc.add_name = <_nvrtc_add_name_t>_nvrtc_symbol(lib, b"nvrtcAddNameExpression", path)
-        _nvrtc.lowered = <_nvrtc_lowered_t>_nvrtc_symbol(lib, b"nvrtcGetLoweredName", path)
-        _nvrtc.destroy = <_nvrtc_destroy_t>_nvrtc_symbol(lib, b"nvrtcDestroyProgram", path)
-        _nvrtc.error_string = <_nvrtc_error_string_t>_nvrtc_symbol(lib, b"nvrtcGetErrorString",
-                                                                   path)
-        _nvrtc.version = <_nvrtc_version_t>_nvrtc_symbol(lib, b"nvrtcVersion", path)
+        # Every symbol into a local table first: a library that lacks one
+        # (STREAMS_NVRTC naming something else) is closed again, and the
+        # table in use is never half-filled (tests/test_audit_misc_cpu.py).
+        try:
+            _nvrtc_resolve(lib, path, &found)
+        except BaseException:
+            dlclose(lib)
+            raise
+        _nvrtc = found
         _nvrtc_path = path
         _nvrtc_loaded = True
     return 0

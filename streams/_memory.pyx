@@ -171,52 +171,76 @@ cdef str _capture_advice = (
     "wait_producers=False if you order it yourself")
 
 
-cdef int _capture_of(Stream consumer, unsigned long long* cid) except -1:
-    """The capture status of ``consumer`` (held in use by the caller), and
-    its capture id; the legacy stream is never captured (and asking about
-    it during another stream's capture is itself an error)."""
+cdef int _capture_of_handle(uintptr_t h, unsigned long long* cid) except -1:
+    """The capture status of stream handle ``h`` and its capture id; the
+    legacy stream (0, 1) is never captured (and asking about it during
+    another stream's capture is itself an error)."""
     cdef cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone
     cdef cudaGraph_t g = NULL
     cdef const cudaGraphNode_t* deps = NULL
     cdef const cudaGraphEdgeData* edges = NULL
     cdef size_t n = 0
     cid[0] = 0
-    if (<uintptr_t>consumer._handle == STREAM_NULL
-            or <uintptr_t>consumer._handle == STREAM_LEGACY):
+    if h == STREAM_NULL or h == STREAM_LEGACY:
         return cudaStreamCaptureStatusNone
     with nogil:
-        rt.stream_get_capture_info(<cudaStream_t>consumer._handle, &status, cid, &g, &deps,
-                                   &edges, &n)
+        rt.stream_get_capture_info(<cudaStream_t>h, &status, cid, &g, &deps, &edges, &n)
     return status
 
 
-cdef int _producer_in_capture(uintptr_t producer, unsigned long long cid) except -1:
-    """1 when stream handle ``producer`` is being captured into capture ``cid``."""
-    cdef cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone
-    cdef unsigned long long theirs = 0
-    cdef cudaGraph_t g = NULL
-    cdef const cudaGraphNode_t* deps = NULL
-    cdef const cudaGraphEdgeData* edges = NULL
-    cdef size_t n = 0
-    if producer == STREAM_NULL or producer == STREAM_LEGACY:
-        return 0
-    with nogil:
-        rt.stream_get_capture_info(<cudaStream_t>producer, &status, &theirs, &g, &deps, &edges,
-                                   &n)
-    return status == cudaStreamCaptureStatusActive and theirs == cid
+cdef int _capture_of(Stream consumer, unsigned long long* cid) except -1:
+    """The capture status of ``consumer`` (held in use by the caller), and
+    its capture id."""
+    return _capture_of_handle(<uintptr_t>consumer._handle, cid)
+
+
+# ---- ordering a consumer after a producer's stream ------------------------------------
+# One rule for every path that makes a consuming stream wait for the stream
+# an array's producer works on (_order_after: the stream an array interface
+# names, PyTorch's current stream; DeviceBuffer.__dlpack__(stream=): the
+# buffer's stream for the consumer's), decided by where both streams stand
+# (docs/safety.rst, "A capture is never broken by a foreign array"):
+#   * the consumer is being captured: a producer in the same capture is
+#     waited for (a captured dependency); any other is refused before
+#     anything is enqueued (the wait would invalidate the capture);
+#   * the consumer is not being captured and the producer is: nothing is
+#     waited for.  What a capturing stream has "queued" since its capture
+#     began is a graph being built, not work that will run, and a wait on it
+#     would fork the consumer into that capture, which then fails at its end
+#     (cudaErrorStreamCaptureUnjoined) while the consumer's own work goes
+#     into someone else's graph.  (Work queued on the producer before its
+#     capture began cannot be told apart then: the capture's owner orders
+#     it, as torch.cuda.graph does by synchronizing before it captures.)
+#   * neither is being captured: the consumer waits.
+# The GPU tests of tests/test_audit_misc_gpu.py show each case.
+cdef enum _Order:
+    _ORDER_SKIP = 0         # nothing to wait for
+    _ORDER_WAIT = 1         # wait
+    _ORDER_REFUSE = 2       # the consumer's capture would break
+
+
+cdef int _order_decision(uintptr_t consumer, uintptr_t producer) except -1:
+    cdef unsigned long long cid = 0, theirs = 0
+    cdef int mine_status = _capture_of_handle(consumer, &cid)
+    cdef int their_status
+    if mine_status == cudaStreamCaptureStatusInvalidated:
+        return _ORDER_SKIP      # the enqueue that follows reports it
+    their_status = _capture_of_handle(producer, &theirs)
+    if mine_status == cudaStreamCaptureStatusActive:
+        if their_status == cudaStreamCaptureStatusActive and theirs == cid:
+            return _ORDER_WAIT
+        return _ORDER_REFUSE
+    if their_status != cudaStreamCaptureStatusNone:
+        return _ORDER_SKIP
+    return _ORDER_WAIT
 
 
 cdef int _order_after(Stream consumer, uintptr_t producer, str argname, str source) except -1:
     """Make ``consumer`` wait for the work now on stream handle ``producer``
-    (0 and 1: the legacy stream), which ``source`` named for ``argname``.
-
-    Inside a capture, a wait for a stream outside it would touch uncaptured
-    work, which CUDA refuses by invalidating the capture: that is refused
-    here first, before anything is enqueued; a producer in the same capture
-    is waited for (a captured dependency)."""
+    (0 and 1: the legacy stream), which ``source`` named for ``argname``,
+    by the rule above."""
     cdef uintptr_t mine
-    cdef unsigned long long cid = 0
-    cdef int status
+    cdef int decision
     if consumer is None:
         return 0
     mine = <uintptr_t>consumer._handle
@@ -228,19 +252,18 @@ cdef int _order_after(Stream consumer, uintptr_t producer, str argname, str sour
         return 0
     consumer._use()
     try:
-        status = _capture_of(consumer, &cid)
-        if status == cudaStreamCaptureStatusInvalidated:
-            return 0        # the enqueue that follows reports it
-        if status == cudaStreamCaptureStatusActive and not _producer_in_capture(producer, cid):
+        decision = _order_decision(mine, producer)
+        if decision == _ORDER_REFUSE:
             what = (" (the legacy default stream)" if producer == STREAM_LEGACY else
                     " (the per-thread default stream)" if producer == STREAM_PER_THREAD else "")
             raise RuntimeError(
                 f"{argname}: {source} is stream 0x{producer:x}{what}, which is not part of "
                 f"the capture on stream 0x{mine:x}; waiting for it there would invalidate "
                 f"the capture (nothing was enqueued): {_capture_advice}")
-        with nogil:
-            rt.stream_wait_stream(<cudaStream_t>consumer._handle, <cudaStream_t>producer,
-                                  consumer.c_device())
+        if decision == _ORDER_WAIT:
+            with nogil:
+                rt.stream_wait_stream(<cudaStream_t>consumer._handle, <cudaStream_t>producer,
+                                      consumer.c_device())
     finally:
         consumer._unuse()
     return 0
@@ -864,6 +887,7 @@ cdef class DeviceBuffer(_Buffer):
         cdef DeviceScope scope
         cdef Stream s
         cdef bint used
+        cdef int decision
         self._check_open()
         if copy:
             raise BufferError("DeviceBuffer.__dlpack__ cannot copy")
@@ -880,12 +904,23 @@ cdef class DeviceBuffer(_Buffer):
                 ours = (1 if s._handle == NULL else <uintptr_t>s._handle) if used \
                     else self._order_handle()
                 if <cudaStream_t>ours != consumer:
-                    with nogil:
-                        enter_device(&scope, self._device)
-                        try:
-                            rt.stream_wait_stream(consumer, <cudaStream_t>ours, self._device)
-                        finally:
-                            exit_device(&scope)
+                    # The rule of _order_after, with our stream the producer.
+                    decision = _order_decision(wanted, ours)
+                    if decision == _ORDER_REFUSE:
+                        raise BufferError(
+                            f"stream=0x{wanted:x} is being captured, and this buffer's stream "
+                            f"0x{ours:x} is not part of that capture: waiting for it there "
+                            "would invalidate the capture (nothing was enqueued); synchronize "
+                            "the buffer's stream before the capture begins and export with "
+                            "stream=-1, or make the buffer's stream part of the capture")
+                    if decision == _ORDER_WAIT:
+                        with nogil:
+                            enter_device(&scope, self._device)
+                            try:
+                                rt.stream_wait_stream(consumer, <cudaStream_t>ours,
+                                                      self._device)
+                            finally:
+                                exit_device(&scope)
             finally:
                 if used:
                     s._unuse()

@@ -1205,10 +1205,10 @@ cdef class Stream(Waitable):
         (:doc:`partitions`), else the whole device's."""
         cdef long long n = -1
         cdef int dev, count = 0
-        if type(self._owner).__module__ == "streams._green":
-            # A green context's stream made by streams: its holder knows.
-            self._check_open()
-            return self._owner._sm_count
+        # Decided by what the stream is, which CUDA answers for any stream
+        # (rt.stream_sm_count: the stream's own share, or its green
+        # context's), never by what its owner object is: an owner can be
+        # anything a wrapper was given (tests/test_audit_misc_*.py).
         self._use()
         try:
             if not self._special:

@@ -20,6 +20,8 @@ static void streams_atfork_child(void) {
     /* Another thread may have held it at the fork; the child never polls
      * the parent's parked items (CUDA is unusable there) but may park. */
     pthread_mutex_init(&streams_parked_lock, NULL);
+    /* The queue of failed releases: its lock may have been held too. */
+    streams_cleanup_after_fork_child();
     /* The queued releases name the parent's handles: never run them. */
     streams_deferred = NULL;
     streams_deferred_len = streams_deferred_cap = 0;

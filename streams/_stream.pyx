@@ -1597,9 +1597,39 @@ cdef class ErrorSlot:
         rt.refuse_construction(self, "streams and graphs make their own")
 
     cdef void keep_first(self, object callback, object exc) noexcept:
+        cdef ErrorSlot slot
+        cdef object forward
         with cython.critical_section(self):
             if self.first is None:
                 self.first = (callback, exc)
+            forward = self.forward
+        if forward is None:
+            return
+        # Every slot reachable through the forward links, each once (links
+        # may form a cycle: two graphs each updated from the other).
+        seen = {id(self)}
+        todo = list(<tuple>forward)
+        while todo:
+            slot = <ErrorSlot>todo.pop()
+            if id(slot) in seen:
+                continue
+            seen.add(id(slot))
+            with cython.critical_section(slot):
+                if slot.first is None:
+                    slot.first = (callback, exc)
+                forward = slot.forward
+            if forward is not None:
+                todo.extend(<tuple>forward)
+
+    cdef int forward_to(self, ErrorSlot other) except -1:
+        if other is None or other is self:
+            return 0
+        with cython.critical_section(self):
+            if self.forward is None:
+                self.forward = (other,)
+            elif other not in self.forward:
+                self.forward = self.forward + (other,)
+        return 0
 
     cdef int raise_pending(self, str what) except -1:
         cdef object first

@@ -9,6 +9,7 @@ through a late import on a cold path, a registered function, or a base
 class declared here (``LaunchTarget``).
 """
 import threading as _threading
+import weakref as _weakref
 
 cimport cython
 from cpython.exc cimport PyErr_CheckSignals
@@ -1606,29 +1607,34 @@ cdef class ErrorSlot:
         if forward is None:
             return
         # Every slot reachable through the forward links, each once (links
-        # may form a cycle: two graphs each updated from the other).
+        # may form a cycle: two graphs each updated from the other); `done`
+        # holds them meanwhile, so that no id in `seen` is reused.
         seen = {id(self)}
-        todo = list(<tuple>forward)
+        done = []
+        todo = [ref() for ref in <tuple>forward]
         while todo:
-            slot = <ErrorSlot>todo.pop()
-            if id(slot) in seen:
+            found = todo.pop()
+            if found is None or id(found) in seen:
                 continue
+            slot = <ErrorSlot>found
             seen.add(id(slot))
+            done.append(slot)
             with cython.critical_section(slot):
                 if slot.first is None:
                     slot.first = (callback, exc)
                 forward = slot.forward
             if forward is not None:
-                todo.extend(<tuple>forward)
+                todo.extend([ref() for ref in <tuple>forward])
 
     cdef int forward_to(self, ErrorSlot other) except -1:
         if other is None or other is self:
             return 0
+        new = _weakref.ref(other)
         with cython.critical_section(self):
-            if self.forward is None:
-                self.forward = (other,)
-            elif other not in self.forward:
-                self.forward = self.forward + (other,)
+            alive = [ref for ref in self.forward if ref() is not None] if self.forward else []
+            if not any(ref() is other for ref in alive):
+                alive.append(new)
+            self.forward = tuple(alive) if alive else None
         return 0
 
     cdef int raise_pending(self, str what) except -1:

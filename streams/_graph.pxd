@@ -1,5 +1,7 @@
 # C-level declarations of graphs (streams._graph).  Free of CUDA types, as
 # _stream.pxd: a project that cimports streams needs no CUDA headers.
+from libc.stdint cimport uintptr_t
+
 from streams._handle cimport HandleOwner
 from streams._stream cimport ErrorSlot, Event, Stream, streams_host_fn_t
 
@@ -14,10 +16,18 @@ cdef class GraphNode
 cdef class Graph(HandleOwner):
     cdef streams_graph_t _handle
     cdef ErrorSlot _errors       # shared with its clones' and executables' callbacks
-    cdef list _keep              # what the graph's nodes need alive (buffers, modules, ...)
+    # What the graph's nodes need alive (buffers, modules, ...): read and
+    # replaced under the graph's critical section only (_keep_add, _keep_copy,
+    # _let_go in _graph.pyx); let go when the handle is destroyed.
+    cdef list _keep
     # A conditional node's body: the Graph (a reference, and a use) whose
     # node owns it; NULL for a graph of its own.
     cdef void* _parent
+    # Weak references to the executables instantiated from it (None before
+    # the first): a change of one of its kernel nodes is noted in each
+    # first (GraphExec._note_source_state).
+    cdef list _execs
+    cdef bint _dying             # __dealloc__ began: _release touches no field
 
     cdef streams_graph_t c_handle(self) noexcept nogil
     # A host node calling fn(data) on every replay, after the `ndeps` nodes
@@ -55,9 +65,16 @@ cdef class GraphExec(HandleOwner):
     cdef void* _marks            # where its launches end, while it holds objects (rt.marks_new)
     cdef streams_graph_t _source # the graph it came from: its nodes name the executable's
     cdef object _source_ref      # a weak reference to that Graph: open, its handle is _source
-    # Each kernel node's arguments as set_kernel_node_args last left them
-    # (node handle -> tuple of bytes): later changes start from these.
-    cdef dict _kernel_args
+    # What each kernel node runs now where that is not the source graph's
+    # node (node handle -> _NodeState): after a change of its own, after an
+    # update from another graph, before a change of the source graph's
+    # node.  None when empty.
+    cdef dict _kernel_state
+    # A node without an entry runs what the source graph's node has now
+    # (instantiated or updated from that graph); False after an update from
+    # another graph: such a node is not known.
+    cdef bint _states_from_source
+    cdef bint _dying             # __dealloc__ began: _release touches no field
 
     cdef int c_launch(self, Stream stream) except -1 nogil
     cdef int c_upload(self, Stream stream) except -1 nogil
@@ -67,6 +84,11 @@ cdef class GraphExec(HandleOwner):
     cdef int _enter(self, GraphNode nd) except -1
     cdef void _leave(self, GraphNode nd) noexcept
     cdef int _set_event(self, object node, Event ev, bint record) except -1
+    cdef object _state_of(self, GraphNode nd)
+    cdef int _set_state(self, uintptr_t key, object st) except -1
+    cdef int _note_source_state(self, uintptr_t key, object st) except -1
+    cdef int _took(self, Graph graph, list kept, dict states, bint from_source,
+                   list box) except -1
     cdef int _keep_for_replays(self, object obj) except -1
     cdef int _start_marks(self) except -1
     cdef void _park(self) noexcept

@@ -10,6 +10,11 @@ executables: closing one of them frees it only once they are gone).  Work
 captured from a stream refers to memory and modules by address only: keep
 those alive while the graph lives.
 
+An executable keeps what each of its kernel nodes runs where that is no
+longer the source graph's node (``GraphExec._kernel_state``): after a change
+of its own, an update from another graph, or before a change of the source
+graph's node; ``set_kernel_node_args`` changes some arguments of that.
+
 What a node-by-node update of an executable brings (a new host callable,
 buffers, a module, a child graph's needs) goes into the executable's "box":
 a Python list owned by a CUDA user object that only the executable holds,
@@ -35,10 +40,12 @@ from streams._cudart cimport (STREAMS_LAUNCH_PARAM_BUFFER_POINTER, STREAMS_LAUNC
 from streams._args cimport as_dim3, as_enum, as_int, as_nbytes, as_uint, as_unsigned
 from streams._device cimport (DeviceScope, enter_device, exit_device, require_device,
                               resolve_device)
-from streams._hostcall cimport (HostCall, KIND_HOST_FUNC, native_host_func, new_call,
-                                new_error_slot, register_capture, take_capture)
-from streams._launch cimport ArgPack, Kernel, adopt_kernel, find_node_kernel, keep_pack_users, \
-    pack_args, release_pack, set_condition_type
+from streams._hostcall cimport (HostCall, KIND_HOST_FUNC, capture_entry, forget_capture,
+                                native_host_func, new_call, new_error_slot, register_capture,
+                                take_capture)
+from streams._launch cimport ArgPack, Kernel, adopt_kernel, arg_is_condition, arg_is_pointer, \
+    arg_kind, arg_size, find_node_kernel, keep_pack_users, pack_arg, pack_args, release_pack, \
+    set_condition_type
 from streams._memory cimport (SPAN_DEVICE, Span, _check_fits, init_span, keep_memory, release_span,
                               resolve_span)
 from streams._handle cimport HandleOwner, keep_in_use
@@ -193,9 +200,11 @@ ctypedef int (*_node_adder)(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraph
 
 
 cdef cudaGraphNode_t _add_node(Graph graph, object dependencies, _node_adder add,
-                               void* arg) except NULL:
+                               void* arg, object keep=None) except NULL:
     """Add a node after ``dependencies`` (nodes of ``graph``) with ``add``,
-    the graph held in use meanwhile."""
+    the graph held in use meanwhile; ``keep`` (what the node needs) goes to
+    the graph's keep list before the use ends: a close() in another thread
+    then lets it go with the rest (_let_go)."""
     cdef cudaGraphNode_t node = NULL
     cdef cudaGraphNode_t* deps = NULL
     cdef size_t n
@@ -207,9 +216,44 @@ cdef cudaGraphNode_t _add_node(Graph graph, object dependencies, _node_adder add
                 add(&node, <cudaGraph_t>graph._handle, deps, n, arg)
         finally:
             PyMem_Free(deps)
+        if keep is not None:
+            _keep_add(graph, keep)
     finally:
         graph._unuse()
     return node
+
+
+# ---- the graph's keep list ------------------------------------------------------------------
+# Graph._keep is read and replaced by any thread (close() rebinds it): every
+# access is under the graph's critical section (free-threaded CPython; the
+# GIL elsewhere), never through a borrowed read of the field that another
+# thread's close() could free under it.  Written and copied while the graph
+# is in use, so that what a node needs is in the list before the last user
+# lets the list go, and a copy (instantiate, clone, a child, an update) is
+# taken before a close() can empty it.
+
+cdef int _keep_add(Graph graph, object obj) except -1:
+    with cython.critical_section(graph):
+        graph._keep.append(obj)
+    return 0
+
+
+cdef list _keep_copy(Graph graph):
+    with cython.critical_section(graph):
+        return list(graph._keep)
+
+
+cdef void _let_go(Graph graph, bint later) noexcept:
+    # The handle is gone (or was never this graph's to destroy): what its
+    # nodes needed goes too, now, or (later: on the thread of a last user,
+    # which may be anywhere) at the next drain of the deferred queue.
+    # Rebound, not cleared: a conditional body shares the list.
+    cdef list keep
+    with cython.critical_section(graph):
+        keep = graph._keep
+        graph._keep = []
+    if later and keep:
+        rt.defer_release(<rt.release_fn>NULL, NULL, keep)
 
 
 cdef struct _Copy:
@@ -320,7 +364,8 @@ cdef Graph _wrap_body(Graph parent, cudaGraph_t handle):
     cdef Graph body = Graph.__new__(Graph)
     body._handle = <streams_graph_t>handle
     body._errors = parent._errors
-    body._keep = parent._keep     # what its nodes need lives with the top graph
+    with cython.critical_section(parent):
+        body._keep = parent._keep     # what its nodes need lives with the top graph
     parent._use()
     Py_INCREF(parent)
     body._parent = <void*>parent
@@ -412,12 +457,13 @@ def begin_capture_to_graph(Stream stream not None, graph, dependencies, mode):
             finally:
                 PyMem_Free(deps)
             cid = _capture_id(stream, NULL)
+            # While the stream is in use: the registry keys it by its handle.
+            register_capture(cid, g._errors, g, stream)
         finally:
             stream._unuse()
     except BaseException:
         g._unuse()
         raise
-    register_capture(cid, g._errors, g, stream)
 
 
 cdef int _abandon(Graph top) except -1:
@@ -434,9 +480,20 @@ def end_capture(Stream stream not None):
     cdef cudaGraph_t g = NULL
     cdef cudaGraph_t building = NULL
     cdef unsigned long long cid
-    cdef Graph target
+    cdef Graph target = None
+    cdef list keep = None
+    slot = target_obj = None
     stream._use()
     try:
+        # What the capturing stream's handle needs (a green context, a
+        # foreign stream's owner) lives as long as the graph and its
+        # executables: the captured kernel nodes name functions of the
+        # stream's context, and instantiating them once a green context was
+        # destroyed crashed in the driver (fuzzer seed 2482497966: a graph
+        # captured on a green stream, the stream and its context dropped,
+        # then instantiate: SIGSEGV).  Read while the stream is in use: a
+        # close() in another thread may drop it once the use ends.
+        owner = stream._owner
         # Which capture this is, to find what its callbacks report to, also
         # when CUDA fails the end below: the registry forgets it either way.
         try:
@@ -449,13 +506,15 @@ def end_capture(Stream stream not None):
                 rt.stream_end_capture(<cudaStream_t>stream._handle, &g)
         except CudaError:
             slot, target_obj = take_capture(cid, stream)
-            if target_obj is not None:
+            if isinstance(target_obj, Graph):
                 # CUDA destroys the graph of a capture into it that was
-                # invalidated: the Graph is closed, with nothing to release.
+                # invalidated: the Graph is closed, with nothing to release
+                # (no longer its to destroy before the capture's use ends: a
+                # close() during the capture left the destroy to that use).
                 target = <Graph>target_obj
-                target._unuse()
                 if target._owns_handle:
                     target._owns_handle = False
+                    target._unuse()
                     if target._parent != NULL:
                         # A conditional node's body: the driver frees it
                         # although the node still holds it, and destroying
@@ -467,28 +526,35 @@ def end_capture(Stream stream not None):
                         target._leave_parent()  # a body: CUDA's, never counted
                     else:
                         rt.count(rt.STREAMS_CNT_GRAPH_DESTROYED)
+                else:
+                    target._unuse()
                 streams_close_begin(&target._state)
+                _let_go(target, False)
             raise
         slot, target_obj = take_capture(cid, stream)
-        if target_obj is not None:
-            (<Graph>target_obj)._unuse()
+        if isinstance(target_obj, Graph):
+            target = <Graph>target_obj
+            if g == <cudaGraph_t>target._handle and owner is not None:
+                # Added before the capture's use of the graph ends (a close()
+                # meanwhile lets go of the list when that use ends).
+                _keep_add(target, owner)
+            target._unuse()
+        elif isinstance(target_obj, list):
+            # What the nodes added through capture_info().graph need.
+            keep = <list>target_obj
     finally:
         stream._unuse()
         # Buffers released during the capture are freed now (see _memory).
         rt.drain_deferred()
-    # What the capturing stream's handle needs (a green context, a foreign
-    # stream's owner) lives as long as the graph and its executables: the
-    # captured kernel nodes name functions of the stream's context, and
-    # instantiating them once a green context was destroyed crashed in the
-    # driver (fuzzer seed 2482497966: a graph captured on a green stream,
-    # the stream and its context dropped, then instantiate: SIGSEGV).
-    if target_obj is not None and g == <cudaGraph_t>(<Graph>target_obj)._handle:
+    if target is not None and g == <cudaGraph_t>target._handle:
         # begin_capture_to_graph: CUDA returns the user's graph
-        if stream._owner is not None:
-            (<Graph>target_obj)._keep.append(stream._owner)
-        return target_obj
+        return target
     rt.count_graph_adopted()
-    return _wrap_graph(g, True, slot, None if stream._owner is None else [stream._owner])
+    if keep is None:
+        keep = []
+    if owner is not None:
+        keep.append(owner)
+    return _wrap_graph(g, True, slot, keep)
 
 
 def capture_info(Stream stream not None):
@@ -498,6 +564,7 @@ def capture_info(Stream stream not None):
     cdef const cudaGraphNode_t* deps = NULL
     cdef const cudaGraphEdgeData* edges = NULL
     cdef size_t n = 0, i
+    cdef Graph graph
     stream._use()
     try:
         with nogil:
@@ -505,10 +572,28 @@ def capture_info(Stream stream not None):
                                        &edges, &n)
         if status != cudaStreamCaptureStatusActive:
             return CaptureInfo(CaptureStatus(<int>status), cid if cid else None, None, [], [])
-        graph = _wrap_graph(g, False, None, None)
+        # The graph being built, as the Graph end_capture will return sees
+        # it: a node added to it reports its host callbacks' errors to the
+        # capture's slot (the slot of the graph end_capture returns), and
+        # what it needs goes to the list that graph takes (a capture into a
+        # graph: that Graph itself).
+        slot, target, registered = capture_entry(cid, stream, [])
+        if isinstance(target, Graph) and (<Graph>target)._handle == <streams_graph_t>g:
+            graph = <Graph>target
+        else:
+            graph = _wrap_graph(g, False, slot, target if isinstance(target, list) else None)
+        # (CUDA's arrays are valid until the next call on the stream.)
         dep_nodes = [_wrap_node(graph, deps[i]) for i in range(n)]
         edge_data = ([(edges[i].from_port, edges[i].to_port, edges[i].type) for i in range(n)]
                      if edges != NULL else [(0, 0, 0)] * n)
+        if registered:
+            try:
+                now = _capture_id(stream, NULL)
+            except CudaError:
+                now = cid
+            if now != cid:
+                # Ended meanwhile in another thread: no end_capture takes it.
+                forget_capture(cid, slot, stream)
     finally:
         stream._unuse()
     return CaptureInfo(CaptureStatus.ACTIVE, cid, graph, dep_nodes, edge_data)
@@ -627,7 +712,7 @@ set_condition_type(ConditionHandle)
 cdef int _check_alive(ConditionHandle c, str argname) except -1:
     # Its graph's handle, once destroyed, may be reused by a new graph: a
     # condition whose graph is gone or closed matches none.
-    g = c._graph_ref()
+    g = c._graph_ref() if c._graph_ref is not None else None
     if g is None or (<Graph>g).closed:
         raise ValueError(f"{argname} is a condition of a graph that is closed or gone")
     return 0
@@ -883,34 +968,63 @@ cdef class KernelNodeParams:
                 f"params={len(self.param_sizes)}>")
 
 
-cdef tuple _signature_formats(object signature, tuple sizes):
-    cdef list formats = []
+cdef list _signature_type_names(object signature):
     if isinstance(signature, Kernel):
         names = signature.signature
         if names is None:
             raise ValueError("signature: this Kernel was loaded without a signature")
-    elif isinstance(signature, str):
-        names = [n.strip() for n in signature.split(",") if n.strip()]
-    else:
-        try:
-            names = list(signature)
-        except TypeError:
-            raise TypeError(f"signature must be a Kernel, a str or a sequence of type names, "
-                            f"not {type(signature).__name__}") from None
+        return list(names)
+    if isinstance(signature, str):
+        return [n.strip() for n in signature.split(",") if n.strip()]
+    try:
+        names = list(signature)
+    except TypeError:
+        raise TypeError(f"signature must be a Kernel, a str or a sequence of type names, "
+                        f"not {type(signature).__name__}") from None
     for name in names:
         if not isinstance(name, str):
             raise TypeError(f"signature: type names are str, not {type(name).__name__}")
+    return names
+
+
+cdef int _check_signature_count(list names, tuple sizes) except -1:
+    if len(names) != len(sizes):
+        raise ValueError(f"signature names {len(names)} parameters; the kernel has "
+                         f"{len(sizes)} (sizes {list(sizes)})")
+    return 0
+
+
+cdef tuple _signature_formats(object signature, tuple sizes):
+    # struct formats, to read arguments (KernelNodeParams.values)
+    cdef list names = _signature_type_names(signature)
+    cdef list formats = []
+    for name in names:
         f = _ARG_FORMATS.get(name.strip())
         if f is None:
             raise ValueError(f"signature: unknown type {name!r}")
         formats.append(f)
-    if len(formats) != len(sizes):
-        raise ValueError(f"signature names {len(formats)} parameters; the kernel has "
-                         f"{len(sizes)} (sizes {list(sizes)})")
+    _check_signature_count(names, sizes)
     for i, (f, size) in enumerate(zip(formats, sizes)):
         if _struct.calcsize("<" + (f if f != "P" else "Q")) != size:
             raise ValueError(f"signature: parameter {i} is {size} bytes, not a {names[i]}")
     return tuple(formats)
+
+
+cdef list _signature_kinds(object signature, tuple sizes):
+    # the packer's kinds, to write arguments (the kinds launches pack)
+    cdef list names = _signature_type_names(signature)
+    cdef list kinds = []
+    cdef int kind
+    for name in names:
+        kind = arg_kind(name)
+        if kind < 0:
+            raise ValueError(f"signature: unknown type {name!r}")
+        kinds.append(kind)
+    _check_signature_count(names, sizes)
+    for i in range(len(kinds)):
+        if <size_t>arg_size(kinds[i]) != <size_t>sizes[i]:
+            raise ValueError(f"signature: parameter {i} is {sizes[i]} bytes, not a {names[i]}")
+    return kinds
 
 
 cdef Kernel _node_kernel(KernelNodeParams info, Graph graph):
@@ -936,63 +1050,98 @@ cdef Kernel _node_kernel(KernelNodeParams info, Graph graph):
         graph._unuse()
 
 
+cdef int _require_kernel_node(cudaGraphNode_t node, str argname) except -1:
+    # The caller holds the node's graph in use.
+    cdef cudaGraphNodeType t
+    with nogil:
+        rt.graph_node_get_type(node, &t)
+    if t != cudaGraphNodeTypeKernel:
+        try:
+            kind = NodeType(<int>t).name.lower()
+        except ValueError:
+            kind = f"type {<int>t}"
+        raise ValueError(f"{argname} is a {kind} node, not a kernel node")
+    return 0
+
+
+cdef tuple _param_layout(void* func, void* kern, dict layouts):
+    # (sizes, offsets) of the kernel's parameters (cuFuncGetParamInfo), from
+    # `layouts` when a node of the same kernel was read in the same call.
+    cdef size_t offset = 0, size = 0, i = 0
+    cdef int more
+    key = (<uintptr_t>func, <uintptr_t>kern)
+    if layouts is not None:
+        found = layouts.get(key)
+        if found is not None:
+            return found
+    sizes, offsets = [], []
+    while i < 4096:
+        with nogil:
+            more = rt.kernel_param_info(func, kern, i, &offset, &size)
+        if not more:
+            break
+        offsets.append(offset)
+        sizes.append(size)
+        i += 1
+    found = (tuple(sizes), tuple(offsets))
+    if layouts is not None:
+        layouts[key] = found
+    return found
+
+
+cdef tuple _read_node_args(cudaGraphNode_t node, streams_kernel_node_params* p, str argname,
+                           dict layouts):
+    """A kernel node's parameters as CUDA recorded them (``p``, its argument
+    pointers cleared) and ``(sizes, offsets, args)``.  The caller holds the
+    node's graph in use and _kernel_node_lock."""
+    cdef size_t j, buf_size = <size_t>-1
+    cdef char* buf = NULL
+    cdef Py_ssize_t k
+    cdef list args = []
+    with nogil:
+        rt.kernel_node_get(node, p)
+    sizes, offsets = _param_layout(p.func, p.kern, layouts)
+    if p.kernel_params != NULL:
+        for k in range(len(sizes)):
+            args.append((<char*>p.kernel_params[k])[:<size_t>sizes[k]])
+    elif p.extra != NULL:
+        # CU_LAUNCH_PARAM_BUFFER_POINTER / _SIZE pairs, ending with _END
+        j = 0
+        while j < 64 and p.extra[j] != STREAMS_LAUNCH_PARAM_END:
+            if p.extra[j] == STREAMS_LAUNCH_PARAM_BUFFER_POINTER:
+                buf = <char*>p.extra[j + 1]
+            elif p.extra[j] == STREAMS_LAUNCH_PARAM_BUFFER_SIZE:
+                buf_size = (<size_t*>p.extra[j + 1])[0]
+            j += 2
+        if buf == NULL and sizes:
+            raise ValueError(f"{argname}: CUDA gave no argument buffer for this "
+                             "kernel node")
+        for k in range(len(sizes)):
+            if buf_size != <size_t>-1 and <size_t>offsets[k] + <size_t>sizes[k] > buf_size:
+                raise ValueError(f"{argname}: the node's argument buffer "
+                                 f"({buf_size} bytes) is shorter than its kernel's "
+                                 "parameters")
+            args.append(buf[<size_t>offsets[k]:<size_t>offsets[k] + <size_t>sizes[k]])
+    elif sizes:
+        raise ValueError(f"{argname}: CUDA gave no arguments for this kernel node")
+    p.kernel_params = NULL     # the driver's copy: not ours to keep
+    p.extra = NULL
+    return sizes, offsets, tuple(args)
+
+
 cdef KernelNodeParams _read_kernel_node(GraphNode nd, str argname):
     cdef KernelNodeParams info
     cdef streams_kernel_node_params p
-    cdef cudaGraphNodeType t
-    cdef size_t offset = 0, size = 0, i, j, buf_size = <size_t>-1
-    cdef char* buf = NULL
     cdef const char* name = NULL
     cdef int more, attr, value = 0
-    cdef Py_ssize_t k
-    cdef list sizes = [], offsets = [], args = []
     nd._check()
     rt.kernel_node_require()
     with _kernel_node_lock:
         nd._graph._use()
         try:
-            with nogil:
-                rt.graph_node_get_type(<cudaGraphNode_t>nd._handle, &t)
-            if t != cudaGraphNodeTypeKernel:
-                try:
-                    kind = NodeType(<int>t).name.lower()
-                except ValueError:
-                    kind = f"type {<int>t}"
-                raise ValueError(f"{argname} is a {kind} node, not a kernel node")
-            with nogil:
-                rt.kernel_node_get(<cudaGraphNode_t>nd._handle, &p)
-            i = 0
-            while i < 4096:
-                with nogil:
-                    more = rt.kernel_param_info(p.func, p.kern, i, &offset, &size)
-                if not more:
-                    break
-                offsets.append(offset)
-                sizes.append(size)
-                i += 1
-            if p.kernel_params != NULL:
-                for k in range(len(sizes)):
-                    args.append((<char*>p.kernel_params[k])[:<size_t>sizes[k]])
-            elif p.extra != NULL:
-                # CU_LAUNCH_PARAM_BUFFER_POINTER / _SIZE pairs, ending with _END
-                j = 0
-                while j < 64 and p.extra[j] != STREAMS_LAUNCH_PARAM_END:
-                    if p.extra[j] == STREAMS_LAUNCH_PARAM_BUFFER_POINTER:
-                        buf = <char*>p.extra[j + 1]
-                    elif p.extra[j] == STREAMS_LAUNCH_PARAM_BUFFER_SIZE:
-                        buf_size = (<size_t*>p.extra[j + 1])[0]
-                    j += 2
-                if buf == NULL and sizes:
-                    raise ValueError(f"{argname}: CUDA gave no argument buffer for this "
-                                     "kernel node")
-                for k in range(len(sizes)):
-                    if buf_size != <size_t>-1 and <size_t>offsets[k] + <size_t>sizes[k] > buf_size:
-                        raise ValueError(f"{argname}: the node's argument buffer "
-                                         f"({buf_size} bytes) is shorter than its kernel's "
-                                         "parameters")
-                    args.append(buf[<size_t>offsets[k]:<size_t>offsets[k] + <size_t>sizes[k]])
-            elif sizes:
-                raise ValueError(f"{argname}: CUDA gave no arguments for this kernel node")
+            _require_kernel_node(<cudaGraphNode_t>nd._handle, argname)
+            sizes, offsets, args = _read_node_args(<cudaGraphNode_t>nd._handle, &p, argname,
+                                                   None)
             with nogil:
                 name = rt.kernel_name(p.func, p.kern)
             attributes = {}
@@ -1005,80 +1154,257 @@ cdef KernelNodeParams _read_kernel_node(GraphNode nd, str argname):
     info = KernelNodeParams.__new__(KernelNodeParams)
     info._p = p
     info._graph_ref = _weakref.ref(nd._graph)
-    info._p.kernel_params = NULL     # the driver's copy: not ours to keep
-    info._p.extra = NULL
     info.name = (<bytes>name).decode("utf-8", "replace") if name != NULL else None
     info.grid = (p.grid[0], p.grid[1], p.grid[2])
     info.block = (p.block[0], p.block[1], p.block[2])
     info.shared_mem = p.shared_mem
-    info.param_sizes = tuple(sizes)
-    info.param_offsets = tuple(offsets)
-    info.args = tuple(args)
+    info.param_sizes = sizes
+    info.param_offsets = offsets
+    info.args = args
     info.attributes = attributes
     return info
 
 
-cdef bytes _arg_bytes(object value, size_t size, object fmt, list keeps, str what):
-    cdef Span span
+# ---- what a kernel node runs, to change some of its arguments ----------------------------------
+
+@cython.final
+cdef class _NodeState:
+    """What one kernel node runs: as read from a graph's node (the driver's
+    form, ``p``), or as ``GraphExec.set_kernel_node`` set it (``kernel``:
+    the same runtime call again, with other arguments).  An executable
+    keeps one per kernel node it changed, or that changed under it
+    (GraphExec._kernel_state); never changed once made."""
+    cdef streams_kernel_node_params p    # func, kern, ctx, grid, block, shared_mem
+    cdef Kernel kernel                   # set_kernel_node's kernel, or None: `p` as read
+    cdef bint function                   # that kernel is an adopted CUfunction (the driver's call)
+    cdef tuple sizes                     # each parameter's size
+    cdef tuple args                      # each argument's bytes
+    cdef object name                     # the kernel's name; None: not read yet
+    cdef object typed                    # the streams Kernel whose signature types changes:
+                                         # None not looked up yet, False none
+
+
+cdef _NodeState _state_read(streams_kernel_node_params* p, tuple sizes, tuple args,
+                            object name):
+    cdef _NodeState st = _NodeState.__new__(_NodeState)
+    st.p = p[0]
+    st.p.kernel_params = NULL
+    st.p.extra = NULL
+    st.sizes = sizes
+    st.args = args
+    st.name = name
+    return st
+
+
+cdef _NodeState _state_of(KernelNodeParams info):
+    return _state_read(&info._p, info.param_sizes, info.args, info.name)
+
+
+cdef _NodeState _state_set(Kernel k, cudaKernelNodeParams* params, ArgPack* pack,
+                           Py_ssize_t nargs):
+    # What set_kernel_node gave the node: its arguments as packed.
+    cdef _NodeState st = _NodeState.__new__(_NodeState)
+    cdef Py_ssize_t i
+    cdef list sizes = []
+    for i in range(nargs):
+        sizes.append(k._param_size[i] if k._nparams >= 0 else arg_size(k._kinds[i]))
+    memset(&st.p, 0, sizeof(st.p))
+    st.p.grid[0], st.p.grid[1], st.p.grid[2] = \
+        params.gridDim.x, params.gridDim.y, params.gridDim.z
+    st.p.block[0], st.p.block[1], st.p.block[2] = \
+        params.blockDim.x, params.blockDim.y, params.blockDim.z
+    st.p.shared_mem = params.sharedMemBytes
+    st.kernel = k
+    st.function = k._adopted == 2
+    st.sizes = tuple(sizes)
+    st.args = tuple([(<char*>&pack.slots[i])[:<size_t>sizes[i]] for i in range(nargs)])
+    st.name = k._name
+    st.typed = k if k._nsig >= 0 else False
+    return st
+
+
+cdef _NodeState _state_with_args(_NodeState st, tuple args):
+    cdef _NodeState new = _NodeState.__new__(_NodeState)
+    new.p = st.p
+    new.kernel = st.kernel
+    new.function = st.function
+    new.sizes = st.sizes
+    new.args = args
+    new.name = st.name
+    new.typed = st.typed
+    return new
+
+
+cdef object _state_name(_NodeState st):
+    cdef const char* name = NULL
+    if st.name is None and st.kernel is None:
+        with nogil:
+            name = rt.kernel_name(st.p.func, st.p.kern)
+        if name != NULL:
+            st.name = (<bytes>name).decode("utf-8", "replace")
+    return st.name
+
+
+cdef list _own_kinds(_NodeState st):
+    # Without signature=, the signature of the node's kernel types the
+    # values where streams knows it (a Module's kernel loaded with one, the
+    # built-in kernels): a pointer is then checked as a launch checks it.
+    cdef Kernel k
+    cdef Py_ssize_t i
+    if st.typed is None:
+        k = None
+        if st.p.func != NULL or st.p.kern != NULL:
+            k = find_node_kernel(st.p.func, st.p.kern, _state_name(st))
+        st.typed = k if k is not None and k._nsig >= 0 else False
+    if st.typed is False:
+        return None
+    k = <Kernel>st.typed
+    if k._nsig != len(st.sizes):
+        return None
+    for i in range(k._nsig):
+        if <size_t>arg_size(k._kinds[i]) != <size_t>st.sizes[i]:
+            return None
+    return [k._kinds[i] for i in range(k._nsig)]
+
+
+cdef int _check_condition(Graph graph, object value, str argname) except -1:
+    # A kernel of `graph` may set the conditions of `graph` and of the graphs
+    # whose conditional nodes hold it (as _check_conditions, for one value).
+    _check_alive(<ConditionHandle>value, argname)
+    if graph is None or not _in_family(graph, (<ConditionHandle>value)._graph):
+        raise ValueError(f"{argname} is a ConditionHandle of another graph (a kernel may set "
+                         "the conditions of its own graph and of the graphs whose conditional "
+                         "nodes hold it)")
+    return 0
+
+
+cdef bytes _arg_bytes(object value, size_t size, int kind, list keeps, Graph graph, str what):
+    # One argument's new bytes: raw bytes as given; a value of a known type
+    # (`kind`: a signature's, or the kernel's own) or anything but a plain
+    # int or float (memory, a numpy scalar, a ConditionHandle) through the
+    # packer of launches, which checks a pointer as memory CUDA knows; a
+    # plain int or float of an untyped parameter packed to its size.
+    cdef ArgPack pack
+    cdef bytes b
     if isinstance(value, (bytes, bytearray, memoryview)):
         b = bytes(value)
         if <size_t>len(b) != size:
             raise ValueError(f"{what}: {len(b)} bytes for a parameter of {size}")
+        if kind >= 0 and arg_is_pointer(kind):
+            # the address they hold is checked as any other pointer's
+            pack.nusers = 0
+            try:
+                pack_arg(&pack, 0, kind, int.from_bytes(b, "little"), what)
+            finally:
+                release_pack(&pack)
+        elif kind >= 0 and arg_is_condition(kind):
+            raise TypeError(f"{what}: a condition parameter takes a streams.ConditionHandle "
+                            "(of the node's graph), not bytes")
         return b
-    if fmt is not None and fmt != "P":
-        if isinstance(value, bool) and fmt not in ("b", "B"):
-            raise TypeError(f"{what}: a bool for a parameter of format {fmt!r}")
-        try:
-            return _struct.pack("<" + fmt, value)
-        except _struct.error as exc:
-            raise ValueError(f"{what}: {value!r} does not fit the parameter ({exc})") from None
-    if isinstance(value, bool):
-        raise TypeError(f"{what}: a bool is not a kernel argument here; pass bytes or a "
-                        "signature")
-    if isinstance(value, int) and not (fmt == "P" and value < 0):
-        try:
-            return value.to_bytes(size, "little", signed=value < 0)
-        except OverflowError:
-            raise ValueError(f"{what}: {value} does not fit a parameter of {size} "
-                             "bytes") from None
-    if isinstance(value, float) and fmt is None:
-        if size == 4:
-            return _struct.pack("<f", value)
-        if size == 8:
-            return _struct.pack("<d", value)
-        raise ValueError(f"{what}: a float for a parameter of {size} bytes")
-    if size != sizeof(void*):
-        raise TypeError(f"{what}: a {type(value).__name__} for a parameter of {size} bytes "
-                        "(memory is passed as a pointer, 8 bytes)")
-    init_span(&span)
+    if kind < 0:
+        if isinstance(value, bool):
+            raise TypeError(f"{what}: a bool is not a kernel argument here; pass bytes or a "
+                            "signature")
+        if isinstance(value, int):
+            try:
+                return value.to_bytes(size, "little", signed=value < 0)
+            except OverflowError:
+                raise ValueError(f"{what}: {value} does not fit a parameter of {size} "
+                                 "bytes") from None
+        if isinstance(value, float):
+            if size == 4:
+                return _struct.pack("<f", value)
+            if size == 8:
+                return _struct.pack("<d", value)
+            raise ValueError(f"{what}: a float for a parameter of {size} bytes")
+    pack.nusers = 0
     try:
-        resolve_span(value, &span, SPAN_DEVICE, None, what)
-        address = <uintptr_t>span.ptr
+        kind = pack_arg(&pack, 0, kind, value, what)
+        if <size_t>arg_size(kind) != size:
+            raise TypeError(f"{what}: a {type(value).__name__} for a parameter of {size} bytes"
+                            + (" (memory is passed as a pointer, 8 bytes)"
+                               if arg_is_pointer(kind) else ""))
+        if arg_is_condition(kind):
+            _check_condition(graph, value, what)
+        b = (<char*>&pack.slots[0])[:size]
+        if arg_is_pointer(kind):
+            # The memory stays while the node may use it: a streams buffer
+            # held in use, another library's array by reference.
+            if pack.nusers:
+                keeps.append(keep_pack_users(&pack))
+            if value is not None and not isinstance(value, int):
+                keeps.append(value)
     finally:
-        release_span(&span)
-    kept = _keep_memory(value)
-    if kept is not None:
-        keeps.append(kept)
-    keeps.append(value)
-    return address.to_bytes(sizeof(void*), "little")
+        release_pack(&pack)
+    return b
 
 
-cdef tuple _changed_args(KernelNodeParams info, tuple current, object changes, object signature):
-    cdef list args = list(current)
+def _pack_change(value, size, type_name=None):
+    """``(bytes, kept)``: what ``GraphExec.set_kernel_node_args`` writes for
+    ``value`` in a parameter of ``size`` bytes, typed ``type_name`` (a
+    signature's type name) or untyped (None), and what it keeps alive for
+    it.  Private: the packing checked without a GPU."""
     cdef list keeps = []
+    cdef int kind = -1
+    if type_name is not None:
+        kind = arg_kind(type_name)
+        if kind < 0:
+            raise ValueError(f"signature: unknown type {type_name!r}")
+    b = _arg_bytes(value, as_nbytes(size, "size"), kind, keeps, None, "changes[0]")
+    return b, tuple(keeps)
+
+
+def _error_forwarding(int n, links, int source):
+    """Which of ``n`` error slots hold an error once a callback that reports
+    to slot ``source`` raised ValueError, with slot ``a`` forwarding its
+    errors to slot ``b`` for each ``(a, b)`` of ``links``.  The callback runs
+    through the trampoline on a thread Python does not know, as a graph's
+    host node does.  Private: the forwarding checked without a GPU."""
+    cdef HostCall call
+    slots = [new_error_slot() for _ in range(n)]
+    for a, b in links:
+        (<ErrorSlot>slots[a]).forward_to(<ErrorSlot>slots[b])
+
+    def raising(_):
+        raise ValueError("raised by a forwarded callback")
+
+    call = new_call(raising, None, None, <ErrorSlot>slots[source], KIND_HOST_FUNC)
+    call.persistent = True
+    with nogil:
+        rt.call_on_native_thread(<PyObject*>call, 1)
+    return [(<ErrorSlot>slot).first is not None for slot in slots]
+
+
+cdef tuple _changed_args(_NodeState st, object changes, object signature, Graph graph):
+    cdef list args = list(st.args)
+    cdef list keeps = []
+    cdef list kinds
     cdef Py_ssize_t n = len(args)
     cdef int i
     if not isinstance(changes, dict):
         raise TypeError(f"changes must be a dict of parameter index to value, not "
                         f"{type(changes).__name__}")
-    formats = _signature_formats(signature, info.param_sizes) if signature is not None else None
+    kinds = own = _own_kinds(st)
+    if signature is not None:
+        kinds = _signature_kinds(signature, st.sizes)
+        if own is not None:
+            # What the kernel declares a pointer or a condition stays one:
+            # a signature cannot turn its check off.
+            names = _signature_type_names(signature)
+            for i in range(n):
+                if ((arg_is_pointer(own[i]) and not arg_is_pointer(kinds[i]))
+                        or (arg_is_condition(own[i]) and not arg_is_condition(kinds[i]))):
+                    raise ValueError(
+                        f"signature: parameter {i} of {_state_name(st) or 'the kernel'} is a "
+                        f"{'pointer' if arg_is_pointer(own[i]) else 'condition'}, not a "
+                        f"{names[i].strip()}")
     for index, value in changes.items():
         i = as_int(index, "changes")
         if i < 0 or i >= n:
             raise IndexError(f"changes: parameter {i} of a kernel with {n} parameters "
-                             f"({info.name or 'unnamed'})")
-        args[i] = _arg_bytes(value, info.param_sizes[i], formats[i] if formats else None,
-                             keeps, f"changes[{i}]")
+                             f"({_state_name(st) or 'unnamed'})")
+        args[i] = _arg_bytes(value, <size_t>st.sizes[i], kinds[i] if kinds is not None else -1,
+                             keeps, graph, f"changes[{i}]")
     return tuple(args), tuple(keeps)
 
 
@@ -1116,30 +1442,37 @@ cdef int _refuse_node_of_other_context(GraphNode nd, str argname) except -1:
     return _refuse_other_context(p.ctx, argname)
 
 
-cdef int _set_kernel_args(KernelNodeParams info, tuple args, GraphExec ex,
-                          GraphNode nd) except -1:
-    # The node's parameters as read, with `args` in place of its arguments
-    # (CUDA copies them during the call).
-    cdef streams_kernel_node_params p = info._p
+cdef int _args_buffer(tuple args, void*** ptrs_out, char** data_out) except -1:
+    # One buffer with each argument's bytes, each at a 16-byte boundary, and
+    # the array of pointers to them that CUDA takes; the caller frees both.
     cdef Py_ssize_t n = len(args), i
-    cdef size_t total = 0
-    cdef char* data = NULL
-    cdef void** ptrs = NULL
+    cdef size_t total = 0, at
     cdef bytes b
     for i in range(n):
-        total += len(<bytes>args[i])
-    ptrs = <void**>PyMem_Malloc((n + 1) * sizeof(void*))
-    data = <char*>PyMem_Malloc(total + 1)
+        total += (len(<bytes>args[i]) + 15) & ~(<size_t>15)
+    ptrs_out[0] = <void**>PyMem_Malloc((n + 1) * sizeof(void*))
+    data_out[0] = <char*>PyMem_Malloc(total + 16)
+    if ptrs_out[0] == NULL or data_out[0] == NULL:
+        raise MemoryError()
+    at = 0
+    for i in range(n):
+        b = <bytes>args[i]
+        memcpy(data_out[0] + at, <char*>b, len(b))
+        ptrs_out[0][i] = data_out[0] + at
+        at += (len(b) + 15) & ~(<size_t>15)
+    return 0
+
+
+cdef int _set_kernel_args(streams_kernel_node_params* src, tuple args, GraphExec ex,
+                          GraphNode nd) except -1:
+    # The node's parameters `src` (as read), with `args` in place of its
+    # arguments (CUDA copies them during the call).
+    cdef streams_kernel_node_params p = src[0]
+    cdef void** ptrs = NULL
+    cdef char* data = NULL
     try:
-        if ptrs == NULL or data == NULL:
-            raise MemoryError()
-        total = 0
-        for i in range(n):
-            b = <bytes>args[i]
-            memcpy(data + total, <char*>b, len(b))
-            ptrs[i] = data + total
-            total += len(b)
-        p.kernel_params = ptrs if n else NULL
+        _args_buffer(args, &ptrs, &data)
+        p.kernel_params = ptrs if len(args) else NULL
         p.extra = NULL
         with _kernel_node_lock:
             with nogil:
@@ -1148,6 +1481,38 @@ cdef int _set_kernel_args(KernelNodeParams info, tuple args, GraphExec ex,
                                                   <cudaGraphNode_t>nd._handle, &p)
                 else:
                     rt.graph_kernel_node_set(<cudaGraphNode_t>nd._handle, &p)
+    finally:
+        PyMem_Free(ptrs)
+        PyMem_Free(data)
+    return 0
+
+
+cdef int _apply_state(_NodeState st, GraphExec ex, GraphNode nd) except -1:
+    # Give the executable's node what `st` says, the way it was made: the
+    # driver's form as read, or set_kernel_node's runtime call again.
+    cdef cudaKernelNodeParams params
+    cdef void** ptrs = NULL
+    cdef char* data = NULL
+    if st.kernel is None:
+        return _set_kernel_args(&st.p, st.args, ex, nd)
+    try:
+        _args_buffer(st.args, &ptrs, &data)
+        memset(&params, 0, sizeof(params))
+        params.func = st.kernel._func
+        params.gridDim.x, params.gridDim.y, params.gridDim.z = \
+            st.p.grid[0], st.p.grid[1], st.p.grid[2]
+        params.blockDim.x, params.blockDim.y, params.blockDim.z = \
+            st.p.block[0], st.p.block[1], st.p.block[2]
+        params.sharedMemBytes = st.p.shared_mem
+        params.kernelParams = ptrs if len(st.args) else NULL
+        params.extra = NULL
+        with nogil:
+            if st.function:
+                rt.graph_exec_function_node_set_params(
+                    <cudaGraphExec_t>ex._handle, <cudaGraphNode_t>nd._handle, &params)
+            else:
+                rt.graph_exec_kernel_node_set_params(
+                    <cudaGraphExec_t>ex._handle, <cudaGraphNode_t>nd._handle, &params)
     finally:
         PyMem_Free(ptrs)
         PyMem_Free(data)
@@ -1224,18 +1589,26 @@ cdef class GraphNode:
 
     def set_args(self, changes, signature=None):
         """Change some arguments of this kernel node in its graph (what
-        later instantiations and ``GraphExec.update`` take); ``changes`` as
-        for :meth:`GraphExec.set_kernel_node_args`.  Memory passed here
-        stays alive with the graph."""
+        later instantiations and ``GraphExec.update`` take, not the
+        executables made already); ``changes`` as for
+        :meth:`GraphExec.set_kernel_node_args`.  Memory passed here stays
+        alive with the graph."""
         cdef KernelNodeParams info = _read_kernel_node(self, "node")
         cdef Graph top = _top(self._graph)
+        cdef _NodeState st
         _refuse_other_context(info._p.ctx, "node")
-        new_args, keeps = _changed_args(info, info.args, changes, signature)
-        if keeps:
-            top._keep.append(keeps)
+        st = _state_of(info)
+        new_args, keeps = _changed_args(st, changes, signature, self._graph)
         self._graph._use()
         try:
-            _set_kernel_args(info, new_args, None, self)
+            # The executables made from the graph keep running the node as
+            # it is now: each takes it as what its node runs, unless it knows
+            # better (a change of its own), so that its later argument
+            # changes start from it and not from this change.
+            _note_before_change(top, <uintptr_t>self._handle, st)
+            if keeps:
+                _keep_add(top, keeps)
+            _set_kernel_args(&st.p, new_args, None, self)
         finally:
             self._graph._unuse()
 
@@ -1303,6 +1676,129 @@ cdef int with_box(cudaGraph_t g, list box, _graph_op op, void* out,
     return r
 
 
+# ---- what an executable's kernel nodes run ----------------------------------------------------
+# set_kernel_node_args changes some arguments of what an executable's node
+# runs now, and CUDA cannot read an executable's node: the executable keeps
+# what each of its kernel nodes runs (GraphExec._kernel_state, _NodeState)
+# once it is no longer what the graph it came from has in that node: after
+# a change of its own (set_kernel_node, set_kernel_node_args), after an
+# update from another graph (read from that graph's nodes, paired with its
+# own), and before the graph it came from changes that node (GraphNode.
+# set_args notes the node as it was in each executable of the graph).
+
+cdef int _note_before_change(Graph top, uintptr_t key, object st) except -1:
+    with cython.critical_section(top):
+        refs = list(top._execs) if top._execs else None
+    if refs is None:
+        return 0
+    for ref in refs:
+        ex = ref()
+        if ex is not None and not (<GraphExec>ex).closed:
+            (<GraphExec>ex)._note_source_state(key, st)
+    return 0
+
+
+cdef list _node_handles(cudaGraph_t g):
+    cdef size_t n = 0, i
+    cdef cudaGraphNode_t* arr
+    with nogil:
+        rt.graph_get_nodes(g, NULL, &n)
+    if n == 0:
+        return []
+    arr = <cudaGraphNode_t*>PyMem_Malloc(n * sizeof(cudaGraphNode_t))
+    if arr == NULL:
+        raise MemoryError()
+    try:
+        with nogil:
+            rt.graph_get_nodes(g, arr, &n)
+        return [<uintptr_t>arr[i] for i in range(n)]
+    finally:
+        PyMem_Free(arr)
+
+
+cdef list _node_dependencies(cudaGraphNode_t node):
+    cdef size_t n = 0, i
+    cdef cudaGraphNode_t* arr
+    with nogil:
+        rt.graph_node_get_dependencies(node, NULL, &n)
+    if n == 0:
+        return []
+    arr = <cudaGraphNode_t*>PyMem_Malloc(n * sizeof(cudaGraphNode_t))
+    if arr == NULL:
+        raise MemoryError()
+    try:
+        with nogil:
+            rt.graph_node_get_dependencies(node, arr, &n)
+        return [<uintptr_t>arr[i] for i in range(n)]
+    finally:
+        PyMem_Free(arr)
+
+
+cdef dict _paired_kernel_states(Graph source, Graph other):
+    """What each kernel node of an executable of ``source`` runs once
+    updated from ``other``, by node of ``source``; None when the two graphs'
+    nodes do not pair in the order they were made (CUDA pairs them by
+    topology, which that order follows for graphs built or captured the
+    same way: the pairing is taken only where every pair has the same type
+    and dependencies that pair in order).  Both graphs are in use."""
+    cdef list a = _node_handles(<cudaGraph_t>source._handle)
+    cdef list b = _node_handles(<cudaGraph_t>other._handle)
+    cdef Py_ssize_t i, n = len(a)
+    cdef cudaGraphNodeType ta, tb
+    cdef streams_kernel_node_params p
+    cdef dict states = {}
+    cdef cudaGraphNode_t na, nb
+    if len(b) != n:
+        return None
+    index_a = {h: i for i, h in enumerate(a)}
+    index_b = {h: i for i, h in enumerate(b)}
+    kernels = []
+    for i in range(n):
+        na = <cudaGraphNode_t><uintptr_t>a[i]
+        nb = <cudaGraphNode_t><uintptr_t>b[i]
+        with nogil:
+            rt.graph_node_get_type(na, &ta)
+            rt.graph_node_get_type(nb, &tb)
+        if ta != tb:
+            return None
+        if ([index_a.get(d, -1) for d in _node_dependencies(na)]
+                != [index_b.get(d, -2) for d in _node_dependencies(nb)]):
+            return None
+        if ta == cudaGraphNodeTypeKernel:
+            kernels.append(i)
+    layouts = {}
+    with _kernel_node_lock:
+        for i in kernels:
+            try:
+                sizes, _, args = _read_node_args(<cudaGraphNode_t><uintptr_t>b[i], &p, "node",
+                                                 layouts)
+            except (ValueError, CudaError):
+                continue        # not known: a change of it is refused
+            states[a[i]] = _state_read(&p, sizes, args, None)
+    return states
+
+
+cdef dict _states_after_update(object source, Graph other):
+    # What update(other) gave an executable of `source` (open or not).  An
+    # empty dict where it cannot be known: a change of arguments of such a
+    # node is refused (GraphExec._state_of), never made from stale values.
+    cdef Graph src
+    if source is None or (<Graph>source).closed:
+        return {}    # no node of it can be named any more
+    src = <Graph>source
+    try:
+        rt.kernel_node_require()
+        src._use()
+    except (NotImplementedError, ValueError):
+        return {}
+    try:
+        return _paired_kernel_states(src, other) or {}
+    except CudaError:
+        return {}
+    finally:
+        src._unuse()
+
+
 cdef class Graph(HandleOwner):
     """A CUDA graph (``cudaGraph_t``): ``Graph()`` is empty; captures return one."""
     # The GC may clear it: its release reads C fields only (the handle, the
@@ -1356,8 +1852,19 @@ cdef class Graph(HandleOwner):
     cdef void _release(self) noexcept nogil:
         if self._parent != NULL:
             self._leave_parent()
-            return
-        rt.release_handle(rt.HANDLE_GRAPH, self._handle)
+        else:
+            rt.release_handle(rt.HANDLE_GRAPH, self._handle)
+        if not self._dying:
+            # The last user of a closed graph (close() left the destroy to
+            # it): what the nodes needed goes with the handle, through the
+            # deferred queue (this may be any caller's thread and moment).
+            with gil:
+                _let_go(self, True)
+
+    def __dealloc__(self):
+        # Before the fields are cleared: the base __dealloc__'s _release must
+        # not touch them.
+        self._dying = True
 
     cdef void _leave_parent(self) noexcept nogil:
         # A body's handle is CUDA's: closing the body gives back the use of
@@ -1418,6 +1925,7 @@ cdef class Graph(HandleOwner):
         if use_node_priority:
             flags |= cudaGraphInstantiateFlagUseNodePriority
         cdef bint boxed = self._errors.host_calls
+        cdef list keep
         self._use()
         try:
             rt.drain_deferred()
@@ -1432,6 +1940,9 @@ cdef class Graph(HandleOwner):
             else:
                 with nogil:
                     _instantiate(<cudaGraph_t>self._handle, &ex, flags)
+            # Copied while the graph is in use: a close() meanwhile lets go of
+            # the list only once this use ends.
+            keep = _keep_copy(self)
         except CudaError as exc:
             if exc.code == cudaErrorNotSupported:
                 why = self._one_executable_only()
@@ -1443,7 +1954,7 @@ cdef class Graph(HandleOwner):
         result = GraphExec.__new__(GraphExec)
         result._handle = <streams_graph_exec_t>ex
         result._errors = self._errors
-        result._keep = tuple(self._keep)
+        result._keep = tuple(keep)
         result._box = box if boxed else None
         result._boxed = boxed
         if result._keep:
@@ -1452,6 +1963,17 @@ cdef class Graph(HandleOwner):
             result._marks = rt.marks_new()
         result._source = self._handle
         result._source_ref = _weakref.ref(self)
+        # Its kernel nodes run what the graph's run now: read from the
+        # graph's nodes until one changes (GraphNode.set_args notes the node
+        # in the executables listed here first).
+        result._states_from_source = True
+        ref = _weakref.ref(result)
+        with cython.critical_section(self):
+            if self._execs is None:
+                self._execs = []
+            else:
+                self._execs = [r for r in self._execs if r() is not None]
+            self._execs.append(ref)
         result._opened(True)
         if up is not None:
             result.upload(up)
@@ -1479,13 +2001,15 @@ cdef class Graph(HandleOwner):
         """A copy of the graph (what its nodes need stays alive for the clone too)."""
         self._check_open()
         cdef cudaGraph_t g = NULL
+        cdef list keep
         self._use()
         try:
             with nogil:
                 rt.graph_clone(&g, <cudaGraph_t>self._handle)
+            keep = _keep_copy(self)
         finally:
             self._unuse()
-        return _wrap_graph(g, True, self._errors, list(self._keep))
+        return _wrap_graph(g, True, self._errors, keep)
 
     @property
     def nodes(self):
@@ -1636,10 +2160,10 @@ cdef class Graph(HandleOwner):
         k = _kernel_node_params(kernel, grid, block, args, shared_mem, &params, &pack)
         try:
             module_use = keep_in_use(k._module)
-            node = _add_node(self, dependencies,
-                             _add_function if k._adopted == 2 else _add_kernel, &params)
             self._use()
             try:
+                node = _add_node(self, dependencies,
+                                 _add_function if k._adopted == 2 else _add_kernel, &params)
                 try:
                     with nogil:
                         if with_cluster:
@@ -1653,11 +2177,10 @@ cdef class Graph(HandleOwner):
                     with nogil:
                         rt.graph_destroy_node(node)
                     raise
+                # In the list before this use ends (see _keep_add).
+                _keep_add(self, (module_use, keep_pack_users(&pack), _kept_args(args)))
             finally:
                 self._unuse()
-            self._keep.append(module_use)
-            self._keep.append(keep_pack_users(&pack))
-            self._keep.append(_kept_args(args))
         finally:
             release_pack(&pack)
         return _wrap_node(self, node)
@@ -1671,8 +2194,7 @@ cdef class Graph(HandleOwner):
         init_span(&span)
         try:
             _memset_params(ptr, value, nbytes, &params, &span)
-            node = _add_node(self, dependencies, _add_memset, &params)
-            self._keep.append(_keep_memory(ptr))
+            node = _add_node(self, dependencies, _add_memset, &params, _keep_memory(ptr))
         finally:
             release_span(&span)
         return _wrap_node(self, node)
@@ -1690,8 +2212,8 @@ cdef class Graph(HandleOwner):
             copy.count = _memcpy_spans(dst, src, nbytes, &d, &s)
             copy.dst = d.ptr
             copy.src = s.ptr
-            node = _add_node(self, dependencies, _add_memcpy, &copy)
-            self._keep.append((_keep_memory(dst), _keep_memory(src)))
+            node = _add_node(self, dependencies, _add_memcpy, &copy,
+                             (_keep_memory(dst), _keep_memory(src)))
         finally:
             release_span(&s)
             release_span(&d)
@@ -1850,12 +2372,11 @@ cdef class Graph(HandleOwner):
         ev._use()
         try:
             node = _add_node(self, dependencies, _add_event_record if record else _add_event_wait,
-                             ev._handle)
+                             ev._handle, keep_in_use(ev))
         finally:
             ev._unuse()
         if record:
             streams_flag_set(<int*>&ev._recorded, True)
-        self._keep.append(keep_in_use(ev))
         return _wrap_node(self, node)
 
     def add_child_graph_node(self, Graph child not None, dependencies=()):
@@ -1864,10 +2385,14 @@ cdef class Graph(HandleOwner):
         cdef cudaGraphNode_t node
         child._use()
         try:
-            node = _add_node(self, dependencies, _add_child, child._handle)
+            # The child's list, copied while it is in use, in this graph's.
+            node = _add_node(self, dependencies, _add_child, child._handle,
+                             tuple(_keep_copy(child)))
         finally:
             child._unuse()
-        self._keep.extend(child._keep)
+        # This graph's executables run the child's host callbacks: their
+        # errors reach this graph's slot too.
+        child._errors.forward_to(self._errors)
         if child._errors.host_calls:
             self._errors.host_calls = True
         return _wrap_node(self, node)
@@ -1876,12 +2401,16 @@ cdef class Graph(HandleOwner):
         """Destroy the graph (executables made from it keep working).  Idempotent.
 
         What its nodes needed is let go with it (executables and clones keep
-        their own), even while this object is still referenced.
+        their own), even while this object is still referenced.  Closed
+        while a capture into it or a call in another thread uses it, the
+        graph is destroyed, and what its nodes needed let go, when that use
+        ends.
         """
         if self._close_handle() == 1:
-            # Rebound, not cleared: a conditional body shares the list.
-            with cython.critical_section(self):
-                self._keep = []
+            _let_go(self, False)
+        # Otherwise a user is inside (a capture into the graph, a call in
+        # another thread): the last one to leave destroys the handle and
+        # lets go of the list (_release).
         rt.drain_deferred()
 
     def __repr__(self):
@@ -1938,6 +2467,12 @@ cdef class GraphExec(HandleOwner):
 
     cdef void _release(self) noexcept nogil:
         rt.release_handle(rt.HANDLE_GRAPH_EXEC, self._handle)
+        if not self._dying:
+            # The last user of a closed executable (close() left the destroy
+            # to it): what the replays use is parked now, let go once the
+            # launches made before are done, not only when the object goes.
+            with gil:
+                self._park()
 
     cdef streams_graph_exec_t c_handle(self) noexcept nogil:
         return self._handle
@@ -1974,6 +2509,10 @@ cdef class GraphExec(HandleOwner):
         """
         cdef _Update up
         cdef list box = []
+        cdef list kept = None
+        cdef dict states = None
+        cdef bint from_source = False
+        interrupted = None
         up.ex = <cudaGraphExec_t>self._handle
         up.info.errorNode = NULL
         self._use()
@@ -1989,33 +2528,64 @@ cdef class GraphExec(HandleOwner):
                 else:
                     with nogil:
                         _update(<cudaGraph_t>graph._handle, &up, 0)
+                if not up.refused:
+                    # Both taken while `graph` is in use: a close() meanwhile
+                    # lets go of its list, and destroys its nodes, only after.
+                    kept = _keep_copy(graph)
+                    source = self._source_ref() if self._source_ref is not None else None
+                    if source is graph:
+                        from_source = True
+                    else:
+                        # Never raising past the update CUDA made: its
+                        # keep-alives are linked below whatever happens.
+                        try:
+                            states = _states_after_update(source, graph)
+                        except BaseException as exc:
+                            states = {}
+                            if not isinstance(exc, Exception):
+                                interrupted = exc
             finally:
                 graph._unuse()
+            if not up.refused:
+                # Linked while the executable is in use: a close() meanwhile
+                # parks what it holds only once this use ends (_release).
+                self._took(graph, kept, states, from_source, box)
         finally:
             self._unuse()
         if not up.refused:
-            self._kernel_args = None     # the nodes now have the graph's arguments
-            # Replays already queued may still use what the old nodes needed
-            # (linked, not copied: updates in a loop stay linear).
-            kept = tuple(graph._keep)
-            # Under the executable's critical section, as every change of
-            # _keep, _box and _marks: launches, updates and close() of one
-            # executable may run in several threads (free-threaded CPython).
-            with cython.critical_section(self):
-                if kept:
-                    self._keep = (self._keep, kept) if self._keep else kept
-                    if self._marks == NULL:
-                        self._start_marks()
-                if self._boxed:
-                    # Whether the old box goes now or with the executable, it
-                    # holds the new one: what node updates put there lives as
-                    # long as needed.
-                    self._box.append(box)
-                    self._box = box
+            if interrupted is not None:
+                raise interrupted
             return UpdateResult(True, "success", None)
         node = _wrap_node(graph, up.info.errorNode) if up.info.errorNode != NULL else None
         return UpdateResult(False, _UPDATE_RESULT_NAMES.get(up.info.result,
                                                             str(<int>up.info.result)), node)
+
+    cdef int _took(self, Graph graph, list kept, dict states, bint from_source,
+                   list box) except -1:
+        # What a successful update(graph) changes in the executable.
+        cdef tuple kept_t = tuple(kept)
+        # It runs `graph`'s host callbacks from now on.
+        graph._errors.forward_to(self._errors)
+        # Replays already queued may still use what the old nodes needed
+        # (linked, not copied: updates in a loop stay linear).  Under the
+        # executable's critical section, as every change of _keep, _box,
+        # _marks and _kernel_state: launches, updates and close() of one
+        # executable may run in several threads (free-threaded CPython).
+        with cython.critical_section(self):
+            # Its kernel nodes now run what `graph`'s do.
+            self._kernel_state = states
+            self._states_from_source = from_source
+            if kept_t:
+                self._keep = (self._keep, kept_t) if self._keep else kept_t
+                if self._marks == NULL:
+                    self._start_marks()
+            if self._boxed:
+                # Whether the old box goes now or with the executable, it
+                # holds the new one: what node updates put there lives as
+                # long as needed.
+                self._box.append(box)
+                self._box = box
+        return 0
 
     # ---- node by node ----------------------------------------------------------
     cdef GraphNode _node_of(self, object node, str argname):
@@ -2118,8 +2688,9 @@ cdef class GraphExec(HandleOwner):
                             <cudaGraphExec_t>self._handle, <cudaGraphNode_t>nd._handle, &params)
             finally:
                 self._leave(nd)
-            if self._kernel_args is not None:
-                self._kernel_args.pop(<uintptr_t>nd._handle, None)
+            # What the node runs from now on: later argument changes start
+            # from it (the same call again, with other arguments).
+            self._set_state(<uintptr_t>nd._handle, _state_set(k, &params, &pack, len(args)))
         finally:
             release_pack(&pack)
 
@@ -2131,34 +2702,84 @@ cdef class GraphExec(HandleOwner):
         bytes of the parameter's size, a memory object or an address for a
         pointer, an int or a float packed to the parameter's size, or, with
         ``signature`` (a Kernel, or type names as for ``get_kernel``), a
-        value of the type it names.  Memory passed here stays alive while
-        the executable may use it.  Raises ValueError or IndexError naming
-        the change CUDA's parameter layout cannot take, ValueError for a
-        node that runs in a context other than a device's primary one (one
-        captured on a green context's stream: CUDA cannot change it in
-        place), CudaError where CUDA refuses the update."""
+        value of the type it names.  Values are packed as launches pack
+        them (with the kernel's own signature where ``streams`` knows it):
+        a pointer must be memory CUDA knows.  The kernel, its configuration
+        and the other arguments stay as the executable has them (captured,
+        or as its last change or update left them).  Memory passed here
+        stays alive while the executable may use it.  Raises ValueError or
+        IndexError naming the change CUDA's parameter layout cannot take or
+        the address CUDA does not know, ValueError for a node that runs in
+        a context other than a device's primary one (one captured on a
+        green context's stream: CUDA cannot change it in place) or whose
+        arguments are not known after an update from a graph whose nodes
+        did not pair in order (set the whole node with
+        ``set_kernel_node``), CudaError where CUDA refuses the update."""
         cdef GraphNode nd = self._node_of(node, "node")
-        cdef KernelNodeParams info
         cdef uintptr_t key = <uintptr_t>nd._handle
-        info = _read_kernel_node(nd, "node")
-        _refuse_other_context(info._p.ctx, "node")
-        if self._kernel_args is not None and key in self._kernel_args:
-            current = self._kernel_args[key]
+        cdef _NodeState st = <_NodeState>self._state_of(nd)
+        if st.kernel is None:
+            _refuse_other_context(st.p.ctx, "node")
         else:
-            current = info.args
-        new_args, keeps = _changed_args(info, current, changes, signature)
-        if keeps:
-            # Kept before CUDA has the new arguments: a launch may use them
-            # as soon as the call returns.
-            self._keep_for_replays(keeps)
+            _refuse_node_of_other_context(nd, "node")
+        new_args, keeps = _changed_args(st, changes, signature, nd._graph)
+        st = _state_with_args(st, new_args)
         self._enter(nd)
         try:
-            _set_kernel_args(info, new_args, self, nd)
+            if keeps:
+                # Kept before CUDA has the new arguments: a launch may use
+                # them as soon as the call returns.
+                self._keep_for_replays(keeps)
+            _apply_state(st, self, nd)
         finally:
             self._leave(nd)
-        if self._kernel_args is None:
-            self._kernel_args = {}
-        self._kernel_args[key] = new_args
+        self._set_state(key, st)
+
+    cdef object _state_of(self, GraphNode nd):
+        # What the executable's kernel node runs now: as its last change
+        # left it, as the update that gave it left it, or (neither) the
+        # graph it came from's node, which nothing changed since (a change
+        # of that node notes it here first: _note_source_state).
+        cdef uintptr_t key = <uintptr_t>nd._handle
+        with cython.critical_section(self):
+            states = self._kernel_state
+            from_source = self._states_from_source
+        found = states.get(key) if states is not None else None
+        if found is not None:
+            return found
+        if from_source:
+            return _state_of(_read_kernel_node(nd, "node"))
+        nd._graph._use()
+        try:
+            _require_kernel_node(<cudaGraphNode_t>nd._handle, "node")
+        finally:
+            nd._graph._unuse()
+        raise ValueError(
+            "node: this executable was updated from another graph, and streams does not know "
+            "what this kernel node runs since (that graph's nodes did not pair with the "
+            "nodes of the graph it was instantiated from in the order they were made, the "
+            "node is in a conditional body, or this driver cannot read kernel nodes): set "
+            "the whole node with set_kernel_node, or change the graph's node and update "
+            "again")
+
+    cdef int _set_state(self, uintptr_t key, object st) except -1:
+        with cython.critical_section(self):
+            if self._kernel_state is None:
+                self._kernel_state = {}
+            self._kernel_state[key] = st
+        return 0
+
+    cdef int _note_source_state(self, uintptr_t key, object st) except -1:
+        # The graph it came from changes this node: unless the executable
+        # knows better, what it runs is what the node was until now.
+        with cython.critical_section(self):
+            if not self._states_from_source:
+                return 0
+            if self._kernel_state is None:
+                self._kernel_state = {}
+            if key not in self._kernel_state:
+                self._kernel_state[key] = st
+        return 0
 
     def set_memset_node(self, node, ptr, value, nbytes):
         cdef GraphNode nd = self._node_of(node, "node")
@@ -2167,9 +2788,9 @@ cdef class GraphExec(HandleOwner):
         init_span(&span)
         try:
             _memset_params(ptr, value, nbytes, &params, &span)
-            self._keep_for_replays(_keep_memory(ptr))
             self._enter(nd)
             try:
+                self._keep_for_replays(_keep_memory(ptr))
                 with nogil:
                     rt.graph_exec_memset_node_set_params(<cudaGraphExec_t>self._handle,
                                                          <cudaGraphNode_t>nd._handle, &params)
@@ -2186,9 +2807,9 @@ cdef class GraphExec(HandleOwner):
         init_span(&s)
         try:
             count = _memcpy_spans(dst, src, nbytes, &d, &s)
-            self._keep_for_replays((_keep_memory(dst), _keep_memory(src)))
             self._enter(nd)
             try:
+                self._keep_for_replays((_keep_memory(dst), _keep_memory(src)))
                 with nogil:
                     rt.graph_exec_memcpy_node_set_params_1d(
                         <cudaGraphExec_t>self._handle, <cudaGraphNode_t>nd._handle, d.ptr,
@@ -2213,10 +2834,10 @@ cdef class GraphExec(HandleOwner):
         native = native_host_func(callback, arg, owner, "callback", "arg")
         if native is not None:
             fn, data = native[0], native[1]
-            if native[2] is not None:
-                self._keep_for_replays(native[2])
             self._enter(nd)
             try:
+                if native[2] is not None:
+                    self._keep_for_replays(native[2])
                 with nogil:
                     rt.graph_exec_native_host_node_set_params(
                         <cudaGraphExec_t>self._handle, <cudaGraphNode_t>nd._handle,
@@ -2234,9 +2855,9 @@ cdef class GraphExec(HandleOwner):
                                "again from its graph")
         call = new_call(callback, arg, None, self._errors, KIND_HOST_FUNC)
         call.persistent = True
-        self._keep_for_replays(call)
         self._enter(nd)
         try:
+            self._keep_for_replays(call)
             with nogil:
                 rt.graph_exec_host_node_set_params(<cudaGraphExec_t>self._handle,
                                                    <cudaGraphNode_t>nd._handle,
@@ -2248,11 +2869,15 @@ cdef class GraphExec(HandleOwner):
         """Make a child graph node run a copy of ``child`` (same topology as
         the one it has) from the next launch on."""
         cdef GraphNode nd = self._node_of(node, "node")
-        self._keep_for_replays(tuple(child._keep))
         self._enter(nd)
         try:
             child._use()
             try:
+                # Copied while the child is in use (a close() lets go of its
+                # list only after), kept before CUDA has the new node.
+                self._keep_for_replays(tuple(_keep_copy(child)))
+                # Its host callbacks run in this executable now.
+                child._errors.forward_to(self._errors)
                 with nogil:
                     rt.graph_exec_child_graph_node_set_params(
                         <cudaGraphExec_t>self._handle, <cudaGraphNode_t>nd._handle,
@@ -2270,9 +2895,9 @@ cdef class GraphExec(HandleOwner):
 
     cdef int _set_event(self, object node, Event ev, bint record) except -1:
         cdef GraphNode nd = self._node_of(node, "node")
-        self._keep_for_replays(keep_in_use(ev))
         self._enter(nd)
         try:
+            self._keep_for_replays(keep_in_use(ev))
             ev._use()
             try:
                 with nogil:
@@ -2339,15 +2964,20 @@ cdef class GraphExec(HandleOwner):
         """Destroy the executable (launches already queued still run).  Idempotent.
 
         What its replays use (the buffers, modules and events of its nodes)
-        stays alive until the launches made before are done.
+        stays alive until the launches made before are done (also when a
+        call in another thread is inside: it is then let go after that
+        call and those launches), even while this object is still
+        referenced.
         """
         if self._close_handle() == 1:
-            self._park()        # otherwise a user is inside: __dealloc__ parks
+            self._park()        # otherwise a user is inside: the last one parks (_release)
         rt.drain_deferred()
 
     def __dealloc__(self):
         # Before the fields are cleared (the base __dealloc__ then releases
-        # the handle, which CUDA destroys once the replays are done).
+        # the handle, which CUDA destroys once the replays are done, and
+        # its _release must not touch them).
+        self._dying = True
         self._park()
 
     def __repr__(self):

@@ -26,6 +26,14 @@ cdef int register_capture(unsigned long long capture_id, ErrorSlot slot, object 
 # By id, or, when CUDA no longer tells the id (an invalidated capture), by
 # the stream that captured.
 cdef tuple take_capture(unsigned long long capture_id, Stream stream)
+# (slot, target, registered now) of a capture, registered first if it is not
+# (a new slot, with `target`); a registered capture without a target gets
+# `target`.  The target is the Graph of begin_capture_to_graph, or for a
+# plain capture what its graph's nodes added through capture_info need (a
+# list, which end_capture hands to the Graph it returns).
+cdef tuple capture_entry(unsigned long long capture_id, Stream stream, object target)
+# A registration made for a capture that ended before it was used.
+cdef int forget_capture(unsigned long long capture_id, object slot, Stream stream) except -1
 # A native host function (`void fn(void* data)`, no Python): (fn address,
 # data address, the object to keep alive while CUDA may call it, or None);
 # None when `callback` is Python code (a callable, or a ctypes/cffi callback

@@ -113,6 +113,23 @@ cdef int register_capture(unsigned long long capture_id, ErrorSlot slot, object 
     return 0
 
 
+cdef tuple capture_entry(unsigned long long capture_id, Stream stream, object target):
+    cdef bint registered = False
+    # Looked up and, for the first user of this capture, registered in one
+    # step: two threads using one capture share its slot.
+    with cython.critical_section(_capture_lock):
+        slot, found = _captures.get(capture_id, (None, None))
+        if slot is None:
+            slot = new_error_slot()
+            registered = True
+        if found is None and (registered or target is not None):
+            found = target
+            _captures[capture_id] = (slot, found)
+        if registered:
+            _capture_of_stream[<uintptr_t>stream._handle] = capture_id
+    return slot, found, registered
+
+
 cdef tuple take_capture(unsigned long long capture_id, Stream stream):
     """The (error slot, target graph) of a capture, forgotten; (None, None)."""
     cdef tuple found
@@ -341,15 +358,8 @@ cdef int _enqueue_captured(Stream stream, _HostWork* work, object callback, obje
     cdef HostCall call
     slot = None
     if not work.native:
-        # Looked up and, for the first enqueue into this capture, registered
-        # in one step: two threads enqueueing into one capture share its slot.
-        with cython.critical_section(_capture_lock):
-            slot, target = _captures.get(capture_id, (None, None))
-            if slot is None:
-                slot = new_error_slot()
-                _captures[capture_id] = (slot, None)
-                _capture_of_stream[<uintptr_t>stream._handle] = capture_id
-                registered = True
+        # Two threads enqueueing into one capture share its slot.
+        slot, _, registered = capture_entry(capture_id, stream, None)
         call = new_call(callback, arg, None, slot, KIND_HOST_FUNC)
         call.persistent = True
         # The graph this capture makes (or extends) now holds a host callable:
@@ -369,13 +379,12 @@ cdef int _enqueue_captured(Stream stream, _HostWork* work, object callback, obje
     if not launched:
         rt.payload_decref(<PyObject*>keep)
         if registered:
-            _forget_capture(capture_id, slot, stream)
+            forget_capture(capture_id, slot, stream)
         return 0
     return 1
 
 
-cdef int _forget_capture(unsigned long long capture_id, object slot, Stream stream) except -1:
-    # A registration made for a capture that ended before it was used.
+cdef int forget_capture(unsigned long long capture_id, object slot, Stream stream) except -1:
     with cython.critical_section(_capture_lock):
         found = _captures.get(capture_id)
         if found is not None and found[0] is slot:

@@ -96,6 +96,19 @@ cdef struct ArgPack:
 cdef int pack_args(Kernel kernel, tuple args, ArgPack* pack, Stream consumer,
                    int span_flags=*) except -1
 cdef void release_pack(ArgPack* pack) noexcept
+# One value packed into slot `i` of `pack` as pack_args packs an argument
+# (the caller set pack.nusers = 0 first, and releases the pack): `kind`
+# from arg_kind, or -1 to infer it as for a kernel without a signature (a
+# numpy scalar's type, a ConditionHandle, else memory as a pointer).  A
+# pointer is resolved as device memory (an int must be memory CUDA knows;
+# None or 0 is NULL).  `argname` names the value in errors.  Returns the
+# kind packed.
+cdef int pack_arg(ArgPack* pack, Py_ssize_t i, int kind, object value, str argname) except -1
+# The kind of a signature's type name (as get_kernel takes them), or -1.
+cdef int arg_kind(object name) except -2
+cdef int arg_size(int kind) noexcept
+cdef bint arg_is_pointer(int kind) noexcept
+cdef bint arg_is_condition(int kind) noexcept
 # An object that holds the buffers of a pack in use until it goes.
 cdef object keep_pack_users(ArgPack* pack)
 # The class of streams.ConditionHandle, which _graph defines: the packer

@@ -78,15 +78,14 @@ cdef int set_condition_type(object cls) except -1:
 # ---- argument packing ---------------------------------------------------------------------
 
 cdef int _store_arg(ArgPack* pack, Py_ssize_t i, int kind, object value,
-                    Stream consumer, int span_flags) except -1:
+                    Stream consumer, int span_flags, str argname) except -1:
     cdef void* slot = &pack.slots[i]
     cdef Span span
     cdef double d
     pack.ptrs[i] = slot
     pack.slots[i] = 0
     if kind == _T_PTR:
-        resolve_span(value, &span, SPAN_DEVICE | SPAN_NULL_OK | span_flags, consumer,
-                     <str>_ARG_NAMES[i])
+        resolve_span(value, &span, SPAN_DEVICE | SPAN_NULL_OK | span_flags, consumer, argname)
         (<uintptr_t*>slot)[0] = <uintptr_t>span.ptr
         if span.user != NULL:
             # Held in use until the launch is enqueued (or the prepared
@@ -96,7 +95,7 @@ cdef int _store_arg(ArgPack* pack, Py_ssize_t i, int kind, object value,
         return 0
     if kind == _T_COND:
         if _condition_type is None or not isinstance(value, _condition_type):
-            raise TypeError(f"argument {i} must be a streams.ConditionHandle (a "
+            raise TypeError(f"{argname} must be a streams.ConditionHandle (a "
                             f"cudaGraphConditionalHandle parameter), not {type(value).__name__}")
         (<unsigned long long*>slot)[0] = <unsigned long long>value.__index__()
         return 0
@@ -104,7 +103,7 @@ cdef int _store_arg(ArgPack* pack, Py_ssize_t i, int kind, object value,
         if type(value) is float:
             d = PyFloat_AS_DOUBLE(value)
         elif isinstance(value, bool) or not hasattr(value, "__float__"):
-            raise TypeError(f"argument {i} must be a number ({_ARG_TYPE_LABEL[kind]}), not "
+            raise TypeError(f"{argname} must be a number ({_ARG_TYPE_LABEL[kind]}), not "
                             f"{type(value).__name__}")
         else:
             d = float(value)
@@ -115,15 +114,15 @@ cdef int _store_arg(ArgPack* pack, Py_ssize_t i, int kind, object value,
         return 0
     if type(value) is not int:
         if isinstance(value, bool) or not hasattr(value, "__index__"):
-            raise TypeError(f"argument {i} must be an integer ({_ARG_TYPE_LABEL[kind]}), not "
+            raise TypeError(f"{argname} must be an integer ({_ARG_TYPE_LABEL[kind]}), not "
                             f"{type(value).__name__}")
         value = value.__index__()
         if type(value) is not int:      # an int subclass: the plain int it stands for
             value = int(value)
-    return _store_int(slot, kind, value, i)
+    return _store_int(slot, kind, value, argname)
 
 
-cdef int _store_int(void* slot, int kind, object value, Py_ssize_t i) except -1:
+cdef int _store_int(void* slot, int kind, object value, str argname) except -1:
     """Write ``value`` with the C type of ``kind`` at ``slot``; a value out of
     that type's range is a ValueError, never truncated."""
     cdef int overflow = 0
@@ -131,15 +130,15 @@ cdef int _store_int(void* slot, int kind, object value, Py_ssize_t i) except -1:
     cdef unsigned long long u
     if overflow == 0:
         if v < _INT_LO[kind] or (v > 0 and <unsigned long long>v > _INT_HI[kind]):
-            return _out_of_range(kind, value, i)
+            return _out_of_range(kind, value, argname)
         u = <unsigned long long>v
     elif overflow > 0 and kind == _T_U64:
         try:
             u = PyLong_AsUnsignedLongLong(value)
         except OverflowError:
-            return _out_of_range(kind, value, i)
+            return _out_of_range(kind, value, argname)
     else:
-        return _out_of_range(kind, value, i)
+        return _out_of_range(kind, value, argname)
     if kind == _T_I8:
         (<signed char*>slot)[0] = <signed char>v
     elif kind == _T_I16:
@@ -159,11 +158,11 @@ cdef int _store_int(void* slot, int kind, object value, Py_ssize_t i) except -1:
     return 0
 
 
-cdef int _out_of_range(int kind, object value, Py_ssize_t i) except -1:
-    raise ValueError(f"argument {i}: {value} does not fit {_ARG_TYPE_LABEL[kind]}")
+cdef int _out_of_range(int kind, object value, str argname) except -1:
+    raise ValueError(f"{argname}: {value} does not fit {_ARG_TYPE_LABEL[kind]}")
 
 
-cdef int _infer_kind(object value, Py_ssize_t pos) except -1:
+cdef int _infer_kind(object value, str argname) except -1:
     """Type of an argument when the kernel has no signature: numpy scalars
     say what they are, memory is a pointer; a bare int or float is ambiguous."""
     if _condition_type is not None and isinstance(value, _condition_type):
@@ -174,7 +173,7 @@ cdef int _infer_kind(object value, Py_ssize_t pos) except -1:
         if kind is not None:
             return kind
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        raise TypeError(f"argument {pos}: a Python {type(value).__name__} is ambiguous for a "
+        raise TypeError(f"{argname}: a Python {type(value).__name__} is ambiguous for a "
                         "kernel without a signature; pass a numpy scalar (numpy.int32(...)) "
                         "or declare signature= in get_kernel()")
     return _T_PTR
@@ -202,17 +201,44 @@ cdef int pack_args(Kernel kernel, tuple args, ArgPack* pack, Stream consumer,
             if kernel._nsig >= 0:
                 kind = kernel._kinds[i]
             else:
-                kind = _infer_kind(args[i], i)
+                kind = _infer_kind(args[i], <str>_ARG_NAMES[i])
                 if _SIZE_OF[kind] != kernel._param_size[i]:
                     raise TypeError(
                         f"argument {i} of kernel {kernel._name!r}: a {_ARG_TYPE_LABEL[kind]} "
                         f"({_SIZE_OF[kind]} bytes) for a {kernel._param_size[i]}-byte "
                         "parameter")
-            _store_arg(pack, i, kind, args[i], consumer, span_flags)
+            _store_arg(pack, i, kind, args[i], consumer, span_flags, <str>_ARG_NAMES[i])
     except BaseException:
         release_pack(pack)
         raise
     return 0
+
+
+cdef int pack_arg(ArgPack* pack, Py_ssize_t i, int kind, object value, str argname) except -1:
+    # pack_args' packer for one value: graph kernel-node argument changes
+    # take it, so that a pointer is checked as every launch checks it.
+    if kind < 0:
+        kind = _infer_kind(value, argname)
+    _store_arg(pack, i, kind, value, None, 0, argname)
+    return kind
+
+
+cdef int arg_kind(object name) except -2:
+    if not isinstance(name, str):
+        return -1
+    return _ARG_TYPE_NAMES.get(name.strip(), -1)
+
+
+cdef int arg_size(int kind) noexcept:
+    return _SIZE_OF[kind]
+
+
+cdef bint arg_is_pointer(int kind) noexcept:
+    return kind == _T_PTR
+
+
+cdef bint arg_is_condition(int kind) noexcept:
+    return kind == _T_COND
 
 
 cdef void release_pack(ArgPack* pack) noexcept:

@@ -28,8 +28,17 @@ cdef class ErrorSlot:
     # or may (a graph of unknown make): its executables then box what node
     # updates bring in a user object too (streams/_graph.pyx, instantiate).
     cdef bint host_calls
+    # Weak references to the slots that get this slot's errors too (a
+    # tuple, replaced whole; None when there are none): those of the graphs
+    # and executables that run this slot's callbacks without sharing it (a
+    # graph that embeds this one as a child, an executable updated from
+    # this one).  Weak: a slot nobody checks any more is not kept for it.
+    cdef tuple forward
+    cdef object __weakref__
     cdef void keep_first(self, object callback, object exc) noexcept
     cdef int raise_pending(self, str what) except -1
+    # Errors of this slot reach `other` as well from now on.
+    cdef int forward_to(self, ErrorSlot other) except -1
 
 
 # What work can be waited for: a Stream (all its work so far) or an Event

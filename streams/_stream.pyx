@@ -9,6 +9,7 @@ through a late import on a cold path, a registered function, or a base
 class declared here (``LaunchTarget``).
 """
 import threading as _threading
+import weakref as _weakref
 
 cimport cython
 from cpython.exc cimport PyErr_CheckSignals
@@ -1363,9 +1364,44 @@ cdef class ErrorSlot:
         rt.refuse_construction(self, "streams and graphs make their own")
 
     cdef void keep_first(self, object callback, object exc) noexcept:
+        cdef ErrorSlot slot
+        cdef object forward
         with cython.critical_section(self):
             if self.first is None:
                 self.first = (callback, exc)
+            forward = self.forward
+        if forward is None:
+            return
+        # Every slot reachable through the forward links, each once (links
+        # may form a cycle: two graphs each updated from the other); `done`
+        # holds them meanwhile, so that no id in `seen` is reused.
+        seen = {id(self)}
+        done = []
+        todo = [ref() for ref in <tuple>forward]
+        while todo:
+            found = todo.pop()
+            if found is None or id(found) in seen:
+                continue
+            slot = <ErrorSlot>found
+            seen.add(id(slot))
+            done.append(slot)
+            with cython.critical_section(slot):
+                if slot.first is None:
+                    slot.first = (callback, exc)
+                forward = slot.forward
+            if forward is not None:
+                todo.extend([ref() for ref in <tuple>forward])
+
+    cdef int forward_to(self, ErrorSlot other) except -1:
+        if other is None or other is self:
+            return 0
+        new = _weakref.ref(other)
+        with cython.critical_section(self):
+            alive = [ref for ref in self.forward if ref() is not None] if self.forward else []
+            if not any(ref() is other for ref in alive):
+                alive.append(new)
+            self.forward = tuple(alive) if alive else None
+        return 0
 
     cdef int raise_pending(self, str what) except -1:
         cdef object first

@@ -89,6 +89,9 @@ cdef void release_pool(void* pool, void* frees) noexcept nogil
 cdef int raise_cuda_error(cudaError_t err) except -1
 cdef int check(cudaError_t err) except -1 nogil
 cdef int guard() except -1 nogil
+# The guard's refusal alone (no check of the GIL rule): for callers that
+# hold the GIL and call no CUDA themselves (close() refusing first).
+cdef int refuse_forbidden() except -1 nogil
 # What a release (that never raises) may do here: call CUDA now, defer to a
 # safe thread (inside a host callback), or skip, leaving the handle to the
 # process's end (a forked child, interpreter teardown).
@@ -163,6 +166,10 @@ cdef int stream_is_capturing(cudaStream_t h, cudaStreamCaptureStatus* out) excep
 # blocking stream is being captured); False on any other error.
 cdef bint stream_in_capture(cudaStream_t h) noexcept nogil
 cdef int stream_get_capture_info(cudaStream_t h, cudaStreamCaptureStatus* status, unsigned long long* cid, cudaGraph_t* graph, const cudaGraphNode_t** deps, const cudaGraphEdgeData** edges, size_t* n) except -1 nogil
+# The capture status under the capture lock (src/cudart/fence.h): asked by
+# one-shot enqueues inside their stream's read fence.  cid may be NULL.
+cdef int stream_capture_state_locked(cudaStream_t h, cudaStreamCaptureStatus* status,
+                                     unsigned long long* cid) except -1 nogil
 cdef int stream_update_capture_dependencies(cudaStream_t h, cudaGraphNode_t* deps, size_t n, unsigned int flags) except -1 nogil
 cdef int thread_exchange_capture_mode(cudaStreamCaptureMode* mode) except -1 nogil
 

@@ -44,6 +44,7 @@ cdef extern from "cudart/shim.h" nogil:
     unsigned long long streams_counter(int which)
     int streams_debug_build()
     int streams_gil_held_here()
+    const char* streams_gil_c_site(int i)
     void streams_note_async_free()
     unsigned long long streams_async_frees_so_far()
 
@@ -236,6 +237,19 @@ cdef int _raise_guard(int state) except -1:
 
 
 cdef int guard() except -1 nogil:
+    # First thing of every nogil wrapper, right before its CUDA calls: the
+    # refusal where CUDA may not be called, and, in a debug build, the check
+    # of the GIL rule (the caller must have released the GIL).
+    if refuse_forbidden() == 0 and streams_gil_held_here():
+        _note_cuda_with_gil()
+    return 0
+
+
+cdef int refuse_forbidden() except -1 nogil:
+    # The guard's refusal alone: for callers that hold the GIL and make no
+    # CUDA call themselves (close() refusing before it marks an object
+    # closed), and for the wrappers that release the GIL around their own
+    # CUDA calls.
     global streams_cuda_touched
     cdef int state = streams_guard_state()
     if state == STREAMS_GUARD_OK:
@@ -243,8 +257,6 @@ cdef int guard() except -1 nogil:
         # flags bouncing between the cores of threads that call CUDA.
         if not streams_cuda_touched:
             streams_cuda_touched = 1
-        if streams_gil_held_here():
-            _note_cuda_with_gil()
         return 0
     with gil:
         return _raise_guard(state)
@@ -280,7 +292,7 @@ cdef int _keep_gil_site() except -1:
     f = sys._getframe(0)
     frames = []
     while f is not None and len(frames) < 4:
-        frames.append(f"{f.f_code.co_filename.rsplit('/', 1)[-1]}:{f.f_lineno} "
+        frames.append(f"{f.f_code.co_filename.rpartition('/')[2]}:{f.f_lineno} "
                       f"{f.f_code.co_name}")
         f = f.f_back
     site = " <- ".join(frames) or "(no Python frame)"
@@ -291,9 +303,17 @@ cdef int _keep_gil_site() except -1:
 
 def _cuda_calls_with_gil():
     """Debug builds: the sites (Python frames) where CUDA was called with
-    the GIL held, at most 64; the count is debug_counters()'s
-    ``cuda_calls_with_gil``.  For tests."""
-    return list(_gil_sites)
+    the GIL held, at most 64, then the C shim's sites (by name); the count
+    is debug_counters()'s ``cuda_calls_with_gil``.  For tests."""
+    cdef int i
+    cdef const char* site
+    out = list(_gil_sites)
+    for i in range(16):
+        site = streams_gil_c_site(i)
+        if site == NULL:
+            break
+        out.append("C: " + site.decode())
+    return out
 
 
 cdef inline int _release_decision() noexcept nogil:
@@ -1048,6 +1068,20 @@ cdef int stream_get_capture_info(cudaStream_t h, cudaStreamCaptureStatus* status
     return check(streams_cudaStreamGetCaptureInfo(h, status, cid, graph, deps, edges, n))
 
 
+cdef int stream_capture_state_locked(cudaStream_t h, cudaStreamCaptureStatus* status,
+                                     unsigned long long* cid) except -1 nogil:
+    # Under the capture lock (src/cudart/fence.h): no capture begins or
+    # ends meanwhile, on this stream or on the capture it may have joined
+    # (an end takes every joined stream out of it); for callers inside the
+    # stream's read fence, which covers this stream's own begin and end.
+    cdef cudaError_t err
+    guard()
+    streams_capture_enter()
+    err = streams_cudaStreamGetCaptureInfo(h, status, cid, NULL, NULL, NULL, NULL)
+    streams_capture_leave()
+    return check(err)
+
+
 cdef int stream_update_capture_dependencies(cudaStream_t h, cudaGraphNode_t* deps, size_t n,
                                             unsigned int flags) except -1 nogil:
     guard()
@@ -1155,7 +1189,7 @@ cdef int check_host_func_sync_mode(int sync_mode) except -1:
         return 0
     if sync_mode != 1:
         raise ValueError(f"sync_mode must be 0 (blocking) or 1 (spin_wait), got {sync_mode}")
-    guard()
+    refuse_forbidden()
     _versions(&driver, &runtime)
     with nogil:
         if driver >= STREAMS_HOST_FN_SYNC_VERSION:
@@ -1857,7 +1891,7 @@ cdef int graph_attach_owned(cudaGraph_t g, PyObject* obj, cudaUserObject_t* out)
     still in flight) holds the user object."""
     cdef cudaUserObject_t uo = NULL
     cdef cudaError_t err
-    guard()
+    refuse_forbidden()
     streams_payload_incref(obj)
     with nogil:
         err = cudaUserObjectCreate(&uo, <void*>obj, streams_user_object_release, 1,
@@ -2195,7 +2229,7 @@ cdef int _green_resolve() except -1:
     cdef int driver = 0, runtime = 0
     if streams_flag_get(&_green_resolved):
         return 0
-    guard()
+    refuse_forbidden()
     _versions(&driver, &runtime)
     if (STREAMS_HAVE_RUNTIME_GREEN and runtime >= STREAMS_RUNTIME_GREEN_VERSION
             and driver >= STREAMS_RUNTIME_GREEN_VERSION):
@@ -2466,7 +2500,7 @@ cdef int _kernel_node_resolve() except -1:
     global _kernel_node_resolved
     if streams_flag_get(&_kernel_node_resolved):
         return 0
-    guard()
+    refuse_forbidden()
     _resolve_driver_table(_KERNEL_NODE_NAMES, _kernel_node_fns, _K_N,
                           STREAMS_KERNEL_NODE_VERSION,
                           "reading and changing the kernel nodes of any graph needs a driver "

@@ -2322,7 +2322,8 @@ cdef class Graph(HandleOwner):
         memset(&params, 0, sizeof(params))
         params.poolProps.allocType = cudaMemAllocationTypePinned
         params.poolProps.location.type = cudaMemLocationTypeDevice
-        params.poolProps.location.id = rt.get_device()
+        with nogil:
+            params.poolProps.location.id = rt.get_device()
         params.bytesize = count
         node = _add_node(self, dependencies, _add_mem_alloc, &params)
         result = GraphAllocation.__new__(GraphAllocation)

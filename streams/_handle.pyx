@@ -78,7 +78,7 @@ cdef class HandleOwner:
             return 0
         # Inside a host callback CUDA cannot destroy anything: refuse before
         # the object is marked closed, so that it stays usable.
-        rt.guard()
+        rt.refuse_forbidden()
         how = streams_close_begin(&self._state)
         if how == 1 and self._owns_handle:
             with nogil:

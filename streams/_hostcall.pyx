@@ -236,12 +236,14 @@ cdef int _enqueue_until_placed(Stream stream, _HostWork* work, object callback, 
 
 cdef int _capture_state(cudaStream_t h, cudaStreamCaptureStatus* status,
                         unsigned long long* capture_id) except -1 nogil:
-    # Asked inside the fence too: the driver crashed when a call on a stream
-    # raced a capture beginning or ending on it in another thread
-    # (benchmarks/capture_race.c: the unfenced variants die of SIGSEGV).
+    # Asked inside the fence and under the capture lock: the driver crashed
+    # when a call on a stream raced a capture beginning or ending on it in
+    # another thread (benchmarks/capture_race.c: the unfenced variants die
+    # of SIGSEGV), and the end of a capture on another stream also ends
+    # this one's if it joined that capture.
     rt.fence_enter(h)
     try:
-        return rt.stream_get_capture_info(h, status, capture_id, NULL, NULL, NULL, NULL)
+        return rt.stream_capture_state_locked(h, status, capture_id)
     finally:
         rt.fence_leave(h)
 
@@ -253,7 +255,7 @@ cdef int _launch_once(cudaStream_t h, _HostWork* work, PyObject* payload,
     cdef cudaStreamCaptureStatus now = cudaStreamCaptureStatusNone
     rt.fence_enter(h)
     try:
-        rt.stream_is_capturing(h, &now)
+        rt.stream_capture_state_locked(h, &now, NULL)
         if now == cudaStreamCaptureStatusActive:
             return 0
         # Not capturing (or a capture invalidated, which refuses the launch).
@@ -476,11 +478,23 @@ cdef object _cffi_function(object fn, str argname):
     return address, " calling <" in repr(fn)
 
 
+cdef object _carg_type = None
+
+
 cdef bint _is_ctypes_byref(object obj):
     # ctypes.byref(x[, offset]) makes a CArgObject (not a _CData): so do the
-    # from_param conversions of ctypes' simple types, with another tag.
-    t = type(obj)
-    return t.__name__ == "CArgObject" and t.__module__ == "builtins" and hasattr(obj, "_obj")
+    # from_param conversions of ctypes' simple types, with another tag.  The
+    # type is ctypes' own, asked once (its module reads "builtins" before
+    # CPython 3.12, "_ctypes" since).  Only where ctypes was imported: an
+    # object of it cannot exist otherwise.
+    global _carg_type
+    import sys
+    if _carg_type is None:
+        ctypes = sys.modules.get("ctypes")
+        if ctypes is None:
+            return False
+        _carg_type = type(ctypes.byref(ctypes.c_int()))
+    return type(obj) is _carg_type and hasattr(obj, "_obj")
 
 
 cdef object _byref_address(object ref, str argname):
@@ -706,7 +720,7 @@ cdef int _notify_unless_capturing(cudaStream_t h, void* node) except -1 nogil:
     cdef cudaStreamCaptureStatus now = cudaStreamCaptureStatusNone
     rt.fence_enter(h)
     try:
-        rt.stream_is_capturing(h, &now)
+        rt.stream_capture_state_locked(h, &now, NULL)
         if now != cudaStreamCaptureStatusNone:
             return 0
         rt.launch_notify(h, node)
@@ -743,7 +757,8 @@ cdef int _enqueue_doorbell(Waitable obj, _Doorbell bell, unsigned long long toke
             # mode refuses during another thread's capture: relaxed, as the
             # await's query (see _query_unless_capturing).
             dev = (<Event>obj)._device
-            rt.thread_exchange_capture_mode(&mode)
+            with nogil:
+                rt.thread_exchange_capture_mode(&mode)
             try:
                 s = Stream(dev if dev >= 0 else None, 0, True)
                 try:
@@ -753,7 +768,8 @@ cdef int _enqueue_doorbell(Waitable obj, _Doorbell bell, unsigned long long toke
                 finally:
                     s.close()
             finally:
-                rt.thread_exchange_capture_mode(&mode)
+                with nogil:
+                    rt.thread_exchange_capture_mode(&mode)
             if not enqueued:
                 # Waiting joined a capture: the event was recorded in one.
                 raise RuntimeError("cannot await an event recorded in a capture (it marks a "
@@ -790,7 +806,7 @@ cdef int _query_unless_capturing(Stream stream) except -1:
             try:
                 rt.fence_enter(<cudaStream_t>stream._handle)
                 try:
-                    rt.stream_is_capturing(<cudaStream_t>stream._handle, &now)
+                    rt.stream_capture_state_locked(<cudaStream_t>stream._handle, &now, NULL)
                     if now == cudaStreamCaptureStatusNone:
                         done = rt.stream_query(<cudaStream_t>stream._handle)
                 finally:

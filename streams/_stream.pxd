@@ -74,6 +74,10 @@ cdef class Stream(Waitable):
     cdef int _dependents        # changed atomically (note_dependent, drop_dependent)
     cdef Event _tail            # under the stream's critical section (stream_tail)
     cdef unsigned long long _tail_gen   # tails swapped in so far (mark_tail)
+    # close() between marking the stream closed and publishing its tail
+    # (changed atomically), and the thread doing it (stream_tail waits).
+    cdef int _tail_marking
+    cdef unsigned long _tail_marker
 
     cdef int c_record(self, Event event) except -1 nogil
     cdef int c_wait_event(self, Event event) except -1 nogil
@@ -128,5 +132,5 @@ cdef void note_dependent(Stream s) noexcept nogil
 cdef int settle_dependent(Stream s) except -1
 cdef void drop_dependent(Stream s) noexcept
 cdef Event stream_tail(Stream s)
-cdef int mark_tail(Stream s) except -1
+cdef int mark_tail(Stream s, Event ev=*) except -1
 

@@ -13,6 +13,7 @@ import weakref as _weakref
 
 cimport cython
 from cpython.exc cimport PyErr_CheckSignals
+from cpython.pythread cimport PyThread_get_thread_ident
 from cpython.object cimport PyTypeObject
 from cpython.type cimport PyType_Modified
 from libc.stdint cimport uintptr_t
@@ -1236,7 +1237,7 @@ cdef class Stream(Waitable):
         cdef bint last
         if self._special or streams_is_closed(&self._state):
             return
-        rt.guard()
+        rt.refuse_forbidden()
         # Buffers allocated on this stream and not yet freed (_dependents)
         # will be freed after its work: the tail marks where that work ends.
         # An allocation in another thread counts itself, enqueues, and then
@@ -1247,13 +1248,30 @@ cdef class Stream(Waitable):
         # use of its own across that, so the handle is still alive to record
         # on; the handle is then released when that use ends (here, unless a
         # call in another thread is still inside).
+        # A buffer freed in another thread between this close marking the
+        # stream closed and the tail being published would find no tail: it
+        # waits for the tail (stream_tail, while _tail_marking is set).  The
+        # tail's event is made before the stream is marked closed, so that
+        # no allocation (a collection freeing a buffer of this stream on
+        # this thread) comes in between.
+        cdef Event ev = None
         if streams_use_begin(&self._state) != 0:
             self._unuse()       # closed meanwhile by another thread
             return
         try:
-            Waitable.close(self)
             if streams_count_get(&self._dependents) > 0:
-                mark_tail(self)
+                ev = new_event(self._device, cudaEventDisableTiming)
+            self._tail_marker = PyThread_get_thread_ident()
+            streams_count_add(&self._tail_marking, 1)
+            try:
+                Waitable.close(self)
+                if _close_pause_ns:
+                    with nogil:
+                        streams_sleep_ns(_close_pause_ns)
+                if streams_count_get(&self._dependents) > 0:
+                    mark_tail(self, ev)
+            finally:
+                streams_count_add(&self._tail_marking, -1)
         finally:
             last = streams_use_end(&self._state)
             if last and self._owns_handle:
@@ -1277,6 +1295,22 @@ cdef class Stream(Waitable):
 
 
 # ---- where a closed stream's work ends --------------------------------------------
+# Tests: a pause in Stream.close between marking the stream closed and
+# publishing its tail (_pause_close_before_tail), to race frees against.
+cdef long long _close_pause_ns = 0
+
+
+def _pause_close_before_tail(seconds):
+    """Make every Stream.close() pause ``seconds`` (GIL released) after it
+    marked the stream closed and before it records the tail; 0 turns it off.
+    For tests."""
+    global _close_pause_ns
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise TypeError(f"seconds must be a number, not {type(seconds).__name__}")
+    if not 0 <= seconds <= 10:
+        raise ValueError(f"seconds must be within 0 and 10, got {seconds}")
+    _close_pause_ns = <long long>(seconds * 1e9)
+
 # Buffers allocated on a stream count themselves in its _dependents until
 # their free is enqueued.  A stream closed with some left records a tail
 # event, which those frees wait for on the legacy stream.  The count moves
@@ -1300,7 +1334,7 @@ cdef int settle_dependent(Stream s) except -1:
     return 0
 
 
-cdef int mark_tail(Stream s) except -1:
+cdef int mark_tail(Stream s, Event ev=None) except -1:
     # Record where s's work ends now; the caller holds a use of s.  The
     # record runs with the GIL released (it blocks while s's queue is full:
     # the GIL rule), the swap under s's critical section.  Of two threads
@@ -1309,11 +1343,13 @@ cdef int mark_tail(Stream s) except -1:
     # it read _tail_gen before its record; otherwise it records again, now
     # after the other's record, and tries again (as many rounds at most as
     # markers at once).  Test: test_free_threading_gpu.py, allocations
-    # racing the close of their stream.
-    cdef Event ev = new_event(s._device, cudaEventDisableTiming)
+    # racing the close of their stream.  `ev`: a new event made by the
+    # caller, or None to make one here.
     cdef Event old = None
     cdef unsigned long long gen
     cdef bint settled = False
+    if ev is None:
+        ev = new_event(s._device, cudaEventDisableTiming)
     while not settled:
         with cython.critical_section(s):
             gen = s._tail_gen
@@ -1335,8 +1371,16 @@ cdef int mark_tail(Stream s) except -1:
 
 cdef Event stream_tail(Stream s):
     # The tail event of a closed stream, or None; the caller's reference
-    # keeps it alive while it uses the handle.
+    # keeps it alive while it uses the handle.  A close() in another thread
+    # that marked the stream closed and has not yet published its tail is
+    # waited for (GIL released): the tail covers work this caller may have
+    # seen enqueued.  Test: test_memory_lifetimes_gpu.py, frees racing the
+    # close of their stream.
     cdef Event ev
+    while (streams_count_get(&s._tail_marking) > 0
+           and s._tail_marker != PyThread_get_thread_ident()):
+        with nogil:
+            streams_sleep_ns(20000)
     with cython.critical_section(s):
         ev = s._tail
     return ev
@@ -1566,7 +1610,7 @@ cdef class Event(Waitable):
                                  "enable_timing=False")
             if not streams_flag_get(<int*>&(<Event>ev)._recorded):
                 raise ValueError(f"elapsed_time: the {role} event was never recorded")
-        rt.guard()   # inside a callback the waits below would wait for themselves
+        rt.refuse_forbidden()   # inside a callback the waits below would wait for themselves
         wait_until_done(self, -1)
         wait_until_done(end, -1)
         self._use()
@@ -1805,7 +1849,7 @@ cdef class _HandlePool:
         their objects close.  Idempotent."""
         if self._pool == NULL:
             return
-        rt.guard()
+        rt.refuse_forbidden()
         self._shut()
 
     cdef void _shut(self) noexcept:

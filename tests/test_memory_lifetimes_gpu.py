@@ -496,3 +496,64 @@ def test_a_pool_destroyed_during_another_threads_global_capture():
     _released_during_a_global_capture_of(other, pool.close)
     assert streams.debug_counters()["live_mem_pools"] == made - 1
     other.close()
+
+
+# ---- a free racing the close of its buffer's stream -------------------------------------------
+
+FREE_DURING_CLOSE = textwrap.dedent("""
+    import sys, threading
+    import numpy as np
+    import streams
+    from streams import DeviceBuffer, Stream
+    from streams.testing import fill_u32, spin
+    N = 1024
+    legacy = Stream.legacy
+    pause = float(sys.argv[1])
+    streams._stream._pause_close_before_tail(pause)
+    late = 0
+    reused = 0
+    for t in range(3):
+        S = Stream(non_blocking=True)
+        X = DeviceBuffer(4 * N, S)
+        xptr = X.ptr
+        fill_u32(S, X.ptr, 0, N)
+        S.synchronize()
+        spin(S, 300000)                 # 0.3 s, then X is written
+        fill_u32(S, X.ptr, 5, N)
+        go = threading.Event()
+        def freer():
+            go.wait()
+            while not S.closed:         # inside close's pause, when there is one
+                pass
+            X.close()
+        th = threading.Thread(target=freer)
+        th.start()
+        go.set()
+        S.close()
+        th.join()
+        # Y reuses X's memory only once X's free has run: if that free was
+        # not ordered after S's work, S's late fill lands in Y.
+        Y = DeviceBuffer(4 * N, legacy)
+        fill_u32(legacy, Y.ptr, 9, N)
+        streams.synchronize_device()
+        host = np.empty(N, dtype=np.uint32)
+        streams.memcpy_async(host, Y, stream=legacy)
+        legacy.synchronize()
+        reused += Y.ptr == xptr
+        late += int((host != 9).any())
+        Y.close()
+    streams._stream._pause_close_before_tail(0)
+    print("late", late, "reused", reused)
+""")
+
+
+@pytest.mark.parametrize("pause", [0.05, 0.0])
+def test_a_buffer_freed_while_its_stream_closes_waits_for_the_stream_work(pause):
+    """A buffer closed in another thread while its stream's close() is
+    between marking the stream closed and recording its tail (held open by
+    a test pause, and without one) is freed after the stream's work: the
+    memory reused right after it never receives the stream's late fill
+    (streams/_stream.pyx, stream_tail waits for the tail being marked)."""
+    r = run_python_args(["-c", FREE_DURING_CLOSE, str(pause)], timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "late 0 " in r.stdout, r.stdout + r.stderr

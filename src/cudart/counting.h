@@ -37,6 +37,30 @@ static inline int streams_gil_held_here(void) {
 #endif
 }
 
+/* The same check for the shim's own CUDA calls (marks, markers): a call
+ * made holding the GIL is counted, and its site's name kept (the first 16)
+ * for streams._cudart._cuda_calls_with_gil(). */
+#define STREAMS_GIL_C_SITES 16
+static const char *streams_gil_c_sites[STREAMS_GIL_C_SITES];
+static atomic_int streams_gil_c_n;
+static inline void streams_gil_rule(const char *site) {
+#if STREAMS_DEBUG_BUILD
+    int i;
+    if (!PyGILState_Check())
+        return;
+    streams_count(STREAMS_CNT_CUDA_WITH_GIL);
+    i = atomic_fetch_add(&streams_gil_c_n, 1);
+    if (i < STREAMS_GIL_C_SITES)
+        streams_gil_c_sites[i] = site;
+#else
+    (void)site;
+#endif
+}
+static inline const char *streams_gil_c_site(int i) {
+    return (i >= 0 && i < STREAMS_GIL_C_SITES && i < atomic_load(&streams_gil_c_n))
+        ? streams_gil_c_sites[i] : NULL;
+}
+
 static inline void streams_payload_incref(PyObject *payload) {
     streams_count(STREAMS_CNT_PAYLOAD_INCREF);
     Py_INCREF(payload);

@@ -34,10 +34,14 @@
  *    are not internally synchronized (two threads attaching to one
  *    capture's graph at once crashed in the driver), and the capture must
  *    not end (its graph be destroyed) meanwhile.  So enqueues into a
- *    capture, and every capture's begin and end, take it.  It is held only
- *    across calls that cannot wait for the GPU (a launch into a capture
- *    queues nothing), and never while waiting for a stream's fence: the
- *    fence comes first.
+ *    capture, and every capture's begin and end, take it.  A one-shot
+ *    enqueue asks its stream's capture status under it too (inside the
+ *    stream's read hold): the end of a capture begun on another stream
+ *    also ends the capture of every stream that joined it, and must not
+ *    race that question.  It is held only across calls that cannot wait
+ *    for the GPU (a launch into a capture queues nothing, a status never
+ *    waits), and never while waiting for a stream's fence: the fence comes
+ *    first.
  *
  * Nobody waits for either with the GIL held (the callers release it first).
  *

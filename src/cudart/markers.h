@@ -30,6 +30,7 @@ static void streams_marker_key_init(void) {
 
 /* The calling thread's marker event on device `dev` (made on first use). */
 static cudaError_t streams_thread_marker(int dev, cudaEvent_t *out) {
+    streams_gil_rule("streams_thread_marker");
     cudaEvent_t *markers;
     cudaError_t err = cudaSuccess;
     int cur = -1;

@@ -48,6 +48,7 @@ static int streams_marks_push(streams_marks_t *m, cudaEvent_t ev) {
 
 /* After a launch on `stream`: mark where it ends. */
 static cudaError_t streams_marks_record(streams_marks_t *m, cudaStream_t stream) {
+    streams_gil_rule("streams_marks_record");
     cudaEvent_t ev = NULL;
     cudaError_t err;
     pthread_mutex_lock(&m->lock);
@@ -76,6 +77,7 @@ static cudaError_t streams_marks_record(streams_marks_t *m, cudaStream_t stream)
 static int streams_marks_done(streams_marks_t *m) {
     size_t i;
     int done = 1;
+    streams_gil_rule("streams_marks_done");
     pthread_mutex_lock(&m->lock);
     for (i = 0; i < m->count && done; i++)
         if (cudaEventQuery(m->ring[(m->head + i) % m->cap]) == cudaErrorNotReady)
@@ -88,6 +90,7 @@ static void streams_marks_free(streams_marks_t *m) {
     size_t i;
     if (!m)
         return;
+    streams_gil_rule("streams_marks_free");
     for (i = 0; i < m->count; i++)
         streams_destroy_marker_event(m->ring[(m->head + i) % m->cap]);
     free(m->ring);
@@ -96,13 +99,13 @@ static void streams_marks_free(streams_marks_t *m) {
 }
 
 /* What gone executables still hold, until their marks say the replays
- * ended; and memory pools whose destroy waits for the frees of their
- * memory still queued (`release`, run once the marks are done).  Parked
- * and polled with the GIL held (attached, on a free-threaded CPython, where
- * several threads do it at once: the list is under streams_parked_lock,
- * held to change the list and to ask the marks, which never waits for the
- * GPU; what is let go is let go outside it).  Never taken on the status or
- * enqueue paths. */
+ * ended; and memory pools and green contexts whose destroy waits for work
+ * still queued (`release`, run once the marks are done).  Parked and
+ * polled from threads that hold the GIL (attached, on a free-threaded
+ * CPython, where several threads do it at once): the list is under
+ * streams_parked_lock, held only to change the list; the marks are asked
+ * and what is let go is let go outside it (streams_poll_parked).  Never
+ * taken on the status or enqueue paths. */
 typedef struct {
     streams_marks_t *marks;
     PyObject *keep[2];
@@ -165,40 +168,66 @@ static size_t streams_parked_count(void) {
 }
 
 /* Let go of what the ended replays held; returns how many were let go.
- * The drops run after the list is consistent again: a drop may run a
- * finalizer that parks or polls. */
+ * Called with the GIL held.  The items are taken out of the list under its
+ * lock, their marks asked and the done ones' marks freed with neither the
+ * lock nor the GIL held (cudaEventQuery and cudaEventDestroy take driver
+ * locks, which a thread blocked in a full queue may hold: the GIL rule,
+ * streams/_stream.pyx), the rest put back.  The drops run after the list
+ * is consistent again: a drop may run a finalizer that parks or polls. */
 static Py_ssize_t streams_poll_parked(void) {
-    streams_parked_t *done_items;
-    size_t i, kept = 0, n_done = 0, total;
+    streams_parked_t *items, *grown, t;
+    size_t i, n_done = 0, total, need, cap;
+    PyThreadState *saved;
     if (streams_parked_count() == 0 || streams_guard_state() != 0
             || streams_is_shutting_down())
         return 0;
     pthread_mutex_lock(&streams_parked_lock);
     total = streams_parked_len;
-    done_items = total ? (streams_parked_t *)malloc(total * sizeof(*done_items)) : NULL;
-    if (!done_items) {
+    items = total ? (streams_parked_t *)malloc(total * sizeof(*items)) : NULL;
+    if (!items) {
         pthread_mutex_unlock(&streams_parked_lock);
         return 0;
     }
-    /* cudaEventQuery never waits for the GPU: the lock is held briefly. */
+    memcpy(items, streams_parked, total * sizeof(*items));
+    streams_parked_len = 0;
+    pthread_mutex_unlock(&streams_parked_lock);
+    saved = PyEval_SaveThread();
     for (i = 0; i < total; i++) {
-        if (streams_marks_done(streams_parked[i].marks))
-            done_items[n_done++] = streams_parked[i];
-        else
-            streams_parked[kept++] = streams_parked[i];
+        if (streams_marks_done(items[i].marks)) {     /* done ones to the front */
+            t = items[n_done];
+            items[n_done++] = items[i];
+            items[i] = t;
+        }
     }
-    streams_parked_len = kept;
-    atomic_store_explicit(&streams_parked_now, kept, memory_order_relaxed);
+    for (i = 0; i < n_done; i++) {
+        streams_marks_free(items[i].marks);
+        if (items[i].release)
+            items[i].release(items[i].arg, items[i].kind);
+    }
+    PyEval_RestoreThread(saved);
+    pthread_mutex_lock(&streams_parked_lock);
+    need = streams_parked_len + (total - n_done);
+    if (need > streams_parked_cap) {
+        cap = streams_parked_cap ? streams_parked_cap : 8;
+        while (cap < need)
+            cap *= 2;
+        grown = (streams_parked_t *)realloc(streams_parked, cap * sizeof(*grown));
+        if (grown) {
+            streams_parked = grown;
+            streams_parked_cap = cap;
+        }
+    }
+    /* Out of memory for the list: the rest stay out of it, leaked (their
+     * references and events kept for the life of the process). */
+    for (i = n_done; i < total && streams_parked_len < streams_parked_cap; i++)
+        streams_parked[streams_parked_len++] = items[i];
+    atomic_store_explicit(&streams_parked_now, streams_parked_len, memory_order_relaxed);
     pthread_mutex_unlock(&streams_parked_lock);
     for (i = 0; i < n_done; i++) {
-        streams_marks_free(done_items[i].marks);
-        if (done_items[i].release)
-            streams_release_without_gil(done_items[i].release, done_items[i].arg,
-                                        done_items[i].kind);
-        Py_XDECREF(done_items[i].keep[0]);
-        Py_XDECREF(done_items[i].keep[1]);
+        Py_XDECREF(items[i].keep[0]);
+        Py_XDECREF(items[i].keep[1]);
     }
-    free(done_items);
+    free(items);
     return (Py_ssize_t)n_done;
 }
 

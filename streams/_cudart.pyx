@@ -1043,7 +1043,10 @@ cdef size_t fence_streams_now() noexcept nogil:
 
 cdef bint stream_in_capture(cudaStream_t h) noexcept nogil:
     cdef cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone
-    cdef cudaError_t err = cudaStreamIsCapturing(h, &status)
+    cdef cudaError_t err
+    if streams_gil_held_here():
+        _note_cuda_with_gil()
+    err = cudaStreamIsCapturing(h, &status)
     if err != cudaSuccess:
         cudaGetLastError()
         # Only the legacy stream's "cannot say while a blocking stream is

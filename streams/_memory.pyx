@@ -28,7 +28,7 @@ from streams._foreign cimport (STREAM_LEGACY, STREAM_NULL, STREAM_PER_THREAD, ca
 from streams._handle cimport HandleOwner, keep_in_use
 from streams._platform cimport streams_close_begin, streams_is_closed, streams_use_begin
 from streams._stream cimport (Event, Stream, as_stream, drop_dependent, note_dependent,
-                              settle_dependent, stream_tail)
+                              settle_dependent, stream_tail, wait_until_done)
 from streams.cudart cimport *
 
 from streams._cudart import CudaError as rt_CudaError
@@ -857,10 +857,28 @@ cdef class DeviceBuffer(_Buffer):
         cdef DeviceScope scope
         cdef cudaEvent_t tail
         cdef Event tail_event
+        cdef cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed
+        cdef bint legacy_captured = False
         if not s.closed:
             return 1 if s._handle == NULL else <uintptr_t>s._handle
         tail_event = stream_tail(s)
         if tail_event is not None:
+            with nogil:
+                legacy_captured = rt.stream_in_capture(cudaStreamLegacy)
+        if tail_event is not None and legacy_captured:
+            # A blocking stream is being captured: work on the legacy stream
+            # would join or break that capture, so the tail is waited for on
+            # the host instead (GIL released; in relaxed capture mode, in
+            # which the capture allows the queries of the wait).  Test:
+            # test_audit_misc_gpu.py, a closed stream's buffer during a capture.
+            with nogil:
+                rt.thread_exchange_capture_mode(&mode)
+            try:
+                wait_until_done(tail_event, -1)
+            finally:
+                with nogil:
+                    rt.thread_exchange_capture_mode(&mode)
+        elif tail_event is not None:
             tail = <cudaEvent_t>tail_event._handle
             with nogil:
                 enter_device(&scope, self._device)
@@ -901,8 +919,13 @@ cdef class DeviceBuffer(_Buffer):
             # stream made to wait for where its work ended.
             used = _try_use(s)
             try:
+                # Closed, our stream's work is waited for through the legacy
+                # stream: decided first, enqueued (_order_handle) only once
+                # the consumer is known not to be captured (an enqueue on
+                # the legacy stream would break its capture).
                 ours = (1 if s._handle == NULL else <uintptr_t>s._handle) if used \
-                    else self._order_handle()
+                    else STREAM_LEGACY
+                decision = _ORDER_SKIP
                 if <cudaStream_t>ours != consumer:
                     # The rule of _order_after, with our stream the producer.
                     decision = _order_decision(wanted, ours)
@@ -913,14 +936,16 @@ cdef class DeviceBuffer(_Buffer):
                             "would invalidate the capture (nothing was enqueued); synchronize "
                             "the buffer's stream before the capture begins and export with "
                             "stream=-1, or make the buffer's stream part of the capture")
-                    if decision == _ORDER_WAIT:
-                        with nogil:
-                            enter_device(&scope, self._device)
-                            try:
-                                rt.stream_wait_stream(consumer, <cudaStream_t>ours,
-                                                      self._device)
-                            finally:
-                                exit_device(&scope)
+                if not used:
+                    self._order_handle()
+                if decision == _ORDER_WAIT:
+                    with nogil:
+                        enter_device(&scope, self._device)
+                        try:
+                            rt.stream_wait_stream(consumer, <cudaStream_t>ours,
+                                                  self._device)
+                        finally:
+                            exit_device(&scope)
             finally:
                 if used:
                     s._unuse()

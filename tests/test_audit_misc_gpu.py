@@ -341,3 +341,53 @@ def test_byref_data_is_written_where_it_points_and_kept_until_run():
         s.synchronize()
         assert wait_for_refcount(lone, base), "the byref object is let go once it has run"
         assert lone.value == 1
+
+
+CLOSED_STREAM_EXPORT = textwrap.dedent(r"""
+    import json, sys
+    import streams
+    from streams import CudaError, DeviceBuffer, Stream
+    from streams.testing import fill_u32
+    variant = sys.argv[1]
+    P = Stream(non_blocking=True)
+    q = Stream()                     # blocking: the default kind
+    buf = DeviceBuffer(4096, P)
+    fill_u32(P, buf.ptr, 7, 1024)
+    P.synchronize()
+    P.close()                        # buf still open: P's close recorded a tail
+    res = {}
+    q.begin_capture()
+    try:
+        if variant == "dlpack":
+            cap = buf.__dlpack__(stream=q.handle)
+            del cap
+        else:
+            buf.__cuda_array_interface__
+        res["export"] = "exported"
+    except BufferError:
+        res["export"] = "BufferError"
+    except CudaError as exc:
+        res["export"] = "CudaError: " + exc.name
+    res["q_status"] = q.capture_status.name
+    try:
+        q.end_capture().close()
+        res["end_capture"] = "ok"
+    except CudaError as exc:
+        res["end_capture"] = exc.name
+    buf.close()
+    print("RESULT " + json.dumps(res), flush=True)
+""")
+
+
+@pytest.mark.parametrize("variant, export", [("dlpack", "BufferError"), ("cai", "exported")])
+def test_a_closed_streams_buffer_exported_during_a_capture_leaves_it_intact(variant, export):
+    """A buffer whose stream is closed is ordered after that stream's work
+    through the legacy stream; while a blocking stream is being captured
+    that would join or break the capture.  An export to the capturing
+    stream is refused first (nothing enqueued); a plain interface read waits
+    for the tail on the host instead.  The capture goes on and ends."""
+    r = run_python_args(["-c", CLOSED_STREAM_EXPORT, variant], timeout=120)
+    lines = [ln[7:] for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert lines, r.stdout + r.stderr
+    out = json.loads(lines[-1])
+    assert out == {"export": export, "q_status": "ACTIVE", "end_capture": "ok"}, out

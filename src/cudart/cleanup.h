@@ -90,11 +90,18 @@ static int streams_cleanup_injected(int what) {
     if (!atomic_load_explicit(&streams_cleanup_injecting, memory_order_relaxed)
             || what < 0 || what >= STREAMS_CLEANUP_INJECT_KINDS)
         return 0;       /* the usual case, without the lock */
+    int i, armed = 0;
     pthread_mutex_lock(&streams_cleanup_lock);
     if (streams_cleanup_inject_left[what] > 0) {
         streams_cleanup_inject_left[what]--;
         err = streams_cleanup_inject_error[what];
     }
+    /* The hint goes once no kind has a count left: later releases skip
+     * the lock again. */
+    for (i = 0; i < STREAMS_CLEANUP_INJECT_KINDS; i++)
+        armed |= streams_cleanup_inject_left[i] > 0;
+    if (!armed)
+        atomic_store(&streams_cleanup_injecting, 0);
     pthread_mutex_unlock(&streams_cleanup_lock);
     return err;
 }

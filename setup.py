@@ -18,6 +18,10 @@ runtime, and ``crt/host_defines.h`` comes from ``nvidia-cuda-nvcc-cu12``.
 The CUDA inputs are looked up when extensions are built, not when the
 script is read: an sdist needs none.
 
+The extensions are built without debug information (``-g0``, and the
+static runtime's stripped at link time); ``STREAMS_DEBUG_INFO=1`` keeps it
+(tools/streams_build.py, ``debug_info_flags``).
+
 Set ``STREAMS_CYTHON_ANNOTATE=1`` for Cython's HTML annotation, and
 ``STREAMS_DEBUG_REFCOUNTS=1`` for the debug build, which counts every
 reference taken and dropped on callback payloads and DLPack exports and
@@ -107,7 +111,14 @@ class build_ext_with_cuda(build_ext):
 
         include_dirs, static_lib = find_cuda()
         debug = os.environ.get("STREAMS_DEBUG_REFCOUNTS", "") not in ("", "0")
+        try:
+            debug_compile, debug_link = streams_build.debug_info_flags()
+        except ValueError as exc:
+            sys.exit(f"streams: {exc}")
         for ext in self.extensions:
+            # After Python's own flags (its -g), so that ours win.
+            ext.extra_compile_args.extend(debug_compile)
+            ext.extra_link_args.extend(debug_link)
             # Every module reads the CUDA headers' types; only the call
             # layer links the runtime (one copy per process).
             ext.include_dirs.extend(include_dirs)
@@ -120,7 +131,7 @@ class build_ext_with_cuda(build_ext):
             self.parallel = os.cpu_count() or 1
         # The flavour changes no source file: an up-to-date check would keep
         # the other flavour's binary.
-        flavour = "debug-refcounts" if debug else "release"
+        flavour = ("debug-refcounts" if debug else "release") + " " + " ".join(debug_compile)
         stamp = os.path.join(self.build_temp, "streams-flavour")
         try:
             with open(stamp) as f:

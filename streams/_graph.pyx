@@ -508,7 +508,7 @@ def capture_info(Stream stream not None):
         graph = _wrap_graph(g, False, None, None)
         dep_nodes = [_wrap_node(graph, deps[i]) for i in range(n)]
         edge_data = ([(edges[i].from_port, edges[i].to_port, edges[i].type) for i in range(n)]
-                     if edges != NULL else [(0, 0, 0)] * n)
+                     if edges != NULL else [(0, 0, 0)] * <Py_ssize_t>n)
     finally:
         stream._unuse()
     return CaptureInfo(CaptureStatus.ACTIVE, cid, graph, dep_nodes, edge_data)

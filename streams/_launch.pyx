@@ -17,6 +17,7 @@ cimport cython
 from cpython.float cimport PyFloat_AS_DOUBLE
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_AsUnsignedLongLong
 from cpython.ref cimport Py_DECREF
+from libc.limits cimport LLONG_MIN
 from libc.stdint cimport uintptr_t
 from libc.string cimport memset
 
@@ -59,7 +60,7 @@ _SIZE_OF[:] = [1, 2, 4, 8, 1, 2, 4, 8, 4, 8, 8, 8]
 # (H100 benchmark, 2026-11-23), much of it on Python-level lookups.
 cdef long long _INT_LO[8]
 cdef unsigned long long _INT_HI[8]
-_INT_LO[:] = [-(1 << 7), -(1 << 15), -(1 << 31), -(1 << 63), 0, 0, 0, 0]
+_INT_LO[:] = [-(1 << 7), -(1 << 15), -(1 << 31), LLONG_MIN, 0, 0, 0, 0]
 _INT_HI[:] = [(1 << 7) - 1, (1 << 15) - 1, (1 << 31) - 1, (1 << 63) - 1,
               (1 << 8) - 1, (1 << 16) - 1, (1 << 32) - 1, (1 << 64) - 1]
 cdef tuple _ARG_NAMES = tuple([f"argument {i}" for i in range(MAX_KERNEL_ARGS)])
@@ -491,7 +492,7 @@ cdef int _read_parameters(Kernel k, bint any_sizes=False) except -1:
     cdef size_t offset = 0, size = 0, i
     cdef int r
     k._nparams = -1
-    for i in range(MAX_KERNEL_ARGS + 1):
+    for i in range(<size_t>MAX_KERNEL_ARGS + 1):
         with nogil:
             if k._adopted == 2:
                 r = rt.function_get_param_info(k._func, i, &offset, &size)
@@ -509,14 +510,14 @@ cdef int _read_parameters(Kernel k, bint any_sizes=False) except -1:
         if k._nsig != k._nparams:
             raise ValueError(f"signature of kernel {k._name!r} names {k._nsig} parameter(s), "
                              f"but the kernel takes {k._nparams}")
-        for i in range(k._nparams):
+        for i in range(<size_t>k._nparams):    # set above: 0 or more
             if _SIZE_OF[k._kinds[i]] != k._param_size[i]:
                 raise ValueError(
                     f"signature[{i}] of kernel {k._name!r} is {k._signature_names[i]} "
                     f"({_SIZE_OF[k._kinds[i]]} bytes), but the parameter takes "
                     f"{k._param_size[i]} bytes")
     elif not any_sizes:
-        for i in range(k._nparams):
+        for i in range(<size_t>k._nparams):    # set above: 0 or more
             if k._param_size[i] not in (1, 2, 4, 8):
                 raise ValueError(f"kernel {k._name!r}: parameter {i} is a "
                                  f"{k._param_size[i]}-byte value; streams passes scalars and "

@@ -512,11 +512,14 @@ cdef class _Buffer(HandleOwner):
         # (free-threaded CPython; the GIL elsewhere).  The release that may
         # follow the mark runs detached, which ends the section: by then
         # every new view is refused.
+        cdef int views
         with cython.critical_section(self):
-            if self._views and not streams_is_closed(&self._state):
-                raise BufferError(f"cannot close a {type(self).__name__} while {self._views} "
-                                  "buffer view(s) (e.g. numpy arrays) still use it")
-            self._close_handle()
+            views = 0 if streams_is_closed(&self._state) else self._views
+            if not views:
+                self._close_handle()
+        if views:
+            raise BufferError(f"cannot close a {type(self).__name__} while {views} "
+                              "buffer view(s) (e.g. numpy arrays) still use it")
 
     def __repr__(self):
         if self.closed:
@@ -795,7 +798,7 @@ cdef class DeviceBuffer(_Buffer):
         # threaded CPython), one names the stream and the other just closes.
         claimed = False
         with cython.critical_section(self):
-            if self._free_on is None and not self.closed:
+            if self._free_on is None and not streams_is_closed(&self._state):
                 self._free_on = on
                 claimed = True
         if not claimed:                 # another close() got in first
@@ -1089,7 +1092,7 @@ cdef void* _pool_handle(cudaMemPool_t* h, int dev, int fd, bint share, size_t ca
     return frees
 
 
-cdef object _default_pools = {}     # device -> the MemoryPool of its default pool
+cdef dict _default_pools = {}     # device -> the MemoryPool of its default pool
 cdef object _default_pools_lock = object()  # its critical section (see _hostcall's _capture_lock)
 
 
@@ -1161,7 +1164,7 @@ cdef class MemoryPool(HandleOwner):
         # the default pool owns nothing: the others just go).
         with cython.critical_section(_default_pools_lock):
             pool = _default_pools.get(dev)
-            if pool is None or (<MemoryPool>pool).closed:
+            if pool is None or streams_is_closed(&(<MemoryPool>pool)._state):
                 pool = made
                 _default_pools[dev] = pool
         return pool

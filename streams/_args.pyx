@@ -70,6 +70,15 @@ cdef uintptr_t as_pointer_int(object value, str argname) except? 0:
     return <uintptr_t>v
 
 
+cdef bint as_bool_other(object value, str argname) except -1:
+    # numpy's bool (numpy.bool, numpy.bool_ before numpy 2) is no int
+    # subclass, and what a numpy comparison gives: taken as what it says.
+    cls = type(value)
+    if cls.__name__ in ("bool", "bool_") and cls.__module__ == "numpy":
+        return value.__bool__()
+    raise TypeError(f"{argname} must be a bool, not {cls.__name__}")
+
+
 cdef int as_int(object value, str argname) except? -1:
     if isinstance(value, bool) or not hasattr(value, "__index__"):
         raise TypeError(f"{argname} must be an int, not {type(value).__name__}")

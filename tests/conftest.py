@@ -11,8 +11,8 @@ from _support import FREE_THREADED
 
 GPU_COUNT = streams.device_count()
 NO_GPU_REASON = (
-    "no CUDA GPU here (streams.device_count() == 0, driver version "
-    f"{streams.driver_version()}): GPU tests run on the device machine via tools/gpu_suite.sh"
+    "needs a machine with an NVIDIA GPU (here streams.device_count() == 0, driver version "
+    f"{streams.driver_version()})"
 )
 
 

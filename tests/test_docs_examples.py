@@ -97,7 +97,7 @@ def _run(args, cwd, timeout=300):
 
 def _require_gpu():
     if streams.device_count() == 0:
-        pytest.skip("no CUDA GPU here (streams.device_count() == 0)")
+        pytest.skip("needs a machine with an NVIDIA GPU (here streams.device_count() == 0)")
 
 
 # ---- CPU: the extraction itself -----------------------------------------------

@@ -204,3 +204,19 @@ def test_wheel_check_refuses_debug_information(tmp_path, flag, kept):
     assert bool(found) is kept, found
     if kept:
         assert ".debug_info" in found
+
+
+def test_metadata_names_the_license_the_urls_and_the_status():
+    tomllib = pytest.importorskip("tomllib")
+    root = TOOLS.parent.parent
+    with open(root / "pyproject.toml", "rb") as f:
+        project = tomllib.load(f)["project"]
+    assert project["license"] == "Apache-2.0"
+    assert project["license-files"] == ["LICENSE"]
+    assert "Apache License" in (root / "LICENSE").read_text()[:200]
+    assert "Version 2.0" in (root / "LICENSE").read_text()[:200]
+    assert set(project["urls"]) == {"Source", "Documentation", "Changelog", "Issues"}
+    assert all(url.startswith("https://") for url in project["urls"].values())
+    assert project["authors"]
+    status = [c for c in project["classifiers"] if c.startswith("Development Status :: ")]
+    assert len(status) == 1, status

@@ -33,7 +33,8 @@
 #
 # The interpreter source is Debian's python3.13 source package: Debian 12's
 # lists have no 3.13, so a source-only entry for the next release is added
-# once (no binary package from it is installed).  pip comes from its PyPI
+# once, on the archive the machine's apt sources already name
+# (tools/apt_archive.py; no binary package from it is installed).  pip comes from its PyPI
 # wheel, run as a zip (the interpreter is configured without ensurepip).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -60,13 +61,19 @@ build_interpreter() {
     echo "== free-threaded interpreter: building into $prefix"
     work=$(mktemp -d)
     if ! apt-cache showsrc python3.13 2>/dev/null | grep -q '^Version: 3.13'; then
-        cat > /etc/apt/sources.list.d/python313-src.sources <<'SRC'
-Types: deb-src
-URIs: http://deb.debian.org/debian
-Suites: trixie
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-SRC
+        # The archive the machine already uses (its mirror, proxy or
+        # snapshot), read from its own apt sources (tools/apt_archive.py).
+        local archive uri signed
+        archive=$(python3 "$ROOT/tools/apt_archive.py") || exit 1
+        IFS=$'\t' read -r uri signed <<<"$archive"
+        {
+            echo "Types: deb-src"
+            echo "URIs: $uri"
+            echo "Suites: trixie"
+            echo "Components: main"
+            [ -z "$signed" ] || echo "Signed-By: $signed"
+        } > /etc/apt/sources.list.d/python313-src.sources
+        echo "== deb-src for trixie added on $uri"
     fi
     apt-get update -qq
     # What CPython's configure looks for (the modules the suite uses:

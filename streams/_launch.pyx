@@ -304,7 +304,7 @@ cdef class Module(HandleOwner):
         (a cubin) or ``"compute_XY"`` (PTX, compiled by the driver);
         default: the current device's ``sm_XY``.  NVRTC is loaded at first
         use: ``STREAMS_NVRTC`` (a path), the ``nvidia-cuda-nvrtc`` wheel
-        (``pip install cuda-streams[nvrtc]``), the toolkit's (``CUDA_HOME``,
+        (``pip install "nvidia-cuda-nvrtc==13.*"``), the toolkit's (``CUDA_HOME``,
         ``/usr/local/cuda``) or the system's ``libnvrtc.so``; none found is
         a RuntimeError.  A failed compilation raises ``CompileError``
         carrying NVRTC's log.  Compilations are cached in memory by
@@ -1468,6 +1468,16 @@ def _nvrtc_candidates():
     return found
 
 
+def nvrtc_wheel():
+    """The requirement of NVIDIA's NVRTC wheel for this build's CUDA major,
+    quoted for a shell: what the error of a missing NVRTC tells to install
+    (tests/test_launch_cpu.py)."""
+    major = rt_runtime_version() // 1000
+    if major == 12:
+        return '"nvidia-cuda-nvrtc-cu12==12.*"'
+    return f'"nvidia-cuda-nvrtc=={major}.*"'
+
+
 cdef void* _nvrtc_symbol(void* lib, const char* name, str path) except NULL:
     cdef void* fn = dlsym(lib, name)
     if fn == NULL:
@@ -1500,9 +1510,9 @@ cdef int _load_nvrtc() except -1:
             tried.append(f"{path} ({why})")
         if lib == NULL:
             how = ("STREAMS_NVRTC names it" if env else
-                   "install it with `pip install cuda-streams[nvrtc]` (the nvidia-cuda-nvrtc "
-                   "wheel), set CUDA_HOME to a CUDA toolkit, or set STREAMS_NVRTC to the path "
-                   "of libnvrtc.so")
+                   f"install NVIDIA's wheel of it with `pip install {nvrtc_wheel()}`, set "
+                   "CUDA_HOME to a CUDA toolkit, or set STREAMS_NVRTC to the path of "
+                   "libnvrtc.so")
             raise RuntimeError(f"NVRTC (libnvrtc.so), needed by Module.from_source, was not "
                                f"found or could not be loaded; {how}. Tried: "
                                + "; ".join(tried))

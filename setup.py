@@ -187,7 +187,7 @@ def _extension(name):
     owner = full == CALL_LAYER
     return Extension(
         full,
-        sources=[f"streams/{name}.pyx"],
+        sources=[f"src/streams/{name}.pyx"],
         # include/: the headers shipped for cimporters; src/: the private
         # ones (the shim of the call layer, the floor, the counters' names),
         # built with the package and never shipped.

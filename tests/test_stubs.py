@@ -146,7 +146,7 @@ def test_mypy_config_holds_every_stub_strictly():
     checked = {module for override in config.get("overrides", [])
                if override.get("ignore_errors") is False for module in override["module"]}
     stubs = {"streams" if p.stem == "__init__" else f"streams.{p.stem}"
-             for p in (ROOT / "streams").glob("*.pyi")}
+             for p in (ROOT / "src" / "streams").glob("*.pyi")}
     assert not stubs - checked, (
         f"stubs whose errors mypy ignores (add them to the override with "
         f"ignore_errors = false in {CONFIG.name}): {sorted(stubs - checked)}")

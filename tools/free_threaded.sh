@@ -39,6 +39,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
+# The in-place build of the package (a src layout) for the interpreter,
+# which has no streams installed.
+export PYTHONPATH="$ROOT/src${PYTHONPATH:+:$PYTHONPATH}"
 cmd=${1:-}
 shift || true
 
@@ -171,7 +174,7 @@ BUNDLE="$BUNDLE_DIR/py313t-bundle.tar"
 # What the generated C of the package is made from: a bundle's C files are
 # used on the other side only if this matches there (else Cython runs).
 sources_id() {
-    (cd "$ROOT" && cat streams/*.pyx streams/*.pxd streams/*.pxi setup.py | sha256sum | cut -d' ' -f1)
+    (cd "$ROOT" && cat src/streams/*.pyx src/streams/*.pxd src/streams/*.pxi setup.py | sha256sum | cut -d' ' -f1)
 }
 
 # The bundle: the interpreter with the test requirements installed in it
@@ -206,11 +209,11 @@ pack() {
     echo "$prefix" > "$tmp/PREFIX"
     # The generated C, when it is as fresh as its sources here.
     local fresh=1 f
-    for f in "$ROOT"/streams/*.pyx; do
+    for f in "$ROOT"/src/streams/*.pyx; do
         [ -f "${f%.pyx}.c" ] && [ "${f%.pyx}.c" -nt "$f" ] || fresh=0
     done
     if [ $fresh = 1 ]; then
-        cp "$ROOT"/streams/*.c "$tmp/c/c/"
+        cp "$ROOT"/src/streams/*.c "$tmp/c/c/"
         sources_id > "$tmp/c/c/SOURCES"
     else
         echo "   (no fresh generated C here: Cython will run on the other side)"
@@ -267,8 +270,8 @@ gpu() {
     tar xOf "$bundle" c.tar.xz | tar xJf - -C "$cdir" 2>/dev/null || true
     if [ -f "$cdir/c/SOURCES" ] && [ "$(cat "$cdir/c/SOURCES")" = "$(sources_id)" ]; then
         echo "== using the bundle's generated C (sources unchanged)"
-        cp "$cdir"/c/*.c "$ROOT/streams/"
-        touch "$ROOT"/streams/*.c
+        cp "$cdir"/c/*.c "$ROOT/src/streams/"
+        touch "$ROOT"/src/streams/*.c
     else
         echo "== sources differ from the bundle's: Cython translates them here"
     fi

@@ -64,7 +64,7 @@ def get_include():
     if _os.path.isfile(_os.path.join(installed, "streams", "streams.h")):
         return installed
     # Editable install / source checkout: the headers live at the top level.
-    return _os.path.join(_os.path.dirname(here), "include")
+    return _os.path.join(_os.path.dirname(_os.path.dirname(here)), "include")
 
 
 def get_cython_include():

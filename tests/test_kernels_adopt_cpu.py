@@ -214,7 +214,7 @@ def test_missing_nvrtc_names_an_install_command_that_works():
     # wheel of the build's CUDA major is, and it is what the nvrtc extra of a
     # source install asks for (pyproject.toml; setup.py's for CUDA 12).
     major = streams.runtime_version() // 1000
-    wheel = _launch.nvrtc_wheel()
+    wheel = _launch._nvrtc_wheel()
     assert wheel == ('"nvidia-cuda-nvrtc-cu12==12.*"' if major == 12
                      else f'"nvidia-cuda-nvrtc=={major}.*"')
     pyproject = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),

@@ -1468,7 +1468,7 @@ def _nvrtc_candidates():
     return found
 
 
-def nvrtc_wheel():
+def _nvrtc_wheel():
     """The requirement of NVIDIA's NVRTC wheel for this build's CUDA major,
     quoted for a shell: what the error of a missing NVRTC tells to install
     (tests/test_launch_cpu.py)."""
@@ -1510,7 +1510,7 @@ cdef int _load_nvrtc() except -1:
             tried.append(f"{path} ({why})")
         if lib == NULL:
             how = ("STREAMS_NVRTC names it" if env else
-                   f"install NVIDIA's wheel of it with `pip install {nvrtc_wheel()}`, set "
+                   f"install NVIDIA's wheel of it with `pip install {_nvrtc_wheel()}`, set "
                    "CUDA_HOME to a CUDA toolkit, or set STREAMS_NVRTC to the path of "
                    "libnvrtc.so")
             raise RuntimeError(f"NVRTC (libnvrtc.so), needed by Module.from_source, was not "

@@ -29,6 +29,7 @@ every allocation and module made and given back (``streams.debug_build()``,
 ``streams.debug_counters()``).
 """
 import os
+import re
 import shutil
 import sys
 
@@ -91,8 +92,20 @@ class DistributionForCudaMajor(Distribution):
                 for extra, reqs in self.extras_require.items()}
 
 
+# What builds leave in the source tree, which is no source: Cython's C and
+# HTML and the modules of an in-place build, the benchmarks' build folder.
+# Dropped by the sdist command rather than MANIFEST.in, whose excludes warn
+# on a clean checkout, where they match nothing.
+BUILD_OUTPUTS = re.compile(r"^(src/streams/[^/]+\.(c|html|so)|benchmarks/build/.*)$")
+
+
 class sdist_with_cuda_major(sdist):
     """Record the major in the sdist, which then always builds that one."""
+
+    def make_distribution(self):
+        self.filelist.files = [f for f in self.filelist.files
+                               if not BUILD_OUTPUTS.match(f.replace(os.sep, "/"))]
+        super().make_distribution()
 
     def make_release_tree(self, base_dir, files):
         super().make_release_tree(base_dir, files)

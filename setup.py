@@ -18,6 +18,10 @@ runtime, and ``crt/host_defines.h`` comes from ``nvidia-cuda-nvcc-cu12``.
 The CUDA inputs are looked up when extensions are built, not when the
 script is read: an sdist needs none.
 
+The extensions are built without debug information (``-g0``, and the
+static runtime's stripped at link time); ``STREAMS_DEBUG_INFO=1`` keeps it
+(tools/streams_build.py, ``debug_info_flags``).
+
 Set ``STREAMS_CYTHON_ANNOTATE=1`` for Cython's HTML annotation, and
 ``STREAMS_DEBUG_REFCOUNTS=1`` for the debug build, which counts every
 reference taken and dropped on callback payloads and DLPack exports and
@@ -25,6 +29,7 @@ every allocation and module made and given back (``streams.debug_build()``,
 ``streams.debug_counters()``).
 """
 import os
+import re
 import shutil
 import sys
 
@@ -87,8 +92,20 @@ class DistributionForCudaMajor(Distribution):
                 for extra, reqs in self.extras_require.items()}
 
 
+# What builds leave in the source tree, which is no source: Cython's C and
+# HTML and the modules of an in-place build, the benchmarks' build folder.
+# Dropped by the sdist command rather than MANIFEST.in, whose excludes warn
+# on a clean checkout, where they match nothing.
+BUILD_OUTPUTS = re.compile(r"^(src/streams/[^/]+\.(c|html|so)|benchmarks/build/.*)$")
+
+
 class sdist_with_cuda_major(sdist):
     """Record the major in the sdist, which then always builds that one."""
+
+    def make_distribution(self):
+        self.filelist.files = [f for f in self.filelist.files
+                               if not BUILD_OUTPUTS.match(f.replace(os.sep, "/"))]
+        super().make_distribution()
 
     def make_release_tree(self, base_dir, files):
         super().make_release_tree(base_dir, files)
@@ -107,7 +124,14 @@ class build_ext_with_cuda(build_ext):
 
         include_dirs, static_lib = find_cuda()
         debug = os.environ.get("STREAMS_DEBUG_REFCOUNTS", "") not in ("", "0")
+        try:
+            debug_compile, debug_link = streams_build.debug_info_flags()
+        except ValueError as exc:
+            sys.exit(f"streams: {exc}")
         for ext in self.extensions:
+            # After Python's own flags (its -g), so that ours win.
+            ext.extra_compile_args.extend(debug_compile)
+            ext.extra_link_args.extend(debug_link)
             # Every module reads the CUDA headers' types; only the call
             # layer links the runtime (one copy per process).
             ext.include_dirs.extend(include_dirs)
@@ -120,7 +144,7 @@ class build_ext_with_cuda(build_ext):
             self.parallel = os.cpu_count() or 1
         # The flavour changes no source file: an up-to-date check would keep
         # the other flavour's binary.
-        flavour = "debug-refcounts" if debug else "release"
+        flavour = ("debug-refcounts" if debug else "release") + " " + " ".join(debug_compile)
         stamp = os.path.join(self.build_temp, "streams-flavour")
         try:
             with open(stamp) as f:
@@ -176,7 +200,7 @@ def _extension(name):
     owner = full == CALL_LAYER
     return Extension(
         full,
-        sources=[f"streams/{name}.pyx"],
+        sources=[f"src/streams/{name}.pyx"],
         # include/: the headers shipped for cimporters; src/: the private
         # ones (the shim of the call layer, the floor, the counters' names),
         # built with the package and never shipped.

@@ -26,22 +26,24 @@ import sys
 CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _installed_streams_first():
-    """Move the checkout behind every other sys.path entry unless its
-    ``streams/`` is built in place.
+def _in_place_build_if_none_installed():
+    """Put the checkout's ``src/`` on sys.path when no streams is installed
+    and ``src/streams`` is built in place (``python setup.py build_ext
+    --inplace``): an installed streams always comes first.
 
-    ``python -m benchmarks.run`` puts the checkout first on sys.path, and
-    with it the source's ``streams/``: without a compiled module there, it
-    would shadow an installed streams.
+    The package is in ``src/`` (a src layout): ``python -m benchmarks.run``
+    puts the checkout first on sys.path, where no ``streams`` folder can
+    shadow an installed one.
     """
-    src = os.path.join(CHECKOUT, "streams")
-    if "streams" in sys.modules or not os.path.isdir(src):
+    import importlib.util
+    src = os.path.join(CHECKOUT, "src")
+    pkg = os.path.join(src, "streams")
+    if "streams" in sys.modules or not os.path.isdir(pkg):
         return
-    if any(name.endswith(".so") for name in os.listdir(src)):
+    if importlib.util.find_spec("streams") is not None:
         return
-    here = [p for p in sys.path if os.path.abspath(p or os.curdir) == CHECKOUT]
-    if here:
-        sys.path[:] = [p for p in sys.path if p not in here] + here
+    if any(name.startswith("_cudart.") and name.endswith(".so") for name in os.listdir(pkg)):
+        sys.path.insert(0, src)
 
 
-_installed_streams_first()
+_in_place_build_if_none_installed()

@@ -91,7 +91,8 @@ def build_parser():
                         "benchmarks/cy_bench.pyx to build (default: this one)")
     p.add_argument("--baseline", metavar="DIR",
                    help="also time streams from Python in another build (an in-place "
-                        "build of another commit): before/after in one run")
+                        "build of another commit: the folder that holds its streams "
+                        "package, a checkout's src/): before/after in one run")
     p.add_argument("--cpus", type=_cpu_list, metavar="a,b",
                    help="pin every worker to these CPUs (e.g. 2,3): floors and cells of "
                         "all contenders then come from the same cores")

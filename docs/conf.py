@@ -18,6 +18,7 @@ import sysconfig
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+SRC = os.path.join(ROOT, "src")     # the package's folder (a src layout)
 
 
 def _has_inplace_build(root):
@@ -27,15 +28,14 @@ def _has_inplace_build(root):
     return os.path.isfile(os.path.join(root, "streams", "_cudart" + suffix))
 
 
-if _has_inplace_build(ROOT):
+if _has_inplace_build(SRC):
     # A checkout built in place for this Python: document what is being
     # worked on.
-    sys.path.insert(0, ROOT)
+    sys.path.insert(0, SRC)
 else:
-    # Otherwise the installed package; the checkout's `streams` folder (on
-    # sys.path with `python -m sphinx` run from the root) has no compiled
-    # module for this Python and must not shadow it.
-    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != ROOT]
+    # Otherwise the installed package; the checkout's `src/streams` folder
+    # has no compiled module for this Python and must not shadow it.
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != SRC]
 
 try:
     import streams

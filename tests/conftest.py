@@ -1,18 +1,36 @@
 import gc
+import importlib.util
 import os
 import signal
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
-import streams
-from _support import FREE_THREADED
+# The package is in src/ (a src layout).  pytest tests the streams Python
+# imports: an installed one (an editable install is one), else an in-place
+# build in src/streams (`python setup.py build_ext --inplace` alone), which
+# never goes before an installed package.  The header line says which.
+_SRC = Path(__file__).resolve().parents[1] / "src"
+if importlib.util.find_spec("streams") is None and any((_SRC / "streams").glob("_cudart.*.so")):
+    sys.path.insert(0, str(_SRC))
+
+import streams  # noqa: E402
+from _support import FREE_THREADED  # noqa: E402
+
+
+def pytest_report_header(config):
+    where = Path(streams.__file__).resolve().parent
+    how = ("the in-place build of this checkout" if where == _SRC / "streams"
+           else "installed")
+    return f"streams {streams.__version__}: {where} ({how})"
 
 GPU_COUNT = streams.device_count()
 NO_GPU_REASON = (
-    "no CUDA GPU here (streams.device_count() == 0, driver version "
-    f"{streams.driver_version()}): GPU tests run on the device machine via tools/gpu_suite.sh"
+    "needs a machine with an NVIDIA GPU (here streams.device_count() == 0, driver version "
+    f"{streams.driver_version()})"
 )
 
 

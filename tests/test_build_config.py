@@ -130,3 +130,93 @@ def test_wheel_check_refuses_the_benchmark_harness(tmp_path, capsys, name):
     assert check.main(str(wheel)) == 1
     out = capsys.readouterr().out
     assert f"the benchmark harness is not part of the package: ['{name}']" in out
+
+
+@pytest.mark.parametrize("value, compile_args, link_args", [
+    (None, ["-g0"], ["-Wl,--strip-debug"]), ("", ["-g0"], ["-Wl,--strip-debug"]),
+    ("0", ["-g0"], ["-Wl,--strip-debug"]), ("1", ["-g"], [])])
+def test_debug_information_is_dropped_unless_asked_for(build_config, value, compile_args,
+                                                       link_args):
+    environ = {} if value is None else {"STREAMS_DEBUG_INFO": value}
+    assert build_config.debug_info_flags(environ) == (compile_args, link_args)
+
+
+@pytest.mark.parametrize("value", ["yes", "2", "true"])
+def test_debug_information_variable_out_of_range_is_refused_by_name(build_config, value):
+    with pytest.raises(ValueError, match="STREAMS_DEBUG_INFO must be 0 or 1"):
+        build_config.debug_info_flags({"STREAMS_DEBUG_INFO": value})
+
+
+def _fake_wheel(path, check, extra=(), metadata=None):
+    """A wheel with every required file (empty) and ``extra`` (name, bytes)
+    members; ``metadata``: the dist-info's METADATA text (None: no dist-info)."""
+    import zipfile
+    with zipfile.ZipFile(path, "w") as z:
+        for name in check.REQUIRED:
+            z.writestr(name, "")
+        for name, data in extra:
+            z.writestr(name, data)
+        if metadata is not None:
+            z.writestr("cuda_streams-0.1.0.dist-info/METADATA", metadata)
+    return str(path)
+
+
+GOOD_METADATA = ("Metadata-Version: 2.4\nName: cuda-streams\nVersion: 0.1.0\n"
+                 "License-Expression: Apache-2.0\nLicense-File: LICENSE\n\nREADME\n")
+
+
+def test_wheel_check_wants_the_license_file_and_its_metadata(tmp_path, capsys):
+    check = _check_wheel()
+    licence = [("cuda_streams-0.1.0.dist-info/licenses/LICENSE", "Apache License")]
+    good = _fake_wheel(tmp_path / "good.whl", check, licence, GOOD_METADATA)
+    assert check.license_problems(*_names_and_reader(good)) == []
+    no_file = _fake_wheel(tmp_path / "no-file.whl", check, (), GOOD_METADATA)
+    assert check.license_problems(*_names_and_reader(no_file)) == [
+        "no LICENSE file in cuda_streams-0.1.0.dist-info"]
+    unnamed = _fake_wheel(tmp_path / "unnamed.whl", check, licence,
+                          GOOD_METADATA.replace("License-File: LICENSE\n", ""))
+    assert check.license_problems(*_names_and_reader(unnamed)) == [
+        "METADATA names no License-File: LICENSE"]
+    assert check.main(unnamed) == 1
+    assert "METADATA names no License-File: LICENSE" in capsys.readouterr().out
+
+
+def _names_and_reader(path):
+    import zipfile
+    z = zipfile.ZipFile(path)
+    return z.namelist(), z.read
+
+
+@pytest.mark.parametrize("flag, kept", [("-g", True), ("-g0", False)])
+def test_wheel_check_refuses_debug_information(tmp_path, flag, kept):
+    import shutil
+    import subprocess
+    if shutil.which("cc") is None or shutil.which("readelf") is None:
+        pytest.skip("needs a C compiler and readelf")
+    check = _check_wheel()
+    src = tmp_path / "m.c"
+    src.write_text("int streams_probe(int x) { return x + 1; }\n")
+    lib = tmp_path / "m.so"
+    subprocess.run(["cc", flag, "-shared", "-fPIC", "-o", str(lib), str(src)], check=True)
+    member = "streams/_cudart.cpython-311-x86_64-linux-gnu.so"
+    wheel = _fake_wheel(tmp_path / "w.whl", check, [(member, lib.read_bytes())])
+    found = check.debug_sections(wheel, member)
+    assert bool(found) is kept, found
+    if kept:
+        assert ".debug_info" in found
+
+
+def test_metadata_names_the_license_the_urls_and_the_status():
+    tomllib = pytest.importorskip("tomllib")
+    root = TOOLS.parent.parent
+    with open(root / "pyproject.toml", "rb") as f:
+        project = tomllib.load(f)["project"]
+    assert project["license"] == "Apache-2.0"
+    assert project["license-files"] == ["LICENSE"]
+    assert "Apache License" in (root / "LICENSE").read_text()[:200]
+    assert "Version 2.0" in (root / "LICENSE").read_text()[:200]
+    assert set(project["urls"]) == {"Source", "Documentation", "Changelog", "Issues"}
+    assert all(url.startswith("https://") for url in project["urls"].values())
+    assert project["authors"]
+    status = [c for c in project["classifiers"] if c.startswith("Development Status :: ")]
+    assert len(status) == 1, status

@@ -185,7 +185,7 @@ assert hooks, sys.meta_path
 sys.meta_path.remove(hooks[0])
 sys.meta_path.insert(0, hooks[0])
 import streams
-assert streams.__file__ == os.path.join(ROOT, "streams", "__init__.py"), streams.__file__
+assert streams.__file__ == os.path.join(ROOT, "src", "streams", "__init__.py"), streams.__file__
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 ext = Extension("cimport_ext", ["cimport_ext.pyx"], include_dirs=[streams.get_include()])
@@ -224,14 +224,16 @@ def test_cimport_against_an_editable_install(tmp_path):
     root = tmp_path / "checkout"
     root.mkdir()
     package = os.path.dirname(os.path.abspath(streams.__file__))
-    os.symlink(package, root / "streams")
-    headers = os.path.join(os.path.dirname(package), "include")
+    (root / "src").mkdir()
+    os.symlink(package, root / "src" / "streams")     # a src layout
+    headers = os.path.join(os.path.dirname(os.path.dirname(package)), "include")
     if not os.path.isdir(os.path.join(package, "include")) and os.path.isdir(headers):
         os.symlink(headers, root / "include")   # a checkout's headers (streams.get_include())
     site_dir = tmp_path / "site"
     site_dir.mkdir()
     name = "__editable___cuda_streams_0_1_0_finder"
-    (site_dir / f"{name}.py").write_text(template(name, {"streams": str(root / "streams")}, {}))
+    (site_dir / f"{name}.py").write_text(template(name, {"streams": str(root / "src" / "streams")},
+                                                     {}))
     (site_dir / "__editable__.cuda_streams-0.1.0.pth").write_text(
         f"import {name}; {name}.install()\n")
     build = tmp_path / "build"

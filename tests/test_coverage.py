@@ -9,7 +9,7 @@ import streams
 from runtime_coverage import RUNTIME_GRAPH_FUNCTIONS, RUNTIME_STREAM_FUNCTIONS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SOURCES = os.path.join(ROOT, "streams")
+SOURCES = os.path.join(ROOT, "src", "streams")
 
 
 def _resolve(path):

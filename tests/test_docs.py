@@ -37,7 +37,7 @@ def built_docs(tmp_path_factory):
 
 
 def test_docs_build(built_docs):
-    for page in ("index", "install", "quickstart", "streams-and-events", "graphs",
+    for page in ("index", "install", "quickstart", "streams-and-events", "graphs", "contributing",
                  "host-callbacks", "memory", "kernels",
                  "interrupts-and-timeouts", "interop", "cython", "benchmarks", "api",
                  "safety", "architecture"):

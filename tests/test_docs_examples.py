@@ -3,6 +3,9 @@
 * ``.. code-block:: python`` blocks named ``gpu-example-*`` are complete
   programs; each runs in its own interpreter (pytest marker ``gpu``; skipped
   without a GPU, and skipped when a library it imports is not installed).
+* The README's quickstart, the ``python`` block after the comment
+  ``<!-- gpu-example-readme-quickstart ...-->``, is one of them, and what it
+  prints must be the ``text`` block that follows it (numbers within 10%).
 * The downstream project of docs/cython.rst (blocks ``cimport-example-pyx``
   and ``cimport-example-setup``) is built against the ``streams`` under test
   (no GPU needed) and, where there is a GPU, run.
@@ -62,7 +65,60 @@ def _named_blocks():
     return blocks
 
 
+README = ROOT / "README.md"
+_FENCE = re.compile(r"^```(?P<lang>\w*)\s*$")
+
+
+def _readme_blocks():
+    """{name: (language, code, "README.md:line")} of the README's named
+    examples, and {name: the text block of the output that follows}."""
+    blocks, outputs = {}, {}
+    if not README.is_file():
+        return blocks, outputs
+    lines = README.read_text(encoding="utf-8").splitlines()
+    fences = []      # (language, first line of the body, its lines)
+    i = 0
+    while i < len(lines):
+        m = _FENCE.match(lines[i])
+        if m and m.group("lang"):
+            j = i + 1
+            while j < len(lines) and lines[j].strip() != "```":
+                j += 1
+            fences.append((m.group("lang"), i + 2, lines[i + 1:j], i))
+            i = j
+        i += 1
+    for n, line in enumerate(lines):
+        m = re.match(r"^<!-- (gpu-example-[\w-]+)\b", line)
+        if not m:
+            continue
+        after = [f for f in fences if f[3] > n]
+        lang, start, body, _ = after[0]
+        blocks[m.group(1)] = (lang, "\n".join(body) + "\n", f"README.md:{start}")
+        if len(after) > 1 and after[1][0] == "text":
+            outputs[m.group(1)] = after[1][2]
+    return blocks, outputs
+
+
+def _same_output(expected, actual):
+    """Whether ``actual`` lines are ``expected``'s, numbers within 10%."""
+    if len(expected) != len(actual):
+        return False
+    number = r"(\d+(?:\.\d+)?)"
+    for want, got in zip(expected, actual):
+        parts = re.split(number, want)
+        pattern = "".join(number if k % 2 else re.escape(p) for k, p in enumerate(parts))
+        m = re.fullmatch(pattern, got)
+        if not m:
+            return False
+        for w, g in zip(parts[1::2], m.groups()):
+            if abs(float(g) - float(w)) > 0.1 * float(w):
+                return False
+    return True
+
+
 BLOCKS = _named_blocks() if DOCS.is_dir() else {}
+_README_BLOCKS, OUTPUTS = _readme_blocks()
+BLOCKS.update(_README_BLOCKS)
 GPU_EXAMPLES = sorted(name for name in BLOCKS if name.startswith("gpu-example-"))
 
 
@@ -97,7 +153,7 @@ def _run(args, cwd, timeout=300):
 
 def _require_gpu():
     if streams.device_count() == 0:
-        pytest.skip("no CUDA GPU here (streams.device_count() == 0)")
+        pytest.skip("needs a machine with an NVIDIA GPU (here streams.device_count() == 0)")
 
 
 # ---- CPU: the extraction itself -----------------------------------------------
@@ -112,6 +168,23 @@ def test_examples_are_found():
     assert BLOCKS["cimport-example-pyx"][0] == "cython"
     assert BLOCKS["cimport-example-setup"][0] == "python"
 
+
+@pytest.mark.skipif(not README.is_file(), reason="README.md is missing (not a source checkout)")
+def test_the_readme_quickstart_is_an_example_with_its_output():
+    lang, code, where = BLOCKS["gpu-example-readme-quickstart"]
+    assert lang == "python" and where.startswith("README.md:")
+    assert "import streams" in code and "cap.graph" in code
+    assert OUTPUTS["gpu-example-readme-quickstart"][-1] == "replayed"
+
+
+@pytest.mark.parametrize("expected, actual, same", [
+    (["kernel: 20 ms", "done"], ["kernel: 21 ms", "done"], True),
+    (["kernel: 20 ms", "done"], ["kernel: 23 ms", "done"], False),
+    (["kernel: 20 ms"], ["kernel: 20 ms", "extra"], False),
+    (["a 1.5 b"], ["a 1.5 c"], False),
+    (["replayed"], ["replayed"], True)])
+def test_output_comparison(expected, actual, same):
+    assert _same_output(expected, actual) is same
 
 @pytest.mark.skipif(not DOCS.is_dir(), reason="docs/ is missing (not a source checkout)")
 def test_examples_type_check(tmp_path):
@@ -153,7 +226,11 @@ def test_gpu_example(name, tmp_path):
         pytest.skip(f"{where}: needs {', '.join(missing)}, not installed")
     script = tmp_path / f"{name}.py"
     script.write_text(f"# {where}\n{code}", encoding="utf-8")
-    _run([sys.executable, str(script)], cwd=tmp_path)
+    proc = _run([sys.executable, str(script)], cwd=tmp_path)
+    if name in OUTPUTS:
+        assert _same_output(OUTPUTS[name], proc.stdout.splitlines()), (
+            f"{where} printed\n{proc.stdout}\nnot what the README shows:\n"
+            + "\n".join(OUTPUTS[name]))
 
 
 # ---- the downstream Cython project of docs/cython.rst ----------------------------

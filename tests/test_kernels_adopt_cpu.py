@@ -209,6 +209,23 @@ def test_missing_nvrtc_is_a_clear_error():
     assert "STREAMS_NVRTC" in proc.stdout
 
 
+def test_missing_nvrtc_names_an_install_command_that_works():
+    # No "cuda-streams[nvrtc]": that distribution is not published.  NVIDIA's
+    # wheel of the build's CUDA major is, and it is what the nvrtc extra of a
+    # source install asks for (pyproject.toml; setup.py's for CUDA 12).
+    major = streams.runtime_version() // 1000
+    wheel = _launch._nvrtc_wheel()
+    assert wheel == ('"nvidia-cuda-nvrtc-cu12==12.*"' if major == 12
+                     else f'"nvidia-cuda-nvrtc=={major}.*"')
+    pyproject = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                             "pyproject.toml")
+    tomllib = pytest.importorskip("tomllib")
+    if major == 13 and os.path.isfile(pyproject):
+        with open(pyproject, "rb") as f:
+            extra = tomllib.load(f)["project"]["optional-dependencies"]["nvrtc"]
+        assert extra == [wheel.strip('"')]
+
+
 def test_nvrtc_is_not_loaded_at_import():
     proc = run_python(
         "import sys, streams\n"

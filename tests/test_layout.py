@@ -11,7 +11,7 @@ import pytest
 import streams
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SOURCES = os.path.join(ROOT, "streams")
+SOURCES = os.path.join(ROOT, "src", "streams")
 # From the primitive to the features built on it.
 LAYERS = ["cudart", "_platform", "_cudart", "_handle", "_args", "_device", "_foreign", "_stream",
           "_hostcall", "_memory", "_launch", "_graph", "_green"]
@@ -99,7 +99,7 @@ def test_the_shipped_headers_are_exactly_what_cimporters_compile():
 def _sources_naming(pattern):
     """The source files (package, private C, benchmarks) whose text matches."""
     found = []
-    for top in ("streams", "src", "include", "benchmarks", "tests"):
+    for top in ("src", "include", "benchmarks", "tests"):
         for folder, dirs, files in os.walk(os.path.join(ROOT, top)):
             dirs[:] = [d for d in dirs if d not in ("build", "__pycache__", "_cimport_build")]
             for name in files:
@@ -117,9 +117,9 @@ def test_only_the_call_layer_includes_the_shim():
     (streams/_cudart.pyx) includes it, or a second copy of the guard and
     the queues would silently exist.  The floor, which calls the same
     static cudart, is included through _cudart.pyx too."""
-    assert _sources_naming(r'"cudart/\w+\.h"') == ["src/cudart/shim.h", "streams/_cudart.pyx"]
-    assert _sources_naming(r'include "_floor\.pxi"') == ["streams/_cudart.pyx"]
-    assert _sources_naming(r'extern from "floor\.h"') == ["streams/_floor.pxi"]
+    assert _sources_naming(r'"cudart/\w+\.h"') == ["src/cudart/shim.h", "src/streams/_cudart.pyx"]
+    assert _sources_naming(r'include "_floor\.pxi"') == ["src/streams/_cudart.pyx"]
+    assert _sources_naming(r'extern from "floor\.h"') == ["src/streams/_floor.pxi"]
 
 
 @needs_sources
@@ -142,7 +142,7 @@ def test_the_sdist_carries_the_private_sources():
     wanted = {os.path.relpath(os.path.join(folder, n), ROOT)
               for top in (PRIVATE, INCLUDE) for folder, _, files in os.walk(top)
               for n in files if n.endswith(".h")}
-    wanted.add("streams/_floor.pxi")
+    wanted.add("src/streams/_floor.pxi")
     assert wanted - listed == set()
 
 

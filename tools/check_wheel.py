@@ -45,8 +45,45 @@ def needed_libraries(wheel, member):
     return re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", out)
 
 
+def debug_sections(wheel, member):
+    """The DWARF sections of ``member`` (via readelf), or None where readelf
+    is missing.  A wheel carries none: setup.py builds without debug
+    information unless STREAMS_DEBUG_INFO=1 asks for it."""
+    readelf = shutil.which("readelf")
+    if readelf is None:
+        return None
+    with tempfile.TemporaryDirectory() as scratch:
+        path = zipfile.ZipFile(wheel).extract(member, scratch)
+        out = subprocess.run([readelf, "-S", "-W", path], capture_output=True, text=True,
+                             check=True).stdout
+    return sorted(set(re.findall(r"\s(\.debug_\w+)\s", out)))
+
+
+def license_problems(names, read):
+    """What is wrong with the wheel's license: the LICENSE file must be in
+    its .dist-info (metadata 2.4 puts it under licenses/) and METADATA must
+    name it (License-File)."""
+    info = sorted({n.split("/", 1)[0] for n in names if n.split("/", 1)[0].endswith(".dist-info")})
+    if len(info) != 1:
+        return [f"expected one .dist-info folder, found {info}"]
+    problems = []
+    if not any(n.startswith(info[0] + "/") and n.rsplit("/", 1)[-1] == "LICENSE" for n in names):
+        problems.append(f"no LICENSE file in {info[0]}")
+    metadata = info[0] + "/METADATA"
+    if metadata not in names:
+        problems.append(f"no {metadata}")
+    else:
+        fields = read(metadata).decode("utf-8", "replace").split("\n\n", 1)[0].splitlines()
+        if "License-File: LICENSE" not in fields:
+            problems.append("METADATA names no License-File: LICENSE")
+        if "License-Expression: Apache-2.0" not in fields:
+            problems.append("METADATA says no License-Expression: Apache-2.0")
+    return problems
+
+
 def main(path):
-    names = zipfile.ZipFile(path).namelist()
+    wheel = zipfile.ZipFile(path)
+    names = wheel.namelist()
     missing = [n for n in REQUIRED if n not in names]
     stray = [n for n in names if n.endswith(FORBIDDEN_SUFFIXES) or "/build/" in n]
     # Only the package and its metadata: the build backend (tools/) and the
@@ -57,7 +94,7 @@ def main(path):
              if n.startswith("streams/_") and n.count("/") == 1 and n.endswith(".so")}
     harness = [n for n in names if HARNESS.match(n)]
     headers = {n for n in names if n.endswith(".h")}
-    problems = []
+    problems = license_problems(names, wheel.read)
     if missing:
         problems.append(f"missing: {missing}")
     if harness:
@@ -77,6 +114,10 @@ def main(path):
         foreign = [n for n in needed if not ALLOWED_NEEDED.match(n)]
         if foreign:
             problems.append(f"streams.{name} needs shared libraries beyond libc: {foreign}")
+        debug = debug_sections(path, member)
+        if debug:
+            problems.append(f"streams.{name} carries debug information ({', '.join(debug)}): "
+                            "wheels are built without it")
     if problems:
         print(f"{path}: " + "; ".join(problems))
         return 1

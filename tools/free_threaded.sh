@@ -33,11 +33,15 @@
 #
 # The interpreter source is Debian's python3.13 source package: Debian 12's
 # lists have no 3.13, so a source-only entry for the next release is added
-# once (no binary package from it is installed).  pip comes from its PyPI
+# once, on the archive the machine's apt sources already name
+# (tools/apt_archive.py; no binary package from it is installed).  pip comes from its PyPI
 # wheel, run as a zip (the interpreter is configured without ensurepip).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
+# The in-place build of the package (a src layout) for the interpreter,
+# which has no streams installed.
+export PYTHONPATH="$ROOT/src${PYTHONPATH:+:$PYTHONPATH}"
 cmd=${1:-}
 shift || true
 
@@ -60,13 +64,19 @@ build_interpreter() {
     echo "== free-threaded interpreter: building into $prefix"
     work=$(mktemp -d)
     if ! apt-cache showsrc python3.13 2>/dev/null | grep -q '^Version: 3.13'; then
-        cat > /etc/apt/sources.list.d/python313-src.sources <<'SRC'
-Types: deb-src
-URIs: http://deb.debian.org/debian
-Suites: trixie
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-SRC
+        # The archive the machine already uses (its mirror, proxy or
+        # snapshot), read from its own apt sources (tools/apt_archive.py).
+        local archive uri signed
+        archive=$(python3 "$ROOT/tools/apt_archive.py") || exit 1
+        IFS=$'\t' read -r uri signed <<<"$archive"
+        {
+            echo "Types: deb-src"
+            echo "URIs: $uri"
+            echo "Suites: trixie"
+            echo "Components: main"
+            [ -z "$signed" ] || echo "Signed-By: $signed"
+        } > /etc/apt/sources.list.d/python313-src.sources
+        echo "== deb-src for trixie added on $uri"
     fi
     apt-get update -qq
     # What CPython's configure looks for (the modules the suite uses:
@@ -164,7 +174,7 @@ BUNDLE="$BUNDLE_DIR/py313t-bundle.tar"
 # What the generated C of the package is made from: a bundle's C files are
 # used on the other side only if this matches there (else Cython runs).
 sources_id() {
-    (cd "$ROOT" && cat streams/*.pyx streams/*.pxd streams/*.pxi setup.py | sha256sum | cut -d' ' -f1)
+    (cd "$ROOT" && cat src/streams/*.pyx src/streams/*.pxd src/streams/*.pxi setup.py | sha256sum | cut -d' ' -f1)
 }
 
 # The bundle: the interpreter with the test requirements installed in it
@@ -199,11 +209,11 @@ pack() {
     echo "$prefix" > "$tmp/PREFIX"
     # The generated C, when it is as fresh as its sources here.
     local fresh=1 f
-    for f in "$ROOT"/streams/*.pyx; do
+    for f in "$ROOT"/src/streams/*.pyx; do
         [ -f "${f%.pyx}.c" ] && [ "${f%.pyx}.c" -nt "$f" ] || fresh=0
     done
     if [ $fresh = 1 ]; then
-        cp "$ROOT"/streams/*.c "$tmp/c/c/"
+        cp "$ROOT"/src/streams/*.c "$tmp/c/c/"
         sources_id > "$tmp/c/c/SOURCES"
     else
         echo "   (no fresh generated C here: Cython will run on the other side)"
@@ -260,8 +270,8 @@ gpu() {
     tar xOf "$bundle" c.tar.xz | tar xJf - -C "$cdir" 2>/dev/null || true
     if [ -f "$cdir/c/SOURCES" ] && [ "$(cat "$cdir/c/SOURCES")" = "$(sources_id)" ]; then
         echo "== using the bundle's generated C (sources unchanged)"
-        cp "$cdir"/c/*.c "$ROOT/streams/"
-        touch "$ROOT"/streams/*.c
+        cp "$cdir"/c/*.c "$ROOT/src/streams/"
+        touch "$ROOT"/src/streams/*.c
     else
         echo "== sources differ from the bundle's: Cython translates them here"
     fi

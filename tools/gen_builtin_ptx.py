@@ -1,4 +1,4 @@
-"""Regenerate streams/kernels/*.ptx from streams/kernels/*.cu.
+"""Regenerate src/streams/kernels/*.ptx from src/streams/kernels/*.cu.
 
     python tools/gen_builtin_ptx.py [--nvcc PATH] [--check]
 
@@ -21,7 +21,7 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-KERNELS = os.path.join(ROOT, "streams", "kernels")
+KERNELS = os.path.join(ROOT, "src", "streams", "kernels")
 MODULES = ("builtin", "conditional")
 PTX_VERSION = "7.0"
 

@@ -41,7 +41,7 @@ build_debug_copy() {
 # the build at BUILD_DIR, at trace level TRACE: $OUT/replay-NAME.txt, the
 # end of its stderr in $OUT/replay-NAME-tail.txt, all of it in $LOGS.
 replay() {  # NAME TRACE BUILD_DIR
-    (cd "$3" && PYTHONPATH="$3" STREAMS_FUZZ_SECONDS="${REPLAY_SECONDS:-${FUZZ_SECONDS:-90}}" \
+    (cd "$3" && PYTHONPATH="$3/src" STREAMS_FUZZ_SECONDS="${REPLAY_SECONDS:-${FUZZ_SECONDS:-90}}" \
         STREAMS_FUZZ_SEED="${FUZZ_SEED:-1}" STREAMS_FUZZ_SHRINK_SECONDS=0 STREAMS_FUZZ_TRACE="$2" \
         timeout $(( ${REPLAY_SECONDS:-${FUZZ_SECONDS:-90}} + 90 )) "$PY" tests/test_fuzz_gpu.py \
         >"$OUT/replay-$1.txt" 2>"$LOGS/replay-$1.log"
@@ -76,7 +76,7 @@ done
 tail -25 "$OUT/replay-trace-tail.txt"
 fi
 if [[ "$STEPS" == *matrix* ]]; then
-(PYTHONPATH="$PWD" STREAMS_FUZZ_SECONDS="${FUZZ_SECONDS:-240}" STREAMS_FUZZ_SEED="${FUZZ_SEED:-1}" \
+(PYTHONPATH="$PWD/src" STREAMS_FUZZ_SECONDS="${FUZZ_SECONDS:-240}" STREAMS_FUZZ_SEED="${FUZZ_SEED:-1}" \
     timeout $(( ${FUZZ_SECONDS:-240} + 120 )) "$PY" tests/test_fuzz_gpu.py >"$LOGS/fuzz.log" 2>&1;
  echo "fuzz exit $?" >>"$LOGS/fuzz.log") &
 FUZZ=$!
@@ -93,17 +93,17 @@ if [[ "$STEPS" == *sanitizers* ]]; then
 # child); a memcheck start takes about two minutes.
 stackdump_preload
 stackdump_after $(( ${FUZZ_MEMCHECK_SECONDS:-60} + 240 )) "tests/test_fuzz_gpu.py" fuzz
-(PYTHONPATH="$PWD" STREAMS_FUZZ_SECONDS="${FUZZ2_SECONDS:-240}" STREAMS_FUZZ_SEED="$(( ${FUZZ_SEED:-1} + 1000 ))" \
+(PYTHONPATH="$PWD/src" STREAMS_FUZZ_SECONDS="${FUZZ2_SECONDS:-240}" STREAMS_FUZZ_SEED="$(( ${FUZZ_SEED:-1} + 1000 ))" \
     timeout $(( ${FUZZ2_SECONDS:-240} + 120 )) "$PY" tests/test_fuzz_gpu.py >"$LOGS/fuzz2.log" 2>&1;
  echo "fuzz exit $?" >>"$LOGS/fuzz2.log") &
 FUZZ2=$!
-(PYTHONPATH="$PWD" STREAMS_FUZZ_SECONDS="${FUZZ_MEMCHECK_SECONDS:-60}" STREAMS_FUZZ_SEED="$(( ${FUZZ_SEED:-1} + 2000 ))" \
+(PYTHONPATH="$PWD/src" STREAMS_FUZZ_SECONDS="${FUZZ_MEMCHECK_SECONDS:-60}" STREAMS_FUZZ_SEED="$(( ${FUZZ_SEED:-1} + 2000 ))" \
     timeout $(( ${FUZZ_MEMCHECK_SECONDS:-60} + 300 )) "${CUDA_HOME}/bin/compute-sanitizer" --tool memcheck \
     --report-api-errors no --show-backtrace no --error-exitcode 86 \
     "$PY" tests/test_fuzz_gpu.py >"$LOGS/fuzz-memcheck.log" 2>&1;
  echo "fuzz exit $?" >>"$LOGS/fuzz-memcheck.log") &
 FUZZ3=$!
-PYTHONPATH="$PWD" OUT="$LOGS/san" SUITE_TIMEOUT="${SANITIZER_TIMEOUT:-300}" bash tools/gpu_suite.sh --no-build \
+PYTHONPATH="$PWD/src" OUT="$LOGS/san" SUITE_TIMEOUT="${SANITIZER_TIMEOUT:-300}" bash tools/gpu_suite.sh --no-build \
     --sanitizer memcheck,racecheck,synccheck >"$OUT/sanitizers.txt" 2>&1
 echo "sanitizers exit $?" >>"$OUT/sanitizers.txt"
 wait "$FUZZ2" "$FUZZ3"
@@ -136,9 +136,9 @@ export STACKDUMP_ON_CRASH=1
 pids=()
 FUZZ_SEED="${VERIFY_SEED:-${FUZZ_SEED:-1}}" replay release 0 "$ROOT" & pids+=($!)
 # The matrix's debug-refcounts build (same $DEBUG_DIR) serves when it ran first.
-{ [[ "$STEPS" == *matrix* ]] && ls "$DEBUG_DIR"/streams/_cudart*.so >/dev/null 2>&1 \
+{ [[ "$STEPS" == *matrix* ]] && ls "$DEBUG_DIR"/src/streams/_cudart*.so >/dev/null 2>&1 \
     || build_debug_copy 8; } && { FUZZ_SEED="${VERIFY_SEED:-${FUZZ_SEED:-1}}" replay debug 0 "$DEBUG_DIR" & pids+=($!); }
-"$PY" -m pytest -q -p no:cacheprovider -rfEs ${VERIFY_TESTS:-tests/test_green_gpu.py} \
+PYTHONPATH="$ROOT/src" "$PY" -m pytest -q -p no:cacheprovider -rfEs ${VERIFY_TESTS:-tests/test_green_gpu.py} \
     >"$OUT/verify-tests.txt" 2>&1
 echo "tests exit $?" >>"$OUT/verify-tests.txt"
 wait "${pids[@]}"
@@ -164,7 +164,7 @@ if [[ "$STEPS" == *diagnose* ]]; then
 FT=$!
 stackdump_preload
 stackdump_after $(( ${FUZZ_MEMCHECK_SECONDS:-60} + 200 )) "tests/test_fuzz_gpu.py" fuzz-memcheck
-(PYTHONPATH="$PWD" STREAMS_FUZZ_SECONDS="${FUZZ_MEMCHECK_SECONDS:-60}" STREAMS_FUZZ_SEED="${FUZZ_SEED:-3442}" \
+(PYTHONPATH="$PWD/src" STREAMS_FUZZ_SECONDS="${FUZZ_MEMCHECK_SECONDS:-60}" STREAMS_FUZZ_SEED="${FUZZ_SEED:-3442}" \
     STREAMS_FUZZ_TRACE=1 timeout $(( ${FUZZ_MEMCHECK_SECONDS:-60} + 280 )) \
     "${CUDA_HOME}/bin/compute-sanitizer" --tool memcheck --report-api-errors no \
     --show-backtrace no --error-exitcode 86 "$PY" tests/test_fuzz_gpu.py \

@@ -25,7 +25,7 @@ for v in before after; do
 done
 xdist_spread "${WORKERS:-8}"
 run() {   # run NAME SRC_DIR
-    (cd "$2" && PYTHONPATH="$2" timeout "${SUITE_TIMEOUT:-400}" "$PY" -m pytest -q -rfE \
+    (cd "$2" && PYTHONPATH="$2/src:$2" timeout "${SUITE_TIMEOUT:-400}" "$PY" -m pytest -q -rfE \
         -p no:cacheprovider --rootdir "$ROOT" -c "$ROOT/pyproject.toml" --timeout=150 \
         "${SPREAD[@]}" "${TESTS[@]}" >"$OUT/$1.log" 2>&1; echo $? >"/tmp/rc-$1")
 }

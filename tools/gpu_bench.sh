@@ -41,10 +41,12 @@ OPS="${BENCH_OPS:-$OPS}"
 CONTENDERS="${BENCH_CONTENDERS:-c,streams-py,streams-py-baseline,streams-cy,streams-cy-baseline,cupy,torch,cuda-core}"
 if [[ "$STEPS" == *rows* ]]; then
     rm -rf /tmp/streams-before && cp -a "$BEFORE_SRC" /tmp/streams-before
+    # The folder that holds its streams package: src/ since the src layout.
+    BASELINE=/tmp/streams-before; [ -d "$BASELINE/src/streams" ] && BASELINE="$BASELINE/src"
     (cd /tmp/streams-before && "$PY" setup.py build_ext --inplace -j 16) \
         >"$OUT/bench-build-before.log" 2>&1 || { tail -30 "$OUT/bench-build-before.log"; exit 1; }
     timeout "${ROWS_TIMEOUT:-300}" "$PY" -m benchmarks.run --no-progress --cpus 2,3 \
-        --rounds 3 --batches 6 --baseline /tmp/streams-before --ops "$OPS" \
+        --rounds 3 --batches 6 --baseline "$BASELINE" --ops "$OPS" \
         --contenders "$CONTENDERS" --json "$OUT/rows.json" >"$OUT/rows.txt" 2>&1
     echo "rows exit $?" >>"$OUT/rows.txt"
     sed -n '/^   operation/,/^   targets/p' "$OUT/rows.txt"; tail -1 "$OUT/rows.txt"
@@ -80,7 +82,7 @@ if [[ "$STEPS" == *ft* ]]; then
     for round in 1 2 3 4 5; do
         for py in "$PY" "$FT_PY"; do
             echo "== round $round: $("$py" -c 'import sys; print(sys.version.split()[0], "GIL" if getattr(sys, "_is_gil_enabled", lambda: True)() else "no GIL")')"
-            PYTHONPATH="$ROOT" timeout "${FT_TIMEOUT:-60}" "${PIN[@]}" "$py" tools/quick_timing.py
+            PYTHONPATH="$ROOT/src" timeout "${FT_TIMEOUT:-60}" "${PIN[@]}" "$py" tools/quick_timing.py
         done
     done >"$OUT/ft.txt" 2>&1
     "$PY" tools/quick_timing.py --summarize "$OUT/ft.txt" | tee -a "$OUT/ft.txt"

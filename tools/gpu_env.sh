@@ -38,7 +38,7 @@ source "$ROOT/tools/stackdump_env.sh"
 DEBUG_DIR=/tmp/streams-debug
 fresh_copy() {
     rm -rf "$1" && cp -a "$ROOT" "$1" &&
-        rm -rf "$1/build" "$1"/streams/*.so "$1"/streams/*.c
+        rm -rf "$1/build" "$1"/src/streams/*.so "$1"/src/streams/*.c
 }
 
 # pack_out: a device call brings back at most 8 files of $OUT, two folders

@@ -52,13 +52,13 @@ for v in "${VARIANTS[@]}"; do
         echo "BUILD FAILED: $v"
         exit 1
     fi
-    (cd "${DIR[$v]}" && "$PY" -c "import streams; print('$v:', 'runtime', streams.runtime_version(), 'debug build', streams.debug_build())")
+    (cd "${DIR[$v]}" && PYTHONPATH="${DIR[$v]}/src" "$PY" -c "import streams; print('$v:', 'runtime', streams.runtime_version(), 'debug build', streams.debug_build())")
 done
 echo "== tests (the three suites at once)"
 xdist_spread "${MATRIX_WORKERS:-4}"
 stackdump_preload
 for v in "${VARIANTS[@]}"; do
-    (cd "${DIR[$v]}" && timeout "${SUITE_TIMEOUT:-300}" "$PY" -m pytest -q -rfEs \
+    (cd "${DIR[$v]}" && PYTHONPATH="${DIR[$v]}/src" timeout "${SUITE_TIMEOUT:-300}" "$PY" -m pytest -q -rfEs \
         -p no:cacheprovider --timeout=120 -o faulthandler_timeout=100 "${SPREAD[@]}" ${MATRIX_TESTS:-} \
         >"$OUT/suite-$v.log" 2>&1; echo $? >"/tmp/suite-rc-$v") &
 done

@@ -27,7 +27,7 @@ __all__ = [
     "build_editable", "build_sdist", "build_wheel", "get_requires_for_build_editable",
     "get_requires_for_build_sdist", "get_requires_for_build_wheel",
     "prepare_metadata_for_build_editable", "prepare_metadata_for_build_wheel",
-    "cuda_major", "CudaMajorError", "DISTRIBUTION", "MARKER",
+    "cuda_major", "CudaMajorError", "DISTRIBUTION", "MARKER", "debug_info_flags",
 ]
 
 DEFAULT_MAJOR = "13"
@@ -65,6 +65,22 @@ def cuda_major(source_dir="."):
                 f"{DISTRIBUTION[asked]} from its own sdist or a checkout")
         return fixed
     return asked or DEFAULT_MAJOR
+
+
+def debug_info_flags(environ=None):
+    """(compile args, link args) for the debug information of the
+    extensions.  By default none is kept: Python's own CFLAGS ask for
+    ``-g``, which made the installed extensions four times their stripped
+    size; ``-g0`` drops ours and ``-Wl,--strip-debug`` what the static CUDA
+    runtime brings.  ``STREAMS_DEBUG_INFO=1`` keeps it all (for gdb or a
+    sanitizer's stacks).  The symbol tables stay either way."""
+    environ = os.environ if environ is None else environ
+    value = environ.get("STREAMS_DEBUG_INFO", "").strip()
+    if value not in ("", "0", "1"):
+        raise ValueError(f"STREAMS_DEBUG_INFO must be 0 or 1, not {value!r}")
+    if value == "1":
+        return ["-g"], []
+    return ["-g0"], ["-Wl,--strip-debug"]
 
 
 def _extra(config_settings=None):

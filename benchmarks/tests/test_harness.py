@@ -164,21 +164,27 @@ def test_children_import_the_streams_under_test_first():
     assert benchmarks.CHECKOUT in parts
 
 
-@pytest.mark.parametrize("built, imported, moved", [
-    (False, False, True), (True, False, False), (False, True, False)])
-def test_unbuilt_checkout_goes_behind_an_installed_streams(tmp_path, monkeypatch, built,
-                                                           imported, moved):
+@pytest.mark.parametrize("built, installed, imported, added", [
+    (True, False, False, True), (False, False, False, False), (True, True, False, False),
+    (True, False, True, False)])
+def test_an_in_place_build_serves_only_where_none_is_installed(tmp_path, monkeypatch, built,
+                                                               installed, imported, added):
+    # The package is in src/: an in-place build there goes on sys.path when
+    # no streams is installed (and none imported yet), never before one.
+    import importlib.util
     checkout = tmp_path / "checkout"
-    (checkout / "streams").mkdir(parents=True)
+    (checkout / "src" / "streams").mkdir(parents=True)
     if built:
-        (checkout / "streams" / "_core.cpython-312-x86_64-linux-gnu.so").write_bytes(b"")
+        (checkout / "src" / "streams" / "_cudart.cpython-312-x86_64-linux-gnu.so").write_bytes(b"")
     monkeypatch.setattr(benchmarks, "CHECKOUT", str(checkout))
     monkeypatch.setattr(sys, "path", [str(checkout), "/site-packages"])
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name: object() if installed and name == "streams" else None)
     if not imported:
         monkeypatch.delitem(sys.modules, "streams")
-    benchmarks._installed_streams_first()
-    expected = ["/site-packages", str(checkout)] if moved else [str(checkout), "/site-packages"]
-    assert sys.path == expected
+    benchmarks._in_place_build_if_none_installed()
+    expected = [str(checkout), "/site-packages"]
+    assert sys.path == ([str(checkout / "src")] + expected if added else expected)
 
 
 def test_the_torch_stream_row_is_na_without_torch(monkeypatch):

@@ -20,9 +20,14 @@ cdef uintptr_t as_pointer_int(object value, str argname) except? 0
 cdef object as_enum(object cls, object value, str argname)
 cdef int as_dim3(object value, dim3* out, str argname) except -1
 cdef int as_int(object value, str argname) except? -1
-# A flag: a bool (or an int, read as one).  Inline: Stream.launch reads
+# A flag: True or False (or a numpy bool), else TypeError naming the
+# argument: a truthy stand-in ('false', 'no', 2, None) would silently turn
+# the flag on or off (tests/test_arguments.py).  Inline: Stream.launch reads
 # wait_producers with it on every launch.
 cdef inline bint as_bool(object value, str argname) except -1:
-    if not isinstance(value, (bool, int)):
-        raise TypeError(f"{argname} must be a bool, not {type(value).__name__}")
-    return bool(value)
+    if value is True:
+        return True
+    if value is False:
+        return False
+    return as_bool_other(value, argname)
+cdef bint as_bool_other(object value, str argname) except -1

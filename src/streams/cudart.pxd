@@ -537,17 +537,7 @@ cdef extern from "cuda_runtime_api.h" nogil:
                                                  unsigned int defaultLaunchValue,
                                                  unsigned int flags)
 
-    # Graph memory nodes
-    enum cudaMemAllocationType:
-        cudaMemAllocationTypePinned
-    enum cudaMemLocationType:
-        cudaMemLocationTypeDevice
-    cdef struct cudaMemLocation:
-        cudaMemLocationType type
-        int id
-    cdef struct cudaMemPoolProps:
-        cudaMemAllocationType allocType
-        cudaMemLocation location
+    # Graph memory nodes (the pool properties are declared with the pools)
     cdef struct cudaMemAllocNodeParams:
         cudaMemPoolProps poolProps
         size_t bytesize

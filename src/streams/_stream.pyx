@@ -610,6 +610,7 @@ cdef int _stream_params(object device, object priority, object non_blocking,
     cdef int least, greatest
     if isinstance(priority, bool) or not isinstance(priority, int):
         raise TypeError(f"priority must be an int, not {type(priority).__name__}")
+    cdef bint nb = as_bool(non_blocking, "non_blocking")
     # Argument errors come before "no GPU": resolve_device checks types
     # and formats first, and the range only against a real device count.
     p.device = resolve_device(device)
@@ -618,7 +619,7 @@ cdef int _stream_params(object device, object priority, object non_blocking,
     # priority would differ silently from what `priority` reports.
     p.priority = greatest if priority < greatest else (least if priority > least else priority)
     p.default_priority = p.priority == least
-    p.flags = cudaStreamNonBlocking if non_blocking else cudaStreamDefault
+    p.flags = cudaStreamNonBlocking if nb else cudaStreamDefault
     return 0
 
 
@@ -809,7 +810,8 @@ cdef class Stream(Waitable):
         """
         cdef Event ev
         cdef uintptr_t h
-        cdef unsigned int flags = cudaEventWaitExternal if external else 0
+        cdef unsigned int flags = (cudaEventWaitExternal if as_bool(external, "external")
+                                   else 0)
         if not isinstance(event, Event):
             h = foreign_event(event, "event")
             if h == 0:
@@ -1031,7 +1033,9 @@ cdef class Stream(Waitable):
             if not args:
                 raise TypeError("launch_ex() takes a LaunchConfig, or grid and block")
             config = config_type(config, args[0], 0 if shared_mem is None else shared_mem,
-                                 cluster=cluster, cooperative=bool(cooperative))
+                                 cluster=cluster,
+                                 cooperative=(False if cooperative is None
+                                              else as_bool(cooperative, "cooperative")))
             args = args[1:]
         elif shared_mem is not None or cluster is not None or cooperative is not None:
             raise TypeError("with a LaunchConfig, shared_mem, cluster and cooperative belong "
@@ -1477,6 +1481,9 @@ _install_special_streams()
 cdef unsigned int _event_flags(object enable_timing, object blocking,
                                object interprocess) except? 0:
     cdef unsigned int flags = cudaEventDefault
+    enable_timing = as_bool(enable_timing, "enable_timing")
+    blocking = as_bool(blocking, "blocking")
+    interprocess = as_bool(interprocess, "interprocess")
     if interprocess and enable_timing:
         raise ValueError("interprocess=True requires enable_timing=False (CUDA does "
                          "not support timing on interprocess events)")
@@ -1549,7 +1556,8 @@ cdef class Event(Waitable):
         """
         cdef Stream s
         cdef uintptr_t h
-        cdef unsigned int flags = cudaEventRecordExternal if external else 0
+        cdef unsigned int flags = (cudaEventRecordExternal if as_bool(external, "external")
+                                   else 0)
         if stream is not None and not isinstance(stream, Stream):
             # Another library's stream: its handle, no wrapper (the caller
             # keeps the object alive for this call).
@@ -1768,11 +1776,17 @@ cdef class _HandlePool:
     # or one after close()) changes nothing: the arguments are checked, the
     # object claimed (_claim, which refuses a second time), the subclass's
     # parameters written, then the pool published (_publish) after them.
-    cdef void* _claim(self, object maxsize) except NULL:
+    @staticmethod
+    cdef int _check_maxsize(object maxsize) except -1:
+        # Before the device is looked at (tests/test_arguments.py).
         if isinstance(maxsize, bool) or not isinstance(maxsize, int):
             raise TypeError(f"maxsize must be an int, not {type(maxsize).__name__}")
         if maxsize < 0 or maxsize > 1 << 20:
             raise ValueError(f"maxsize must be between 0 and {1 << 20}, got {maxsize}")
+        return 0
+
+    cdef void* _claim(self, object maxsize) except NULL:
+        _HandlePool._check_maxsize(maxsize)
         cdef void* p = streams_pool_new(<size_t>maxsize)
         cdef bint again
         if p == NULL:
@@ -1910,6 +1924,7 @@ cdef class StreamPool(_HandlePool):
     @cython.embedsignature(False)
     def __init__(self, device=None, priority=0, non_blocking=False, *, maxsize=16):
         cdef _StreamParams params
+        _HandlePool._check_maxsize(maxsize)
         _stream_params(device, priority, non_blocking, &params)
         cdef void* p = self._claim(maxsize)
         self._params = params
@@ -1956,6 +1971,7 @@ cdef class EventPool(_HandlePool):
     # puts the keyword-only marker one parameter late.
     @cython.embedsignature(False)
     def __init__(self, enable_timing=False, blocking=False, device=None, *, maxsize=64):
+        _HandlePool._check_maxsize(maxsize)
         cdef unsigned int flags = _event_flags(enable_timing, blocking, False)
         cdef int dev = resolve_device(device)
         cdef void* p = self._claim(maxsize)

@@ -37,7 +37,7 @@ from libc.string cimport memcpy, memset
 cimport streams._cudart as rt
 from streams._cudart cimport (STREAMS_LAUNCH_PARAM_BUFFER_POINTER, STREAMS_LAUNCH_PARAM_BUFFER_SIZE,
                               STREAMS_LAUNCH_PARAM_END, streams_kernel_node_params)
-from streams._args cimport as_dim3, as_enum, as_int, as_nbytes, as_uint, as_unsigned
+from streams._args cimport as_bool, as_dim3, as_enum, as_int, as_nbytes, as_uint, as_unsigned
 from streams._device cimport (DeviceScope, enter_device, exit_device, require_device,
                               resolve_device)
 from streams._hostcall cimport (HostCall, KIND_HOST_FUNC, capture_entry, forget_capture,
@@ -585,7 +585,7 @@ def capture_info(Stream stream not None):
         # (CUDA's arrays are valid until the next call on the stream.)
         dep_nodes = [_wrap_node(graph, deps[i]) for i in range(n)]
         edge_data = ([(edges[i].from_port, edges[i].to_port, edges[i].type) for i in range(n)]
-                     if edges != NULL else [(0, 0, 0)] * n)
+                     if edges != NULL else [(0, 0, 0)] * <Py_ssize_t>n)
         if registered:
             try:
                 now = _capture_id(stream, NULL)
@@ -1910,6 +1910,9 @@ cdef class Graph(HandleOwner):
         With ``upload_stream`` the executable is also uploaded there, so the
         first launch does not pay for it.
         """
+        cdef bint auto_free = as_bool(auto_free_on_launch, "auto_free_on_launch")
+        cdef bint on_device = as_bool(device_launch, "device_launch")
+        cdef bint node_priority = as_bool(use_node_priority, "use_node_priority")
         self._check_open()
         cdef unsigned long long flags = 0
         cdef cudaGraphExec_t ex = NULL
@@ -1918,11 +1921,11 @@ cdef class Graph(HandleOwner):
         cdef list box = []
         if upload_stream is not None:
             up = as_stream(upload_stream, "upload_stream")
-        if auto_free_on_launch:
+        if auto_free:
             flags |= cudaGraphInstantiateFlagAutoFreeOnLaunch
-        if device_launch:
+        if on_device:
             flags |= cudaGraphInstantiateFlagDeviceLaunch
-        if use_node_priority:
+        if node_priority:
             flags |= cudaGraphInstantiateFlagUseNodePriority
         cdef bint boxed = self._errors.host_calls
         cdef list keep
@@ -2061,8 +2064,9 @@ cdef class Graph(HandleOwner):
 
     def debug_dot(self, path=None, *, verbose=False):
         """Graphviz text of the graph; also written to ``path`` if given."""
+        cdef unsigned int flags = (cudaGraphDebugDotFlagsVerbose if as_bool(verbose, "verbose")
+                                   else 0)
         self._check_open()
-        cdef unsigned int flags = cudaGraphDebugDotFlagsVerbose if verbose else 0
         cdef bytes target
         cdef const char* c_target
         tmp = None
@@ -2140,6 +2144,7 @@ cdef class Graph(HandleOwner):
         graph keeps the kernel's module loaded and the streams buffers among
         the arguments alive; a ConditionHandle argument must be this graph's
         or, in a conditional body, that of a graph holding the body."""
+        cdef bint with_coop = as_bool(cooperative, "cooperative")
         self._check_open()
         cdef cudaGraphNode_t node = NULL
         cdef cudaKernelNodeParams params
@@ -2148,7 +2153,6 @@ cdef class Graph(HandleOwner):
         cdef Kernel k
         cdef dim3 cl
         cdef bint with_cluster = cluster is not None
-        cdef bint with_coop = bool(cooperative)
         memset(&cluster_dim, 0, sizeof(cluster_dim))
         memset(&coop, 0, sizeof(coop))
         if with_cluster:
@@ -2234,7 +2238,8 @@ cdef class Graph(HandleOwner):
         cdef cudaGraphConditionalHandle h = 0
         cdef ConditionHandle c
         cdef unsigned int d
-        cdef unsigned int flags = cudaGraphCondAssignDefault if reset else 0
+        cdef unsigned int flags = (cudaGraphCondAssignDefault if as_bool(reset, "reset")
+                                   else 0)
         # The arguments first (they read no field), then whether it is open.
         d = as_uint(default, "default")
         if d != 0 and not reset:
@@ -2255,7 +2260,7 @@ cdef class Graph(HandleOwner):
         c._graph = self._handle
         c._graph_ref = _weakref.ref(self)
         c._default = d
-        c._reset = bool(reset)
+        c._reset = flags != 0
         return c
 
     cdef tuple _add_conditional(self, object cond, int kind, unsigned int size,
@@ -2638,8 +2643,8 @@ cdef class GraphExec(HandleOwner):
         """Enable or disable a kernel, memset or memcpy node for the
         following launches (``cudaGraphNodeSetEnabled``); a disabled node
         does nothing, its dependencies hold."""
+        cdef bint on = as_bool(enabled, "enabled")
         cdef GraphNode nd = self._node_of(node, "node")
-        cdef bint on = bool(enabled)
         self._enter(nd)
         try:
             with nogil:

@@ -12,6 +12,7 @@ import os as _os
 # Every public name imported here is exported (__all__, at the end).
 from streams._cudart import (CudaError, CudaWarning, HostCallbackError, debug_build, debug_counters,
                              driver_version, runtime_version)
+from streams import _args
 from streams._args import StreamsEnum
 from streams._device import (Device, can_access_peer, device_count, disable_peer_access,
                              enable_peer_access, get_device, set_device,
@@ -63,7 +64,7 @@ def get_include():
     if _os.path.isfile(_os.path.join(installed, "streams", "streams.h")):
         return installed
     # Editable install / source checkout: the headers live at the top level.
-    return _os.path.join(_os.path.dirname(here), "include")
+    return _os.path.join(_os.path.dirname(_os.path.dirname(here)), "include")
 
 
 def get_cython_include():
@@ -85,3 +86,10 @@ def get_cython_include():
 # show_config and get_include).  streams/__init__.pyi spells the list out for
 # type checkers; tests/test_stubs.py checks that the two agree.
 __all__ = sorted(name for name in globals() if not name.startswith("_"))
+
+# Each public class says it is streams.<Name> (tracebacks, reprs, pickles)
+# and has a signature (streams._args._make_public; tests/test_public_face.py).
+for _name in __all__:
+    if isinstance(globals()[_name], type):
+        _args._make_public(globals()[_name], __name__)
+del _name

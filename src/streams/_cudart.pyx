@@ -194,6 +194,10 @@ class HostCallbackError(RuntimeError):
     happens.
     """
 
+    def __init__(self, *args):
+        # Written out for inspect.signature: RuntimeError's has none.
+        super().__init__(*args)
+
 
 cdef str error_name(int code):
     # cudaGetErrorName needs neither a driver nor a device.
@@ -341,11 +345,12 @@ cdef bint may_release_any_thread() noexcept nogil:
 
 cdef int raise_closed(object obj) except -1:
     # Named by the streams class it is (a subclass of a user or of the
-    # compat layer still says "Stream").
+    # compat layer still says "Stream"): a public class reports "streams"
+    # as its module, a private one its extension's.
     name = type(obj).__name__
     for cls in type(obj).__mro__:
         module = getattr(cls, "__module__", "")
-        if module.startswith("streams._"):
+        if module == "streams" or module.startswith("streams._"):
             name = cls.__name__.lstrip("_")
             break
     raise ValueError(f"operation on a closed {name} (or one never initialised)")
@@ -2671,6 +2676,10 @@ class CudaWarning(RuntimeWarning):
     deferred release, when the last user of a closed object left.  The
     message names the object and the CUDA error.  Turned into an error by a
     warnings filter, it is reported through ``sys.unraisablehook`` instead."""
+
+    def __init__(self, *args):
+        # Written out for inspect.signature: RuntimeWarning's has none.
+        super().__init__(*args)
 
 
 ctypedef int (*_func_get_name_fn)(const char** name, const void* func) noexcept nogil

@@ -17,6 +17,7 @@ cimport cython
 from cpython.float cimport PyFloat_AS_DOUBLE
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_AsUnsignedLongLong
 from cpython.ref cimport Py_DECREF
+from libc.limits cimport LLONG_MIN
 from libc.stdint cimport uintptr_t
 from libc.string cimport memset
 
@@ -59,7 +60,7 @@ _SIZE_OF[:] = [1, 2, 4, 8, 1, 2, 4, 8, 4, 8, 8, 8]
 # (H100 benchmark, 2026-11-23), much of it on Python-level lookups.
 cdef long long _INT_LO[8]
 cdef unsigned long long _INT_HI[8]
-_INT_LO[:] = [-(1 << 7), -(1 << 15), -(1 << 31), -(1 << 63), 0, 0, 0, 0]
+_INT_LO[:] = [-(1 << 7), -(1 << 15), -(1 << 31), LLONG_MIN, 0, 0, 0, 0]
 _INT_HI[:] = [(1 << 7) - 1, (1 << 15) - 1, (1 << 31) - 1, (1 << 63) - 1,
               (1 << 8) - 1, (1 << 16) - 1, (1 << 32) - 1, (1 << 64) - 1]
 cdef tuple _ARG_NAMES = tuple([f"argument {i}" for i in range(MAX_KERNEL_ARGS)])
@@ -329,7 +330,7 @@ cdef class Module(HandleOwner):
         (a cubin) or ``"compute_XY"`` (PTX, compiled by the driver);
         default: the current device's ``sm_XY``.  NVRTC is loaded at first
         use: ``STREAMS_NVRTC`` (a path), the ``nvidia-cuda-nvrtc`` wheel
-        (``pip install cuda-streams[nvrtc]``), the toolkit's (``CUDA_HOME``,
+        (``pip install "nvidia-cuda-nvrtc==13.*"``), the toolkit's (``CUDA_HOME``,
         ``/usr/local/cuda``) or the system's ``libnvrtc.so``; none found is
         a RuntimeError.  A failed compilation raises ``CompileError``
         carrying NVRTC's log.  Compilations are cached in memory by
@@ -517,7 +518,7 @@ cdef int _read_parameters(Kernel k, bint any_sizes=False) except -1:
     cdef size_t offset = 0, size = 0, i
     cdef int r
     k._nparams = -1
-    for i in range(MAX_KERNEL_ARGS + 1):
+    for i in range(<size_t>MAX_KERNEL_ARGS + 1):
         with nogil:
             if k._adopted == 2:
                 r = rt.function_get_param_info(k._func, i, &offset, &size)
@@ -535,14 +536,14 @@ cdef int _read_parameters(Kernel k, bint any_sizes=False) except -1:
         if k._nsig != k._nparams:
             raise ValueError(f"signature of kernel {k._name!r} names {k._nsig} parameter(s), "
                              f"but the kernel takes {k._nparams}")
-        for i in range(k._nparams):
+        for i in range(<size_t>k._nparams):    # set above: 0 or more
             if _SIZE_OF[k._kinds[i]] != k._param_size[i]:
                 raise ValueError(
                     f"signature[{i}] of kernel {k._name!r} is {k._signature_names[i]} "
                     f"({_SIZE_OF[k._kinds[i]]} bytes), but the parameter takes "
                     f"{k._param_size[i]} bytes")
     elif not any_sizes:
-        for i in range(k._nparams):
+        for i in range(<size_t>k._nparams):    # set above: 0 or more
             if k._param_size[i] not in (1, 2, 4, 8):
                 raise ValueError(f"kernel {k._name!r}: parameter {i} is a "
                                  f"{k._param_size[i]}-byte value; streams passes scalars and "
@@ -1481,6 +1482,16 @@ def _nvrtc_candidates():
     return found
 
 
+def _nvrtc_wheel():
+    """The requirement of NVIDIA's NVRTC wheel for this build's CUDA major,
+    quoted for a shell: what the error of a missing NVRTC tells to install
+    (tests/test_launch_cpu.py)."""
+    major = rt_runtime_version() // 1000
+    if major == 12:
+        return '"nvidia-cuda-nvrtc-cu12==12.*"'
+    return f'"nvidia-cuda-nvrtc=={major}.*"'
+
+
 cdef void* _nvrtc_symbol(void* lib, const char* name, str path) except NULL:
     cdef void* fn = dlsym(lib, name)
     if fn == NULL:
@@ -1531,9 +1542,9 @@ cdef int _load_nvrtc() except -1:
             tried.append(f"{path} ({why})")
         if lib == NULL:
             how = ("STREAMS_NVRTC names it" if env else
-                   "install it with `pip install cuda-streams[nvrtc]` (the nvidia-cuda-nvrtc "
-                   "wheel), set CUDA_HOME to a CUDA toolkit, or set STREAMS_NVRTC to the path "
-                   "of libnvrtc.so")
+                   f"install NVIDIA's wheel of it with `pip install {_nvrtc_wheel()}`, set "
+                   "CUDA_HOME to a CUDA toolkit, or set STREAMS_NVRTC to the path of "
+                   "libnvrtc.so")
             raise RuntimeError(f"NVRTC (libnvrtc.so), needed by Module.from_source, was not "
                                f"found or could not be loaded; {how}. Tried: "
                                + "; ".join(tried))

@@ -70,6 +70,15 @@ cdef uintptr_t as_pointer_int(object value, str argname) except? 0:
     return <uintptr_t>v
 
 
+cdef bint as_bool_other(object value, str argname) except -1:
+    # numpy's bool (numpy.bool, numpy.bool_ before numpy 2) is no int
+    # subclass, and what a numpy comparison gives: taken as what it says.
+    cls = type(value)
+    if cls.__name__ in ("bool", "bool_") and cls.__module__ == "numpy":
+        return value.__bool__()
+    raise TypeError(f"{argname} must be a bool, not {cls.__name__}")
+
+
 cdef int as_int(object value, str argname) except? -1:
     if isinstance(value, bool) or not hasattr(value, "__index__"):
         raise TypeError(f"{argname} must be an int, not {type(value).__name__}")
@@ -139,3 +148,53 @@ class StreamsEnum(_enum.IntEnum):
         return result if result is NotImplemented else not result
 
     __hash__ = int.__hash__
+
+
+# ---- the public face of the classes -----------------------------------------------------------
+
+from cpython.object cimport PyTypeObject
+
+cdef extern from "Python.h":
+    void PyType_Modified(PyTypeObject* t)
+    unsigned long Py_TPFLAGS_HEAPTYPE
+
+# The C strings that static types' tp_name and tp_doc point to after
+# _make_public: kept for the life of the process, as the types are.
+cdef list _kept_names = []
+
+
+def _make_public(cls, str module):
+    """Report the class ``cls`` as ``module.<its name>``, as streams/__init__.py
+    does for every public class: ``__module__``, reprs, tracebacks
+    (``streams.CudaError``), pickles and Cython's argument errors then name
+    the package, not the extension that defines the class.
+
+    A Cython class (a static type) reads ``__module__`` and ``__name__``
+    from ``tp_name``, so that is rewritten; its ``__text_signature__``
+    comes from ``tp_doc``, whose first line is the signature Cython
+    embeds (or the docstring states): the marker that makes it one is
+    added, and ``inspect.signature(cls)`` then works (IDEs, ``help``).
+    A Python class just gets ``__module__``.  tests/test_public_face.py
+    checks every name of ``streams.__all__``."""
+    cdef PyTypeObject* t = <PyTypeObject*>cls
+    cdef bytes name, doc
+    if not isinstance(cls, type):
+        raise TypeError(f"cls must be a class, not {type(cls).__name__}")
+    short = cls.__name__
+    if t.tp_flags & Py_TPFLAGS_HEAPTYPE:
+        cls.__module__ = module
+        return cls
+    name = f"{module}.{short}".encode("utf-8")
+    text = cls.__doc__ or ""
+    first, sep, rest = text.partition("\n")
+    if (first.startswith(short + "(") and first.endswith(")")
+            and (not sep or rest.startswith("\n")) and not rest.startswith("\n--\n")):
+        # "Name(args)\n--\n\n" then the docstring: CPython's convention for
+        # a built-in's signature; __doc__ then leaves the line out.
+        doc = (first + "\n--\n" + rest).encode("utf-8")
+        _kept_names.append(doc)
+        t.tp_doc = doc
+    _kept_names.append(name)
+    t.tp_name = name
+    PyType_Modified(t)
+    return cls

@@ -535,11 +535,14 @@ cdef class _Buffer(HandleOwner):
         # (free-threaded CPython; the GIL elsewhere).  The release that may
         # follow the mark runs detached, which ends the section: by then
         # every new view is refused.
+        cdef int views
         with cython.critical_section(self):
-            if self._views and not streams_is_closed(&self._state):
-                raise BufferError(f"cannot close a {type(self).__name__} while {self._views} "
-                                  "buffer view(s) (e.g. numpy arrays) still use it")
-            self._close_handle()
+            views = 0 if streams_is_closed(&self._state) else self._views
+            if not views:
+                self._close_handle()
+        if views:
+            raise BufferError(f"cannot close a {type(self).__name__} while {views} "
+                              "buffer view(s) (e.g. numpy arrays) still use it")
 
     def __repr__(self):
         if self.closed:
@@ -818,7 +821,7 @@ cdef class DeviceBuffer(_Buffer):
         # threaded CPython), one names the stream and the other just closes.
         claimed = False
         with cython.critical_section(self):
-            if self._free_on is None and not self.closed:
+            if self._free_on is None and not streams_is_closed(&self._state):
                 self._free_on = on
                 claimed = True
         if not claimed:                 # another close() got in first
@@ -1149,7 +1152,7 @@ cdef void* _pool_handle(cudaMemPool_t* h, int dev, int fd, bint share, size_t ca
     return frees
 
 
-cdef object _default_pools = {}     # device -> the MemoryPool of its default pool
+cdef dict _default_pools = {}     # device -> the MemoryPool of its default pool
 cdef object _default_pools_lock = object()  # its critical section (see _hostcall's _capture_lock)
 
 
@@ -1221,7 +1224,7 @@ cdef class MemoryPool(HandleOwner):
         # the default pool owns nothing: the others just go).
         with cython.critical_section(_default_pools_lock):
             pool = _default_pools.get(dev)
-            if pool is None or (<MemoryPool>pool).closed:
+            if pool is None or streams_is_closed(&(<MemoryPool>pool)._state):
                 pool = made
                 _default_pools[dev] = pool
         return pool
@@ -1531,6 +1534,49 @@ cdef int _check_fits(size_t n, Span* span, str argname) except -1:
     return 0
 
 
+cdef int _check_memory_arg(object obj, int flags, str argname) except -1:
+    """What resolve_span refuses by the kind of ``obj`` alone (not memory;
+    None; a NULL or too large address; a host buffer that is read-only or
+    not contiguous, where one is taken), checked before the stream and the
+    device are looked at: a bad argument is named as such on a machine
+    without a GPU too (tests/test_arguments.py)."""
+    cdef Py_buffer view
+    if obj is None:
+        if flags & SPAN_NULL_OK:
+            return 0
+        raise TypeError(f"{argname} must be memory (a streams buffer, an array with "
+                        "__cuda_array_interface__ or __dlpack__, or an int address), not None")
+    if isinstance(obj, _Buffer):
+        if flags & SPAN_DEVICE and not isinstance(obj, (DeviceBuffer, ManagedBuffer,
+                                                        PinnedBuffer)):
+            raise TypeError(f"{argname}: {type(obj).__name__} is not device memory")
+        return 0
+    if isinstance(obj, int) and not isinstance(obj, bool):
+        if obj == 0 and not flags & SPAN_NULL_OK:
+            raise ValueError(f"{argname} is a NULL address")
+        as_pointer_int(obj, argname)
+        return 0
+    if hasattr(obj, "__cuda_array_interface__") or (hasattr(obj, "__dlpack_device__")
+                                                    and hasattr(obj, "__dlpack__")):
+        return 0
+    if flags & SPAN_HOST_OK:
+        try:
+            PyObject_GetBuffer(obj, &view, PyBUF_C_CONTIGUOUS |
+                               (PyBUF_WRITABLE if flags & SPAN_WRITABLE else PyBUF_SIMPLE))
+        except (TypeError, BufferError) as exc:
+            raise TypeError(f"{argname} must be a streams buffer, an object with "
+                            f"__cuda_array_interface__ or __dlpack__, a C-contiguous"
+                            f"{' writable' if flags & SPAN_WRITABLE else ''} host buffer "
+                            f"(numpy array, bytearray) or an int address; "
+                            f"{type(obj).__name__}: {exc}") from None
+        PyBuffer_Release(&view)
+        return 0
+    raise TypeError(f"{argname} must be a pointer to "
+                    f"{'device' if flags & SPAN_DEVICE else 'CUDA'} memory: a streams buffer, "
+                    f"an object with __cuda_array_interface__ or __dlpack__, or an int "
+                    f"address, not {type(obj).__name__}")
+
+
 cdef size_t _span_length(object nbytes, Span* span, str argname) except? 0:
     """``nbytes``, which must fit in ``span``, or all of it when None."""
     cdef size_t n
@@ -1579,6 +1625,10 @@ cdef int _memcpy(object dst, object src, object nbytes, object stream, bint peer
     cdef size_t n
     cdef int dd, sd
     cdef int kinds = (SPAN_DEVICE if peer else SPAN_HOST_OK) | _producer_flags(wait_producers)
+    _check_memory_arg(dst, SPAN_WRITABLE | kinds, "dst")
+    _check_memory_arg(src, kinds, "src")
+    if nbytes is not None:
+        as_nbytes(nbytes, "nbytes")
     cdef Stream st = as_stream(stream, "stream")
     cdef DeviceScope scope
     init_span(&d)
@@ -1662,10 +1712,13 @@ def memset_async(dst, value, nbytes=None, stream=None, *, wait_producers=True):
     cdef size_t n
     cdef int v = as_int(value, "value")
     cdef int nowait = _producer_flags(wait_producers)
-    cdef Stream st = as_stream(stream, "stream")
-    cdef DeviceScope scope
     if v < 0 or v > 255:
         raise ValueError(f"value must be a byte (0-255), got {v}")
+    _check_memory_arg(dst, SPAN_WRITABLE | SPAN_HOST_OK, "dst")
+    if nbytes is not None:
+        as_nbytes(nbytes, "nbytes")
+    cdef Stream st = as_stream(stream, "stream")
+    cdef DeviceScope scope
     init_span(&d)
     try:
         resolve_span(dst, &d, SPAN_WRITABLE | SPAN_HOST_OK | nowait, st, "dst")
@@ -1736,6 +1789,10 @@ def memcpy_batch_async(copies, stream=None, *, wait_producers=True):
     for i, item in enumerate(items):
         if not isinstance(item, tuple) or len(item) not in (2, 3):
             raise TypeError(f"copies[{i}] must be a (dst, src, nbytes) tuple, not {item!r}")
+        _check_memory_arg(item[0], SPAN_WRITABLE | SPAN_HOST_OK, f"copies[{i}] dst")
+        _check_memory_arg(item[1], SPAN_HOST_OK, f"copies[{i}] src")
+        if len(item) == 3 and item[2] is not None:
+            as_nbytes(item[2], f"copies[{i}] nbytes")
     st = as_stream(stream, "stream")
     spans = <Span*>malloc(2 * n * sizeof(Span))
     dsts = <void**>malloc(n * sizeof(void*))
@@ -1880,7 +1937,8 @@ def _stream_wait_value(Stream stream not None, address, value, op, flush, width)
     if not isinstance(op, str) or op.lower() not in _WAIT_OPS:
         raise ValueError(f"op must be 'geq', 'eq', 'and' or 'nor', got {op!r}")
     _value_op(stream, address, value,
-              _WAIT_OPS[op.lower()] | (_WAIT_FLUSH if flush else 0), width, False)
+              _WAIT_OPS[op.lower()] | (_WAIT_FLUSH if as_bool(flush, "flush") else 0), width,
+              False)
 
 
 def _stream_write_value(Stream stream not None, address, value, width):

@@ -277,7 +277,7 @@ def test_func_get_name_table_is_read_and_written_atomically():
     helpers (release store of the pointer, then of the state; acquire loads
     in the other order), as the package's other lazy tables do.  Before:
     plain reads and writes, a data race on a free-threaded build."""
-    source = (ROOT / "streams" / "_cudart.pyx").read_text()
+    source = (ROOT / "src" / "streams" / "_cudart.pyx").read_text()
     uses = [line.strip() for line in source.splitlines()
             if re.search(r"_get_name_(ptr|state)\[", line)]
     assert uses, "the table is gone: update this test"

@@ -2791,9 +2791,13 @@ class GpuObjectGraph(RuleBasedStateMachine):
                 streams.testing.launch_empty(s)
                 g.close()
                 assert g.closed
-                got = s.end_capture()                    # the last user: destroys the handle
-                assert got is g and got.closed, got
-                del got
+                try:
+                    s.end_capture()                      # the last user: destroys the handle
+                except ValueError as exc:
+                    assert "closed during the capture" in str(exc), exc
+                else:
+                    raise AssertionError("end_capture returned a graph closed during it")
+                assert s.capture_status == "none"
             elif what == "capture into graph on a thread":
                 begun, closed = threading.Event(), threading.Event()
 
@@ -2804,7 +2808,10 @@ class GpuObjectGraph(RuleBasedStateMachine):
                         closed.wait(10)
                         streams.testing.launch_empty(s)
                     finally:
-                        s.end_capture()
+                        try:
+                            s.end_capture()
+                        except ValueError as exc:       # closed during the capture
+                            assert "closed during the capture" in str(exc), exc
 
                 t = on_thread(capture)
                 begun.wait(10)

@@ -1,17 +1,18 @@
 """Without a GPU: what GraphExec.set_kernel_node_args and GraphNode.set_args
 write for each value (the packer of launches, so that a pointer is checked
-as memory CUDA knows), and the forwarding of host-callback errors to the
-slots of the graphs and executables that run a callback without sharing
-its slot (a parent graph, an executable updated from another graph).  The
-GPU side is in test_graph_audit_gpu.py."""
+as memory CUDA knows, and exactly the parameter's size), the forwarding of
+host-callback errors from the slots of graphs to the slots of the
+executables that run their callbacks, and the bound of the registry of
+captures.  The GPU side is in test_graph_audit_gpu.py."""
 import struct
 import sys
 
 import pytest
 
 import streams
-from streams import ConditionHandle
-from streams._graph import _error_forwarding, _pack_change
+from streams import ConditionHandle, Stream
+from streams._graph import _change_args, _error_forwarding, _pack_change
+from streams._hostcall import _capture_registry, _register_capture
 
 
 # ---- the packing of argument changes ------------------------------------------------------------
@@ -104,3 +105,104 @@ def test_an_error_reaches_every_slot_its_slot_forwards_to(links, source, expecte
     an executable updated from it, which its next launch raises."""
     assert _error_forwarding(3, links, source) == expected
     assert [type(e) for e in unraisable] == [ValueError]    # reported once, as before
+
+
+@pytest.mark.parametrize("links, unlinks, relays, source, expected", [
+    # A graph's slot (a relay) keeps nothing: its executables' slots do.
+    ([(0, 1), (0, 2)], [], [0], 0, [False, True, True]),
+    # An executable updated to another graph: the slot of the graph it ran
+    # no longer reaches it, that of the graph it runs now does.
+    ([(0, 2), (1, 2)], [(0, 2)], [0, 1], 0, [False, False, False]),
+    ([(0, 2), (1, 2)], [(0, 2)], [0, 1], 1, [False, False, True]),
+    # Unlinking one target leaves the others; unlinking what is not linked
+    # changes nothing.
+    ([(0, 1), (0, 2)], [(0, 1), (1, 2)], [0], 0, [False, False, True]),
+    # A child's relay, through its parent's relay, to the parent's executable.
+    ([(0, 1), (1, 2)], [], [0, 1], 0, [False, False, True]),
+])
+def test_an_error_reaches_only_the_slots_still_linked(links, unlinks, relays, source,
+                                                      expected, unraisable):
+    """What GraphExec.update and set_child_graph_node do to error slots:
+    each executable has a slot of its own, linked to the (relay) slots of
+    the graphs whose callbacks it runs, and unlinked from those it no longer
+    runs.  Before: updates linked the new graph's slot, for good, to the
+    slot that the old graph shared with all its executables, so that an
+    executable that never ran a callback raised its error."""
+    assert _error_forwarding(3, links, source, relays=relays, unlinks=unlinks) == expected
+    assert [type(e) for e in unraisable] == [ValueError]
+
+
+# ---- exactly the parameter's size ------------------------------------------------------------
+
+class _ShortInt(int):
+    def to_bytes(self, *args, **kwargs):
+        return b"\x01"
+
+    def __lt__(self, other):
+        return True
+
+
+class _OddFloat(float):
+    def __float__(self):
+        return 1.0
+
+
+@pytest.mark.parametrize("size", [4, 8, 256])
+def test_an_int_subclass_is_packed_by_its_value(size):
+    """An untyped parameter (a kernel streams has no signature for) takes an
+    int as its value, packed to the parameter's size whatever a subclass's
+    methods say.  Before: the subclass's to_bytes gave 1 byte, kept as the
+    argument, and CUDA copied `size` bytes from a slot of 16: a heap
+    over-read for a large by-value parameter."""
+    b, kept = _pack_change(_ShortInt(5), size)
+    assert b == (5).to_bytes(size, "little") and kept == ()
+    assert _change_args((size,), (bytes(size),), {0: _ShortInt(5)})[0] == (b,)
+
+
+def test_a_float_subclass_is_packed_by_its_value():
+    assert _pack_change(_OddFloat(2.5), 8)[0] == struct.pack("<d", 2.5)
+
+
+def test_an_argument_change_keeps_the_other_arguments():
+    args = (b"\x01" * 8, b"\x02" * 4, b"\x03" * 8)
+    new, kept = _change_args((8, 4, 8), args, {1: 7})
+    assert new == (args[0], struct.pack("<I", 7), args[2]) and kept == ()
+    with pytest.raises(IndexError, match="parameter 3 of a kernel with 3 parameters"):
+        _change_args((8, 4, 8), args, {3: 1})
+    with pytest.raises(TypeError, match="changes must be a dict"):
+        _change_args((8, 4, 8), args, [(1, 7)])
+
+
+@pytest.mark.parametrize("make", [list, tuple, iter, lambda names: (n for n in names),
+                                  lambda names: ", ".join(names)])
+def test_a_signature_is_read_once(make):
+    """A signature may be any iterable of type names, an iterator too: it
+    is read once.  Before: read a second time to name a parameter the
+    kernel declares a pointer, an iterator was empty then, and the change
+    raised IndexError instead of naming the parameter."""
+    sizes, args = (8, 4, 8), (bytes(8), bytes(4), bytes(8))
+    own = ("pointer", "uint32", "uint64")
+    with pytest.raises(ValueError, match="parameter 0 of the kernel is a pointer, not a uint64"):
+        _change_args(sizes, args, {1: 3}, make(["uint64", "uint32", "uint64"]), own)
+    new, _ = _change_args(sizes, args, {2: 3}, make(["pointer", "uint32", "uint64"]), own)
+    assert new[2] == struct.pack("<Q", 3)
+
+
+# ---- the registry of captures ---------------------------------------------------------------
+
+def test_the_capture_registry_stays_bounded():
+    """Captures that streams' end_capture never ends (another library ends
+    them; their stream is closed during them: here streams that were never
+    opened) are found ended and forgotten once the registry grows, so it
+    stays bounded.  Before: every capture that a callback was enqueued into,
+    or that capture_info() was asked about, stayed registered for good,
+    with what its graph's nodes needed."""
+    streams_ = [Stream.__new__(Stream) for _ in range(4)]
+    base = _capture_registry()[0]
+    for i in range(500):
+        assert _register_capture(2**60 + i, streams_[i % 4])
+        assert _capture_registry()[0] <= max(64, 2 * base + 2), (i, _capture_registry())
+    del streams_
+    for i in range(40):                                          # their streams gone
+        _register_capture(2**61 + i, Stream.__new__(Stream))
+    assert _capture_registry()[0] <= max(64, 2 * base + 2), _capture_registry()

@@ -13,14 +13,26 @@ checked on the GPU's data, on the debug counters or on the error raised:
 * a host callback that ``update``, a child graph or ``set_child_graph_node``
   brings raises ``HostCallbackError`` at the executable's next launch;
 * a graph closed while a capture into it runs lets go of what its nodes
-  need once the capture ends its use, and an invalidated capture into a
-  graph closed meanwhile does not destroy CUDA's freed graph again.
+  need once the capture ends its use (and ``end_capture`` says it was
+  closed), and an invalidated capture into a graph closed meanwhile does
+  not destroy CUDA's freed graph again;
+* ``capture_info().graph`` is the Graph ``end_capture`` returns (one
+  object: its nodes, its executables' record, its close), captures ended
+  by another library leave nothing registered, and what nodes added to
+  their graph need lives as long as CUDA's graph;
+* a node is read only while its graph is held, and changes of one node in
+  several threads are whole;
+* a host callback's error is raised by the executables that run it, no
+  others (after an update back, for an executable made before a child was
+  added), also for an executable launched into a capture.
 
 Scenarios that can crash the process (a kernel of an unloaded module, an
 unknown address replayed, a double destroy) run in a child (run_python)."""
 import gc
 import sys
 import textwrap
+import time
+import weakref
 
 import pytest
 
@@ -69,6 +81,17 @@ def _capture_fill(s, fill, target, value, count=N):
     g = s.end_capture()
     (node,) = [nd for nd in g.nodes if nd.type == "kernel"]
     return g, node
+
+
+def _gone(ref, timeout=5.0):
+    # What a CUDA user object held goes once CUDA ran its destructor (on a
+    # thread of its own) and the deferred queue was drained.
+    deadline = time.monotonic() + timeout
+    while ref() is not None and time.monotonic() < deadline:
+        gc.collect()
+        streams._cudart._drain_deferred()
+        time.sleep(0.01)
+    return ref() is None
 
 
 def _child(code, timeout=120):
@@ -433,8 +456,11 @@ def test_a_child_graphs_callback_raises_at_the_parents_next_launch(s, monkeypatc
 def test_a_graph_closed_during_a_capture_into_it_lets_go_when_the_capture_ends(s):
     """Graph.close() while a capture into the graph holds it: the capture's
     end destroys the handle, and what the nodes needed (a module, a buffer)
-    goes with it.  Before: kept for as long as the closed Graph object was
-    referenced.  Control: the same close with no capture inside."""
+    goes with it; end_capture raises ValueError (the graph it would return
+    is closed), and the stream has left capture mode.  Before: kept for as
+    long as the closed Graph object was referenced, and the closed graph
+    returned as the capture's.  Control: the same close with no capture
+    inside."""
     from streams.testing import BUILTIN_PTX, launch_empty
     launch_empty(s)
     s.synchronize()
@@ -452,7 +478,9 @@ def test_a_graph_closed_during_a_capture_into_it_lets_go_when_the_capture_ends(s
             g.close()
             assert g.closed
             assert streams.debug_counters()["live_graphs"] == graphs   # the capture holds it
-            assert s.end_capture() is g
+            with pytest.raises(ValueError, match="closed during the capture"):
+                s.end_capture()
+            assert s.capture_status == "none"
         else:
             g.close()
         gc.collect()
@@ -516,3 +544,491 @@ def test_an_invalidated_capture_into_a_graph_closed_meanwhile():
         print("ok")
     """)
     assert out.rstrip().endswith("ok"), out
+
+
+# ---- the graph of a capture is one Graph -------------------------------------------------------
+
+def test_capture_info_gives_the_graph_end_capture_returns(s, fill):
+    """capture_info().graph, the graph of its dependencies' nodes and the
+    graph end_capture returns are one object, so that a change of the
+    graph's node (GraphNode.set_args) through such a node is noted in that
+    graph's executables: the executable's change of argument 1 still writes
+    to a.  Before: a second Graph wrapped the handle, the executables of the
+    graph end_capture returned were not told of the change, and b got 9."""
+    a, b = _zeroed(s, 2)
+    s.begin_capture()
+    s.launch(fill, 4, 256, a, 5, N)
+    info = s.capture_info()
+    (dep,) = info.dependencies
+    assert s.capture_info().graph is info.graph        # one object while it runs
+    g = s.end_capture()
+    assert info.graph is g and dep.graph is g
+    exe = g.instantiate()
+    dep.set_args({0: b})                   # the graph's node now fills b
+    exe.set_kernel_node_args(dep, {1: 9})  # the executable's: still a, now 9
+    exe.launch(s)
+    assert (_words(a, s) == 9).all()
+    assert (_words(b, s) == 0).all()
+    for obj in (exe, g, a, b):
+        obj.close()
+
+
+def test_the_graph_of_a_capture_once_closed_refuses_its_nodes():
+    """After g.close(), the nodes capture_info gave and its graph raise
+    ValueError (closed) instead of handing the destroyed graph to the
+    driver.  Before: they belonged to a wrapper that stayed open (hence the
+    child)."""
+    out = _child("""
+        import streams
+        from streams import DeviceBuffer, Stream
+        fill = streams.builtin_kernel("fill_u32")
+        s = Stream(non_blocking=True)
+        buf = DeviceBuffer(4096, s)
+        s.begin_capture()
+        s.launch(fill, 1, 32, buf, 5, 1024)
+        info = s.capture_info()
+        (dep,) = info.dependencies
+        g = s.end_capture()
+        g.close()
+        streams._cudart._drain_deferred()
+        assert info.graph.closed
+        for what, call in (("kernel_params", lambda: dep.kernel_params()),
+                           ("set_args", lambda: dep.set_args({1: 7})),
+                           ("type", lambda: dep.type),
+                           ("add_empty_node", lambda: info.graph.add_empty_node())):
+            try:
+                call()
+            except ValueError as exc:
+                assert "closed" in str(exc), (what, exc)
+                print("refused", what, flush=True)
+            else:
+                print("accepted", what, flush=True)
+        print("ok")
+    """)
+    assert "accepted" not in out and out.rstrip().endswith("ok"), out
+
+
+def test_closing_the_graph_of_a_capture_lets_go_of_its_nodes_needs(s, fill):
+    """A node added through capture_info().graph: closing the Graph that
+    end_capture returned lets go of its buffer while the CaptureInfo is
+    still referenced.  Before: the CaptureInfo's wrapper shared the list,
+    and kept it."""
+    from streams.testing import launch_empty
+    buf = DeviceBuffer(4 * N, s)
+    launch_empty(s)
+    s.synchronize()
+    s.begin_capture()
+    launch_empty(s)
+    info = s.capture_info()
+    node = info.graph.add_kernel_node(fill, 4, 256, buf, 3, N, dependencies=info.dependencies)
+    s.update_capture_dependencies([node], "set")
+    g = s.end_capture()
+    ref = weakref.ref(buf)
+    del buf, node
+    g.close()
+    assert _gone(ref), "the node's buffer outlived the closed graph"
+    assert info.graph is g
+
+
+def test_closing_the_graph_of_a_capture_during_it():
+    """capture_info().graph.close() while the capture runs, for a plain
+    capture and for a capture into a Graph (whose capture_info().graph is
+    that Graph): the capture ends, its graph is destroyed (the count of
+    live graphs is back), and end_capture raises ValueError naming the
+    close.  Before: a plain capture's graph came back open as if nothing
+    was closed, and a capture into a Graph returned the closed Graph."""
+    out = _child("""
+        import gc
+        import streams
+        from streams import Graph, Stream
+        from streams.testing import launch_empty
+        s = Stream(non_blocking=True)
+        launch_empty(s)
+        s.synchronize()
+        for mode in ("plain", "into"):
+            gc.collect(); streams._cudart._drain_deferred()
+            base = streams.debug_counters()["live_graphs"]
+            target = Graph() if mode == "into" else None
+            if target is None:
+                s.begin_capture()
+            else:
+                s.begin_capture_to_graph(target)
+            launch_empty(s)
+            info = s.capture_info()
+            assert target is None or info.graph is target
+            info.graph.close()
+            launch_empty(s)                    # the capture goes on
+            try:
+                s.end_capture()
+            except ValueError as exc:
+                assert "closed during the capture" in str(exc), exc
+                print(mode, "raised", flush=True)
+            assert s.capture_status == "none"
+            del info, target
+            gc.collect(); streams._cudart._drain_deferred()
+            print(mode, "graphs", streams.debug_counters()["live_graphs"] - base, flush=True)
+        s.close()
+        print("ok")
+    """)
+    for mode in ("plain", "into"):
+        assert f"{mode} raised" in out and f"{mode} graphs 0" in out, out
+    assert out.rstrip().endswith("ok"), out
+
+
+def test_a_capture_ended_by_another_library():
+    """Captures ended with the driver API (as another library ends them):
+    capture_info() about each leaves nothing registered for good (the
+    registry is swept), the Graph it gave is closed once the capture is
+    found ended (here by the stream's next capture), and what a node added
+    through it needs (a buffer) lives as long as CUDA's graph (a CUDA user
+    object of it), not longer.
+    Before: each capture stayed registered with its keep list, the buffer
+    was never released, and the Graph stayed open on a graph another
+    library owned (hence the child)."""
+    out = _child("""
+        import ctypes, gc, time, weakref
+        import streams
+        from streams import DeviceBuffer, Stream
+        from streams._hostcall import _capture_registry
+        from streams.testing import launch_empty
+        cuda = ctypes.CDLL("libcuda.so.1")
+        fill = streams.builtin_kernel("fill_u32")
+
+        def foreign_end(stream):
+            g = ctypes.c_void_p()
+            assert cuda.cuStreamEndCapture(ctypes.c_void_p(stream.handle), ctypes.byref(g)) == 0
+            return g
+
+        s = Stream(non_blocking=True)
+        buf = DeviceBuffer(4096, s)
+        launch_empty(s)
+        s.launch(fill, 1, 32, buf, 0, 1024)
+        s.synchronize()
+        s.begin_capture()
+        launch_empty(s)
+        info = s.capture_info()
+        node = info.graph.add_kernel_node(fill, 1, 32, buf, 3, 1024,
+                                          dependencies=info.dependencies)
+        s.update_capture_dependencies([node], "set")
+        g = foreign_end(s)
+        ref = weakref.ref(buf)
+        del buf, node
+        # CUDA's graph holds what the node needs until it is destroyed.
+        gc.collect(); streams._cudart._drain_deferred()
+        print("kept while CUDA's graph lives", ref() is not None, flush=True)
+        # The stream's next capture finds the last one ended.
+        s.begin_capture()
+        s.capture_info()
+        print("closed once found ended", info.graph.closed, flush=True)
+        assert cuda.cuGraphDestroy(foreign_end(s)) == 0
+        del info
+        gc.collect(); streams._cudart._drain_deferred()
+        print("kept by CUDA's graph alone", ref() is not None, flush=True)
+        assert cuda.cuGraphDestroy(g) == 0
+        deadline = time.monotonic() + 5
+        while ref() is not None and time.monotonic() < deadline:
+            gc.collect(); streams._cudart._drain_deferred(); time.sleep(0.01)
+        print("released with CUDA's graph", ref() is None, flush=True)
+        # Many captures, each on its own stream, asked about and ended elsewhere.
+        most = 0
+        for i in range(300):
+            t = Stream(non_blocking=True)
+            t.begin_capture()
+            launch_empty(t)
+            assert t.capture_info().status == "active"
+            cuda.cuGraphDestroy(foreign_end(t))
+            most = max(most, _capture_registry()[0])
+            t.close()
+        print("registry at most", most, flush=True)
+        print("ok")
+    """)
+    assert "kept while CUDA's graph lives True" in out, out
+    assert "closed once found ended True" in out, out
+    assert "kept by CUDA's graph alone True" in out, out
+    assert "released with CUDA's graph True" in out, out
+    most = int(out.split("registry at most ")[1].split()[0])
+    assert most <= 70, out
+    assert out.rstrip().endswith("ok"), out
+
+
+# ---- a node is read while its graph is held; changes of one node are whole ----------------------
+
+_GATE = """
+import threading
+from streams._graph import _swap_kernel_node_lock
+
+class Gate:
+    # Stops the thread `who` at its first entry into the lock that kernel
+    # nodes are read and changed under, until `go` is set.
+    def __init__(self):
+        self.real = threading.Lock()
+        self.who = None
+        self.reached = threading.Event()
+        self.go = threading.Event()
+
+    def __enter__(self):
+        if threading.current_thread() is self.who and not self.reached.is_set():
+            self.reached.set()
+            self.go.wait(30)
+        self.real.acquire()
+
+    def __exit__(self, *exc):
+        self.real.release()
+        return False
+
+    def stop(self, target):
+        self.who = threading.Thread(target=target)
+        self.previous = _swap_kernel_node_lock(self)
+        self.who.start()
+        return self.reached.wait(10)
+
+    def release(self, *others):
+        self.go.set()
+        self.who.join(30)
+        for t in others:
+            t.join(30)
+        _swap_kernel_node_lock(self.previous)
+"""
+
+
+def _gate_child(body):
+    return _child(_GATE + textwrap.dedent("""
+        import time
+        import numpy as np
+        import streams
+        from streams import DeviceBuffer, Graph, Stream
+        N = 1024
+        fill = streams.builtin_kernel("fill_u32")
+        s = Stream(non_blocking=True)
+
+        def zeroed(n):
+            bufs = [DeviceBuffer(4 * N, s) for _ in range(n)]
+            for b in bufs:
+                streams.memset_async(b, 0, stream=s)
+            s.synchronize()
+            return bufs
+
+        def words(buf):
+            h = np.empty(N, dtype=np.uint32)
+            streams.memcpy_async(h, buf, stream=s)
+            s.synchronize()
+            return h
+
+        def capture_fill(target, value):
+            s.begin_capture()
+            s.launch(fill, 4, 256, target, value, N)
+            g = s.end_capture()
+            (node,) = [n for n in g.nodes if n.type == "kernel"]
+            return g, node
+
+        result = []
+
+        def record(call):
+            def run():
+                try:
+                    call()
+                    result.append("ok")
+                except Exception as exc:
+                    result.append(repr(exc))
+            return run
+    """) + textwrap.dedent(body))
+
+
+def test_a_change_reads_the_node_only_while_its_graph_is_held():
+    """set_kernel_node_args on a node set_kernel_node changed reads the
+    node's context through the driver: it does so while holding the node's
+    graph, so a close() of that graph in another thread meanwhile (legal:
+    executables keep working) waits for it.  The change is stopped at that
+    read while the graph is closed; it then completes and the executable
+    writes 9 to b.  Before: the node was read before the graph was held,
+    from a graph the close had destroyed (a use after free in the driver;
+    then ValueError, closed), hence the child."""
+    out = _gate_child("""
+        a, b = zeroed(2)
+        g = Graph()
+        n = g.add_kernel_node(fill, 4, 256, a, 5, N)
+        exe = g.instantiate()
+        exe.set_kernel_node(n, fill, 4, 256, b, 7, N)
+        gate = Gate()
+        if not gate.stop(record(lambda: exe.set_kernel_node_args(n, {1: 9}))):
+            gate.release()
+            print("SKIP this driver reads no kernel node")
+            raise SystemExit(0)
+        g.close()
+        assert g.closed
+        gate.release()
+        print("result", result, flush=True)
+        exe.launch(s)
+        print("b", sorted(set(words(b).tolist())), "a", sorted(set(words(a).tolist())))
+        exe.close()
+        print("ok")
+    """)
+    if "SKIP" in out:
+        pytest.skip("the driver cannot read kernel nodes (CUDA 12.4+)")
+    assert "result ['ok']" in out and "b [9] a [0]" in out, out
+    assert out.rstrip().endswith("ok"), out
+
+
+def test_two_changes_of_one_node_in_two_threads_both_hold():
+    """Two threads change one node's arguments at once (argument 1, then
+    argument 2): the second starts from what the first left, so the
+    executable writes 9 to the first half of a.  The first is stopped
+    while it reads what the node runs.  Before: both started from the
+    captured arguments and the last to record won: the first change (9 to
+    all of a) was what ran, the record said half."""
+    out = _gate_child("""
+        (a,) = zeroed(1)
+        g, node = capture_fill(a, 5)
+        exe = g.instantiate()
+        gate = Gate()
+        if not gate.stop(record(lambda: exe.set_kernel_node_args(node, {1: 9}))):
+            gate.release()
+            print("SKIP this driver reads no kernel node")
+            raise SystemExit(0)
+        second = threading.Thread(
+            target=record(lambda: exe.set_kernel_node_args(node, {2: N // 2})))
+        second.start()
+        time.sleep(0.5)
+        gate.release(second)
+        print("result", result, flush=True)
+        exe.launch(s)
+        host = words(a)
+        print("first half", sorted(set(host[:N // 2].tolist())),
+              "second half", sorted(set(host[N // 2:].tolist())), flush=True)
+        # And the record is what runs: a change now starts from (a, 9, N/2).
+        streams.memset_async(a, 0, stream=s)
+        exe.set_kernel_node_args(node, {1: 4})
+        exe.launch(s)
+        host = words(a)
+        print("then", sorted(set(host[:N // 2].tolist())), sorted(set(host[N // 2:].tolist())))
+        exe.close(); g.close()
+        print("ok")
+    """)
+    if "SKIP" in out:
+        pytest.skip("the driver cannot read kernel nodes (CUDA 12.4+)")
+    assert "result ['ok', 'ok']" in out, out
+    assert "first half [9] second half [0]" in out and "then [4] [0]" in out, out
+    assert out.rstrip().endswith("ok"), out
+
+
+def test_a_change_of_the_graphs_node_while_an_executable_reads_it():
+    """An executable's change reads the graph's node (it has no record of
+    its own yet) while another thread changes that node (GraphNode.set_args
+    to b): the executable's change takes what it ran, a, noted by the
+    graph's change, and writes 9 there.  The executable's change is stopped
+    between its look for a record and its read of the node.  Before: it
+    read the changed node and wrote 9 to b."""
+    out = _gate_child("""
+        a, b = zeroed(2)
+        g, node = capture_fill(a, 5)
+        exe = g.instantiate()
+        gate = Gate()
+        if not gate.stop(record(lambda: exe.set_kernel_node_args(node, {1: 9}))):
+            gate.release()
+            print("SKIP this driver reads no kernel node")
+            raise SystemExit(0)
+        node.set_args({0: b})
+        gate.release()
+        print("result", result, flush=True)
+        exe.launch(s)
+        print("a", sorted(set(words(a).tolist())), "b", sorted(set(words(b).tolist())))
+        exe.close(); g.close()
+        print("ok")
+    """)
+    if "SKIP" in out:
+        pytest.skip("the driver cannot read kernel nodes (CUDA 12.4+)")
+    assert "result ['ok']" in out and "a [9] b [0]" in out, out
+    assert out.rstrip().endswith("ok"), out
+
+
+# ---- host-callback errors reach the executables that run the callback --------------------------
+
+def _raised_at_launch(exe, s):
+    try:
+        exe.launch(s)
+    except HostCallbackError:
+        return True
+    finally:
+        s.synchronize()
+    return False
+
+
+def test_a_callback_error_reaches_only_the_executables_that_run_it(s, monkeypatch):
+    """g2's callback raises in a replay of g2's own executable.  An
+    executable of g1 updated to g2 and back, and one made from g1 later,
+    do not run that callback: neither raises; g2's executable does.
+    Before: the update linked g2's errors, for good, to the slot g1 shares
+    with all its executables, and both raised."""
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: None)
+    g1, g2 = _capture_callback(s, _ok), _capture_callback(s, _raising)
+    exe = g1.instantiate()
+    assert exe.update(g2).ok
+    assert exe.update(g1).ok          # back: it runs g1's callback only
+    exe3 = g1.instantiate()
+    ex2 = g2.instantiate()
+    ex2.launch(s)
+    s.synchronize()
+    assert not _raised_at_launch(exe3, s)
+    assert not _raised_at_launch(exe, s)
+    assert _raised_at_launch(ex2, s)
+    for obj in (exe, exe3, ex2, g1, g2):
+        obj.close()
+
+
+def test_a_child_graphs_callback_error_reaches_the_executables_that_embed_it(s, monkeypatch):
+    """An executable made before a child graph with a raising callback was
+    added to its graph does not run it, and does not raise its error; one
+    made after does.  A child that set_child_graph_node could not put in
+    place (another topology: CUDA refuses) does not pass its errors on
+    either.  Before: the child's errors went to the slot the parent graph
+    shared with all its executables, and set_child_graph_node linked the
+    child before CUDA took it."""
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: None)
+    parent = Graph()
+    parent.add_empty_node()
+    before = parent.instantiate()
+    child_bad = Graph()
+    child_bad.add_host_node(_raising)
+    parent.add_child_graph_node(child_bad)
+    after = parent.instantiate()
+    after.launch(s)
+    s.synchronize()
+    assert not _raised_at_launch(before, s)
+    assert _raised_at_launch(after, s)
+    # set_child_graph_node refused: no link.
+    child_ok, child_two = Graph(), Graph()
+    child_ok.add_host_node(_ok)
+    first = child_two.add_host_node(_ok)
+    child_two.add_host_node(_raising, dependencies=[first])
+    parent2 = Graph()
+    node = parent2.add_child_graph_node(child_ok)
+    with parent2.instantiate() as exe:
+        with pytest.raises((streams.CudaError, ValueError)):
+            exe.set_child_graph_node(node, child_two)
+        with child_two.instantiate() as own:
+            own.launch(s)
+            s.synchronize()
+        assert not _raised_at_launch(exe, s)
+    for obj in (before, after, parent, parent2, child_bad, child_ok, child_two):
+        obj.close()
+
+
+def test_an_executable_launched_into_a_capture_passes_its_errors_on(s, monkeypatch):
+    """An executable with a raising callback launched on a stream being
+    captured becomes a child graph node of the capture's graph: that
+    graph's executable raises HostCallbackError once the callback raised in
+    its replay.  Before: the callback's errors went to the embedded
+    executable's graph only."""
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: None)
+    inner = Graph()
+    inner.add_host_node(_raising)
+    exe = inner.instantiate()
+    s.begin_capture()
+    exe.launch(s)
+    outer = s.end_capture()
+    with outer.instantiate() as oexe:
+        oexe.launch(s)
+        s.synchronize()
+        assert _raised_at_launch(oexe, s)
+    for obj in (exe, inner, outer):
+        obj.close()

@@ -15,7 +15,15 @@ cdef class GraphNode
 
 cdef class Graph(HandleOwner):
     cdef streams_graph_t _handle
-    cdef ErrorSlot _errors       # shared with its clones' and executables' callbacks
+    # Where its host callbacks report (a relay: shared with its clones, its
+    # bodies and the capture that made it), passed on to the slot of each
+    # executable that runs them (GraphExec._link_sources).
+    cdef ErrorSlot _errors
+    # The slots of the callbacks of the child graphs embedded in it (their
+    # own, and those of their children), or None: its executables run them.
+    # Kept by the top graph (a body's children are its top graph's), read and
+    # replaced under its critical section.
+    cdef tuple _child_errors
     # What the graph's nodes need alive (buffers, modules, ...): read and
     # replaced under the graph's critical section only (_keep_add, _keep_copy,
     # _let_go in _graph.pyx); let go when the handle is destroyed.
@@ -28,6 +36,20 @@ cdef class Graph(HandleOwner):
     # first (GraphExec._note_source_state).
     cdef list _execs
     cdef bint _dying             # __dealloc__ began: _release touches no field
+    # The graph of a capture in progress, as capture_info() made it (the
+    # Graph end_capture will return): the capture's id, and the capture
+    # holds it in use until it ends; 0 otherwise.  Changed under its
+    # critical section (_capture_release).  Not its handle's owner until
+    # end_capture adopts it.
+    cdef unsigned long long _capture
+    # Its keep list is owned by a CUDA user object of the capture's graph
+    # too (_keep_ready): whoever ends the capture, what the nodes added
+    # through capture_info need lives as long as CUDA's graph.
+    cdef bint _keep_attached
+    # Held (top graph) while a node's change is noted in the executables and
+    # made, and while an executable is made and listed (_execs): a change
+    # is noted in every executable that ran the node as it was before.
+    cdef object _change_lock
 
     cdef streams_graph_t c_handle(self) noexcept nogil
     # A host node calling fn(data) on every replay, after the `ndeps` nodes
@@ -54,7 +76,21 @@ cdef class GraphNode:
 
 cdef class GraphExec(HandleOwner):
     cdef streams_graph_exec_t _handle
+    # Its own slot, raised by its launch: the slots of the callbacks it runs
+    # pass their errors on to it (_link_sources), and set_host_node's
+    # callbacks report to it.
     cdef ErrorSlot _errors
+    # The slots linked to _errors: those of the graph it runs (the one it was
+    # instantiated or last updated from, and its child graphs'), and per node
+    # those set_child_graph_node brought (node handle -> tuple); `_linked`
+    # what is linked now.  Changed under _lock.
+    cdef tuple _graph_sources
+    cdef dict _node_sources
+    cdef tuple _linked
+    # A threading.RLock: a change of a node (read what it runs, make the
+    # change, record it), an update and a relinking of error slots are
+    # whole with respect to one another.  Never held by a critical section.
+    cdef object _lock
     # What the replays use (the graph's keep-alives, and those of node
     # updates an unboxed executable keeps itself), in tuples the GC cannot
     # clear: (older, newer) pairs once updates add to it ("What graphs keep
@@ -87,8 +123,9 @@ cdef class GraphExec(HandleOwner):
     cdef object _state_of(self, GraphNode nd)
     cdef int _set_state(self, uintptr_t key, object st) except -1
     cdef int _note_source_state(self, uintptr_t key, object st) except -1
-    cdef int _took(self, Graph graph, list kept, dict states, bint from_source,
-                   list box) except -1
+    cdef int _took(self, Graph graph, tuple kept, dict states, bint from_source,
+                   list box, object pair, void** marks) except -1
+    cdef int _link_sources(self) except -1
     cdef int _keep_for_replays(self, object obj) except -1
     cdef int _start_marks(self) except -1
     cdef void _park(self) noexcept

@@ -31,6 +31,7 @@ from collections import namedtuple as _namedtuple
 cimport cython
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.ref cimport PyObject, Py_DECREF, Py_INCREF
+from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from libc.stdint cimport uintptr_t
 from libc.string cimport memcpy, memset
 
@@ -40,9 +41,9 @@ from streams._cudart cimport (STREAMS_LAUNCH_PARAM_BUFFER_POINTER, STREAMS_LAUNC
 from streams._args cimport as_bool, as_dim3, as_enum, as_int, as_nbytes, as_uint, as_unsigned
 from streams._device cimport (DeviceScope, enter_device, exit_device, require_device,
                               resolve_device)
-from streams._hostcall cimport (HostCall, KIND_HOST_FUNC, capture_entry, forget_capture,
-                                native_host_func, new_call, new_error_slot, register_capture,
-                                take_capture)
+from streams._hostcall cimport (HostCall, KIND_HOST_FUNC, capture_entry, claim_capture,
+                                forget_capture, native_host_func, new_call, new_error_slot,
+                                register_capture, set_capture_hook, take_capture)
 from streams._launch cimport ArgPack, Kernel, adopt_kernel, arg_is_condition, arg_is_pointer, \
     arg_kind, arg_size, find_node_kernel, keep_pack_users, pack_arg, pack_args, release_pack, \
     set_condition_type
@@ -99,8 +100,10 @@ CaptureInfo = _namedtuple("CaptureInfo", "status id graph dependencies edge_data
 CaptureInfo.__doc__ = """What ``Stream.capture_info()`` returns.
 
 ``status`` is a CaptureStatus ("none", "active" or "invalidated"); ``graph``
-is the graph being built (valid while the capture runs); ``dependencies``
-the nodes the next captured work will depend on; ``edge_data`` one
+is the graph being built, the Graph ``end_capture`` will return (for a
+capture into a graph, that Graph; closed once the capture ends otherwise:
+invalidated, or ended by another library); ``dependencies`` the nodes the
+next captured work will depend on (nodes of ``graph``); ``edge_data`` one
 ``(from_port, to_port, type)`` per dependency."""
 
 UpdateResult = _namedtuple("UpdateResult", "ok reason error_node", module="streams")
@@ -211,6 +214,8 @@ cdef cudaGraphNode_t _add_node(Graph graph, object dependencies, _node_adder add
     graph._use()
     try:
         n = _node_array(graph, dependencies, &deps, "dependencies")
+        if keep is not None:
+            _keep_ready(graph)
         try:
             with nogil:
                 add(&node, <cudaGraph_t>graph._handle, deps, n, arg)
@@ -241,6 +246,59 @@ cdef int _keep_add(Graph graph, object obj) except -1:
 cdef list _keep_copy(Graph graph):
     with cython.critical_section(graph):
         return list(graph._keep)
+
+
+cdef int _keep_ready(Graph graph) except -1:
+    # Before a node that needs something is added to the graph of a capture
+    # in progress (capture_info().graph, held in use by the caller): its
+    # keep list gets a CUDA user object of that graph, once, so that what
+    # the node needs lives as long as CUDA's graph, its clones, executables
+    # and replays, whoever ends the capture (another library too) and
+    # whatever becomes of this Graph object.  Attached under the capture
+    # lock, as every attach to a capture's graph (_hostcall).
+    cdef Graph top = _top(graph)
+    cdef bint moved = False
+    cdef list keep
+    if top._capture == 0:
+        return 0
+    with cython.critical_section(top):
+        if top._keep_attached or top._capture == 0:
+            return 0
+        top._keep_attached = True
+        keep = top._keep
+    rt.payload_incref(<PyObject*>keep)      # the user object's, once it is made
+    try:
+        with nogil:
+            rt.capture_lock_enter()
+            try:
+                rt.graph_attach_reference(<cudaGraph_t>top._handle, <PyObject*>keep, &moved)
+            finally:
+                rt.capture_lock_leave()
+    except BaseException:
+        if not moved:
+            rt.payload_decref(<PyObject*>keep)
+        with cython.critical_section(top):
+            top._keep_attached = False
+        raise
+    return 0
+
+
+cdef object _graph_lock(Graph graph):
+    # The change lock of a graph's top graph (Graph._change_lock), made once.
+    cdef Graph top = _top(graph)
+    with cython.critical_section(top):
+        if top._change_lock is None:
+            top._change_lock = _threading.RLock()
+        return top._change_lock
+
+
+cdef tuple _callback_slots(Graph graph):
+    # The slots of the callbacks an executable of `graph` runs: the graph's
+    # own, and those of its child graphs.
+    cdef Graph top = _top(graph)
+    with cython.critical_section(top):
+        children = top._child_errors
+    return (graph._errors,) + children if children else (graph._errors,)
 
 
 cdef void _let_go(Graph graph, bint later) noexcept:
@@ -346,7 +404,7 @@ cdef GraphNode _wrap_node(Graph graph, cudaGraphNode_t handle):
 cdef Graph _wrap_graph(cudaGraph_t handle, bint owns, ErrorSlot errors, list keep):
     cdef Graph g = Graph.__new__(Graph)
     g._handle = <streams_graph_t>handle
-    g._errors = errors if errors is not None else new_error_slot()
+    g._errors = errors if errors is not None else new_error_slot(True)
     if errors is None and not owns:
         # A graph streams did not build (a capture's graph in progress): what
         # its nodes are is unknown, so its executables box as if it had host
@@ -435,6 +493,14 @@ def begin_capture_to_graph(Stream stream not None, graph, dependencies, mode):
     if not isinstance(graph, Graph):
         raise TypeError(f"graph must be a streams.Graph, not {type(graph).__name__}")
     g = <Graph>graph
+    g._check_open()
+    if g._parent == NULL and (g._capture != 0 or not g._owns_handle):
+        # The graph of another capture in progress (capture_info().graph):
+        # not streams' to capture into, as the next rule says for its bodies.
+        raise ValueError(
+            "cannot capture into the graph of a capture in progress (capture_info().graph) "
+            "or of a graph streams does not own: capture on the capturing stream instead, "
+            "or add nodes with the graph's add_*_node methods")
     if g._parent != NULL and not _top(g)._owns_handle:
         # An invalidated capture into a body would leave the graph holding
         # its node corrupt, and streams cannot keep a graph it does not own
@@ -476,12 +542,116 @@ cdef int _abandon(Graph top) except -1:
     return 0
 
 
+cdef str _CLOSED_DURING_CAPTURE = (
+    "end_capture: the graph of this capture was closed during the capture ({}): the "
+    "capture has ended and its graph is destroyed; capture again")
+
+
+# ---- the Graph of a plain capture -----------------------------------------------------------
+# capture_info() gives the graph of a capture in progress as the Graph that
+# end_capture() will return: one object (its nodes, its executables' record,
+# its keep list, closed or not), registered with the capture (a weak
+# reference: a Graph nobody holds is not kept for the capture).  Until the
+# capture ends, CUDA's capture owns the handle and the capture holds the
+# Graph in use (Graph._capture): end_capture adopts it (the Graph owns the
+# handle from then on), a capture that fails or ends elsewhere (another
+# library; found by the registry's sweep) closes it without destroying it.
+
+cdef unsigned long long _capture_release(Graph graph):
+    # The capture's claim on `graph`, taken once: by end_capture, or by the
+    # close of a capture that failed or ended elsewhere.
+    cdef unsigned long long cid
+    with cython.critical_section(graph):
+        cid = graph._capture
+        graph._capture = 0
+    return cid
+
+
+cdef int _capture_dropped(Graph graph) except -1:
+    # The capture of `graph` ended without streams getting its graph (CUDA
+    # destroyed it, or another library has it): closed, never destroyed
+    # here; the capture's use given back; its keep list let go (the user
+    # object of _keep_ready keeps what CUDA's graph still needs).
+    if _capture_release(graph) == 0:
+        return 0
+    streams_close_begin(&graph._state)
+    graph._unuse()
+    _let_go(graph, False)
+    return 0
+
+
+def _capture_gone(target):
+    # The registry forgot a capture that ended elsewhere (_hostcall._sweep)
+    # or before it was used.  A capture into a Graph keeps its use of that
+    # Graph: streams cannot tell whether CUDA freed it (an invalidated
+    # capture's graph is), so it is never destroyed (docs/graphs.rst).
+    if isinstance(target, _weakref.ref):
+        target = target()
+    if isinstance(target, Graph):
+        _capture_dropped(<Graph>target)
+
+
+set_capture_hook(_capture_gone)
+
+
+cdef Graph _capture_graph(Stream stream, unsigned long long cid, cudaGraph_t g):
+    """The Graph of capture ``cid`` (building ``g``) on ``stream``: the one
+    registered with the capture, else a new one, registered."""
+    cdef Graph made
+    slot, found, registered = capture_entry(cid, stream, None)
+    if isinstance(found, _weakref.ref):
+        found = found()
+    if isinstance(found, Graph) and (<Graph>found)._handle == <streams_graph_t>g:
+        made = <Graph>found
+    else:
+        made = _wrap_graph(g, False, slot, [])
+        made._capture = cid
+        made._use()             # the capture's, until it ends
+        _, found, again = capture_entry(cid, stream, _weakref.ref(made))
+        registered = registered or again
+        if isinstance(found, _weakref.ref):
+            found = found()
+        if found is not made:
+            # Another thread's Graph (or the capture's own Graph) came first.
+            _capture_dropped(made)
+            if isinstance(found, Graph) and (<Graph>found)._handle == <streams_graph_t>g:
+                made = <Graph>found
+    if registered:
+        try:
+            now = _capture_id(stream, NULL)
+        except CudaError:
+            now = cid
+        if now != cid:
+            # Ended meanwhile in another thread: no end_capture takes it.
+            forget_capture(cid, slot, stream)
+    return made
+
+
+cdef Graph _adopt(Graph graph, cudaGraph_t g, object owner):
+    """end_capture's Graph for a capture whose graph capture_info gave:
+    that object, owning the handle from now on; ValueError (the graph
+    destroyed) if it was closed during the capture."""
+    cdef bint closed
+    graph._owns_handle = True       # while the capture's use holds it: see below
+    rt.count_graph_adopted()
+    if owner is not None:
+        _keep_add(graph, owner)
+    closed = graph.closed
+    # The capture's use: a close() during the capture left the destroy to
+    # the last user, which may be this one (or a body still open).
+    graph._unuse()
+    if closed:
+        raise ValueError(_CLOSED_DURING_CAPTURE.format("capture_info().graph.close()"))
+    return graph
+
+
 def end_capture(Stream stream not None):
     cdef cudaGraph_t g = NULL
     cdef cudaGraph_t building = NULL
     cdef unsigned long long cid
     cdef Graph target = None
-    cdef list keep = None
+    cdef Graph made = None
+    cdef bint target_closed = False
     slot = target_obj = None
     stream._use()
     try:
@@ -489,10 +659,9 @@ def end_capture(Stream stream not None):
         # foreign stream's owner) lives as long as the graph and its
         # executables: the captured kernel nodes name functions of the
         # stream's context, and instantiating them once a green context was
-        # destroyed crashed in the driver (fuzzer seed 2482497966: a graph
-        # captured on a green stream, the stream and its context dropped,
-        # then instantiate: SIGSEGV).  Read while the stream is in use: a
-        # close() in another thread may drop it once the use ends.
+        # destroyed crashed in the driver (tests/test_green_gpu.py).  Read
+        # while the stream is in use: a close() in another thread may drop
+        # it once the use ends.
         owner = stream._owner
         # Which capture this is, to find what its callbacks report to, also
         # when CUDA fails the end below: the registry forgets it either way.
@@ -500,13 +669,20 @@ def end_capture(Stream stream not None):
             cid = _capture_id(stream, &building)
         except CudaError:
             cid = 0     # invalidated: found by its stream
-
+        # Claimed first: a sweep of the registry in another thread would
+        # otherwise take it, once ended, for a capture ended elsewhere.
+        claim_capture(cid, stream)
         try:
             with nogil:
                 rt.stream_end_capture(<cudaStream_t>stream._handle, &g)
         except CudaError:
             slot, target_obj = take_capture(cid, stream)
-            if isinstance(target_obj, Graph):
+            if isinstance(target_obj, _weakref.ref):
+                target_obj = target_obj()
+                if isinstance(target_obj, Graph):
+                    # CUDA destroyed the graph of the invalidated capture.
+                    _capture_dropped(<Graph>target_obj)
+            elif isinstance(target_obj, Graph):
                 # CUDA destroys the graph of a capture into it that was
                 # invalidated: the Graph is closed, with nothing to release
                 # (no longer its to destroy before the capture's use ends: a
@@ -532,29 +708,35 @@ def end_capture(Stream stream not None):
                 _let_go(target, False)
             raise
         slot, target_obj = take_capture(cid, stream)
-        if isinstance(target_obj, Graph):
+        if isinstance(target_obj, _weakref.ref):
+            target_obj = target_obj()
+            if isinstance(target_obj, Graph):
+                made = <Graph>target_obj
+                if made._handle != <streams_graph_t>g or _capture_release(made) == 0:
+                    _capture_dropped(made)
+                    made = None
+        elif isinstance(target_obj, Graph):
             target = <Graph>target_obj
+            target_closed = target.closed
             if g == <cudaGraph_t>target._handle and owner is not None:
                 # Added before the capture's use of the graph ends (a close()
                 # meanwhile lets go of the list when that use ends).
                 _keep_add(target, owner)
             target._unuse()
-        elif isinstance(target_obj, list):
-            # What the nodes added through capture_info().graph need.
-            keep = <list>target_obj
     finally:
         stream._unuse()
         # Buffers released during the capture are freed now (see _memory).
         rt.drain_deferred()
     if target is not None and g == <cudaGraph_t>target._handle:
-        # begin_capture_to_graph: CUDA returns the user's graph
+        # begin_capture_to_graph: CUDA returns the user's graph, which a
+        # close() during the capture destroyed as the capture ended.
+        if target_closed:
+            raise ValueError(_CLOSED_DURING_CAPTURE.format("the Graph captured into"))
         return target
+    if made is not None:
+        return _adopt(made, g, owner)
     rt.count_graph_adopted()
-    if keep is None:
-        keep = []
-    if owner is not None:
-        keep.append(owner)
-    return _wrap_graph(g, True, slot, keep)
+    return _wrap_graph(g, True, slot, [owner] if owner is not None else [])
 
 
 def capture_info(Stream stream not None):
@@ -572,28 +754,15 @@ def capture_info(Stream stream not None):
                                        &edges, &n)
         if status != cudaStreamCaptureStatusActive:
             return CaptureInfo(CaptureStatus(<int>status), cid if cid else None, None, [], [])
-        # The graph being built, as the Graph end_capture will return sees
-        # it: a node added to it reports its host callbacks' errors to the
-        # capture's slot (the slot of the graph end_capture returns), and
-        # what it needs goes to the list that graph takes (a capture into a
-        # graph: that Graph itself).
-        slot, target, registered = capture_entry(cid, stream, [])
-        if isinstance(target, Graph) and (<Graph>target)._handle == <streams_graph_t>g:
-            graph = <Graph>target
-        else:
-            graph = _wrap_graph(g, False, slot, target if isinstance(target, list) else None)
-        # (CUDA's arrays are valid until the next call on the stream.)
-        dep_nodes = [_wrap_node(graph, deps[i]) for i in range(n)]
+        # Copied first: CUDA's arrays are valid until the next call on the
+        # stream (the registry may ask it about its captures).
+        handles = [<uintptr_t>deps[i] for i in range(n)]
         edge_data = ([(edges[i].from_port, edges[i].to_port, edges[i].type) for i in range(n)]
                      if edges != NULL else [(0, 0, 0)] * <Py_ssize_t>n)
-        if registered:
-            try:
-                now = _capture_id(stream, NULL)
-            except CudaError:
-                now = cid
-            if now != cid:
-                # Ended meanwhile in another thread: no end_capture takes it.
-                forget_capture(cid, slot, stream)
+        # The graph being built, as the Graph end_capture will return (for
+        # a capture into a graph, that Graph itself).
+        graph = _capture_graph(stream, cid, g)
+        dep_nodes = [_wrap_node(graph, <cudaGraphNode_t><uintptr_t>h) for h in handles]
     finally:
         stream._unuse()
     return CaptureInfo(CaptureStatus.ACTIVE, cid, graph, dep_nodes, edge_data)
@@ -648,8 +817,10 @@ class CaptureContext:
             return False
         try:
             self.stream.end_capture().close()
-        except CudaError:
-            pass  # an invalidated capture still ends; the user's error matters
+        except (CudaError, ValueError):
+            # An invalidated capture, or a graph closed during it, still
+            # ends; the user's error matters.
+            pass
         return False
 
 
@@ -873,6 +1044,17 @@ _KERNEL_ATTRIBUTES = ((0, "max_threads_per_block"), (1, "shared_size_bytes"),
 cdef object _kernel_node_lock = _threading.Lock()
 
 
+def _swap_kernel_node_lock(lock):
+    """Put ``lock`` (a context manager) in place of the lock that kernel
+    nodes are read and changed under, and return the one it replaces.
+    Private: the tests hold a call there, to order it against another
+    thread's."""
+    global _kernel_node_lock
+    old = _kernel_node_lock
+    _kernel_node_lock = lock
+    return old
+
+
 @cython.final
 cdef class KernelNodeParams:
     """What a kernel node launches (``GraphNode.kernel_params()``), as CUDA
@@ -1010,9 +1192,9 @@ cdef tuple _signature_formats(object signature, tuple sizes):
     return tuple(formats)
 
 
-cdef list _signature_kinds(object signature, tuple sizes):
-    # the packer's kinds, to write arguments (the kinds launches pack)
-    cdef list names = _signature_type_names(signature)
+cdef list _names_kinds(list names, tuple sizes):
+    # the packer's kinds, to write arguments (the kinds launches pack), of
+    # a signature's type names
     cdef list kinds = []
     cdef int kind
     for name in names:
@@ -1279,6 +1461,18 @@ cdef int _check_condition(Graph graph, object value, str argname) except -1:
 
 
 cdef bytes _arg_bytes(object value, size_t size, int kind, list keeps, Graph graph, str what):
+    # One argument's new bytes, exactly `size` of them whatever the value's
+    # type says of itself (CUDA copies `size` bytes from the argument:
+    # tests/test_graph_audit_cpu.py, an int subclass's short to_bytes).
+    cdef bytes b = _arg_bytes_of(value, size, kind, keeps, graph, what)
+    if <size_t>len(b) != size:
+        raise ValueError(f"{what}: {type(value).__name__} gave {len(b)} bytes for a parameter "
+                         f"of {size}")
+    return b
+
+
+cdef bytes _arg_bytes_of(object value, size_t size, int kind, list keeps, Graph graph,
+                         str what):
     # One argument's new bytes: raw bytes as given; a value of a known type
     # (`kind`: a signature's, or the kernel's own) or anything but a plain
     # int or float (memory, a numpy scalar, a ConditionHandle) through the
@@ -1306,12 +1500,15 @@ cdef bytes _arg_bytes(object value, size_t size, int kind, list keeps, Graph gra
             raise TypeError(f"{what}: a bool is not a kernel argument here; pass bytes or a "
                             "signature")
         if isinstance(value, int):
+            # The int's own value, not what a subclass's methods say.
+            value = int.__index__(value)
             try:
                 return value.to_bytes(size, "little", signed=value < 0)
             except OverflowError:
                 raise ValueError(f"{what}: {value} does not fit a parameter of {size} "
                                  "bytes") from None
         if isinstance(value, float):
+            value = float.__float__(value)
             if size == 4:
                 return _struct.pack("<f", value)
             if size == 8:
@@ -1354,16 +1551,20 @@ def _pack_change(value, size, type_name=None):
     return b, tuple(keeps)
 
 
-def _error_forwarding(int n, links, int source):
+def _error_forwarding(int n, links, int source, relays=(), unlinks=()):
     """Which of ``n`` error slots hold an error once a callback that reports
     to slot ``source`` raised ValueError, with slot ``a`` forwarding its
-    errors to slot ``b`` for each ``(a, b)`` of ``links``.  The callback runs
-    through the trampoline on a thread Python does not know, as a graph's
-    host node does.  Private: the forwarding checked without a GPU."""
+    errors to slot ``b`` for each ``(a, b)`` of ``links``, then no longer
+    for each ``(a, b)`` of ``unlinks``; the slots of ``relays`` (a graph's)
+    keep nothing themselves.  The callback runs through the trampoline on a
+    thread Python does not know, as a graph's host node does.  Private: the
+    forwarding checked without a GPU."""
     cdef HostCall call
-    slots = [new_error_slot() for _ in range(n)]
+    slots = [new_error_slot(i in relays) for i in range(n)]
     for a, b in links:
         (<ErrorSlot>slots[a]).forward_to(<ErrorSlot>slots[b])
+    for a, b in unlinks:
+        (<ErrorSlot>slots[a]).unforward(<ErrorSlot>slots[b])
 
     def raising(_):
         raise ValueError("raised by a forwarded callback")
@@ -1376,36 +1577,60 @@ def _error_forwarding(int n, links, int source):
 
 
 cdef tuple _changed_args(_NodeState st, object changes, object signature, Graph graph):
-    cdef list args = list(st.args)
+    return _changes_to(_own_kinds(st), st.sizes, st.args, None, st, changes, signature, graph)
+
+
+cdef tuple _changes_to(list own, tuple sizes, tuple old, object name, _NodeState st,
+                       object changes, object signature, Graph graph):
+    # `old` (each argument's bytes) with `changes`; `own`: the kinds of the
+    # kernel's own signature, or None.  The signature is read once (it may
+    # be an iterator).
+    cdef list args = list(old)
     cdef list keeps = []
     cdef list kinds
+    cdef list names
     cdef Py_ssize_t n = len(args)
     cdef int i
     if not isinstance(changes, dict):
         raise TypeError(f"changes must be a dict of parameter index to value, not "
                         f"{type(changes).__name__}")
-    kinds = own = _own_kinds(st)
+    kinds = own
     if signature is not None:
-        kinds = _signature_kinds(signature, st.sizes)
+        names = _signature_type_names(signature)
+        kinds = _names_kinds(names, sizes)
         if own is not None:
             # What the kernel declares a pointer or a condition stays one:
             # a signature cannot turn its check off.
-            names = _signature_type_names(signature)
             for i in range(n):
                 if ((arg_is_pointer(own[i]) and not arg_is_pointer(kinds[i]))
                         or (arg_is_condition(own[i]) and not arg_is_condition(kinds[i]))):
+                    if name is None and st is not None:
+                        name = _state_name(st)
                     raise ValueError(
-                        f"signature: parameter {i} of {_state_name(st) or 'the kernel'} is a "
+                        f"signature: parameter {i} of {name or 'the kernel'} is a "
                         f"{'pointer' if arg_is_pointer(own[i]) else 'condition'}, not a "
                         f"{names[i].strip()}")
     for index, value in changes.items():
         i = as_int(index, "changes")
         if i < 0 or i >= n:
+            if name is None and st is not None:
+                name = _state_name(st)
             raise IndexError(f"changes: parameter {i} of a kernel with {n} parameters "
-                             f"({_state_name(st) or 'unnamed'})")
-        args[i] = _arg_bytes(value, <size_t>st.sizes[i], kinds[i] if kinds is not None else -1,
+                             f"({name or 'unnamed'})")
+        args[i] = _arg_bytes(value, <size_t>sizes[i], kinds[i] if kinds is not None else -1,
                              keeps, graph, f"changes[{i}]")
     return tuple(args), tuple(keeps)
+
+
+def _change_args(sizes, args, changes, signature=None, own=None):
+    """``(new args, kept)``: what an argument change makes of a node whose
+    parameters are ``sizes`` bytes long and hold ``args`` (bytes), its
+    kernel's own signature ``own`` (type names, or None).  Private: the
+    change checked without a GPU."""
+    cdef list kinds = None
+    if own is not None:
+        kinds = _names_kinds(_signature_type_names(own), tuple(sizes))
+    return _changes_to(kinds, tuple(sizes), tuple(args), None, None, changes, signature, None)
 
 
 cdef str _OTHER_CONTEXT = (
@@ -1442,13 +1667,19 @@ cdef int _refuse_node_of_other_context(GraphNode nd, str argname) except -1:
     return _refuse_other_context(p.ctx, argname)
 
 
-cdef int _args_buffer(tuple args, void*** ptrs_out, char** data_out) except -1:
+cdef int _args_buffer(tuple sizes, tuple args, void*** ptrs_out, char** data_out) except -1:
     # One buffer with each argument's bytes, each at a 16-byte boundary, and
     # the array of pointers to them that CUDA takes; the caller frees both.
+    # CUDA copies each parameter's size from its pointer: every argument is
+    # exactly that long (checked here, whatever made it).
     cdef Py_ssize_t n = len(args), i
     cdef size_t total = 0, at
     cdef bytes b
+    if len(sizes) != n:
+        raise ValueError(f"{n} arguments for a kernel with {len(sizes)} parameters")
     for i in range(n):
+        if not isinstance(args[i], bytes) or <size_t>len(<bytes>args[i]) != <size_t>sizes[i]:
+            raise ValueError(f"argument {i}: not the {sizes[i]} bytes of its parameter")
         total += (len(<bytes>args[i]) + 15) & ~(<size_t>15)
     ptrs_out[0] = <void**>PyMem_Malloc((n + 1) * sizeof(void*))
     data_out[0] = <char*>PyMem_Malloc(total + 16)
@@ -1463,15 +1694,15 @@ cdef int _args_buffer(tuple args, void*** ptrs_out, char** data_out) except -1:
     return 0
 
 
-cdef int _set_kernel_args(streams_kernel_node_params* src, tuple args, GraphExec ex,
-                          GraphNode nd) except -1:
+cdef int _set_kernel_args(streams_kernel_node_params* src, tuple sizes, tuple args,
+                          GraphExec ex, GraphNode nd) except -1:
     # The node's parameters `src` (as read), with `args` in place of its
     # arguments (CUDA copies them during the call).
     cdef streams_kernel_node_params p = src[0]
     cdef void** ptrs = NULL
     cdef char* data = NULL
     try:
-        _args_buffer(args, &ptrs, &data)
+        _args_buffer(sizes, args, &ptrs, &data)
         p.kernel_params = ptrs if len(args) else NULL
         p.extra = NULL
         with _kernel_node_lock:
@@ -1494,9 +1725,9 @@ cdef int _apply_state(_NodeState st, GraphExec ex, GraphNode nd) except -1:
     cdef void** ptrs = NULL
     cdef char* data = NULL
     if st.kernel is None:
-        return _set_kernel_args(&st.p, st.args, ex, nd)
+        return _set_kernel_args(&st.p, st.sizes, st.args, ex, nd)
     try:
-        _args_buffer(st.args, &ptrs, &data)
+        _args_buffer(st.sizes, st.args, &ptrs, &data)
         memset(&params, 0, sizeof(params))
         params.func = st.kernel._func
         params.gridDim.x, params.gridDim.y, params.gridDim.z = \
@@ -1593,24 +1824,32 @@ cdef class GraphNode:
         executables made already); ``changes`` as for
         :meth:`GraphExec.set_kernel_node_args`.  Memory passed here stays
         alive with the graph."""
-        cdef KernelNodeParams info = _read_kernel_node(self, "node")
-        cdef Graph top = _top(self._graph)
+        cdef KernelNodeParams info
+        cdef Graph top
         cdef _NodeState st
-        _refuse_other_context(info._p.ctx, "node")
-        st = _state_of(info)
-        new_args, keeps = _changed_args(st, changes, signature, self._graph)
-        self._graph._use()
-        try:
-            # The executables made from the graph keep running the node as
-            # it is now: each takes it as what its node runs, unless it knows
-            # better (a change of its own), so that its later argument
-            # changes start from it and not from this change.
-            _note_before_change(top, <uintptr_t>self._handle, st)
-            if keeps:
-                _keep_add(top, keeps)
-            _set_kernel_args(&st.p, new_args, None, self)
-        finally:
-            self._graph._unuse()
+        self._check()
+        top = _top(self._graph)
+        # Read, noted and changed under the graph's change lock: an
+        # executable made meanwhile (instantiate) is made before, running
+        # the node as read here, and told, or after, running the change.
+        with _graph_lock(self._graph):
+            self._graph._use()
+            try:
+                info = _read_kernel_node(self, "node")
+                _refuse_other_context(info._p.ctx, "node")
+                st = _state_of(info)
+                new_args, keeps = _changed_args(st, changes, signature, self._graph)
+                # The executables made from the graph keep running the node as
+                # it is now: each takes it as what its node runs, unless it
+                # knows better (a change of its own), so that its later
+                # argument changes start from it and not from this change.
+                _note_before_change(top, <uintptr_t>self._handle, st)
+                if keeps:
+                    _keep_ready(self._graph)
+                    _keep_add(top, keeps)
+                _set_kernel_args(&st.p, st.sizes, new_args, None, self)
+            finally:
+                self._graph._unuse()
 
     def __eq__(self, other):
         cdef GraphNode o
@@ -1621,8 +1860,8 @@ cdef class GraphNode:
             return False
         if self._graph is o._graph:
             return True
-        # Two wrappers of one handle (graph.nodes, capture_info): equal while
-        # their graphs are open; after a close the address may be reused.
+        # Two Graph objects of one handle: equal while both are open; after
+        # a close the address may be reused.
         return (self._graph is not None and o._graph is not None
                 and not self._graph.closed and not o._graph.closed)
 
@@ -1816,7 +2055,7 @@ cdef class Graph(HandleOwner):
             with nogil:
                 rt.graph_create(&g)
             self._handle = <streams_graph_t>g
-            self._errors = new_error_slot()
+            self._errors = new_error_slot(True)
             self._keep = []
             self._opened(True)
         except BaseException:
@@ -1929,23 +2168,59 @@ cdef class Graph(HandleOwner):
             flags |= cudaGraphInstantiateFlagUseNodePriority
         cdef bint boxed = self._errors.host_calls
         cdef list keep
+        lock = _graph_lock(self)
         self._use()
         try:
             rt.drain_deferred()
-            # Only a graph with host callables gets the box's user object: an
-            # executable that holds any user object costs CUDA a tracking of
-            # every replay (+3.6 us per launch of a 10-kernel graph on an
-            # H100, benchmarks/results), which the host callables' user
-            # objects already incur.  Without one, the GraphExec holds what
-            # node updates bring, as it holds what the graph's nodes need.
-            if boxed:
-                with_box(<cudaGraph_t>self._handle, box, _instantiate, &ex, flags)
-            else:
-                with nogil:
-                    _instantiate(<cudaGraph_t>self._handle, &ex, flags)
-            # Copied while the graph is in use: a close() meanwhile lets go of
-            # the list only once this use ends.
-            keep = _keep_copy(self)
+            # Made and listed in _execs under the graph's change lock: a
+            # change of a node of the graph (GraphNode.set_args) comes
+            # before, and the executable runs it, or after, and is told.
+            with lock:
+                # Only a graph with host callables gets the box's user
+                # object: an executable that holds any user object costs CUDA
+                # a tracking of every replay (+3.6 us per launch of a
+                # 10-kernel graph on an H100, benchmarks/results), which the
+                # host callables' user objects already incur.  Without one,
+                # the GraphExec holds what node updates bring, as it holds
+                # what the graph's nodes need.
+                if boxed:
+                    with_box(<cudaGraph_t>self._handle, box, _instantiate, &ex, flags)
+                else:
+                    with nogil:
+                        _instantiate(<cudaGraph_t>self._handle, &ex, flags)
+                result = GraphExec.__new__(GraphExec)
+                result._handle = <streams_graph_exec_t>ex
+                result._opened(True)     # from here its handle is the object's
+                # Copied while the graph is in use: a close() meanwhile lets
+                # go of the list only once this use ends.
+                keep = _keep_copy(self)
+                result._lock = _threading.RLock()
+                result._errors = new_error_slot()
+                result._keep = tuple(keep)
+                result._box = box if boxed else None
+                result._boxed = boxed
+                if result._keep:
+                    # Its replays use what the graph's nodes need: mark where
+                    # each launch ends, so that it is let go only after them
+                    # (close()).
+                    result._marks = rt.marks_new()
+                result._source = self._handle
+                result._source_ref = _weakref.ref(self)
+                # Its kernel nodes run what the graph's run now: read from
+                # the graph's nodes until one changes (GraphNode.set_args
+                # notes the node in the executables listed here first).
+                result._states_from_source = True
+                # The errors of the host callbacks it runs (the graph's and
+                # its child graphs') are raised by its launch.
+                result._graph_sources = _callback_slots(self)
+                result._link_sources()
+                ref = _weakref.ref(result)
+                with cython.critical_section(self):
+                    if self._execs is None:
+                        self._execs = []
+                    else:
+                        self._execs = [r for r in self._execs if r() is not None]
+                    self._execs.append(ref)
         except CudaError as exc:
             if exc.code == cudaErrorNotSupported:
                 why = self._one_executable_only()
@@ -1954,30 +2229,6 @@ cdef class Graph(HandleOwner):
             raise
         finally:
             self._unuse()
-        result = GraphExec.__new__(GraphExec)
-        result._handle = <streams_graph_exec_t>ex
-        result._errors = self._errors
-        result._keep = tuple(keep)
-        result._box = box if boxed else None
-        result._boxed = boxed
-        if result._keep:
-            # Its replays use what the graph's nodes need: mark where each
-            # launch ends, so that it is let go only after them (close()).
-            result._marks = rt.marks_new()
-        result._source = self._handle
-        result._source_ref = _weakref.ref(self)
-        # Its kernel nodes run what the graph's run now: read from the
-        # graph's nodes until one changes (GraphNode.set_args notes the node
-        # in the executables listed here first).
-        result._states_from_source = True
-        ref = _weakref.ref(result)
-        with cython.critical_section(self):
-            if self._execs is None:
-                self._execs = []
-            else:
-                self._execs = [r for r in self._execs if r() is not None]
-            self._execs.append(ref)
-        result._opened(True)
         if up is not None:
             result.upload(up)
         return result
@@ -2005,6 +2256,7 @@ cdef class Graph(HandleOwner):
         self._check_open()
         cdef cudaGraph_t g = NULL
         cdef list keep
+        cdef Graph result
         self._use()
         try:
             with nogil:
@@ -2012,7 +2264,9 @@ cdef class Graph(HandleOwner):
             keep = _keep_copy(self)
         finally:
             self._unuse()
-        return _wrap_graph(g, True, self._errors, keep)
+        result = _wrap_graph(g, True, self._errors, keep)
+        result._child_errors = _callback_slots(self)[1:] or None
+        return result
 
     @property
     def nodes(self):
@@ -2166,6 +2420,7 @@ cdef class Graph(HandleOwner):
             module_use = keep_in_use(k._module)
             self._use()
             try:
+                _keep_ready(self)
                 node = _add_node(self, dependencies,
                                  _add_function if k._adopted == 2 else _add_kernel, &params)
                 try:
@@ -2389,6 +2644,7 @@ cdef class Graph(HandleOwner):
         """Embed a copy of ``child`` (what its nodes need stays alive with this graph)."""
         self._check_open()
         cdef cudaGraphNode_t node
+        cdef Graph top = _top(self)
         child._use()
         try:
             # The child's list, copied while it is in use, in this graph's.
@@ -2396,9 +2652,13 @@ cdef class Graph(HandleOwner):
                              tuple(_keep_copy(child)))
         finally:
             child._unuse()
-        # This graph's executables run the child's host callbacks: their
-        # errors reach this graph's slot too.
-        child._errors.forward_to(self._errors)
+        # The executables made from this graph from now on run the child's
+        # host callbacks (and its children's): their errors reach those
+        # executables (instantiate links the slots), not the ones made before.
+        slots = _callback_slots(child)
+        with cython.critical_section(top):
+            have = top._child_errors or ()
+            top._child_errors = have + tuple([x for x in slots if x not in have])
         if child._errors.host_calls:
             self._errors.host_calls = True
         return _wrap_node(self, node)
@@ -2410,7 +2670,9 @@ cdef class Graph(HandleOwner):
         their own), even while this object is still referenced.  Closed
         while a capture into it or a call in another thread uses it, the
         graph is destroyed, and what its nodes needed let go, when that use
-        ends.
+        ends; the graph of a capture (``capture_info().graph``, or the graph
+        captured into) closed during the capture makes ``end_capture`` raise
+        ValueError.
         """
         if self._close_handle() == 1:
             _let_go(self, False)
@@ -2457,6 +2719,44 @@ cdef int _enqueue_exec(GraphExec exe, Stream stream, _ExecOp op) except -1 nogil
         exe._unuse()
 
 
+cdef tuple _pair():
+    # A new 2-tuple, (None, None), for GraphExec._took to fill in place.
+    cdef tuple t = PyTuple_New(2)
+    Py_INCREF(None)
+    PyTuple_SET_ITEM(t, 0, None)
+    Py_INCREF(None)
+    PyTuple_SET_ITEM(t, 1, None)
+    return t
+
+
+cdef int _link_capture(GraphExec exe, Stream stream) except -1:
+    # Launched on a stream being captured, the executable becomes a child
+    # graph node of the capture's graph: the errors of the callbacks it runs
+    # reach the executables of that graph too (through the capture's slot,
+    # the slot of the Graph end_capture returns).
+    cdef bint capturing = False
+    cdef unsigned long long cid
+    stream._use()
+    try:
+        with nogil:
+            capturing = rt.stream_in_capture(<cudaStream_t>stream._handle)
+        if not capturing:
+            return 0
+        try:
+            cid = _capture_id(stream, NULL)
+        except CudaError:
+            return 0
+        if cid == 0:
+            return 0
+        slot, _, _ = capture_entry(cid, stream, None)
+        exe._errors.forward_to(<ErrorSlot>slot)
+        # The captured graph now holds host callables (its executables box).
+        (<ErrorSlot>slot).host_calls = True
+    finally:
+        stream._unuse()
+    return 0
+
+
 # no_gc_clear: __dealloc__ parks what the replays in flight use (_keep,
 # _box); a tp_clear first would let it go under them ("Reference cycles" in
 # docs/architecture.rst).
@@ -2492,12 +2792,14 @@ cdef class GraphExec(HandleOwner):
     def launch(self, stream=None):
         """Enqueue one replay on ``stream`` (default: the current stream).
 
-        Raises HostCallbackError first if a host callback of this graph
-        raised during an earlier replay.
+        Raises HostCallbackError first if a host callback this executable
+        runs raised during an earlier replay.
         """
         cdef Stream s = as_stream(stream, "stream")
         if self._errors is not None and self._errors.first is not None:
             self._errors.raise_pending("graph host callback")
+        if self._boxed:
+            _link_capture(self, s)
         with nogil:
             self.c_launch(s)
 
@@ -2515,49 +2817,69 @@ cdef class GraphExec(HandleOwner):
         """
         cdef _Update up
         cdef list box = []
-        cdef list kept = None
+        cdef tuple kept
         cdef dict states = None
         cdef bint from_source = False
+        cdef void* marks = NULL
         interrupted = None
+        self._check_open()
         up.ex = <cudaGraphExec_t>self._handle
         up.info.errorNode = NULL
-        self._use()
-        try:
-            graph._use()
+        up.refused = 1
+        with self._lock:
+            self._use()
             try:
-                # CUDA gives the executable the user objects of `graph` in
-                # place of its own, keeping those until replays in flight end.
-                # (Same shape: `graph` has host callables if and only if the
-                # executable's graph had, so an unboxed one stays unboxed.)
-                if self._boxed:
-                    with_box(<cudaGraph_t>graph._handle, box, _update, &up, 0)
-                else:
-                    with nogil:
-                        _update(<cudaGraph_t>graph._handle, &up, 0)
-                if not up.refused:
-                    # Both taken while `graph` is in use: a close() meanwhile
-                    # lets go of its list, and destroys its nodes, only after.
-                    kept = _keep_copy(graph)
-                    source = self._source_ref() if self._source_ref is not None else None
-                    if source is graph:
-                        from_source = True
-                    else:
-                        # Never raising past the update CUDA made: its
-                        # keep-alives are linked below whatever happens.
-                        try:
-                            states = _states_after_update(source, graph)
-                        except BaseException as exc:
-                            states = {}
-                            if not isinstance(exc, Exception):
-                                interrupted = exc
+                graph._use()
+                try:
+                    # Under `graph`'s change lock: its nodes stay as CUDA
+                    # takes them until their record is read (below).
+                    with _graph_lock(graph):
+                        # What the executable links once CUDA took the
+                        # update, made before it: nothing after the update
+                        # fails (MemoryError) before its keep-alives are in
+                        # place.  Copied while `graph` is in use: a close()
+                        # meanwhile lets go of its list only after.
+                        kept = tuple(_keep_copy(graph))
+                        pair = _pair()
+                        if kept and streams_ptr_load(&self._marks) == NULL:
+                            marks = rt.marks_new()
+                        if self._boxed:
+                            # The old box holds the new one: what node updates
+                            # put there lives as long as needed, whether the
+                            # old box goes now or with the executable.
+                            with cython.critical_section(self):
+                                self._box.append(box)
+                        source = self._source_ref() if self._source_ref is not None else None
+                        from_source = source is graph
+                        # CUDA gives the executable the user objects of
+                        # `graph` in place of its own, keeping those until
+                        # replays in flight end.  (Same shape: `graph` has
+                        # host callables if and only if the executable's
+                        # graph had, so an unboxed one stays unboxed.)
+                        if self._boxed:
+                            with_box(<cudaGraph_t>graph._handle, box, _update, &up, 0)
+                        else:
+                            with nogil:
+                                _update(<cudaGraph_t>graph._handle, &up, 0)
+                        if not up.refused:
+                            if not from_source:
+                                # Never raising past the update CUDA made.
+                                try:
+                                    states = _states_after_update(source, graph)
+                                except BaseException as exc:
+                                    states = {}
+                                    if not isinstance(exc, Exception):
+                                        interrupted = exc
+                            # Linked while the executable is in use: a close()
+                            # meanwhile parks what it holds only once this use
+                            # ends (_release).
+                            self._took(graph, kept, states, from_source, box, pair, &marks)
+                finally:
+                    graph._unuse()
             finally:
-                graph._unuse()
-            if not up.refused:
-                # Linked while the executable is in use: a close() meanwhile
-                # parks what it holds only once this use ends (_release).
-                self._took(graph, kept, states, from_source, box)
-        finally:
-            self._unuse()
+                if marks != NULL:
+                    rt.marks_free(marks)
+                self._unuse()
         if not up.refused:
             if interrupted is not None:
                 raise interrupted
@@ -2566,31 +2888,67 @@ cdef class GraphExec(HandleOwner):
         return UpdateResult(False, _UPDATE_RESULT_NAMES.get(up.info.result,
                                                             str(<int>up.info.result)), node)
 
-    cdef int _took(self, Graph graph, list kept, dict states, bint from_source,
-                   list box) except -1:
-        # What a successful update(graph) changes in the executable.
-        cdef tuple kept_t = tuple(kept)
-        # It runs `graph`'s host callbacks from now on.
-        graph._errors.forward_to(self._errors)
-        # Replays already queued may still use what the old nodes needed
-        # (linked, not copied: updates in a loop stay linear).  Under the
-        # executable's critical section, as every change of _keep, _box,
-        # _marks and _kernel_state: launches, updates and close() of one
-        # executable may run in several threads (free-threaded CPython).
+    cdef int _took(self, Graph graph, tuple kept, dict states, bint from_source,
+                   list box, object pair, void** marks) except -1:
+        # What a successful update(graph) changes in the executable.  Its
+        # keep-alives first, with what update() made before CUDA took the
+        # update (`pair`, an empty 2-tuple; `marks`, taken if used): nothing
+        # here fails before they are in place.  Replays already queued may
+        # still use what the old nodes needed (linked, not copied: updates in
+        # a loop stay linear).  Under the executable's critical section, as
+        # every change of _keep, _box, _marks and _kernel_state: launches,
+        # updates and close() of one executable may run in several threads
+        # (free-threaded CPython).
+        cdef object older
         with cython.critical_section(self):
             # Its kernel nodes now run what `graph`'s do.
             self._kernel_state = states
             self._states_from_source = from_source
-            if kept_t:
-                self._keep = (self._keep, kept_t) if self._keep else kept_t
+            if kept:
+                older = self._keep
+                if older:
+                    # (older, kept) in the tuple made for it (no one else has
+                    # seen it), in place of its two Nones.
+                    Py_INCREF(older)
+                    PyTuple_SET_ITEM(pair, 0, older)
+                    Py_INCREF(kept)
+                    PyTuple_SET_ITEM(pair, 1, kept)
+                    Py_DECREF(None)
+                    Py_DECREF(None)
+                    self._keep = pair
+                else:
+                    self._keep = kept
                 if self._marks == NULL:
-                    self._start_marks()
+                    if marks[0] != NULL:
+                        streams_ptr_store(&self._marks, marks[0])
+                        marks[0] = NULL
+                    else:
+                        self._start_marks()
             if self._boxed:
-                # Whether the old box goes now or with the executable, it
-                # holds the new one: what node updates put there lives as
-                # long as needed.
-                self._box.append(box)
                 self._box = box
+        # It runs `graph`'s host callbacks from now on (and no longer those
+        # of the graph it ran, nor of children set_child_graph_node gave it).
+        self._graph_sources = _callback_slots(graph)
+        self._node_sources = None
+        self._link_sources()
+        return 0
+
+    cdef int _link_sources(self) except -1:
+        # Under _lock (or before the executable is shared): link the slots
+        # of the callbacks it runs to its own, and unlink the others.
+        cdef list wanted = list(self._graph_sources) if self._graph_sources else []
+        if self._node_sources:
+            for slots in self._node_sources.values():
+                for slot in slots:
+                    if not any(slot is x for x in wanted):
+                        wanted.append(slot)
+        for slot in wanted:
+            (<ErrorSlot>slot).forward_to(self._errors)
+        if self._linked:
+            for slot in self._linked:
+                if not any(slot is x for x in wanted):
+                    (<ErrorSlot>slot).unforward(self._errors)
+        self._linked = tuple(wanted)
         return 0
 
     # ---- node by node ----------------------------------------------------------
@@ -2677,26 +3035,32 @@ cdef class GraphExec(HandleOwner):
         k = _kernel_node_params(kernel, grid, block, args, shared_mem, &params, &pack)
         function = k._adopted == 2
         try:
-            self._enter(nd)
-            try:
-                # Refused before anything is kept for it.
-                _refuse_node_of_other_context(nd, "node")
-                # Boxed before CUDA has the new parameters: a launch may use
-                # them as soon as the call returns.
-                self._keep_for_replays((keep_in_use(k._module), keep_pack_users(&pack),
-                                        _kept_args(args)))
-                with nogil:
-                    if function:
-                        rt.graph_exec_function_node_set_params(
-                            <cudaGraphExec_t>self._handle, <cudaGraphNode_t>nd._handle, &params)
-                    else:
-                        rt.graph_exec_kernel_node_set_params(
-                            <cudaGraphExec_t>self._handle, <cudaGraphNode_t>nd._handle, &params)
-            finally:
-                self._leave(nd)
-            # What the node runs from now on: later argument changes start
-            # from it (the same call again, with other arguments).
-            self._set_state(<uintptr_t>nd._handle, _state_set(k, &params, &pack, len(args)))
+            with self._lock:
+                self._enter(nd)
+                try:
+                    # Refused before anything is kept for it.
+                    _refuse_node_of_other_context(nd, "node")
+                    # What the node runs from now on: later argument changes
+                    # start from it (the same call again, with other
+                    # arguments).  Made before the change: recorded with it,
+                    # under the lock, so that the record is what runs.
+                    st = _state_set(k, &params, &pack, len(args))
+                    # Boxed before CUDA has the new parameters: a launch may
+                    # use them as soon as the call returns.
+                    self._keep_for_replays((keep_in_use(k._module), keep_pack_users(&pack),
+                                            _kept_args(args)))
+                    with nogil:
+                        if function:
+                            rt.graph_exec_function_node_set_params(
+                                <cudaGraphExec_t>self._handle, <cudaGraphNode_t>nd._handle,
+                                &params)
+                        else:
+                            rt.graph_exec_kernel_node_set_params(
+                                <cudaGraphExec_t>self._handle, <cudaGraphNode_t>nd._handle,
+                                &params)
+                    self._set_state(<uintptr_t>nd._handle, st)
+                finally:
+                    self._leave(nd)
         finally:
             release_pack(&pack)
 
@@ -2723,23 +3087,29 @@ cdef class GraphExec(HandleOwner):
         ``set_kernel_node``), CudaError where CUDA refuses the update."""
         cdef GraphNode nd = self._node_of(node, "node")
         cdef uintptr_t key = <uintptr_t>nd._handle
-        cdef _NodeState st = <_NodeState>self._state_of(nd)
-        if st.kernel is None:
-            _refuse_other_context(st.p.ctx, "node")
-        else:
-            _refuse_node_of_other_context(nd, "node")
-        new_args, keeps = _changed_args(st, changes, signature, nd._graph)
-        st = _state_with_args(st, new_args)
-        self._enter(nd)
-        try:
-            if keeps:
-                # Kept before CUDA has the new arguments: a launch may use
-                # them as soon as the call returns.
-                self._keep_for_replays(keeps)
-            _apply_state(st, self, nd)
-        finally:
-            self._leave(nd)
-        self._set_state(key, st)
+        cdef _NodeState st
+        # Read, changed and recorded as one (under _lock): a change in
+        # another thread comes before or after, and the record is what runs.
+        with self._lock:
+            # The node is read only while its graph is held (_enter): a
+            # close() in another thread waits for this call.
+            self._enter(nd)
+            try:
+                st = <_NodeState>self._state_of(nd)
+                if st.kernel is None:
+                    _refuse_other_context(st.p.ctx, "node")
+                else:
+                    _refuse_node_of_other_context(nd, "node")
+                new_args, keeps = _changed_args(st, changes, signature, nd._graph)
+                st = _state_with_args(st, new_args)
+                if keeps:
+                    # Kept before CUDA has the new arguments: a launch may use
+                    # them as soon as the call returns.
+                    self._keep_for_replays(keeps)
+                _apply_state(st, self, nd)
+                self._set_state(key, st)
+            finally:
+                self._leave(nd)
 
     cdef object _state_of(self, GraphNode nd):
         # What the executable's kernel node runs now: as its last change
@@ -2754,7 +3124,14 @@ cdef class GraphExec(HandleOwner):
         if found is not None:
             return found
         if from_source:
-            return _state_of(_read_kernel_node(nd, "node"))
+            st = _state_of(_read_kernel_node(nd, "node"))
+            # A change of the graph's node notes the node as it was here
+            # before it changes it: noted since the look above, the node
+            # read may be the changed one, and the note is what runs.
+            with cython.critical_section(self):
+                states = self._kernel_state
+            found = states.get(key) if states is not None else None
+            return found if found is not None else st
         nd._graph._use()
         try:
             _require_kernel_node(<cudaGraphNode_t>nd._handle, "node")
@@ -2875,23 +3252,29 @@ cdef class GraphExec(HandleOwner):
         """Make a child graph node run a copy of ``child`` (same topology as
         the one it has) from the next launch on."""
         cdef GraphNode nd = self._node_of(node, "node")
-        self._enter(nd)
-        try:
-            child._use()
+        with self._lock:
+            self._enter(nd)
             try:
-                # Copied while the child is in use (a close() lets go of its
-                # list only after), kept before CUDA has the new node.
-                self._keep_for_replays(tuple(_keep_copy(child)))
-                # Its host callbacks run in this executable now.
-                child._errors.forward_to(self._errors)
-                with nogil:
-                    rt.graph_exec_child_graph_node_set_params(
-                        <cudaGraphExec_t>self._handle, <cudaGraphNode_t>nd._handle,
-                        <cudaGraph_t>child._handle)
+                child._use()
+                try:
+                    # Copied while the child is in use (a close() lets go of
+                    # its list only after), kept before CUDA has the new node.
+                    self._keep_for_replays(tuple(_keep_copy(child)))
+                    with nogil:
+                        rt.graph_exec_child_graph_node_set_params(
+                            <cudaGraphExec_t>self._handle, <cudaGraphNode_t>nd._handle,
+                            <cudaGraph_t>child._handle)
+                finally:
+                    child._unuse()
+                # Once CUDA took it: the node runs the child's host callbacks
+                # now (and its children's), no longer those of the child it
+                # ran before.
+                if self._node_sources is None:
+                    self._node_sources = {}
+                self._node_sources[<uintptr_t>nd._handle] = _callback_slots(child)
+                self._link_sources()
             finally:
-                child._unuse()
-        finally:
-            self._leave(nd)
+                self._leave(nd)
 
     def set_event_record_node(self, node, event):
         self._set_event(node, as_event(event, "event"), True)

@@ -45,8 +45,10 @@ cdef class HostCall:
         return f"host callback {self.fn!r}{where}"
 
 
-cdef ErrorSlot new_error_slot():
-    return ErrorSlot.__new__(ErrorSlot)
+cdef ErrorSlot new_error_slot(bint relay=False):
+    cdef ErrorSlot slot = ErrorSlot.__new__(ErrorSlot)
+    slot.relay = relay
+    return slot
 
 
 cdef HostCall new_call(object callback, object arg, Stream stream, ErrorSlot sink, int kind):
@@ -101,44 +103,195 @@ cdef void _report(HostCall call, BaseException exc) noexcept:
 # and a critical section is only whole while nothing inside it waits for a
 # lock held by the same thread.
 cdef object _capture_lock = object()
-cdef dict _captures = {}
+cdef dict _captures = {}            # capture id -> _Capture
 cdef dict _capture_of_stream = {}   # stream handle -> id of its latest registered capture
+# The registry is swept (_sweep_captures) once it holds this many captures:
+# a capture that streams' end_capture never ends (another library ends it,
+# its stream is closed during it) is found ended and forgotten, so the
+# registry stays bounded whatever ends the captures
+# (tests/test_graph_audit_cpu.py, tests/test_graph_audit_gpu.py).
+cdef Py_ssize_t _SWEEP_MIN = 32
+cdef Py_ssize_t _sweep_at = 32
+# Told of each capture forgotten because it ended elsewhere (with its
+# target), outside the registry's critical section: _graph closes the Graph
+# object of such a capture (set_capture_hook).
+cdef object _capture_hook = None
+
+
+@cython.final
+cdef class _Capture:
+    cdef unsigned long long cid
+    cdef ErrorSlot slot
+    # The Graph of begin_capture_to_graph (held: the capture holds it in
+    # use), a weak reference to the Graph capture_info made, or None.
+    cdef object target
+    cdef object stream_ref           # a weak reference to the stream that registered it
+    cdef unsigned long thread        # for a special stream (per-thread): its thread
+    cdef bint ending                 # end_capture is ending it: never swept
+
+
+cdef _Capture _new_entry(unsigned long long capture_id, ErrorSlot slot, object target,
+                         Stream stream):
+    cdef _Capture e = _Capture.__new__(_Capture)
+    e.cid = capture_id
+    e.slot = slot
+    e.target = target
+    e.stream_ref = _weakref.ref(stream)
+    # The per-thread stream's handle names each thread's own stream: only
+    # the thread that captured can ask it about this capture.
+    e.thread = _threading.get_ident() if stream._special else 0
+    return e
+
+
+cdef bint _dead(object target):
+    return isinstance(target, _weakref.ref) and target() is None
+
+
+cdef int set_capture_hook(object hook) except -1:
+    global _capture_hook
+    _capture_hook = hook
+    return 0
 
 
 cdef int register_capture(unsigned long long capture_id, ErrorSlot slot, object target,
                           Stream stream) except -1:
+    cdef _Capture e = _new_entry(capture_id, slot, target, stream)
     with cython.critical_section(_capture_lock):
-        _captures[capture_id] = (slot, target)
+        _captures[capture_id] = e
         _capture_of_stream[<uintptr_t>stream._handle] = capture_id
+        grown = len(_captures) >= _sweep_at
+    if grown:
+        _sweep_captures(None)
     return 0
 
 
 cdef tuple capture_entry(unsigned long long capture_id, Stream stream, object target):
     cdef bint registered = False
+    cdef _Capture e
+    cdef Py_ssize_t n
+    cdef object earlier = None
+    fresh = _new_entry(capture_id, None, None, stream)
     # Looked up and, for the first user of this capture, registered in one
     # step: two threads using one capture share its slot.
     with cython.critical_section(_capture_lock):
-        slot, found = _captures.get(capture_id, (None, None))
-        if slot is None:
-            slot = new_error_slot()
+        e = _captures.get(capture_id)
+        if e is None:
+            e = fresh
+            e.slot = new_error_slot(True)
+            _captures[capture_id] = e
             registered = True
-        if found is None and (registered or target is not None):
-            found = target
-            _captures[capture_id] = (slot, found)
+        if target is not None and (e.target is None or _dead(e.target)):
+            e.target = target
         if registered:
+            before = _capture_of_stream.get(<uintptr_t>stream._handle)
+            if before is not None and before != capture_id:
+                earlier = _captures.get(before)
             _capture_of_stream[<uintptr_t>stream._handle] = capture_id
+        slot, found = e.slot, e.target
+        n = len(_captures)
+    if n >= _sweep_at:
+        _sweep_captures(None)
+    elif earlier is not None:
+        # The stream's capture before this one: ended, unless another
+        # stream of it still captures (asked, not assumed).
+        _sweep_captures([earlier])
     return slot, found, registered
 
 
+cdef int claim_capture(unsigned long long capture_id, Stream stream) except -1:
+    cdef _Capture e
+    with cython.critical_section(_capture_lock):
+        if capture_id == 0:
+            capture_id = _capture_of_stream.get(<uintptr_t>stream._handle, 0)
+        e = _captures.get(capture_id)
+        if e is not None:
+            e.ending = True
+    return 0
+
+
 cdef tuple take_capture(unsigned long long capture_id, Stream stream):
-    """The (error slot, target graph) of a capture, forgotten; (None, None)."""
-    cdef tuple found
+    """The (error slot, target) of a capture, forgotten; (None, None)."""
+    cdef _Capture e
     with cython.critical_section(_capture_lock):
         latest = _capture_of_stream.pop(<uintptr_t>stream._handle, 0)
         if capture_id == 0:
             capture_id = latest
-        found = _captures.pop(capture_id, (None, None))
-    return found
+        e = _captures.pop(capture_id, None)
+    if e is None:
+        return None, None
+    return e.slot, e.target
+
+
+cdef int _sweep_captures(list entries) except -1:
+    # Forget the captures (all, or `entries`) whose stream no longer takes
+    # part in them: ended elsewhere, or their stream closed or gone.  Each is
+    # looked at after it was registered (so a capture that began since is
+    # never taken for the one before), and only forgotten if it is still the
+    # same entry and end_capture is not ending it (take_capture does).
+    global _sweep_at
+    cdef _Capture e
+    cdef Stream stream
+    cdef cudaStreamCaptureStatus status
+    cdef unsigned long long now
+    cdef unsigned long me = _threading.get_ident()
+    cdef list ended = []
+    if entries is None:
+        with cython.critical_section(_capture_lock):
+            entries = list(_captures.values())
+    for e in entries:
+        if e.ending or (e.thread and e.thread != me):
+            continue
+        stream = e.stream_ref()
+        if stream is None or stream.closed:
+            ended.append(e)
+            continue
+        try:
+            stream._use()
+        except ValueError:
+            ended.append(e)     # closed meanwhile
+            continue
+        try:
+            status = cudaStreamCaptureStatusNone
+            now = 0
+            with nogil:
+                _capture_state(<cudaStream_t>stream._handle, &status, &now)
+            if status == cudaStreamCaptureStatusNone or now != e.cid:
+                ended.append(e)
+        except Exception:
+            pass                # not known: kept
+        finally:
+            stream._unuse()
+    gone = []
+    with cython.critical_section(_capture_lock):
+        for e in ended:
+            if not e.ending and _captures.get(e.cid) is e:
+                del _captures[e.cid]
+                gone.append(e.target)
+                stale = [h for h, cid in _capture_of_stream.items() if cid == e.cid]
+                for h in stale:
+                    del _capture_of_stream[h]
+        if entries is None or len(_captures) >= _sweep_at:
+            _sweep_at = max(_SWEEP_MIN, 2 * len(_captures))
+    hook = _capture_hook
+    if hook is not None:
+        for target in gone:
+            if target is not None:
+                hook(target)
+    return 0
+
+
+def _capture_registry():
+    """(captures registered, streams mapped to one): what the registry
+    holds now.  Private: its bound checked by the tests."""
+    with cython.critical_section(_capture_lock):
+        return len(_captures), len(_capture_of_stream)
+
+
+def _register_capture(capture_id, Stream stream not None):
+    """Register capture ``capture_id`` of ``stream`` as an enqueue into it
+    does; True if it was not registered yet.  Private: the registry's bound
+    checked without a GPU (on streams that are closed)."""
+    return capture_entry(capture_id, stream, None)[2]
 
 
 # ---- enqueueing ---------------------------------------------------------------------------
@@ -387,12 +540,17 @@ cdef int _enqueue_captured(Stream stream, _HostWork* work, object callback, obje
 
 
 cdef int forget_capture(unsigned long long capture_id, object slot, Stream stream) except -1:
+    cdef _Capture found
     with cython.critical_section(_capture_lock):
         found = _captures.get(capture_id)
-        if found is not None and found[0] is slot:
+        if found is not None and found.slot is slot and not found.ending:
             del _captures[capture_id]
             if _capture_of_stream.get(<uintptr_t>stream._handle) == capture_id:
                 del _capture_of_stream[<uintptr_t>stream._handle]
+        else:
+            found = None
+    if found is not None and found.target is not None and _capture_hook is not None:
+        _capture_hook(found.target)
     return 0
 
 

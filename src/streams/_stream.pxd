@@ -24,6 +24,12 @@ cdef class Event
 # stream's next synchronize, a graph's next launch) to raise the first one.
 cdef class ErrorSlot:
     cdef object first           # (callback, exception) or None
+    # A graph's slot (and a capture's): it keeps nothing itself, it only
+    # passes its callbacks' errors on to the slots of the executables that
+    # run them (GraphExec: each has a slot of its own, linked to the slots of
+    # the callbacks it runs).  A stream's or an executable's slot keeps the
+    # first error for its owner to raise.
+    cdef bint relay
     # A graph served by this slot holds host callables (CUDA user objects),
     # or may (a graph of unknown make): its executables then box what node
     # updates bring in a user object too (streams/_graph.pyx, instantiate).
@@ -39,6 +45,8 @@ cdef class ErrorSlot:
     cdef int raise_pending(self, str what) except -1
     # Errors of this slot reach `other` as well from now on.
     cdef int forward_to(self, ErrorSlot other) except -1
+    # ... and no longer (an executable updated to another graph).
+    cdef int unforward(self, ErrorSlot other) except -1
 
 
 # What work can be waited for: a Stream (all its work so far) or an Event

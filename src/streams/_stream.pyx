@@ -1401,7 +1401,8 @@ cdef void drop_dependent(Stream s) noexcept:
 
 
 cdef class ErrorSlot:
-    """The first exception of the host callbacks of one stream or graph."""
+    """The first exception of the host callbacks of one stream or executable
+    (a graph's slot only passes its errors on: ``relay``)."""
     # The GC may clear it (no teardown), and must be able to: `first` holds
     # an exception, whose traceback may refer back to its stream or graph.
     # Callbacks of one stream run on CUDA's thread while a synchronize in
@@ -1415,7 +1416,7 @@ cdef class ErrorSlot:
         cdef ErrorSlot slot
         cdef object forward
         with cython.critical_section(self):
-            if self.first is None:
+            if self.first is None and not self.relay:
                 self.first = (callback, exc)
             forward = self.forward
         if forward is None:
@@ -1434,7 +1435,7 @@ cdef class ErrorSlot:
             seen.add(id(slot))
             done.append(slot)
             with cython.critical_section(slot):
-                if slot.first is None:
+                if slot.first is None and not slot.relay:
                     slot.first = (callback, exc)
                 forward = slot.forward
             if forward is not None:
@@ -1448,6 +1449,15 @@ cdef class ErrorSlot:
             alive = [ref for ref in self.forward if ref() is not None] if self.forward else []
             if not any(ref() is other for ref in alive):
                 alive.append(new)
+            self.forward = tuple(alive) if alive else None
+        return 0
+
+    cdef int unforward(self, ErrorSlot other) except -1:
+        if other is None:
+            return 0
+        with cython.critical_section(self):
+            alive = ([ref for ref in self.forward
+                      if ref() is not None and ref() is not other] if self.forward else [])
             self.forward = tuple(alive) if alive else None
         return 0
 

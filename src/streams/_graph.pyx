@@ -286,9 +286,10 @@ cdef int _keep_ready(Graph graph) except -1:
 cdef object _graph_lock(Graph graph):
     # The change lock of a graph's top graph (Graph._change_lock), made once.
     cdef Graph top = _top(graph)
+    made = _threading.RLock() if top._change_lock is None else None
     with cython.critical_section(top):
         if top._change_lock is None:
-            top._change_lock = _threading.RLock()
+            top._change_lock = made
         return top._change_lock
 
 

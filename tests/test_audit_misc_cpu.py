@@ -6,6 +6,7 @@ caches letting classes go, and the lazily resolved cuFuncGetName published
 with atomics.  The GPU halves are in test_audit_misc_gpu.py."""
 import ctypes
 import gc
+import inspect
 import importlib
 import re
 import shutil
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from _support import run_python
+from _support import FREE_THREADED, run_python
 
 import streams
 from streams import GreenContext, SmPartition, Stream
@@ -250,7 +251,16 @@ def test_classes_read_as_foreign_streams_and_events_are_collected():
 
     refs = make()
     gc.collect()
-    assert [r() for r in refs] == [None] * 4
+    alive = [r() for r in refs if r() is not None]
+    if not FREE_THREADED:
+        assert alive == []
+    # Free-threaded CPython may keep a class that is only in the cycle with
+    # its own __mro__ past a collection (after other threads ran Python in
+    # this process); then nothing else may refer to it: no cache of ours.
+    for cls in alive:
+        others = [h for h in gc.get_referrers(cls)
+                  if h is not cls.__mro__ and h is not alive and not inspect.isframe(h)]
+        assert others == [], (cls, others)
 
 
 def test_a_new_class_never_gets_a_dead_class_answer():

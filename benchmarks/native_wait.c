@@ -1,8 +1,8 @@
 /* How the way a thread waits changes the cost of a native host-function
  * round trip (cudaLaunchHostFunc of a C function, then wait until it ran),
- * with no Python at all: the wait streams' Stream.synchronize did (a loop
- * of cudaStreamQuery with a pause between) against CUDA's own synchronize
- * and the alternatives.  A probe, not part of the benchmark table; the
+ * with no Python at all: a loop of cudaStreamQuery with a pause between
+ * (an interruptible wait) against CUDA's own synchronize and the
+ * alternatives.  A probe, not part of the benchmark table; the
  * Python side is benchmarks/native_host_breakdown.py.
  *
  *   gcc -O2 -I$CUDA_HOME/include benchmarks/native_wait.c \
@@ -69,14 +69,14 @@ static void launch(void) { CK(cudaLaunchHostFunc(s, increment, (void *)&counter)
 /* The rows. */
 static void r_sync(void) { launch(); CK(cudaStreamSynchronize(s)); }
 
-/* streams' _poll before the change: query, pause, query ... */
+/* an interruptible wait: query, pause, query ... */
 static void r_query_pause(void) {
     launch();
     while (!query()) relax();
 }
 
-/* the same, with a clock read and an extra pause between queries, as the
- * slice bookkeeping did */
+/* the same, with a clock read and an extra pause between queries, as a
+ * wait that keeps time slices does */
 static void r_query_clock(void) {
     long long end = now_ns() + 5000000;
     launch();

@@ -109,7 +109,7 @@ OPS = (
     Op("memcpy_batch_8", "8 copies, one batched call", 200, {},
        f"one cudaMemcpyBatchAsync of the same {COPIES} copies (CUDA 12.8 or newer; streams: "
        "memcpy_batch_async)"),
-    # Issue 18's promise: another library's stream is taken at the boundary
+    # The interop rule: another library's stream is taken at the boundary
     # without a wrapper, so it costs little more than streams' own.  Last: its
     # set-up imports torch into the streams worker, where it then stays, and
     # no other row should be timed next to that.

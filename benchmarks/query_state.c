@@ -1,7 +1,8 @@
 /* What puts a process's cudaStreamQuery on the driver's fast path?
  *
- * Measured (issue 28): a query of an idle stream costs ~1.5 us in a fresh
- * process and ~0.2 us after the first device-wide synchronize or cudaFree.
+ * On some hosts a query of an idle stream costs ~1.5 us in a fresh process
+ * and ~0.2 us after the first device-wide synchronize or cudaFree
+ * (docs/benchmarks.rst, "The first device-wide synchronize").
  * Each variant below runs in a process of its own (argv[1]), does one thing
  * after the context exists, then times queries of an idle stream; then a
  * device synchronize, and the same timing again.

@@ -151,9 +151,10 @@ def test_awaiting_a_capturing_stream_is_refused(stream):
 def test_an_await_leaves_another_threads_global_capture_alone(stream, what):
     """Another thread captures a different stream in global mode while this
     one awaits: the await's status query is made in relaxed mode, so CUDA
-    neither refuses it nor invalidates that capture.  Before: the await
-    raised CudaError (an unsafe call during a global capture) and the other
-    thread's end_capture failed with the capture invalidated."""
+    neither refuses it nor invalidates that capture.  The failure it
+    catches: the await raises CudaError (an unsafe call during a global
+    capture) and the other thread's end_capture fails, the capture
+    invalidated."""
     other = Stream()
     spin(other, 0)
     spin(stream, 0)

@@ -74,9 +74,9 @@ def test_stream_device():
 
 
 def test_attach_mem_async_single():
-    # Runs in its own process: on the H200 (driver 580.159.04) a burst of
-    # 100,000 host functions on a new stream hung when it ran later in the
-    # same process as this test (bisected; cause not established), so the
+    # Runs in its own process: on an H200 (driver 580.159.04) a burst of
+    # 100,000 host functions on a new stream hangs when it runs later in the
+    # same process as this test (cause not established), so the
     # attachment must not leak into the rest of the suite.
     code = textwrap.dedent("""
         import numpy as np, streams

@@ -31,9 +31,9 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_byref_is_native_data_at_its_address_and_keeps_its_object():
     """ctypes.byref(x, offset) is the address of x plus offset, and what is
     kept (until the call has run) is the byref object, which holds x.
-    Before: TypeError "must be None, an int address or a ctypes/cffi
-    pointer, not CArgObject", while the refusal of a ctypes scalar told the
-    user to pass ctypes.byref(x)."""
+    The failure it catches: TypeError "must be None, an int address or a
+    ctypes/cffi pointer, not CArgObject", while the refusal of a ctypes
+    scalar tells the user to pass ctypes.byref(x)."""
     words = (ctypes.c_uint64 * 2)()
     for offset in (0, 8):
         ref = ctypes.byref(words, offset)
@@ -88,8 +88,8 @@ def _outcome(fn):
 def test_sm_count_is_decided_by_the_stream_not_its_owner(make_owner):
     """A wrapper of the legacy stream answers as the legacy stream does,
     whatever its owner is (here: no driver, the same CudaError; on a GPU,
-    the device's SMs).  Before: the owner's type's module was asked, and an
-    owner of streams._green other than the private handle raised
+    the device's SMs), never the owner's type's module: an owner of
+    streams._green other than the private handle would raise
     AttributeError from the property."""
     expected = _outcome(lambda: Stream.legacy.sm_count)
     wrapped = Stream.from_handle(1, owner=make_owner())
@@ -151,8 +151,8 @@ def test_fork_while_another_thread_holds_the_cleanup_lock():
     release failing on another thread does for a moment) while the process
     forks: the child's first failure and flush work, and the child reports
     only its own failures (the parent's queue names the parent's handles).
-    Before: the lock was a PyThread lock the fork handler did not re-make,
-    and the child hung at its first release failure."""
+    With a PyThread lock that the fork handler does not re-make, the child
+    hangs at its first release failure."""
     result = run_python(_FORK_WHILE_HELD, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     lines = result.stdout.splitlines()
@@ -208,8 +208,8 @@ _NOT_NVRTC = textwrap.dedent(r"""
 def test_a_library_that_is_not_nvrtc_is_closed_again(tmp_path):
     """STREAMS_NVRTC names a shared object without NVRTC's symbols (a copy
     of one, so that nothing else has it open): each attempt is refused
-    naming it, and the library is closed again.  Before: it stayed loaded
-    (dlopen without dlclose), one more reference each attempt."""
+    naming it, and the library is closed again, not left loaded (dlopen
+    without dlclose, one more reference each attempt)."""
     lib = tmp_path / "libnot_nvrtc.so"
     shutil.copyfile(_some_shared_object(), lib)
     result = run_python(_NOT_NVRTC, timeout=60, extra_env={"STREAMS_NVRTC": str(lib)})
@@ -221,8 +221,8 @@ def test_a_library_that_is_not_nvrtc_is_closed_again(tmp_path):
 
 def test_classes_read_as_foreign_streams_and_events_are_collected():
     """A class read as another library's stream or event (the reader cache
-    of each kind) is collected once dropped.  Before: the caches were dicts
-    keyed by the type and kept every class ever read."""
+    of each kind) is collected once dropped: a dict keyed by the type
+    would keep every class ever read."""
     from streams._foreign import _is_foreign_event, _is_foreign_stream
 
     def make():
@@ -285,8 +285,8 @@ def test_func_get_name_table_is_read_and_written_atomically():
     """cuFuncGetName/cuKernelGetName are looked up at first use from any
     thread: every read and write of their table goes through the atomic
     helpers (release store of the pointer, then of the state; acquire loads
-    in the other order), as the package's other lazy tables do.  Before:
-    plain reads and writes, a data race on a free-threaded build."""
+    in the other order), as the package's other lazy tables do: plain
+    reads and writes would be a data race on a free-threaded build."""
     source = (ROOT / "src" / "streams" / "_cudart.pyx").read_text()
     uses = [line.strip() for line in source.splitlines()
             if re.search(r"_get_name_(ptr|state)\[", line)]

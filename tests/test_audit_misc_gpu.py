@@ -123,9 +123,9 @@ def test_a_consumer_never_joins_its_producers_capture(mode, dst, src):
     that will run) and stays outside the capture; the capture ends well, its
     graph holds P's fill alone, and q's work ran now on what P held before
     its capture (the kernel incremented 7 to 8; the replay then fills 9).
-    Before: q waited for an event recorded inside P's capture, joined it,
-    and end_capture raised cudaErrorStreamCaptureUnjoined; the copy went
-    into P's graph.  ``cai-no-wait`` (wait_producers=False) is the control
+    The failure it catches: q waits for an event recorded inside P's
+    capture, joins it, and end_capture raises
+    cudaErrorStreamCaptureUnjoined; the copy goes into P's graph.  ``cai-no-wait`` (wait_producers=False) is the control
     that the harness itself keeps q out."""
     result = run_python_args(["-c", _PRODUCER_CAPTURING, mode], timeout=120)
     out = _child_result(result)
@@ -176,9 +176,9 @@ def test_a_dlpack_export_to_a_capturing_consumer_is_refused_before_the_capture_b
     """DeviceBuffer.__dlpack__(stream=q) while q is being captured and the
     buffer's stream is not part of that capture: BufferError naming both,
     nothing enqueued, the capture goes on (the rule of the array paths).
-    Before: q waited for the uncaptured stream, CUDA invalidated q's
-    capture (cudaErrorStreamCaptureIsolation), and torch.from_dlpack(buf)
-    inside torch.cuda.graph broke the graph."""
+    The failure it catches: q waits for the uncaptured stream, CUDA
+    invalidates q's capture (cudaErrorStreamCaptureIsolation), and
+    torch.from_dlpack(buf) inside torch.cuda.graph breaks the graph."""
     out = _child_result(run_python(_CONSUMER_CAPTURING_EXPORT, timeout=120))
     assert out["export"].startswith("BufferError: stream=0x"), out
     assert "is not part of that capture" in out["export"], out
@@ -279,8 +279,8 @@ def test_a_green_context_let_go_with_work_queued_waits_for_it_without_blocking(m
     returns at once, the context is parked (an event of the whole context,
     cuGreenCtxRecordEvent, still pending because the spin runs), the fill
     happens, and once the work is done the next drain destroys the context
-    without a CudaWarning.  Before: cuGreenCtxDestroy ran at once, with the
-    work still queued in the context (not documented to let it run)."""
+    without a CudaWarning, never with work still queued in the context
+    (cuGreenCtxDestroy is not documented to let it run)."""
     out = _child_result(run_python_args(["-c", _GREEN_RELEASED_WITH_WORK, mode], timeout=120))
     if "skip" in out:
         pytest.skip(out["skip"])
@@ -297,8 +297,9 @@ def test_a_green_context_let_go_with_work_queued_waits_for_it_without_blocking(m
 def test_sm_count_of_wrapped_green_and_ordinary_streams(device):
     """A green stream wrapped with its GreenContext (or its partition) as
     owner answers the partition's SMs; an ordinary stream wrapped with a
-    green context's handle as owner answers the device's.  Before: the
-    first two raised AttributeError, the last reported the partition's."""
+    green context's handle as owner answers the device's.  The failure it
+    catches: the first two raise AttributeError, the last reports the
+    partition's."""
     try:
         r = device.sm_resource()
         (part,), _ = device.split_sm(r.min_partition_size, groups=1)

@@ -133,10 +133,10 @@ def _result(proc):
 def test_host_funcs_and_awaits_racing_captures_on_other_threads(mode, style):
     """Captures through streams: each callback runs once if enqueued outside
     a capture, and on each replay (3 times) if captured; none is ever taken
-    into a graph as a one-shot (no stale ticket calls).  Before the fix: a
-    one-shot captured between the check and the launch ran at the first
-    replay, and the second used it after free (a crash, or another
-    callback's payload run in its place: a count of 2 or more for an id
+    into a graph as a one-shot (no stale ticket calls).  Without the capture
+    fence, a one-shot captured between the check and the launch runs at the
+    first replay and the second uses it after free: a crash, or another
+    callback's payload run in its place (a count of 2 or more for an id
     that already ran, or of 1 after the replays)."""
     prelude = f"MODE, STYLE = {mode!r}, {style!r}\n"
     r = _result(_run_race(prelude, (0, 3)))
@@ -151,10 +151,10 @@ def test_host_funcs_and_awaits_racing_captures_on_other_threads(mode, style):
 def test_invalidated_capture_into_a_conditional_body_then_closing_the_parent(mode):
     """The driver frees a conditional body whose capture was invalidated,
     although the node still holds it; destroying the graph holding the node
-    then crashed in the driver (NVIDIA/cuda-python#2918).  Now the failed
+    then crashes in the driver (NVIDIA/cuda-python#2918).  So the failed
     end_capture closes that graph for good without destroying it (counted
-    in graphs_abandoned), so closing it and collecting everything is safe.
-    Before the fix: the child died in the driver at g.close() (or at exit)."""
+    in graphs_abandoned), and closing it and collecting everything is safe.
+    In a child: a destroy would kill it at g.close() (or at exit)."""
     code = textwrap.dedent(f"""
         import gc
         import streams

@@ -53,8 +53,9 @@ class _CAI:
     ("1", TypeError, r"\['stream'\] must be None"),
 ])
 def test_cai_stream_ints_are_checked_before_cuda(value, exc, text):
-    """Before: 0x10 went to cudaEventRecord (a segfault on a GPU; here, with
-    no GPU, CUDA's error), and the other values had other messages."""
+    """Each value is refused with the same messages before any CUDA call: 0x10
+    passed on to cudaEventRecord segfaults on a GPU (here, with no GPU, it
+    would be CUDA's error)."""
     bad = _CAI(0x7f0000002000, value)
     with pytest.raises(exc, match=text):
         streams.memcpy_async(bad, bytearray(4 * N), stream=Stream.legacy)
@@ -68,9 +69,9 @@ def test_an_address_alone_reads_no_stream():
 
 def test_from_external_reads_and_checks_like_as_stream():
     """One reader: the same refusals and messages (only the argument name
-    differs), before any CUDA call.  Before: from_external had its own
-    messages, took a closed cuda.core stream (handle 0) as Stream.null, and
-    read .ptr=0x10 of any object into a CUDA call."""
+    differs), before any CUDA call: from_external has no messages of its
+    own, never takes a closed cuda.core stream (handle 0) as Stream.null,
+    and never passes .ptr=0x10 of any object to a CUDA call."""
     for value in [(1, 2), [0, 2], ("0", 1), (0, "1"), (0, -5), (0, 7)]:
         with pytest.raises(Exception) as via_as_stream:
             streams.as_stream(_Proto(value), "obj")
@@ -124,8 +125,8 @@ def test_current_in_torch_refuses_the_per_thread_stream_first():
 
 @pytest.mark.gpu
 def test_dlpack_stream_ints_are_checked_before_cuda():
-    """DeviceBuffer.__dlpack__(stream=0x10).  Before: the value went to
-    cudaStreamWaitEvent and the child crashed (SIGSEGV)."""
+    """DeviceBuffer.__dlpack__(stream=0x10) is refused before CUDA: passed on
+    to cudaStreamWaitEvent, the value crashes the child (SIGSEGV)."""
     code = textwrap.dedent("""
         import streams
         buf = streams.DeviceBuffer(64, stream=streams.Stream.legacy)
@@ -164,8 +165,8 @@ def test_array_of_an_uncaptured_stream_is_refused_before_the_capture_breaks(kern
     """A copy from an array whose interface names a stream outside the
     capture (the legacy stream, another stream) raises RuntimeError and
     leaves the capture intact; wait_producers=False captures the copy.
-    Before: CudaError cudaErrorStreamCaptureIsolation/Implicit and an
-    invalidated capture (and no wait_producers keyword)."""
+    The failure it catches: CudaError cudaErrorStreamCaptureIsolation or
+    Implicit and an invalidated capture."""
     buf = device_buffer()
     Stream.legacy.launch(kernels.fill, GRID, BLOCK, buf, 42, N)
     Stream.legacy.synchronize()
@@ -222,8 +223,8 @@ def test_array_of_the_capture_is_ordered_inside_it(kernels, device_buffer):
 @pytest.mark.gpu
 def test_cupy_array_inside_a_capture(kernels):
     """The reported case: x[:1] of a CuPy array made on CuPy's default
-    stream, copied inside a capture.  Before: cudaErrorStreamCaptureIsolation
-    and an invalidated capture."""
+    stream, copied inside a capture.  The failure it catches:
+    cudaErrorStreamCaptureIsolation and an invalidated capture."""
     cupy = pytest.importorskip("cupy")
     x = cupy.arange(N, dtype=cupy.uint32)
     cupy.cuda.Device().synchronize()
@@ -266,8 +267,8 @@ _SLEEP_CYCLES = 400_000_000       # >= 0.2 s on any current GPU (<= 2 GHz)
 def test_torch_tensor_is_read_after_torch_wrote_it(wait, kernels):
     """torch.cuda._sleep holds torch's current stream, then fill_(5): a
     copy and a kernel on our non-blocking stream see 5 only when ordered
-    after torch's current stream.  Before: both ran at once (the copy read
-    0; the kernel's +1 was overwritten: 5, not 6).  The no-wait control
+    after torch's current stream.  The failure it catches: both run at once
+    (the copy reads 0; the kernel's +1 is overwritten: 5, not 6).  The no-wait control
     shows that the test sees misordering."""
     torch, t = _torch_tensor()
     pinned, view = _pinned_u32()
@@ -336,8 +337,8 @@ def test_current_in_torch_on_a_default_stream(which):
 
 @pytest.mark.gpu
 def test_await_a_pending_event_from_handle(stream):
-    """Before: ValueError: device=-1 is out of range (the private stream
-    the wait needs was made on the event's device, -1)."""
+    """The private stream the wait needs is made on a real device, never on
+    the event's device -1 (ValueError: device=-1 is out of range)."""
     owner = Event()
     spin(stream, 200 * MS)
     owner.record(stream)
@@ -360,7 +361,8 @@ def test_memcpy_batch_async_on_the_default_stream(kernels, device_buffer):
     """The default stream (legacy) keeps its meaning: the batch runs after
     the work of every blocking stream so far (a spin, then a fill, on a
     blocking stream of ours) and before the legacy stream's later work.
-    Before: cudaErrorInvalidValue (CUDA refuses the legacy stream here)."""
+    The failure it catches: cudaErrorInvalidValue (CUDA refuses the legacy
+    stream here)."""
     if streams.runtime_version() < 12080:
         pytest.skip("cudaMemcpyBatchAsync needs CUDA 12.8")
     src, dst = device_buffer(), device_buffer()

@@ -2177,8 +2177,8 @@ class GpuObjectGraph(RuleBasedStateMachine):
             gc.collect()
         self.sync(sm)
         if threaded and via == "stream" and sm.kind == "per_thread":
-            # The other thread's per-thread default stream, not this one's
-            # (seed 1442): only a device-wide synchronize waits for it.
+            # The call went to the other thread's per-thread default stream,
+            # not this one's: only a device-wide synchronize waits for it.
             streams.synchronize_device()
         if not owner_early:
             assert cell.cell.value == calls * replays, \
@@ -3128,10 +3128,10 @@ class GpuObjectGraph(RuleBasedStateMachine):
         # left bound after their loops, would keep model objects alive through
         # the check.  A holder's model keeps its GraphNodes, each node its
         # Graph (closed or not), and a graph keeps its kernel nodes' buffers
-        # in use, so their memory was never freed while the check looked
-        # (seed 206: "live_buffers 16 -> 17", the last holder a graph with a
+        # in use, so their memory is not freed while the check looks
+        # ("live_buffers 16 -> 17" when the last holder is a graph with a
         # fill node).  Likewise the last adopted kernel's executable, closed
-        # but still bound to the loop variable, held its graph's holds, the
+        # but still bound to the loop variable, holds its graph's holds, the
         # stand-in module and so the owner ("1 adopted kernel owner(s)
         # outlived every user of their kernel").
         streams.synchronize_device()
@@ -3504,9 +3504,9 @@ def test_fuzzer_is_well_formed():
 def test_teardown_checks_with_no_model_object_left(monkeypatch):
     """teardown() checks what was given back only once nothing of the model
     refers to a library object: a holder's model keeps its GraphNodes, a
-    node its Graph, and the graph its kernel nodes' buffers in use (seed
-    206 reported "live_buffers 16 -> 17" for the last holder the teardown's
-    loop had left bound).  CPU only: stand-ins for the graph and its node."""
+    node its Graph, and the graph its kernel nodes' buffers in use (a last
+    holder left bound by the teardown's loop reads as "live_buffers 16 ->
+    17").  CPU only: stand-ins for the graph and its node."""
     import weakref
 
     class FakeGraph:

@@ -12,7 +12,8 @@ through its __dealloc__ whole.
 Each scenario runs in a child process (a use after free on the GPU would
 poison this process's context) that reports what it saw as JSON.  Each
 makes the GC meet the streams objects before the Python containers of the
-cycle, the order in which the old code freed or leaked what they held:
+cycle, the order in which a tp_clear of those types would free or leak
+what they hold:
 objects a full collection takes first are those of the oldest generation,
 then generation 0, then generation 1 (CPython's gc_collect_main merges them
 in that order)."""
@@ -123,10 +124,11 @@ busy.close()
 
 
 def test_executable_in_a_cycle_keeps_its_buffers_for_replays_in_flight():
-    # Old code: the GC cleared the executable's tuple of
-    # holds before its __dealloc__ could park it, so the buffer was freed on
-    # its idle stream while the replay still waited behind the spin on
-    # another; the next allocation got the block and the replay overwrote it.
+    # With tp_clear, the GC would clear the executable's tuple of holds
+    # before its __dealloc__ could park it, so the buffer would be freed on
+    # its idle stream while the replay still waits behind the spin on
+    # another; the next allocation would get the block and the replay
+    # overwrite it.
     r = run_child(EXEC_IN_A_CYCLE)
     assert r["updated"], r
     assert r["replay_pending"], r     # the spin held the replay: the check means something
@@ -147,8 +149,8 @@ owner = []
 wrap = Stream.from_handle(real.handle, owner=owner, device=real.device_id)
 
 # Where the wrapper keeps its count of buffers (a zero-byte buffer adds one):
-# the old code's tp_clear made the free of a zero-byte buffer decrement the
-# word at that offset beside None.
+# with tp_clear, the free of a zero-byte buffer would decrement the word at
+# that offset beside None.
 size = type(wrap).__basicsize__ // 4
 def words(obj):
     return [ctypes.c_int.from_address(id(obj) + 4 * i).value for i in range(size)]
@@ -180,9 +182,9 @@ real.close()
 
 
 def test_buffer_in_a_cycle_is_freed_on_its_stream():
-    # Old code: the GC cleared the buffer's stream first;
-    # the free then raised AttributeError (reported as unraisable) and the
-    # 256 MiB stayed allocated, and the zero-byte buffer decremented the
+    # With tp_clear, the GC would clear the buffer's stream first; the free
+    # would then raise AttributeError (reported as unraisable) and the
+    # 256 MiB stay allocated, and the zero-byte buffer would decrement the
     # word beside None where a stream keeps its count of buffers
     # (word_beside_none_changed: -1; reported, not asserted: that word
     # belongs to whatever the interpreter put there).
@@ -247,10 +249,10 @@ def test_every_hold_in_a_cycle_lets_go_after_the_replays():
     # Every no_gc_clear type in one collected cycle: Stream and Event (foreign
     # wrappers whose owners close the cycle), DeviceBuffer, GraphExec and the
     # holds of its nodes (HandleUse, _BufferUses).
-    # Old code: the holds were cleared first, so their uses were never given
-    # back: the closed module stayed loaded and the memset target was never
-    # freed (leaked: live_modules, live_buffers; used_after > 0), and the
-    # executable was cleared before it could park (parked == 0).
+    # With tp_clear, the holds would be cleared first and their uses never
+    # given back: the closed module would stay loaded and the memset target
+    # never be freed (leaked: live_modules, live_buffers; used_after > 0),
+    # and the executable be cleared before it could park (parked == 0).
     r = run_child(EVERY_HOLD_IN_A_CYCLE)
     assert r["replay_pending"], r
     assert r["parked"] >= 1 and r["kept"] == [], r    # nothing let go under the replay

@@ -46,8 +46,8 @@ def test_numpy_scalars_say_their_type():
 def test_an_address_for_a_pointer_is_checked(value):
     """An int (or raw bytes) for a parameter typed "pointer" goes through
     the check every launch makes (resolve_span: memory CUDA knows); without
-    a GPU, CUDA cannot describe any address.  Before: written as is, and the
-    replay faulted on an address CUDA did not know."""
+    a GPU, CUDA cannot describe any address.  Written as is, such a
+    pointer makes the replay fault on an address CUDA does not know."""
     with pytest.raises(ValueError, match=r"changes\[0\]=0x10000"):
         _pack_change(value, 8, "pointer")
 
@@ -125,9 +125,10 @@ def test_an_error_reaches_only_the_slots_still_linked(links, unlinks, relays, so
     """What GraphExec.update and set_child_graph_node do to error slots:
     each executable has a slot of its own, linked to the (relay) slots of
     the graphs whose callbacks it runs, and unlinked from those it no longer
-    runs.  Before: updates linked the new graph's slot, for good, to the
-    slot that the old graph shared with all its executables, so that an
-    executable that never ran a callback raised its error."""
+    runs.  The failure it catches: an update links the new graph's slot,
+    for good, to the slot that the old graph shares with all its
+    executables, so that an executable that never ran a callback raises
+    its error."""
     assert _error_forwarding(3, links, source, relays=relays, unlinks=unlinks) == expected
     assert [type(e) for e in unraisable] == [ValueError]
 
@@ -151,9 +152,9 @@ class _OddFloat(float):
 def test_an_int_subclass_is_packed_by_its_value(size):
     """An untyped parameter (a kernel streams has no signature for) takes an
     int as its value, packed to the parameter's size whatever a subclass's
-    methods say.  Before: the subclass's to_bytes gave 1 byte, kept as the
-    argument, and CUDA copied `size` bytes from a slot of 16: a heap
-    over-read for a large by-value parameter."""
+    methods say.  The failure it catches: the subclass's to_bytes gives 1
+    byte, kept as the argument, and CUDA copies `size` bytes from a slot of
+    16: a heap over-read for a large by-value parameter."""
     b, kept = _pack_change(_ShortInt(5), size)
     assert b == (5).to_bytes(size, "little") and kept == ()
     assert _change_args((size,), (bytes(size),), {0: _ShortInt(5)})[0] == (b,)
@@ -177,9 +178,9 @@ def test_an_argument_change_keeps_the_other_arguments():
                                   lambda names: ", ".join(names)])
 def test_a_signature_is_read_once(make):
     """A signature may be any iterable of type names, an iterator too: it
-    is read once.  Before: read a second time to name a parameter the
-    kernel declares a pointer, an iterator was empty then, and the change
-    raised IndexError instead of naming the parameter."""
+    is read once: read a second time to name a parameter the kernel
+    declares a pointer, an iterator is empty, and the change would raise
+    IndexError instead of naming the parameter."""
     sizes, args = (8, 4, 8), (bytes(8), bytes(4), bytes(8))
     own = ("pointer", "uint32", "uint64")
     with pytest.raises(ValueError, match="parameter 0 of the kernel is a pointer, not a uint64"):
@@ -194,9 +195,9 @@ def test_the_capture_registry_stays_bounded():
     """Captures that streams' end_capture never ends (another library ends
     them; their stream is closed during them: here streams that were never
     opened) are found ended and forgotten once the registry grows, so it
-    stays bounded.  Before: every capture that a callback was enqueued into,
-    or that capture_info() was asked about, stayed registered for good,
-    with what its graph's nodes needed."""
+    stays bounded: no capture that a callback was enqueued into, or that
+    capture_info() was asked about, stays registered for good with what
+    its graph's nodes needed."""
     streams_ = [Stream.__new__(Stream) for _ in range(4)]
     base = _capture_registry()[0]
     for i in range(500):

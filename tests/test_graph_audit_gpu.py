@@ -104,8 +104,8 @@ def _child(code, timeout=120):
 
 def test_args_after_set_kernel_node_keep_the_new_kernel_and_arguments(s, fill):
     """set_kernel_node points the node at b (value 7); changing argument 1
-    then writes 9 to b.  Before: the node was rebuilt from the graph's (the
-    capture on a, value 5), so a got 9 and b nothing."""
+    then writes 9 to b.  The failure it catches: the node rebuilt from the
+    graph's (the capture on a, value 5), so a gets 9 and b nothing."""
     a, b = _zeroed(s, 2)
     g, node = _capture_fill(s, fill, a, 5)
     exe = g.instantiate()
@@ -129,8 +129,8 @@ def test_args_after_set_kernel_node_keep_the_new_kernel_and_arguments(s, fill):
 
 def test_args_after_set_kernel_node_with_another_kernel_keep_that_kernel(s, fill):
     """The node's kernel changed to increment_u32 (pointer, uint64 count):
-    a change of its argument 0 increments b by 1.  Before: the node went
-    back to the captured fill kernel, writing 5 to b."""
+    a change of its argument 0 increments b by 1.  The failure it catches:
+    the node goes back to the captured fill kernel, writing 5 to b."""
     inc = streams.builtin_kernel("increment_u32")
     a, b = _zeroed(s, 2)
     g, node = _capture_fill(s, fill, a, 5)
@@ -150,8 +150,8 @@ def test_args_after_set_kernel_node_with_another_kernel_keep_that_kernel(s, fill
 
 def test_args_after_update_start_from_the_graph_it_took(s, fill):
     """update(g2), g2 capturing a fill of b: a change of argument 1 writes 9
-    to b, also once g2 was changed and closed after the update.  Before:
-    the node was rebuilt from g1's node (a)."""
+    to b, also once g2 was changed and closed after the update.  The
+    failure it catches: the node rebuilt from g1's node (a)."""
     a, b, c = _zeroed(s, 3)
     g1, node1 = _capture_fill(s, fill, a, 5)
     g2, node2 = _capture_fill(s, fill, b, 6)
@@ -176,7 +176,8 @@ def test_args_after_update_start_from_the_graph_it_took(s, fill):
 def test_a_change_of_the_graphs_node_is_not_the_executables(s, fill):
     """node.set_args({0: b}) on the graph after instantiate, then the
     executable's change of argument 1: the executable still writes to a
-    (with 9).  Before: it took the graph's change too (b got 9)."""
+    (with 9).  The failure it catches: it takes the graph's change too (b
+    gets 9)."""
     a, b = _zeroed(s, 2)
     g, node = _capture_fill(s, fill, a, 5)
     exe = g.instantiate()
@@ -210,7 +211,7 @@ def test_nodes_that_do_not_pair_in_order_are_refused_not_guessed(s, fill):
     order they were made in does not follow, so what each of the
     executable's nodes runs after update(g2) is not known: an argument
     change is refused (ValueError), a whole-node change is taken, and
-    argument changes build on it.  Before: rebuilt from g1's nodes."""
+    argument changes build on it, not on g1's nodes."""
     a, b, c, d = _zeroed(s, 4)
     g1 = Graph()
     na = g1.add_kernel_node(fill, 4, 256, a, 1, N)
@@ -239,8 +240,8 @@ def test_an_unknown_address_is_refused_by_argument_changes():
     """0x10000 is no memory CUDA knows: set_kernel_node refused it, and now
     so do set_kernel_node_args (with a signature, with the kernel's own, as
     raw bytes) and GraphNode.set_args, naming the change; the executable
-    and the graph keep writing to a.  Before: taken as is, and the next
-    replay faulted, killing the context (hence the child)."""
+    and the graph keep writing to a.  Taken as is, such a change makes the
+    next replay fault, killing the context (hence the child)."""
     out = _child("""
         import streams
         from streams import DeviceBuffer, Stream
@@ -297,10 +298,10 @@ def test_a_node_added_to_a_captures_graph_is_kept_by_the_captured_graph():
     allocated while the captured Graph or its executable lives, and a
     replay after Module.close() and DeviceBuffer.close() writes the data.
     A host node added the same way raises its error at the executable's
-    next launch.  Control: Graph().add_kernel_node.  Before: both kept by
-    the temporary wrapper only (the module unloaded under the graph: the
-    replay crashed), and the host node's error went to a slot nobody
-    checked (hence the child)."""
+    next launch.  Control: Graph().add_kernel_node.  The failure it
+    catches: both kept by the temporary wrapper only (the module unloaded
+    under the graph: the replay crashes), and the host node's error sent
+    to a slot nobody checks (hence the child)."""
     out = _child("""
         import gc, sys, time
         import streams
@@ -414,8 +415,9 @@ def _raising(_):
 
 def test_a_callback_an_update_brings_raises_at_the_next_launch(s, monkeypatch):
     """update(g2), g2 capturing a raising callback (and closed at once):
-    the executable's next launch raises HostCallbackError.  Before: the
-    error went to g2's slot, which the executable never checks."""
+    the executable's next launch raises HostCallbackError (the error goes
+    to the executable's slot, not to g2's, which the executable never
+    checks)."""
     seen = []
     monkeypatch.setattr(sys, "unraisablehook", lambda u: seen.append(u.exc_value))
     g1, g2 = _capture_callback(s, _ok), _capture_callback(s, _raising)
@@ -431,8 +433,8 @@ def test_a_callback_an_update_brings_raises_at_the_next_launch(s, monkeypatch):
 def test_a_child_graphs_callback_raises_at_the_parents_next_launch(s, monkeypatch):
     """A child graph with a raising host node embedded with
     add_child_graph_node, and one put in place with set_child_graph_node:
-    the parent's executable raises at its next launch.  Before: the errors
-    went to the child's slot."""
+    the parent's executable raises at its next launch (the errors go to
+    the parent's slot, not the child's)."""
     monkeypatch.setattr(sys, "unraisablehook", lambda u: None)
     child_bad, child_ok = Graph(), Graph()
     child_bad.add_host_node(_raising)
@@ -457,9 +459,9 @@ def test_a_graph_closed_during_a_capture_into_it_lets_go_when_the_capture_ends(s
     """Graph.close() while a capture into the graph holds it: the capture's
     end destroys the handle, and what the nodes needed (a module, a buffer)
     goes with it; end_capture raises ValueError (the graph it would return
-    is closed), and the stream has left capture mode.  Before: kept for as
-    long as the closed Graph object was referenced, and the closed graph
-    returned as the capture's.  Control: the same close with no capture
+    is closed), and the stream has left capture mode.  The failure it
+    catches: what it needs kept for as long as the closed Graph object is
+    referenced, and the closed graph returned as the capture's.  Control: the same close with no capture
     inside."""
     from streams.testing import BUILTIN_PTX, launch_empty
     launch_empty(s)
@@ -501,9 +503,9 @@ def test_a_graph_closed_during_a_capture_into_it_lets_go_when_the_capture_ends(s
 def test_an_invalidated_capture_into_a_graph_closed_meanwhile():
     """A capture into g, g.close() during it (the capture holds g), then the
     capture invalidated: CUDA frees g, so the failed end_capture must not
-    destroy it again (it was the capture's use that would have).  Before:
-    end_capture gave its use back first, as the last user, and destroyed the
-    graph CUDA had freed (hence the child)."""
+    destroy it again (the capture's use is the one that would).  The
+    failure it catches: end_capture gives its use back first, as the last
+    user, and destroys the graph CUDA has freed (hence the child)."""
     out = _child("""
         import gc, warnings
         import streams
@@ -553,8 +555,9 @@ def test_capture_info_gives_the_graph_end_capture_returns(s, fill):
     graph end_capture returns are one object, so that a change of the
     graph's node (GraphNode.set_args) through such a node is noted in that
     graph's executables: the executable's change of argument 1 still writes
-    to a.  Before: a second Graph wrapped the handle, the executables of the
-    graph end_capture returned were not told of the change, and b got 9."""
+    to a.  The failure it catches: a second Graph wraps the handle, the
+    executables of the graph end_capture returns are not told of the
+    change, and b gets 9."""
     a, b = _zeroed(s, 2)
     s.begin_capture()
     s.launch(fill, 4, 256, a, 5, N)
@@ -576,8 +579,8 @@ def test_capture_info_gives_the_graph_end_capture_returns(s, fill):
 def test_the_graph_of_a_capture_once_closed_refuses_its_nodes():
     """After g.close(), the nodes capture_info gave and its graph raise
     ValueError (closed) instead of handing the destroyed graph to the
-    driver.  Before: they belonged to a wrapper that stayed open (hence the
-    child)."""
+    driver: they belong to the closed Graph, not to a wrapper that stays
+    open (hence the child)."""
     out = _child("""
         import streams
         from streams import DeviceBuffer, Stream
@@ -611,8 +614,8 @@ def test_the_graph_of_a_capture_once_closed_refuses_its_nodes():
 def test_closing_the_graph_of_a_capture_lets_go_of_its_nodes_needs(s, fill):
     """A node added through capture_info().graph: closing the Graph that
     end_capture returned lets go of its buffer while the CaptureInfo is
-    still referenced.  Before: the CaptureInfo's wrapper shared the list,
-    and kept it."""
+    still referenced: the CaptureInfo holds no list of its own that would
+    keep the buffer."""
     from streams.testing import launch_empty
     buf = DeviceBuffer(4 * N, s)
     launch_empty(s)
@@ -635,8 +638,9 @@ def test_closing_the_graph_of_a_capture_during_it():
     capture and for a capture into a Graph (whose capture_info().graph is
     that Graph): the capture ends, its graph is destroyed (the count of
     live graphs is back), and end_capture raises ValueError naming the
-    close.  Before: a plain capture's graph came back open as if nothing
-    was closed, and a capture into a Graph returned the closed Graph."""
+    close.  The failure it catches: a plain capture's graph comes back
+    open as if nothing was closed, and a capture into a Graph returns the
+    closed Graph."""
     out = _child("""
         import gc
         import streams
@@ -682,9 +686,9 @@ def test_a_capture_ended_by_another_library():
     found ended (here by the stream's next capture), and what a node added
     through it needs (a buffer) lives as long as CUDA's graph (a CUDA user
     object of it), not longer.
-    Before: each capture stayed registered with its keep list, the buffer
-    was never released, and the Graph stayed open on a graph another
-    library owned (hence the child)."""
+    The failure it catches: each capture stays registered with its keep
+    list, the buffer is never released, and the Graph stays open on a graph
+    another library owns (hence the child)."""
     out = _child("""
         import ctypes, gc, time, weakref
         import streams
@@ -840,9 +844,9 @@ def test_a_change_reads_the_node_only_while_its_graph_is_held():
     graph, so a close() of that graph in another thread meanwhile (legal:
     executables keep working) waits for it.  The change is stopped at that
     read while the graph is closed; it then completes and the executable
-    writes 9 to b.  Before: the node was read before the graph was held,
-    from a graph the close had destroyed (a use after free in the driver;
-    then ValueError, closed), hence the child."""
+    writes 9 to b.  The failure it catches: the node read before the graph
+    is held, from a graph the close has destroyed (a use after free in the
+    driver; then ValueError, closed), hence the child."""
     out = _gate_child("""
         a, b = zeroed(2)
         g = Graph()
@@ -873,9 +877,9 @@ def test_two_changes_of_one_node_in_two_threads_both_hold():
     """Two threads change one node's arguments at once (argument 1, then
     argument 2): the second starts from what the first left, so the
     executable writes 9 to the first half of a.  The first is stopped
-    while it reads what the node runs.  Before: both started from the
-    captured arguments and the last to record won: the first change (9 to
-    all of a) was what ran, the record said half."""
+    while it reads what the node runs.  The failure it catches: both start
+    from the captured arguments and the last to record wins: the first
+    change (9 to all of a) is what runs, the record says half."""
     out = _gate_child("""
         (a,) = zeroed(1)
         g, node = capture_fill(a, 5)
@@ -916,8 +920,8 @@ def test_a_change_of_the_graphs_node_while_an_executable_reads_it():
     its own yet) while another thread changes that node (GraphNode.set_args
     to b): the executable's change takes what it ran, a, noted by the
     graph's change, and writes 9 there.  The executable's change is stopped
-    between its look for a record and its read of the node.  Before: it
-    read the changed node and wrote 9 to b."""
+    between its look for a record and its read of the node.  The failure
+    it catches: it reads the changed node and writes 9 to b."""
     out = _gate_child("""
         a, b = zeroed(2)
         g, node = capture_fill(a, 5)
@@ -957,8 +961,8 @@ def test_a_callback_error_reaches_only_the_executables_that_run_it(s, monkeypatc
     """g2's callback raises in a replay of g2's own executable.  An
     executable of g1 updated to g2 and back, and one made from g1 later,
     do not run that callback: neither raises; g2's executable does.
-    Before: the update linked g2's errors, for good, to the slot g1 shares
-    with all its executables, and both raised."""
+    The failure it catches: the update links g2's errors, for good, to the
+    slot g1 shares with all its executables, and both raise."""
     monkeypatch.setattr(sys, "unraisablehook", lambda u: None)
     g1, g2 = _capture_callback(s, _ok), _capture_callback(s, _raising)
     exe = g1.instantiate()
@@ -980,9 +984,9 @@ def test_a_child_graphs_callback_error_reaches_the_executables_that_embed_it(s, 
     added to its graph does not run it, and does not raise its error; one
     made after does.  A child that set_child_graph_node could not put in
     place (another topology: CUDA refuses) does not pass its errors on
-    either.  Before: the child's errors went to the slot the parent graph
-    shared with all its executables, and set_child_graph_node linked the
-    child before CUDA took it."""
+    either.  The failure it catches: the child's errors go to the slot the
+    parent graph shares with all its executables, and
+    set_child_graph_node links the child before CUDA takes it."""
     monkeypatch.setattr(sys, "unraisablehook", lambda u: None)
     parent = Graph()
     parent.add_empty_node()
@@ -1017,8 +1021,8 @@ def test_an_executable_launched_into_a_capture_passes_its_errors_on(s, monkeypat
     """An executable with a raising callback launched on a stream being
     captured becomes a child graph node of the capture's graph: that
     graph's executable raises HostCallbackError once the callback raised in
-    its replay.  Before: the callback's errors went to the embedded
-    executable's graph only."""
+    its replay: the errors go to that graph's executable, not only to the
+    embedded executable's graph."""
     monkeypatch.setattr(sys, "unraisablehook", lambda u: None)
     inner = Graph()
     inner.add_host_node(_raising)

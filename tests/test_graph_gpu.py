@@ -291,8 +291,8 @@ def test_memset_memcpy_and_kernel_nodes_move_data():
 def test_a_closed_executable_lets_go_after_its_replays_while_still_referenced():
     """What an executable's replays use (here a buffer its kernel node
     writes) is let go once the executable and its graph are closed and the
-    launches ended, even while both closed objects are still referenced.
-    Before: it stayed until the objects themselves went."""
+    launches ended, even while both closed objects are still referenced,
+    not when the objects themselves go."""
     import gc
     import weakref
     s = Stream()

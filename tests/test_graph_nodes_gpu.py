@@ -114,8 +114,8 @@ def test_if_without_else_skips_on_zero(stream, device_buffer, closer):
 
 def test_a_conditional_graph_has_one_executable_at_a_time(stream, device_buffer, closer):
     """CUDA refuses a second executable of a graph with a conditional node
-    while the first lives (cudaErrorNotSupported, found by the fuzzer on an
-    H200): the error says which rule it is, and once the first is closed a
+    while the first lives (cudaErrorNotSupported on an H200, driver 580):
+    the error says which rule it is, and once the first is closed a
     new one instantiates and runs."""
     flag, out, g, body = _if_graph(device_buffer, closer)
     first = g.instantiate()
@@ -156,9 +156,9 @@ def test_if_body_clearing_its_condition_runs_once_per_launch_with_reset(stream, 
                                                                        closer):
     # reset=True: "every launch starts from default".  The body clears the
     # condition (set_condition from a zeroed buffer), yet each of 3 launches
-    # runs it once.  Before the fix the same graph with
-    # create_condition(1, reset=False) ran it 0 times in 3 launches, against
-    # the documented once.
+    # runs it once; CUDA's own reset=False default (create_condition(1,
+    # reset=False)) runs the same graph's body 0 times in 3 launches,
+    # against the documented once.
     zero, out = device_buffer(), device_buffer()
     g = closer(Graph())
     cond = g.create_condition(1)

@@ -318,10 +318,10 @@ def test_the_context_lives_while_its_streams_do(device):
 @pytest.mark.parametrize("how", ["dropped", "cycle"])
 def test_a_dropped_stream_goes_before_its_context(device, how):
     """A green context's stream dropped (not closed) after its context was
-    closed: its handle is destroyed before the context it holds.  Before:
-    the stream's fields, its hold on the context among them, were cleared
-    first, so cudaStreamDestroy found the context destroyed (a CudaWarning,
-    and a leaked stream)."""
+    closed: its handle is destroyed before the context it holds.  The
+    failure it catches: the stream's fields, its hold on the context among
+    them, cleared first, so that cudaStreamDestroy finds the context
+    destroyed (a CudaWarning, and a leaked stream)."""
     import warnings
     r = device.sm_resource()
     (part,), _ = device.split_sm(r.min_partition_size, groups=1)
@@ -406,7 +406,7 @@ else:                             # into a graph of the user's
     g.end_capture()
 del g, ctx                        # the stream goes: the graph holds the context
 print("held", contexts() - base)
-ex = graph.instantiate()          # SIGSEGV in the driver before the fix
+ex = graph.instantiate()          # SIGSEGV in the driver if the context is gone
 graph.close()
 print("exec holds", contexts() - base)
 g2 = GreenContext(part).create_stream()
@@ -426,9 +426,9 @@ print("after", contexts() - base)
 def test_a_graph_captured_on_a_green_stream_keeps_its_context(device, mode):
     """A graph captured on a green context's stream keeps the context (its
     kernel nodes name the context's functions) for as long as it and its
-    executables live.  Before: the stream dropped, the context went with
-    it, and instantiating the graph crashed in the driver (the fuzzer,
-    seed 2482497966).  In a child: the failure mode is a crash."""
+    executables live, after the stream that captured it is dropped:
+    instantiating a graph whose green context is destroyed crashes in the
+    driver.  In a child: the failure mode is a crash."""
     result = run_python(f"MODE = {mode!r}\n" + _CAPTURED_ON_A_DROPPED_GREEN_STREAM, timeout=120)
     assert result.returncode == 0, (result.returncode, result.stdout, result.stderr[-3000:])
     lines = result.stdout.split("\n")
@@ -488,9 +488,9 @@ print("done")
 def test_changing_a_node_of_a_green_capture_is_refused_before_cuda(device):
     """Every in-place change of a kernel node captured on a green context's
     stream is refused with ValueError naming ``node``, before CUDA is
-    called: the 580 driver answered the argument change with invalid
-    argument (the fuzzer, seed 1096) and crashed on the whole-kernel change
-    (tools/probe_green_kernel_args.py).  The executable keeps what was
+    called: the 580 driver answers the argument change with invalid
+    argument and crashes on the whole-kernel change
+    (tools/probe_green_kernel_args.py shows both).  The executable keeps what was
     captured; the same changes on an ordinary stream's capture take effect
     (the control).  In a child: the failure mode is a crash."""
     result = run_python(_CHANGING_A_GREEN_CAPTURE, timeout=120)

@@ -34,7 +34,7 @@ def _live(key):
     return streams.debug_counters()[key]
 
 
-# ---- item 4: close(stream=...) ---------------------------------------------------------------------
+# ---- close(stream=...) ---------------------------------------------------------------------
 
 @pytest.mark.timing     # w's 300 ms spin must still run after the host calls below
 def test_close_on_a_closed_stream_is_refused_and_the_buffer_stays_open(kernels):
@@ -184,7 +184,7 @@ def test_close_on_a_stream_another_thread_closes_in_a_child():
     assert result.stdout.split()[-2:] == ["OK", "True"], result.stdout
 
 
-# ---- item 10: a pool closed while its buffers are out ----------------------------------------------
+# ---- a pool closed while its buffers are out ----------------------------------------------
 
 # The reproduction of a pool destroyed with one of its buffers out, and its
 # variants.  Each variant runs `scenario()` in a fresh child, on the main
@@ -278,8 +278,8 @@ def test_a_pool_closed_with_a_buffer_out_in_a_child(variant, where):
     assert "SURVIVED" in result.stdout
 
 
-# The pool's destroy, step by step, in a child too: before the fix these
-# destroyed the pool with buffers out, which could crash what runs next.
+# The pool's destroy, step by step, in a child too: a pool destroyed with
+# buffers out can crash what runs next.
 POOL_STEPS = textwrap.dedent("""
     import gc
     import sys
@@ -382,9 +382,9 @@ POOL_STEPS = textwrap.dedent("""
 @pytest.mark.parametrize("check", ["closed_with_two_out", "frees_still_queued",
                                    "dropped_in_a_thread"])
 def test_a_pool_is_destroyed_once_its_last_free_has_run_in_a_child(check):
-    # Before the fix: closed_with_two_out and dropped_in_a_thread fail their
-    # first live() check (the pool was destroyed at close()), or crash;
-    # frees_still_queued fails its first check.
+    # A pool destroyed at close() fails the first live() check of
+    # closed_with_two_out and dropped_in_a_thread, or crashes; one destroyed
+    # before its queued frees ran fails frees_still_queued's first check.
     result = run_python_args(["-c", POOL_STEPS, check], timeout=120)
     assert result.returncode == 0, (check, result.returncode, result.stderr[-4000:])
     assert "SURVIVED" in result.stdout
@@ -394,11 +394,11 @@ def test_a_pool_is_destroyed_once_its_last_free_has_run_in_a_child(check):
 
 @pytest.mark.parametrize("how", ["dropped", "closed"])
 def test_a_buffer_released_during_a_capture_of_its_stream_is_freed_after_it(how):
-    """The fuzzer's finding (H200, driver 580): a buffer released while its
-    stream was being captured called cudaFreeAsync into the capture, which
-    CUDA refused: a CudaWarning, the user's capture invalidated, and the
-    memory kept.  Now the free waits for the capture's end: the capture
-    stays valid and the pool's memory comes back."""
+    """A buffer released while its stream is being captured waits for the
+    capture's end to free its memory: the capture stays valid and the pool's
+    memory comes back.  A cudaFreeAsync into the capture is refused (H200,
+    driver 580): a CudaWarning, the user's capture invalidated, and the
+    memory kept."""
     import warnings
     s = Stream(non_blocking=True)
     pool = streams.MemoryPool.default()

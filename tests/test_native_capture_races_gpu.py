@@ -135,11 +135,12 @@ def test_native_calls_with_owners_racing_captures_on_other_threads(mode, style, 
     """Captures through streams: a native call with an owner runs once if
     enqueued outside a capture, on every replay (3 times) if captured, its
     owner kept by the graph meanwhile and let go afterwards; no record is
-    ever taken into a graph (no stale ticket calls).  Before the fix (the
-    one-shot decided outside the fence, the record by raw pointer): a record
-    captured between the check and the launch ran at the first replay and
-    the second called it freed (a crash, or another record's function and
-    data: a count of 1 or 2 after the replays, or a one-shot run twice)."""
+    ever taken into a graph (no stale ticket calls).  With the one-shot
+    decided outside the fence, or the record passed by raw pointer, a record
+    captured between the check and the launch would run at the first replay
+    and the second would call it freed: a crash, or another record's
+    function and data (a count of 1 or 2 after the replays, or a one-shot
+    run twice)."""
     prelude = f"MODE, STYLE, SYNC_MODE = {mode!r}, {style!r}, {sync_mode!r}\n"
     code = prelude + CAPTURE_RACE_HARNESS + _RACE.replace("REPLAYED_OK", "(0, 3)")
     r = _result(run_python(code, timeout=120))

@@ -23,7 +23,7 @@ INT_MIN = -2 ** 31
 SIZE_MAX = 2 ** 64 - 1
 
 
-# ---- item 5: objects made with __new__ ------------------------------------------------------
+# ---- objects made with __new__ ------------------------------------------------------
 
 def test_every_method_of_every_new_made_object_raises_cleanly():
     """tests/_new_sweep.py, in a child (a crash fails this test instead of
@@ -47,8 +47,9 @@ def test_every_method_of_every_new_made_object_raises_cleanly():
 
 
 def test_graph_add_host_node_on_a_new_made_graph_is_refused():
-    """Before: a write through the None error slot, then a segfault at the
-    latest at interpreter exit; in a child for that reason."""
+    """Refused: a host node there would write through the None error slot,
+    then segfault at the latest at interpreter exit; in a child for that
+    reason."""
     code = textwrap.dedent("""
         import streams
         g = streams.Graph.__new__(streams.Graph)
@@ -124,7 +125,7 @@ def test_launch_config_is_initialised_once_and_a_new_made_one_is_refused():
     assert half.grid == (3, 1, 1)
 
 
-# ---- item 11: range checks against the C types ------------------------------------------------
+# ---- range checks against the C types ------------------------------------------------
 
 def _refused(value, argname):
     """What a value out of its C range raises: ValueError naming the argument."""
@@ -225,8 +226,8 @@ def test_c_kernel_launch_refuses_shared_mem_past_unsigned_int(value):
 @pytest.mark.parametrize("value", [2 ** 32 + 16, 2 ** 32])
 def test_gpu_launch_with_shared_mem_past_unsigned_int_enqueues_nothing(stream, kernels,
                                                                        device_buffer, value):
-    """Before: accepted, and the fill ran with (value mod 2**32) bytes of
-    shared memory: the buffer was filled and no error came."""
+    """Refused before the launch: taken, the fill would run with (value mod
+    2**32) bytes of shared memory, the buffer filled and no error."""
     buf = device_buffer()
     with pytest.raises(ValueError, match="shared_mem="):
         stream.launch(kernels.fill, 4, 256, buf, 7, N, shared_mem=value)
@@ -250,7 +251,8 @@ def test_gpu_launch_with_shared_mem_past_unsigned_int_enqueues_nothing(stream, k
 def test_gpu_graph_kernel_node_with_shared_mem_past_unsigned_int_adds_nothing(kernels, closer,
                                                                               device_buffer,
                                                                               stream):
-    """Before: the node was added with 16 bytes of shared memory."""
+    """Refused: taken, the node would be added with 16 bytes of shared
+    memory."""
     buf = device_buffer()
     g = closer(streams.Graph())
     with pytest.raises(ValueError, match="shared_mem=4294967312 does not fit"):
@@ -272,7 +274,7 @@ def test_gpu_graph_kernel_node_with_shared_mem_past_unsigned_int_adds_nothing(ke
     assert len(g.nodes) == 1
 
 
-# ---- item 8: nodes of a closed graph ----------------------------------------------------------
+# ---- nodes of a closed graph ----------------------------------------------------------
 
 _CLOSED_GRAPH_NODES = textwrap.dedent("""
     import streams
@@ -324,9 +326,9 @@ _CLOSED_GRAPH_NODES = textwrap.dedent("""
 
 @pytest.mark.gpu
 def test_gpu_a_node_of_a_closed_graph_is_refused_before_cuda():
-    """Before: once CUDA gave graph B the closed graph A's address, A's node
-    passed the "node of another graph" check (raw addresses compared) and
-    its freed handle reached CUDA (a CudaError at best, a crash at worst);
+    """Once CUDA gives graph B the closed graph A's address, a check of raw
+    addresses would let A's node pass as B's ("node of another graph") and
+    its freed handle reach CUDA (a CudaError at best, a crash at worst);
     in a child for that reason.  The refusals are asserted whether or not
     the address was reused."""
     proc = run_python(_CLOSED_GRAPH_NODES, timeout=90)

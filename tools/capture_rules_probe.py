@@ -4,7 +4,7 @@ in this thread's global or relaxed mode, and whether the other thread's
 capture survived it.  A probe for the GPU machine (needs cuda-bindings),
 not a test: ``python tools/capture_rules_probe.py``.
 
-What it showed on an H200 (driver 580, CUDA 13.0), 2026-11-27:
+What it shows on an H200 (driver 580, CUDA 13.0):
 
 * global mode: cudaFreeHost, cudaFree, cudaDeviceSynchronize,
   cudaLibraryUnload, cudaMemPoolDestroy and cudaFreeAsync on the legacy

@@ -154,7 +154,7 @@ wait "$FT"
 fi
 fi
 if [[ "$STEPS" == *diagnose* ]]; then
-# The two hangs of 2026-11-27 in one call: the whole suite on the
+# Hangs, diagnosed in one call: the whole suite on the
 # free-threaded build (FT_BUNDLE, default .ft/py313t-bundle.tar; carry .ft)
 # beside memcheck on the eight-thread tests and the fuzzer under memcheck,
 # each with native stacks of what is still running past its bound.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The benchmark rows the open issues ask for, in one device call on a quiet
-# machine (no tests beside it):
+# The benchmark rows with targets and the probes that explain them, in one
+# device call on a quiet machine (no tests beside it):
 #
 #   bash tools/gpu_bench.sh [BEFORE_DIR] [FT_BUNDLE]
 #

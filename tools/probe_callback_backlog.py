@@ -16,15 +16,15 @@ Rows:
              marker callback enqueued by the main thread at each sample,
              and the time to drain once they stop
 
-What it showed on an H200 (driver 580.159.04), 2026-11-27:
+What it shows on an H200 (driver 580.159.04):
   * CUDA queued 200,000 host functions behind a busy stream, Python or
     native, without one enqueue blocking: nothing in CUDA bounds a backlog.
   * Python 3.12 (GIL): 1.7-2.1 us per callback; 4 producer threads were
     481,000 callbacks ahead 1.3 s after they started (a callback enqueued
     then ran 4.7 s later), 8 threads 733,000.
   * Python 3.13t (no GIL), CUDA's thread deleting its thread state after
-    each callback: 394-431 us per callback, so the free-threaded capture
-    races waited minutes.  Keeping it (src/cudart/hostfn.h): 2.3-2.6 us,
+    each callback: 394-431 us per callback, so a test that races captures
+    with callbacks waits minutes.  Keeping it (src/cudart/hostfn.h): 2.3-2.6 us,
     and 1, 4 and 8 producers (180,000-200,000 callbacks a second in all)
     stayed 1,000-16,000 callbacks ahead, a marker callback running 5-90 ms
     after its enqueue.

@@ -1,13 +1,13 @@
 """Probe: what the driver answers to a change of a kernel node captured on a
 green context's stream, in the executable, next to the same change of an
-ordinary stream's capture (the fuzzer's seed 1096 met cudaErrorInvalidValue
-there).  The driver is called through ctypes with the node's parameters as
+ordinary stream's capture (tests/test_green_gpu.py checks that streams
+refuses such changes before CUDA).  The driver is called through ctypes with the node's parameters as
 it reports them, under the primary or the node's context, with the function
 or the library kernel naming the code.  One line per case:
 
     python tools/probe_green_kernel_args.py          (on a GPU machine)
 
-What it showed on an H200, driver 580.159.04 (CUDA 13.0), 2026-11-27: for
+What it shows on an H200, driver 580.159.04 (CUDA 13.0): for
 the green capture every form is refused (1 = invalid value with the
 function; 201 = invalid context with the library kernel, either context
 current), and the parameters with the function but no context crash the

@@ -33,10 +33,10 @@ def test_targets_as_promised():
     assert t["prepared_launch"] == {"streams-py": 1.03}
     assert t["kernel_launch_args16"] == {"streams-py": 1.2}
     assert t["host_func_round_trip"] == {"streams-py": 1.15}
-    # Issue 30: a native host function's round trip is the C call's.
+    # A native host function's round trip is the C call's.
     assert t["host_func_native_round_trip"] == {"streams-py": 1.05}
     assert t["graph_launch"] == {"streams-py": 1.05}
-    # Issue 18: a PyTorch stream costs Event.record at most 100 ns more.
+    # A PyTorch stream costs Event.record at most 100 ns more.
     assert t["event_record_torch_stream"] == {"streams-py": {"of": "event_record",
                                                              "plus_ns": 100}}
     assert sum(len(v) for v in t.values()) == 4 * 2 + 9

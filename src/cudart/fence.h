@@ -20,19 +20,19 @@
  *    capture that streams starts or ends on S can change S's state in the
  *    middle of an enqueue on S: what the check saw is what the launch gets.
  *    (A host-function launch racing a capture's begin or end on the same
- *    stream crashed the driver: benchmarks/capture_race.c.)  Holds on
+ *    stream crashes the driver: benchmarks/capture_race.c.)  Holds on
  *    different streams never wait for one another: a read hold may block in
  *    the driver for as long as its stream's queue is full, and whatever the
  *    GPU waits for (a host thread about to write a word, a callback) may be
  *    a thread that begins or ends a capture on another stream meanwhile.
  *    Writers first: a stream that threads keep enqueuing host functions on
  *    still lets a capture begin or end on it (with readers first, the
- *    capturing thread of benchmarks/capture_race.c waited for ever).
+ *    capturing thread of benchmarks/capture_race.c waits for ever).
  *
  *  - The capture lock, one for the process: an enqueue into a capture
  *    attaches a user object to the capture's graph, and CUDA graph objects
  *    are not internally synchronized (two threads attaching to one
- *    capture's graph at once crashed in the driver), and the capture must
+ *    capture's graph at once crash in the driver), and the capture must
  *    not end (its graph be destroyed) meanwhile.  So enqueues into a
  *    capture, and every capture's begin and end, take it.  A one-shot
  *    enqueue asks its stream's capture status under it too (inside the

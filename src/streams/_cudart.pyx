@@ -648,8 +648,9 @@ cdef void _flush_if_gil() noexcept nogil:
 # cudaMemPoolDestroy is documented to wait by itself for allocations still
 # out and frees still queued, but a pool destroyed with one of its
 # allocations out, that allocation freed later, then more stream-ordered
-# work on that stream killed the process (SIGSEGV inside CUDA, H100; the
-# reproduction is tests/test_memory_lifetimes_gpu.py).  So the package never takes that path: each buffer holds its pool in
+# work on that stream kills the process (SIGSEGV inside CUDA on an H100;
+# tests/test_memory_lifetimes_gpu.py reproduces it in a child).  So the
+# package never takes that path: each buffer holds its pool in
 # use until its free is enqueued, every free is marked on its stream, and
 # the pool is destroyed once those marks are done.
 
@@ -2614,8 +2615,8 @@ cdef int kernel_node_context_ok(void* ctx) except -1 nogil:
     # cudaErrorInvalidValue or cudaErrorInvalidContext, and crashes inside
     # cuGraphExecKernelNodeSetParams when the parameters carry the function
     # without the context, which is what the runtime's setters and the
-    # adopted-function path pass (measured on an H200, 2026-11-27,
-    # tools/probe_green_kernel_args.py).
+    # adopted-function path pass (tools/probe_green_kernel_args.py shows
+    # it on an H200).
     cdef void* cur = NULL
     cdef void* prim = NULL
     cdef int n = 0, dev, active = 0

@@ -6,8 +6,8 @@
 # The floor of the launch-overhead measurements, in the process measured:
 # each operation's raw cudart calls in C loops (src/floor.h),
 # through this module's static cudart, the one streams calls.  A floor in
-# another process has another context and other clocks, and was seen to
-# run slower than streams itself.
+# another process has another context and other clocks, and can run
+# slower than streams itself (benchmarks/README.md, "The floor").
 
 from libc.limits cimport LONG_MAX
 

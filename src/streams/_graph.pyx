@@ -659,8 +659,8 @@ def end_capture(Stream stream not None):
         # What the capturing stream's handle needs (a green context, a
         # foreign stream's owner) lives as long as the graph and its
         # executables: the captured kernel nodes name functions of the
-        # stream's context, and instantiating them once a green context was
-        # destroyed crashed in the driver (tests/test_green_gpu.py).  Read
+        # stream's context, and instantiating them once a green context is
+        # destroyed crashes in the driver (tests/test_green_gpu.py).  Read
         # while the stream is in use: a close() in another thread may drop
         # it once the use ends.
         owner = stream._owner

@@ -389,8 +389,8 @@ cdef int _enqueue_until_placed(Stream stream, _HostWork* work, object callback, 
 
 cdef int _capture_state(cudaStream_t h, cudaStreamCaptureStatus* status,
                         unsigned long long* capture_id) except -1 nogil:
-    # Asked inside the fence and under the capture lock: the driver crashed
-    # when a call on a stream raced a capture beginning or ending on it in
+    # Asked inside the fence and under the capture lock: the driver crashes
+    # when a call on a stream races a capture beginning or ending on it in
     # another thread (benchmarks/capture_race.c: the unfenced variants die
     # of SIGSEGV), and the end of a capture on another stream also ends
     # this one's if it joined that capture.

@@ -55,9 +55,10 @@ _ARG_TYPE_LABEL = {_T_I8: "int8", _T_I16: "int16", _T_I32: "int32", _T_I64: "int
                    _T_COND: "condition"}
 cdef int _SIZE_OF[12]
 _SIZE_OF[:] = [1, 2, 4, 8, 1, 2, 4, 8, 4, 8, 8, 8]
-# Each integer type's range, in C, and each argument's name, made once: a
-# launch of 16 arguments spent about 250 ns per argument packing them
-# (H100 benchmark, 2026-11-23), much of it on Python-level lookups.
+# Each integer type's range, in C, and each argument's name, made once:
+# Python-level lookups per argument would dominate the packing of a
+# launch's arguments (the kernel_launch_args16 row of benchmarks/ops.py
+# measures it).
 cdef long long _INT_LO[8]
 cdef unsigned long long _INT_HI[8]
 _INT_LO[:] = [-(1 << 7), -(1 << 15), -(1 << 31), LLONG_MIN, 0, 0, 0, 0]

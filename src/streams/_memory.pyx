@@ -785,7 +785,7 @@ cdef class DeviceBuffer(_Buffer):
         pool = <MemoryPool>self._pool
         if not pool._shared:
             # cudaMemPoolExportPointer is documented for "an already shared
-            # memory pool"; on a pool never exported it was refused (invalid
+            # memory pool"; on a pool never exported it is refused (invalid
             # argument; H100, CUDA 13 driver).  Share it once: only the
             # export matters, not the descriptor.
             close_fd(pool._export_fd())

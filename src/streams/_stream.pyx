@@ -1141,7 +1141,8 @@ cdef class Stream(Waitable):
     def handle(self):
         """The ``cudaStream_t`` as an int."""
         # One made with Stream.__new__ has none: its 0 would pass for the
-        # legacy stream (the fuzzer's finding).  A closed one still tells
+        # legacy stream (tests/test_new_objects.py calls every method of
+        # such objects).  A closed one still tells
         # the handle it had (reprs and the compat layers read it).
         if not self._is_initialised():
             self._check_open()

@@ -43,7 +43,7 @@ def to_host(buf, stream):
 # A free-threaded CPython (3.13t): no GIL.
 FREE_THREADED = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
 
-# Set by tools/gpu_suite.sh when the suite runs under compute-sanitizer,
+# Set by ci/run-gpu-tests when the suite runs under compute-sanitizer,
 # which makes every CUDA call and kernel several times slower.
 UNDER_SANITIZER = os.environ.get("STREAMS_TEST_UNDER_SANITIZER") == "1"
 

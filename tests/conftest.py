@@ -43,7 +43,7 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-# With tools/stackdump.c preloaded (the GPU scripts do it, tools/gpu_env.sh),
+# With tools/stackdump.c preloaded (ci/run-gpu-tests does it: tools/stackdump_env.sh),
 # a test still running after STREAMS_TEST_STACKDUMP_AFTER seconds has the
 # native stack of every thread of its process written to STACKDUMP_DIR: a
 # hang in the driver then shows where, which faulthandler's Python frames

@@ -1,6 +1,6 @@
 """The debug build (STREAMS_DEBUG_REFCOUNTS=1 when building): its counters
 move exactly as the reference protocol says.  In a normal build only the
-first test runs; tools/gpu_suite.sh --debug-refcounts builds and runs them
+first test runs; ci/run-gpu-tests debug-refcounts builds and runs them
 all (and then every GPU test's teardown checks the balances too)."""
 import gc
 import time
@@ -20,7 +20,7 @@ DEBUG_KEYS = {"payload_increfs", "payload_decrefs", "live_payload_refs", "payloa
 
 debug_only = pytest.mark.skipif(not streams.debug_build(),
                                 reason="needs a build with STREAMS_DEBUG_REFCOUNTS=1 "
-                                       "(tools/gpu_suite.sh --debug-refcounts)")
+                                       "(ci/run-gpu-tests debug-refcounts)")
 
 
 def test_counters_say_which_build_this_is():

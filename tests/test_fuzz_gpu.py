@@ -41,14 +41,18 @@ they use stays open while they live; a foreign wrapper is not used once its
 owner is closed.  What the fuzzer asserts is what the docs promise.
 
 The machine runs in a child process (a crash must not kill pytest): this
-file is also the child's script.  ``STREAMS_FUZZ_SECONDS`` (default 60)
-bounds the run, ``STREAMS_FUZZ_SEED`` replays one, ``STREAMS_FUZZ_REPORT``
+file is also the child's script, with a command line of its own
+(``python tests/test_fuzz_gpu.py --help``; cli_env).  Each option sets one
+of the variables the pytest test passes on to the child:
+``--seconds``/``STREAMS_FUZZ_SECONDS`` (default 60) bounds the run,
+``--seed``/``STREAMS_FUZZ_SEED`` starts from a seed, ``--replay SEED`` runs
+a failing round's seed without shrinking, ``--report``/``STREAMS_FUZZ_REPORT``
 names a file for the "N examples, M steps in S seconds" line, and
-``STREAMS_FUZZ_TRACE=1`` prints the steps that say what they built or
-dropped as they run, ``=2`` also every rule with its arguments, before it
-runs (for a crash, which leaves no falsifying example).  Under
+``--trace``/``STREAMS_FUZZ_TRACE=1`` prints the steps that say what they
+built or dropped as they run, ``2`` also every rule with its arguments,
+before it runs (for a crash, which leaves no falsifying example).  Under
 compute-sanitizer: ``compute-sanitizer --tool memcheck --report-api-errors
-no python tests/test_fuzz_gpu.py`` (docs/safety.rst).
+no python tests/test_fuzz_gpu.py --seconds 60`` (docs/contributing.rst).
 """
 import asyncio
 import collections
@@ -69,7 +73,81 @@ import traceback
 import weakref
 from pathlib import Path
 
-import pytest
+
+def cli_env(argv):
+    """The STREAMS_FUZZ_* variables that the command line ``argv`` sets.  An
+    option left out leaves its variable as it is, so that the variables
+    still configure a run (the pytest test passes them to its child)."""
+    import argparse
+    p = argparse.ArgumentParser(
+        prog="python tests/test_fuzz_gpu.py",
+        description="The stateful fuzzer of the object graph, on the GPU, in this process: "
+                    "rounds of hypothesis examples until the time budget is spent.  Each "
+                    "option sets the variable it names; without the option, the variable "
+                    "applies.")
+    p.add_argument("--seconds", type=float, metavar="S",
+                   help="the time budget (STREAMS_FUZZ_SECONDS; default 60; 0 runs nothing)")
+    seed = p.add_mutually_exclusive_group()
+    seed.add_argument("--seed", type=int, metavar="N",
+                      help="the first round's seed (STREAMS_FUZZ_SEED; default: a random one, "
+                           "printed first)")
+    seed.add_argument("--replay", type=int, metavar="SEED",
+                      help="replay the seed a failure printed, the failing example as it was "
+                           "found: --seed SEED --shrink-seconds 0")
+    p.add_argument("--shrink-seconds", type=int, metavar="S",
+                   help="the bound on shrinking a failure (STREAMS_FUZZ_SHRINK_SECONDS; "
+                        "default 60; 0: no shrinking)")
+    p.add_argument("--trace", nargs="?", const="1", choices=("0", "1", "2"),
+                   help="1 (the default): print the steps that build or drop objects as "
+                        "they run; 2: also every rule with its arguments before it runs, "
+                        "for a crash, which leaves no falsifying example (STREAMS_FUZZ_TRACE)")
+    p.add_argument("--report", metavar="FILE",
+                   help="write the last line, 'N examples, M steps in S seconds', to FILE "
+                        "(STREAMS_FUZZ_REPORT)")
+    p.add_argument("--device-memory", action="store_true",
+                   help="check that the device's free memory is back at the end; only when "
+                        "the fuzzer has the GPU to itself (STREAMS_FUZZ_DEVICE_MEMORY=1)")
+    p.add_argument("--torch", action="store_true",
+                   help="use PyTorch's streams too where it has CUDA (STREAMS_FUZZ_TORCH=1)")
+    p.add_argument("--loose-names", action="store_true",
+                   help="check only the type of a refused argument's exception, not that "
+                        "its message names the argument (STREAMS_FUZZ_STRICT_NAMES=0)")
+    args = p.parse_args(argv)
+    env = {}
+    if args.seconds is not None:
+        env["STREAMS_FUZZ_SECONDS"] = format(args.seconds, "g")
+    if args.replay is not None:
+        env["STREAMS_FUZZ_SEED"] = str(args.replay)
+        env["STREAMS_FUZZ_SHRINK_SECONDS"] = "0"
+    if args.seed is not None:
+        env["STREAMS_FUZZ_SEED"] = str(args.seed)
+    if args.shrink_seconds is not None:
+        env["STREAMS_FUZZ_SHRINK_SECONDS"] = str(args.shrink_seconds)
+    if args.trace is not None:
+        env["STREAMS_FUZZ_TRACE"] = args.trace
+    if args.report is not None:
+        env["STREAMS_FUZZ_REPORT"] = args.report
+    if args.device_memory:
+        env["STREAMS_FUZZ_DEVICE_MEMORY"] = "1"
+    if args.torch:
+        env["STREAMS_FUZZ_TORCH"] = "1"
+    if args.loose_names:
+        env["STREAMS_FUZZ_STRICT_NAMES"] = "0"
+    return env
+
+
+if __name__ == "__main__":
+    # The command line first: --help needs neither a GPU nor a build, and
+    # the settings below read the variables it sets.  Run as a script, the
+    # file finds an in-place build of the checkout as tests/conftest.py
+    # does (`python setup.py build_ext --inplace`, no install).
+    os.environ.update(cli_env(sys.argv[1:]))
+    _SRC = Path(__file__).resolve().parents[1] / "src"
+    if (importlib.util.find_spec("streams") is None
+            and any((_SRC / "streams").glob("_cudart.*.so"))):
+        sys.path.insert(0, str(_SRC))
+
+import pytest  # noqa: E402
 
 hypothesis = pytest.importorskip("hypothesis", reason="fuzzing needs hypothesis")
 from hypothesis import HealthCheck, Phase, settings, strategies as st  # noqa: E402
@@ -3325,7 +3403,7 @@ def fuzz_settings():
     if engine is not None and hasattr(engine, "MAX_SHRINKING_SECONDS"):
         engine.MAX_SHRINKING_SECONDS = shrink_seconds
     # 0: no shrinking at all, the first failing example as it was found
-    # (tools/gpu_all.sh STEPS=replay).
+    # (--replay).
     phases = [p for p in Phase if p != Phase.shrink or shrink_seconds > 0]
     return settings(max_examples=EXAMPLES_PER_ROUND, stateful_step_count=STEPS_PER_EXAMPLE,
                     deadline=None, database=None, print_blob=True, phases=phases,
@@ -3383,8 +3461,8 @@ def main():
     report = os.environ.get("STREAMS_FUZZ_REPORT")
     faulthandler.enable()
     sys.unraisablehook = _unraisable_hook
-    print(f"fuzz: seed {seed} (STREAMS_FUZZ_SEED={seed} replays it), budget {BUDGET:g} s",
-          flush=True)
+    print(f"fuzz: seed {seed} (--seed {seed} or STREAMS_FUZZ_SEED={seed} repeats the run), "
+          f"budget {BUDGET:g} s", flush=True)
     rounds = 0
     start = time.monotonic()
     free_before = free_after = graph_before = None
@@ -3422,8 +3500,8 @@ def main():
             try:
                 run_state_machine_as_test(factory, settings=fuzz_settings())
             except BaseException:
-                print(f"fuzz: FAILED in round {rounds} (STREAMS_FUZZ_SEED={round_seed} "
-                      "replays it)", flush=True)
+                print(f"fuzz: FAILED in round {rounds} (--replay {round_seed} or "
+                      f"STREAMS_FUZZ_SEED={round_seed} replays it)", flush=True)
                 raise
             if CHECK_DEVICE_MEMORY:
                 settle_memory()
@@ -3640,14 +3718,37 @@ def test_hang_watchdog_turns_a_hang_into_a_failure():
 
 
 def test_fuzzer_child_reports_and_seeds(tmp_path):
-    """With no time budget the child runs nothing, and still says so."""
+    """With no time budget the child runs nothing, and still says so; its
+    settings come from the variables (the budget) and from its command
+    line (the seed and the report) together."""
     report = tmp_path / "report.txt"
-    result = run_python_args([str(Path(__file__).resolve())], timeout=120, extra_env={
-        "STREAMS_FUZZ_SECONDS": "0", "STREAMS_FUZZ_SEED": "1234",
-        "STREAMS_FUZZ_REPORT": str(report)})
+    result = run_python_args([str(Path(__file__).resolve()), "--seed", "1234",
+                              "--report", str(report)], timeout=120, extra_env={
+        "STREAMS_FUZZ_SECONDS": "0", "STREAMS_FUZZ_SEED": "99"})
     assert result.returncode == 0, result.stdout + result.stderr
     assert "seed 1234" in result.stdout
     assert report.read_text().startswith("fuzz: 0 examples, 0 steps in ")
+
+
+def test_command_line_sets_the_variables(capsys):
+    """Each option of the script's command line sets the variable that
+    configures the same knob, and only what it names (the variables of the
+    environment keep the rest); --replay is a seed without shrinking.  CPU
+    only."""
+    assert cli_env([]) == {}
+    assert cli_env(["--seconds", "90", "--seed", "7", "--trace"]) == {
+        "STREAMS_FUZZ_SECONDS": "90", "STREAMS_FUZZ_SEED": "7", "STREAMS_FUZZ_TRACE": "1"}
+    assert cli_env(["--replay", "3442", "--trace", "2", "--report", "r.txt"]) == {
+        "STREAMS_FUZZ_SEED": "3442", "STREAMS_FUZZ_SHRINK_SECONDS": "0",
+        "STREAMS_FUZZ_TRACE": "2", "STREAMS_FUZZ_REPORT": "r.txt"}
+    assert cli_env(["--device-memory", "--torch", "--loose-names", "--seconds", "0.5"]) == {
+        "STREAMS_FUZZ_DEVICE_MEMORY": "1", "STREAMS_FUZZ_TORCH": "1",
+        "STREAMS_FUZZ_STRICT_NAMES": "0", "STREAMS_FUZZ_SECONDS": "0.5"}
+    for bad in (["--trace", "3"], ["--seed", "1", "--replay", "2"], ["--seconds", "x"]):
+        with pytest.raises(SystemExit) as exc:
+            cli_env(bad)
+        assert exc.value.code == 2, bad
+    assert "usage: python tests/test_fuzz_gpu.py" in capsys.readouterr().err
 
 
 # The run is longer than the suite's 120 s per test when asked to be
@@ -3658,7 +3759,7 @@ _long_timeout = (pytest.mark.timeout(int(BUDGET) + 400)
 
 @pytest.mark.gpu
 # slow: sanitizer runs deselect it, as their pytest workers do not follow
-# its child (tools/gpu_all.sh runs the fuzzer under memcheck on its own).
+# its child (run the script itself under memcheck: docs/contributing.rst).
 @pytest.mark.slow
 @_long_timeout
 def test_fuzz_object_graph():

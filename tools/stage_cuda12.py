@@ -5,8 +5,8 @@ nvidia-cuda-nvcc-cu12 (crt/host_defines.h only).
 
     python tools/stage_cuda12.py [--wheels DIR] [--dest .cu12]
 
-then build with ``CUDA_HOME=.cu12 STREAMS_CUDA_MAJOR=12`` (or
-``bash tools/gpu_suite.sh --cuda12 .cu12``, carrying .cu12 to the device).
+then build with ``CUDA_HOME=.cu12 STREAMS_CUDA_MAJOR=12`` (``ci/run-gpu-tests
+cuda12`` does, from .cu12 or CUDA12_HOME).
 """
 import argparse
 import glob

@@ -105,6 +105,24 @@ static void streams_fence_forget_if_idle(streams_fence_entry *e) {
         *e = streams_fence_table[--streams_fence_len];
 }
 
+/* Waits for a change of the table, its lock held: for a hold to end, or,
+ * when the table could not grow (out of memory), for a millisecond at most
+ * before the caller tries again. */
+static void streams_fence_wait(int out_of_memory) {
+    struct timespec ts;
+    if (!out_of_memory) {
+        pthread_cond_wait(&streams_fence_cond, &streams_fence_lock);
+        return;
+    }
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 1000000;
+    if (ts.tv_nsec >= 1000000000) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000;
+    }
+    pthread_cond_timedwait(&streams_fence_cond, &streams_fence_lock, &ts);
+}
+
 /* A read hold of `stream`'s fence. */
 static void streams_fence_enter(void *stream) {
     streams_fence_entry *e;
@@ -113,15 +131,7 @@ static void streams_fence_enter(void *stream) {
         e = streams_fence_find(stream, 1);
         if (e != NULL && e->writer == 0 && e->writers_waiting == 0)
             break;
-        if (e == NULL) {    /* out of memory: wait for a hold to end */
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 1000000;
-            if (ts.tv_nsec >= 1000000000) { ts.tv_sec++; ts.tv_nsec -= 1000000000; }
-            pthread_cond_timedwait(&streams_fence_cond, &streams_fence_lock, &ts);
-        } else {
-            pthread_cond_wait(&streams_fence_cond, &streams_fence_lock);
-        }
+        streams_fence_wait(e == NULL);
     }
     e->readers++;
     pthread_mutex_unlock(&streams_fence_lock);
@@ -153,15 +163,7 @@ static void streams_fence_close(void *stream) {
         }
         if (e != NULL && e->readers == 0 && e->writer == 0)
             break;
-        if (e == NULL) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 1000000;
-            if (ts.tv_nsec >= 1000000000) { ts.tv_sec++; ts.tv_nsec -= 1000000000; }
-            pthread_cond_timedwait(&streams_fence_cond, &streams_fence_lock, &ts);
-        } else {
-            pthread_cond_wait(&streams_fence_cond, &streams_fence_lock);
-        }
+        streams_fence_wait(e == NULL);
     }
     e->writers_waiting--;
     e->writer = 1;

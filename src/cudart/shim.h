@@ -42,6 +42,7 @@
 #include "cudart/deferred.h"
 #include "cudart/hostfn.h"
 #include "cudart/fence.h"
+#include "cudart/tickets.h"
 #include "cudart/native.h"
 #include "cudart/markers.h"
 #include "cudart/marks.h"

@@ -9,6 +9,7 @@ import subprocess
 import pytest
 
 import streams
+from _support import module_source
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOURCES = os.path.join(ROOT, "src", "streams")
@@ -47,12 +48,13 @@ def test_imports_point_from_the_primitive_to_the_features(module):
 @pytest.mark.skipif(not os.path.isfile(os.path.join(SOURCES, "_cudart.pyx")),
                     reason="needs the source tree")
 def test_only_the_call_layer_declares_calls_into_cuda():
-    """cudart functions are called in _cudart.pyx alone: any other module
-    that cimports the raw declarations uses them for types and constants."""
+    """cudart functions are called in _cudart.pyx (and its parts) alone: any
+    other module that cimports the raw declarations uses them for types and
+    constants."""
     call = re.compile(r"\bcuda[A-Z]\w*\(")
     for name in os.listdir(SOURCES):
         if name.endswith(".pyx") and name != "_cudart.pyx":
-            calls = call.findall(open(os.path.join(SOURCES, name)).read())
+            calls = call.findall(module_source(name[:-4]))
             assert not calls, f"{name} calls CUDA directly: {sorted(set(calls))}"
 
 
@@ -114,19 +116,21 @@ def _sources_naming(pattern):
 @needs_sources
 def test_only_the_call_layer_includes_the_shim():
     """src/cudart/ keeps its state `static`: one translation unit
-    (streams/_cudart.pyx) includes it, or a second copy of the guard and
-    the queues would silently exist.  The floor, which calls the same
-    static cudart, is included through _cudart.pyx too."""
-    assert _sources_naming(r'"cudart/\w+\.h"') == ["src/cudart/shim.h", "src/streams/_cudart.pyx"]
-    assert _sources_naming(r'include "_floor\.pxi"') == ["src/streams/_cudart.pyx"]
-    assert _sources_naming(r'extern from "floor\.h"') == ["src/streams/_floor.pxi"]
+    (streams/_cudart.pyx and the parts it includes) includes it, or a second
+    copy of the guard and the queues would silently exist.  The floor, which
+    calls the same static cudart, is one of those parts."""
+    assert _sources_naming(r'"cudart/\w+\.h"') == [
+        "src/cudart/shim.h", "src/streams/_cudart.pyx", "src/streams/_cudart/cleanup.pxi"]
+    assert _sources_naming(r'include "_cudart/floor\.pxi"') == ["src/streams/_cudart.pyx"]
+    assert _sources_naming(r'extern from "floor\.h"') == ["src/streams/_cudart/floor.pxi"]
 
 
 @needs_sources
 def test_the_sdist_carries_the_private_sources():
-    """The wheel is built from the sdist: every private header and the
-    floor's .pxi must be in it (setuptools' manifest, as the sdist makes it),
-    though the wheel ships none of them (tools/check_wheel.py)."""
+    """The wheel is built from the sdist: every private header and every
+    part of a module (.pxi) must be in it (setuptools' manifest, as the
+    sdist makes it), though the wheel ships none of them
+    (tools/check_wheel.py)."""
     import sys
     import tempfile
     import setuptools
@@ -142,7 +146,8 @@ def test_the_sdist_carries_the_private_sources():
     wanted = {os.path.relpath(os.path.join(folder, n), ROOT)
               for top in (PRIVATE, INCLUDE) for folder, _, files in os.walk(top)
               for n in files if n.endswith(".h")}
-    wanted.add("src/streams/_floor.pxi")
+    wanted |= {os.path.relpath(os.path.join(folder, n), ROOT)
+               for folder, _, files in os.walk(SOURCES) for n in files if n.endswith(".pxi")}
     assert wanted - listed == set()
 
 

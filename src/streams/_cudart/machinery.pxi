@@ -326,7 +326,7 @@ def debug_counters():
         counters[f"{name}_destroyed"] = b
         counters[f"live_{name}"] = live
     # Graphs given up on, never to be destroyed (a conditional body's
-    # invalidated capture corrupted them: _graph.pyx, end_capture).
+    # invalidated capture corrupted them: _graph/capture.pxi, end_capture).
     counters["graphs_abandoned"] = streams_counter(STREAMS_CNT_GRAPH_ABANDONED)
     counters["live_graphs"] -= counters["graphs_abandoned"]
     enq = streams_counter(STREAMS_CNT_CALLBACK_ENQUEUED)

@@ -3,8 +3,8 @@
 waits between them, and stream attributes.
 
 The later modules build on this one: host callbacks (``_hostcall``),
-capture and graphs (``_graph``), kernels (``_launch``) and memory
-(``_memory``).  Where a Stream method belongs to one of them, it reaches it
+awaiting (``_asyncio``), capture and graphs (``_graph``), kernels
+(``_launch``) and memory (``_memory``).  Where a Stream method belongs to one of them, it reaches it
 through a late import on a cold path, a registered function, or a base
 class declared here (``LaunchTarget``).
 
@@ -423,7 +423,7 @@ cdef class Waitable(HandleOwner):
         (no eventfd, a loop without ``add_reader``) it polls.  Cancelling the
         awaiting task leaves nothing behind.
         """
-        return _later("_hostcall", "wait_async")(self)
+        return _later("_asyncio", "wait_async")(self)
 
     def __await__(self):
         return self.wait_async().__await__()

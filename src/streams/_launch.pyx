@@ -8,6 +8,9 @@ type at the start of its slot, so the kernel reads exactly the bytes it
 expects.  Every launch is checked against the parameter layout CUDA reports
 for the kernel (count and sizes), so that a wrong argument list is an error
 instead of a kernel reading stack garbage.
+
+The private hooks of the tests (the built-in kernels' launches behind
+``streams.testing`` among them) are included last (``_launch/_testing.pxi``).
 """
 import os as _os
 import threading as _threading
@@ -454,11 +457,6 @@ cdef str _handle_kind(object handle):
                      "tell them apart safely")
 
 
-def _handle_kind_for_tests(handle):
-    """What from_handle reads a handle object's kind as (tests)."""
-    return _handle_kind(handle)
-
-
 cdef int _set_signature(Kernel k, object signature) except -1:
     """Parse ``signature`` (None, a comma-separated str, or a sequence of C
     type names) into the kernel's kinds; ValueError/TypeError naming it."""
@@ -550,7 +548,6 @@ cdef int _read_parameters(Kernel k, bint any_sizes=False) except -1:
                                  f"{k._param_size[i]}-byte value; streams passes scalars and "
                                  "pointers (1, 2, 4 or 8 bytes)")
     return 0
-
 
 
 # ---- extended launches ------------------------------------------------------------------------
@@ -1357,45 +1354,6 @@ def builtin_kernel(name):
             "increment_u32": _k_increment_u32}[name]
 
 
-# The longest spin: a kernel that never ends would hold the GPU until the
-# process dies, so longer requests are clamped.
-cdef double _MAX_SPIN_US = 600e6
-
-
-def _spin(Stream stream not None, double microseconds):
-    cdef void* args[1]
-    cdef unsigned long long ns
-    cdef dim3 one
-    if not (microseconds >= 0):
-        raise ValueError(f"microseconds must be >= 0, got {microseconds!r}")
-    if microseconds > _MAX_SPIN_US:
-        microseconds = _MAX_SPIN_US
-    ns = <unsigned long long>(microseconds * 1000.0)
-    _load_builtins()
-    args[0] = &ns
-    one.x, one.y, one.z = 1, 1, 1
-    with nogil:
-        _launch_packed(_k_spin, stream, one, one, args, 0, NULL)
-
-
-def _launch_empty(Stream stream not None):
-    cdef dim3 one
-    _load_builtins()
-    one.x, one.y, one.z = 1, 1, 1
-    with nogil:
-        _launch_packed(_k_empty, stream, one, one, NULL, 0, NULL)
-
-
-def _fill_u32(Stream stream not None, ptr, value, count):
-    _load_builtins()
-    _k_fill_u32._launch_on(stream, 256, 256, (ptr, value, count), 0, None, True)
-
-
-def _increment_u32(Stream stream not None, ptr, count):
-    _load_builtins()
-    _k_increment_u32._launch_on(stream, 256, 256, (ptr, count), 0, None, True)
-
-
 # ---- runtime compilation (NVRTC, loaded at first use) -------------------------------------
 # NVRTC is a separate library of the toolkit (or the nvidia-cuda-nvrtc
 # wheel): loaded with dlopen when from_source first needs it, so importing
@@ -1604,12 +1562,6 @@ cdef tuple _str_tuple(object value, str argname):
     return items
 
 
-def _compile(source, options=(), name_expressions=(), arch=None):
-    """Compile without loading: ``(image bytes, is_ptx, {expression: lowered name})``.
-    The image of PTX ends with its NUL.  Needs no GPU when ``arch`` is given."""
-    return _compile_cached(source, options, name_expressions, arch)
-
-
 cdef tuple _compile_cached(object source, object options, object name_expressions,
                            object arch):
     if isinstance(source, bytes):
@@ -1716,3 +1668,6 @@ cdef tuple _nvrtc_compile(str source, tuple opts, tuple names, bint to_ptx):
             _nvrtc.destroy(&prog)
     finally:
         _c_free(c_opts)
+
+
+include "_launch/_testing.pxi"

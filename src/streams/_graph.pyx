@@ -49,10 +49,10 @@ from streams._device cimport (DeviceScope, enter_device, exit_device, require_de
 from streams._hostcall cimport (HostCall, KIND_HOST_FUNC, capture_entry, claim_capture,
                                 forget_capture, native_host_func, new_call, new_error_slot,
                                 register_capture, set_capture_hook, take_capture)
-from streams._launch cimport ArgPack, Kernel, adopt_kernel, arg_is_condition, arg_is_pointer, \
-    arg_kind, arg_size, find_node_kernel, keep_pack_users, pack_arg, pack_args, release_pack, \
-    set_condition_type
-from streams._memory cimport (SPAN_DEVICE, Span, _check_fits, init_span, keep_memory, release_span,
+from streams._launch cimport ADOPTED_FUNCTION, ArgPack, Kernel, adopt_kernel, arg_is_condition, \
+    arg_is_pointer, arg_kind, arg_size, find_node_kernel, keep_pack_users, pack_arg, pack_args, \
+    release_pack, set_condition_type
+from streams._memory cimport (SPAN_DEVICE, Span, check_fits, init_span, keep_memory, release_span,
                               resolve_span)
 from streams._handle cimport HandleOwner, keep_in_use
 from streams._platform cimport (streams_close_begin, streams_flag_set, streams_is_closed,
@@ -620,7 +620,7 @@ cdef int _memset_params(object ptr, object value, object nbytes, cudaMemsetParam
     if v < 0 or v > 255:
         raise ValueError(f"value must be a byte (0-255), got {v}")
     resolve_span(ptr, span, 0, None, "ptr")
-    _check_fits(count, span, "ptr")
+    check_fits(count, span, "ptr")
     params.dst = span.ptr
     params.pitch = 0
     params.value = <unsigned int>v
@@ -636,8 +636,8 @@ cdef size_t _memcpy_spans(object dst, object src, object nbytes, Span* d,
     cdef size_t count = as_nbytes(nbytes, "nbytes")
     resolve_span(dst, d, 0, None, "dst")
     resolve_span(src, s, 0, None, "src")
-    _check_fits(count, s, "src")
-    _check_fits(count, d, "dst")
+    check_fits(count, s, "src")
+    check_fits(count, d, "dst")
     return count
 
 
@@ -1193,7 +1193,8 @@ cdef class Graph(HandleOwner):
             try:
                 _keep_ready(self)
                 node = _add_node(self, dependencies,
-                                 _add_function if k._adopted == 2 else _add_kernel, &params)
+                                 _add_function if k._adopted == ADOPTED_FUNCTION
+                                 else _add_kernel, &params)
                 try:
                     with nogil:
                         if with_cluster:
@@ -1804,7 +1805,7 @@ cdef class GraphExec(HandleOwner):
         cdef bint function
         _check_conditions(nd._graph, args)
         k = _kernel_node_params(kernel, grid, block, args, shared_mem, &params, &pack)
-        function = k._adopted == 2
+        function = k._adopted == ADOPTED_FUNCTION
         try:
             with self._lock:
                 self._enter(nd)

@@ -28,8 +28,8 @@ cimport streams._cudart as rt
 from streams._args cimport as_bool, as_dim3, as_int, as_nbytes, as_uint
 from streams._device cimport DeviceScope, enter_device, exit_device, require_device
 from streams._foreign cimport foreign_code_handle
-from streams._memory cimport (SPAN_DEVICE, SPAN_NO_WAIT, SPAN_NULL_OK, Span, release_span,
-                              resolve_span)
+from streams._memory cimport (SPAN_DEVICE, SPAN_NO_WAIT, SPAN_NULL_OK, Span, init_span,
+                              release_span, resolve_span)
 from streams._handle cimport HandleOwner, keep_in_use
 from streams._platform cimport streams_flag_get, streams_flag_set, streams_mark_bit
 from streams._stream cimport Event, LaunchTarget, Stream, as_stream
@@ -249,7 +249,7 @@ cdef bint arg_is_condition(int kind) noexcept:
 cdef void release_pack(ArgPack* pack) noexcept:
     cdef Span span
     cdef int i
-    span.has_view = False
+    init_span(&span)
     for i in range(pack.nusers):
         span.user = pack.users[i]
         release_span(&span)
@@ -519,7 +519,7 @@ cdef int _read_parameters(Kernel k, bint any_sizes=False) except -1:
     k._nparams = -1
     for i in range(<size_t>MAX_KERNEL_ARGS + 1):
         with nogil:
-            if k._adopted == 2:
+            if k._adopted == ADOPTED_FUNCTION:
                 r = rt.function_get_param_info(k._func, i, &offset, &size)
             else:
                 r = rt.func_get_param_info(k._func, i, &offset, &size)
@@ -827,7 +827,7 @@ cdef cudaFuncAttributes _kernel_attributes(Kernel k) except *:
     k._module._use()
     try:
         with nogil:
-            if k._adopted == 2:
+            if k._adopted == ADOPTED_FUNCTION:
                 rt.function_get_attributes(&attrs, <const void*>k._func)
             else:
                 rt.func_get_attributes(&attrs, <const void*>k._func)
@@ -850,7 +850,7 @@ cdef int _launch_packed(Kernel k, Stream stream, dim3 grid, dim3 block, void** a
             dev = stream.c_device()
             enter_device(&scope, dev)
             try:
-                if k._adopted == 2:
+                if k._adopted == ADOPTED_FUNCTION:
                     # A CUfunction: the driver's launch (the runtime's would
                     # read it as a cudaKernel_t).
                     if config == NULL:
@@ -914,7 +914,7 @@ cdef Kernel adopt_kernel(uintptr_t h, bint is_kernel, object owner, object signa
     k._module = holder
     k._name = (<bytes>c_name).decode("utf-8", "replace") if named == 0 else \
         f"{kind} 0x{h:x}"
-    k._adopted = 1 if is_kernel else 2
+    k._adopted = ADOPTED_KERNEL if is_kernel else ADOPTED_FUNCTION
     _read_parameters(k, any_sizes)
     return k
 
@@ -1078,7 +1078,7 @@ cdef class Kernel(LaunchTarget):
     @property
     def module(self):
         """The Module it came from (None for an adopted kernel)."""
-        return None if self._adopted else self._module
+        return None if self._adopted != ADOPTED_NONE else self._module
 
     @property
     def owner(self):
@@ -1093,7 +1093,7 @@ cdef class Kernel(LaunchTarget):
         or "function" (a CUfunction, launched through the driver)."""
         if self._module is None:
             return None
-        return "function" if self._adopted == 2 else "kernel"
+        return "function" if self._adopted == ADOPTED_FUNCTION else "kernel"
 
     @property
     def handle(self):
@@ -1137,7 +1137,7 @@ cdef class Kernel(LaunchTarget):
         self._module._use()
         try:
             with nogil:
-                if self._adopted == 2:
+                if self._adopted == ADOPTED_FUNCTION:
                     rt.function_set_max_dynamic_shared(<const void*>self._func, v)
                 else:
                     rt.func_set_attribute(<const void*>self._func,
@@ -1192,7 +1192,7 @@ cdef class Kernel(LaunchTarget):
         return p
 
     def __repr__(self):
-        if self._adopted:
+        if self._adopted != ADOPTED_NONE:
             return f"<streams.Kernel {self._name!r} (adopted)>"
         return f"<streams.Kernel {self._name!r}>"
 

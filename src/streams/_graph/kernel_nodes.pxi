@@ -366,7 +366,7 @@ cdef _NodeState _state_set(Kernel k, cudaKernelNodeParams* params, ArgPack* pack
         params.blockDim.x, params.blockDim.y, params.blockDim.z
     st.p.shared_mem = params.sharedMemBytes
     st.kernel = k
-    st.function = k._adopted == 2
+    st.function = k._adopted == ADOPTED_FUNCTION
     st.sizes = tuple(sizes)
     st.args = tuple([(<char*>&pack.slots[i])[:<size_t>sizes[i]] for i in range(nargs)])
     st.name = k._name

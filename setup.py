@@ -191,8 +191,8 @@ class build_ext_with_cuda(build_ext):
 # One extension per concept; the imports between them point one way (see
 # docs/architecture.rst).  streams._cudart alone links libcudart_static.a.
 CALL_LAYER = "streams._cudart"
-MODULES = ["_cudart", "_handle", "_args", "_device", "_foreign", "_stream", "_hostcall", "_memory",
-           "_launch", "_graph", "_green"]
+MODULES = ["_cudart", "_handle", "_args", "_device", "_foreign", "_stream", "_hostcall", "_asyncio",
+           "_memory", "_launch", "_graph", "_green"]
 
 
 def _extension(name):

@@ -20,7 +20,7 @@ enum {
     STREAMS_CNT_DEFERRED_RELEASES,
     STREAMS_CNT_MEMPOOL_CREATED, STREAMS_CNT_MEMPOOL_DESTROYED,
     STREAMS_CNT_MARKER_CREATED,  /* per-thread marker events (kept for the thread's life) */
-    STREAMS_CNT_GRAPH_ABANDONED, /* never destroyed: the driver corrupted it (_graph.pyx) */
+    STREAMS_CNT_GRAPH_ABANDONED, /* never destroyed: the driver corrupted it (_graph/capture.pxi) */
     /* native host functions enqueued with an owner to keep, and run */
     STREAMS_CNT_NATIVE_CALL_ENQUEUED, STREAMS_CNT_NATIVE_CALL_DONE,
     STREAMS_CNT_GREEN_CTX_CREATED, STREAMS_CNT_GREEN_CTX_DESTROYED,

@@ -2,7 +2,7 @@
  * and the execution-context calls), where this build's runtime has it.
  * Included by streams/_cudart.pyx only (the call layer).  Elsewhere each
  * wrapper answers cudaErrorNotSupported and the driver's entry points serve
- * (streams/_cudart.pyx, green_require). */
+ * (streams/_cudart/green.pxi, green_require). */
 #ifndef STREAMS_GREEN_RT_H
 #define STREAMS_GREEN_RT_H
 

@@ -4,6 +4,7 @@ objects that never reached CUDA, and the environment of child processes."""
 import contextlib
 import gc
 import os
+import re
 import subprocess
 import sys
 import sysconfig
@@ -204,6 +205,18 @@ def run_in_loop_without_readers(coro_fn):
         return loop.run_until_complete(coro_fn())
     finally:
         loop.close()
+
+
+SOURCES = Path(__file__).resolve().parent.parent / "src" / "streams"
+_INCLUDE = re.compile(r'^include "([^"]+)"\s*$', re.M)
+
+
+def module_source(name):
+    """The text of extension module ``name`` (``"_cudart"``) as Cython
+    compiles it: its .pyx with each ``include`` replaced by the part it
+    names (docs/architecture.rst, "Parts of a module")."""
+    path = SOURCES / f"{name}.pyx"
+    return _INCLUDE.sub(lambda m: (path.parent / m.group(1)).read_text(), path.read_text())
 
 
 def env_importing_this_streams(extra=None):

@@ -11,7 +11,7 @@ import pytest
 from _support import run_in_loop_without_readers, run_python
 
 from streams import Stream
-from streams._hostcall import _async_waits, _probe_wait, wait_async
+from streams._asyncio import _async_waits, _probe_wait, wait_async
 
 
 # ---- the asyncio doorbell --------------------------------------------------------------------
@@ -62,7 +62,7 @@ def test_a_ring_after_the_loop_closed_frees_everything():
     # In a child: a use after free here would crash the interpreter.
     code = textwrap.dedent("""
         import asyncio, gc
-        from streams._hostcall import _async_waits, _probe_wait
+        from streams._asyncio import _async_waits, _probe_wait
 
         loop = asyncio.new_event_loop()
         async def start():

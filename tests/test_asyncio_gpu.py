@@ -12,7 +12,7 @@ from _support import MS, global_capture_in_thread, run_in_loop_without_readers, 
 
 import streams
 from streams import Event, Stream
-from streams._hostcall import _async_waits
+from streams._asyncio import _async_waits
 from streams.testing import spin
 
 pytestmark = pytest.mark.gpu
@@ -189,7 +189,7 @@ def test_a_loop_without_add_reader_polls(stream):
 
 def test_wait_async_needs_a_stream_or_event():
     with pytest.raises(TypeError, match="needs a streams.Stream or Event"):
-        streams._hostcall.wait_async(object())
+        streams._asyncio.wait_async(object())
 
 
 def test_a_loop_closed_with_waits_pending():
@@ -198,7 +198,7 @@ def test_a_loop_closed_with_waits_pending():
     code = textwrap.dedent("""
         import asyncio, gc
         import streams
-        from streams._hostcall import _async_waits
+        from streams._asyncio import _async_waits
         from streams.testing import spin
 
         s = streams.Stream()

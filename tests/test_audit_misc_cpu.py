@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from _support import FREE_THREADED, run_python
+from _support import FREE_THREADED, module_source, run_python
 
 import streams
 from streams import GreenContext, SmPartition, Stream
@@ -287,7 +287,7 @@ def test_func_get_name_table_is_read_and_written_atomically():
     helpers (release store of the pointer, then of the state; acquire loads
     in the other order), as the package's other lazy tables do: plain
     reads and writes would be a data race on a free-threaded build."""
-    source = (ROOT / "src" / "streams" / "_cudart.pyx").read_text()
+    source = module_source("_cudart")
     uses = [line.strip() for line in source.splitlines()
             if re.search(r"_get_name_(ptr|state)\[", line)]
     assert uses, "the table is gone: update this test"

@@ -6,6 +6,7 @@ import pytest
 
 import streams
 
+from _support import module_source
 from runtime_coverage import RUNTIME_GRAPH_FUNCTIONS, RUNTIME_STREAM_FUNCTIONS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -56,8 +57,8 @@ def test_api_exists(name, called, api, note):
     os.path.join(SOURCES, "_cudart.pyx")), reason="needs the source tree")
 @pytest.mark.parametrize("name, called, api, note", ALL_FUNCTIONS)
 def test_function_is_called_in_sources(name, called, api, note):
-    # Only the call layer calls CUDA.
-    text = open(os.path.join(SOURCES, "_cudart.pyx")).read()
+    # Only the call layer calls CUDA (its .pyx and the parts it includes).
+    text = module_source("_cudart")
     # a call, through the compat.h spelling where CUDA 12 and 13 differ
     assert re.search(rf"\b(streams_)?{called}\(", text), called
 

@@ -67,7 +67,7 @@ def test_the_build_declares_free_threading_where_it_matters():
         warnings.simplefilter("error", RuntimeWarning)
         import streams, streams.testing
         from streams import (_cudart, _handle, _args, _device, _foreign, _stream, _hostcall,
-                             _memory, _launch, _graph)
+                             _asyncio, _memory, _launch, _graph)
         print("GIL", sys._is_gil_enabled())
     """), timeout=60, extra_env={"PYTHON_GIL": None})
     assert result.returncode == 0, result.stderr[-3000:]
@@ -197,7 +197,7 @@ def test_imports_of_the_modules_race_cleanly():
     result = run_python(textwrap.dedent("""
         import importlib, threading
         names = ["streams", "streams._stream", "streams._memory", "streams._graph",
-                 "streams._hostcall", "streams._launch", "streams.testing"]
+                 "streams._hostcall", "streams._asyncio", "streams._launch", "streams.testing"]
         got = [None] * 8
         start = threading.Barrier(8)
 
@@ -419,7 +419,7 @@ def test_doorbells_of_many_loops_swept_while_others_count_them():
     completes, and once all loops are closed nothing is left."""
     run_hammer("""
         import asyncio
-        from streams._hostcall import _async_waits, _probe_wait
+        from streams._asyncio import _async_waits, _probe_wait
 
         def work(i, k):
             if i % 4 == 0:

@@ -14,7 +14,7 @@ import weakref
 import pytest
 
 import streams
-from streams import _handle, _hostcall, _launch, _memory, _stream
+from streams import _asyncio, _handle, _hostcall, _launch, _memory, _stream
 
 Py_tp_clear, Py_tp_traverse = 51, 71     # Include/typeslots.h
 
@@ -28,7 +28,7 @@ NO_GC_CLEAR = [_stream.Waitable, streams.Stream, streams.Event, streams.DeviceBu
 CLEARABLE = [streams.Graph, streams.ManagedBuffer, streams.GraphNode, streams.ConditionHandle,
              streams.GraphAllocation, streams.Kernel, streams.LaunchConfig,
              streams.PreparedLaunch, _stream.ErrorSlot, _hostcall.HostCall,
-             _hostcall._Doorbell]
+             _asyncio._Doorbell]
 
 
 def slot(cls, which):

@@ -1,6 +1,7 @@
 """The package's layout holds: one owner of the CUDA runtime, imports that
-point one way, library-made classes that refuse direct construction.  No
-GPU needed."""
+point one way and every way up named in docs/architecture.rst, modules cut
+into the parts they are pinned to, private hooks in their _testing parts,
+library-made classes that refuse direct construction.  No GPU needed."""
 import os
 import re
 import shutil
@@ -9,18 +10,23 @@ import subprocess
 import pytest
 
 import streams
+from _support import module_source
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOURCES = os.path.join(ROOT, "src", "streams")
 # From the primitive to the features built on it.
 LAYERS = ["cudart", "_platform", "_cudart", "_handle", "_args", "_device", "_foreign", "_stream",
-          "_hostcall", "_memory", "_launch", "_graph", "_green"]
+          "_hostcall", "_asyncio", "_memory", "_launch", "_graph", "_green"]
 _IMPORT = re.compile(r"^(?:from streams\.(\w+) c?import|cimport streams\.(\w+)|"
                      r"from streams import (\w+))", re.M)
 
 
 def _top_level_imports(path):
-    text = open(path).read()
+    # A module's .pyx with its parts (their top-level imports are its own).
+    if path.endswith(".pyx"):
+        text = module_source(os.path.basename(path)[:-4])
+    else:
+        text = open(path).read()
     found = set()
     for m in _IMPORT.finditer(text):
         name = next(g for g in m.groups() if g)
@@ -47,12 +53,13 @@ def test_imports_point_from_the_primitive_to_the_features(module):
 @pytest.mark.skipif(not os.path.isfile(os.path.join(SOURCES, "_cudart.pyx")),
                     reason="needs the source tree")
 def test_only_the_call_layer_declares_calls_into_cuda():
-    """cudart functions are called in _cudart.pyx alone: any other module
-    that cimports the raw declarations uses them for types and constants."""
+    """cudart functions are called in _cudart.pyx (and its parts) alone: any
+    other module that cimports the raw declarations uses them for types and
+    constants."""
     call = re.compile(r"\bcuda[A-Z]\w*\(")
     for name in os.listdir(SOURCES):
         if name.endswith(".pyx") and name != "_cudart.pyx":
-            calls = call.findall(open(os.path.join(SOURCES, name)).read())
+            calls = call.findall(module_source(name[:-4]))
             assert not calls, f"{name} calls CUDA directly: {sorted(set(calls))}"
 
 
@@ -114,19 +121,174 @@ def _sources_naming(pattern):
 @needs_sources
 def test_only_the_call_layer_includes_the_shim():
     """src/cudart/ keeps its state `static`: one translation unit
-    (streams/_cudart.pyx) includes it, or a second copy of the guard and
-    the queues would silently exist.  The floor, which calls the same
-    static cudart, is included through _cudart.pyx too."""
-    assert _sources_naming(r'"cudart/\w+\.h"') == ["src/cudart/shim.h", "src/streams/_cudart.pyx"]
-    assert _sources_naming(r'include "_floor\.pxi"') == ["src/streams/_cudart.pyx"]
-    assert _sources_naming(r'extern from "floor\.h"') == ["src/streams/_floor.pxi"]
+    (streams/_cudart.pyx and the parts it includes) includes it, or a second
+    copy of the guard and the queues would silently exist.  The floor, which
+    calls the same static cudart, is one of those parts."""
+    assert _sources_naming(r'"cudart/\w+\.h"') == [
+        "src/cudart/shim.h", "src/streams/_cudart.pyx", "src/streams/_cudart/cleanup.pxi"]
+    assert _sources_naming(r'include "_cudart/floor\.pxi"') == ["src/streams/_cudart.pyx"]
+    assert _sources_naming(r'extern from "floor\.h"') == ["src/streams/_cudart/floor.pxi"]
+
+
+# The parts each module includes (src/streams/<module>/<part>.pxi), in the
+# order it includes them; a module not listed is one file.  _testing: the
+# private hooks of the tests, last.  docs/architecture.rst, "Parts of a
+# module", says when a concept gets a part.
+PARTS = {
+    "_cudart": ["machinery", "device", "stream", "event", "execution", "memory", "allocator",
+                "peer", "graph", "library", "green", "kernel_nodes", "adopted", "cleanup",
+                "floor", "_testing"],
+    "_stream": ["tail", "pools", "_testing"],
+    "_hostcall": ["_testing"],
+    "_asyncio": ["_testing"],
+    "_launch": ["_testing"],
+    "_graph": ["capture", "kernel_nodes", "_testing"],
+}
+_INCLUDE_PART = re.compile(r'^\s*include\s+"([^"]+)"', re.M)
+
+
+def _modules():
+    return sorted(n[:-4] for n in os.listdir(SOURCES) if n.endswith(".pyx"))
+
+
+@needs_sources
+def test_each_module_includes_the_parts_it_is_pinned_to():
+    """A module includes its parts from the folder named after it, in the
+    order PARTS gives, its _testing part last; a part includes nothing."""
+    for module in _modules():
+        text = open(os.path.join(SOURCES, module + ".pyx")).read()
+        wanted = [f"{module}/{part}.pxi" for part in PARTS.get(module, [])]
+        assert _INCLUDE_PART.findall(text) == wanted, module
+    for folder, _, files in os.walk(SOURCES):
+        for name in files:
+            if name.endswith(".pxi"):
+                text = open(os.path.join(folder, name)).read()
+                assert not _INCLUDE_PART.findall(text), os.path.join(folder, name)
+
+
+@needs_sources
+def test_each_part_is_included_by_exactly_one_module():
+    """Every .pxi of the package is a part of one module: no stray part, no
+    part shared by two modules (each would compile its own copy)."""
+    included = {}
+    for module in _modules():
+        text = open(os.path.join(SOURCES, module + ".pyx")).read()
+        for part in _INCLUDE_PART.findall(text):
+            included.setdefault(os.path.normpath(part), []).append(module)
+    parts = {os.path.relpath(os.path.join(folder, name), SOURCES)
+             for folder, _, files in os.walk(SOURCES) for name in files
+             if name.endswith(".pxi")}
+    assert parts == set(included), "parts no module includes, or includes of no part"
+    shared = {part: by for part, by in included.items() if len(by) != 1}
+    assert not shared, shared
+
+
+_DEF = re.compile(r"^def (_[A-Za-z0-9]\w*)\(", re.M)
+
+
+def _code(text):
+    # The text without comments: a hook named in a comment is not used.
+    return re.sub(r"#[^\n]*", "", text)
+
+
+def _package_code(skip_testing_parts):
+    """The code of the package that may use a private function: its
+    modules, their parts and its Python files, less the stubs, streams.
+    testing (the public face of hooks) and, if asked, the _testing parts."""
+    texts = []
+    for folder, dirs, files in os.walk(SOURCES):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        for name in files:
+            if not name.endswith((".pyx", ".pxi", ".py")) or name == "testing.py":
+                continue
+            if skip_testing_parts and name == "_testing.pxi":
+                continue
+            texts.append(_code(open(os.path.join(folder, name)).read()))
+    return "\n".join(texts)
+
+
+@needs_sources
+def test_private_hooks_live_only_in_testing_parts():
+    """A module-level `def _name` that no other code of the package uses (a
+    hook of the tests, the probes or streams.testing) is in its module's
+    _testing.pxi; one there is used by nothing else."""
+    code = _package_code(skip_testing_parts=True)
+    def used(name):
+        uses = re.findall(rf"(?<!\w)(?:def )?{name}\b", code)
+        return any(not u.startswith("def ") for u in uses)
+    for folder, _, files in os.walk(SOURCES):
+        for name in files:
+            if not name.endswith((".pyx", ".pxi")):
+                continue
+            path = os.path.join(folder, name)
+            for hook in _DEF.findall(open(path).read()):
+                if name == "_testing.pxi":
+                    assert not used(hook), f"{hook} in {path} is used by the package"
+                else:
+                    assert used(hook), (f"{hook} in {path} is used only by tests or probes: "
+                                        "move it to the module's _testing.pxi")
+
+
+# Ways up the layers (docs/architecture.rst, "How later modules are
+# reached"): _later(module, name), an import of a later module inside a
+# function, a registered set_* function.
+_LATER = re.compile(r'_later\("(\w+)", "(\w+)"\)')
+_LATE_IMPORT = re.compile(r"^[ \t]+from streams\.(\w+) import ([\w, ]+)$", re.M)
+_REGISTERED = re.compile(r"^(?:\w+\.)?(set_\w+)\(", re.M)
+
+
+def _upward_routes():
+    routes = set()
+    for module in _modules():
+        text = _code(module_source(module))
+        routes |= {f"{m}.{n}" for m, n in _LATER.findall(text)}
+        for m, names in _LATE_IMPORT.findall(text):
+            if m in LAYERS and module in LAYERS and LAYERS.index(m) > LAYERS.index(module):
+                routes |= {f"{m}.{n.strip()}" for n in names.split(",")}
+        routes |= set(_REGISTERED.findall(text))
+    return routes
+
+
+@needs_sources
+def test_every_upward_route_is_named_in_the_architecture():
+    """docs/architecture.rst is the map of the ways an early module reaches a
+    later one: each _later target, late import of a later module and
+    registered set_* function is named there, as ``module.name`` or
+    ``set_name``."""
+    doc = os.path.join(ROOT, "docs", "architecture.rst")
+    if not os.path.isfile(doc):
+        pytest.skip("needs docs/")
+    text = open(doc).read()
+    section = text.split("How later modules are reached", 1)[1].split("\nThe resource pattern")[0]
+    routes = _upward_routes()
+    assert {"_asyncio.wait_async", "_green._sm_resource", "set_dispatcher"} <= routes, routes
+    missing = sorted(r for r in routes if f"``{r}``" not in section)
+    assert not missing, f"not named in docs/architecture.rst, How later modules are reached: {missing}"
+
+
+@needs_sources
+def test_every_extension_is_built_layered_and_checked():
+    """One list of extensions: setup.py builds them, LAYERS orders them,
+    tools/check_wheel.py expects them, each from a .pyx."""
+    import ast
+    import importlib.util
+    setup = open(os.path.join(ROOT, "setup.py")).read()
+    built = ast.literal_eval(re.search(r"^MODULES = (\[.*?\])", setup, re.M | re.S).group(1))
+    spec = importlib.util.spec_from_file_location("check_wheel_layout",
+                                                  os.path.join(ROOT, "tools", "check_wheel.py"))
+    check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check)
+    layered = [m for m in LAYERS if m not in ("cudart", "_platform")]
+    assert built == layered == check.MODULES
+    assert sorted(built) == _modules()
 
 
 @needs_sources
 def test_the_sdist_carries_the_private_sources():
-    """The wheel is built from the sdist: every private header and the
-    floor's .pxi must be in it (setuptools' manifest, as the sdist makes it),
-    though the wheel ships none of them (tools/check_wheel.py)."""
+    """The wheel is built from the sdist: every private header and every
+    part of a module (.pxi) must be in it (setuptools' manifest, as the
+    sdist makes it), though the wheel ships none of them
+    (tools/check_wheel.py)."""
     import sys
     import tempfile
     import setuptools
@@ -142,7 +304,8 @@ def test_the_sdist_carries_the_private_sources():
     wanted = {os.path.relpath(os.path.join(folder, n), ROOT)
               for top in (PRIVATE, INCLUDE) for folder, _, files in os.walk(top)
               for n in files if n.endswith(".h")}
-    wanted.add("src/streams/_floor.pxi")
+    wanted |= {os.path.relpath(os.path.join(folder, n), ROOT)
+               for folder, _, files in os.walk(SOURCES) for n in files if n.endswith(".pxi")}
     assert wanted - listed == set()
 
 

@@ -553,7 +553,7 @@ def test_a_buffer_freed_while_its_stream_closes_waits_for_the_stream_work(pause)
     between marking the stream closed and recording its tail (held open by
     a test pause, and without one) is freed after the stream's work: the
     memory reused right after it never receives the stream's late fill
-    (streams/_stream.pyx, stream_tail waits for the tail being marked)."""
+    (streams/_stream/tail.pxi, stream_tail waits for the tail being marked)."""
     r = run_python_args(["-c", FREE_DURING_CLOSE, str(pause)], timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "late 0 " in r.stdout, r.stdout + r.stderr

@@ -7,10 +7,11 @@ import sys
 import tempfile
 import zipfile
 
-# One extension per module, each with its declarations and stubs; the
-# call layer alone holds the CUDA runtime.
+# One extension per module, each with its stubs and, where later modules
+# cimport it, its declarations; the call layer alone holds the CUDA runtime.
 MODULES = ["_cudart", "_handle", "_args", "_device", "_foreign", "_stream", "_hostcall",
-           "_memory", "_launch", "_graph", "_green"]
+           "_asyncio", "_memory", "_launch", "_graph", "_green"]
+WITHOUT_PXD = {"_asyncio"}      # no module cimports it
 CALL_LAYER = "_cudart"
 REQUIRED = (
     ["streams/__init__.pxd", "streams/cudart.pxd", "streams/_platform.pxd",
@@ -19,7 +20,8 @@ REQUIRED = (
      "streams/include/streams/streams.h", "streams/include/streams/handle.h",
      "streams/include/streams/pool.h",
      "streams/include/streams/clock.h", "streams/compat/__init__.py"]
-    + [f"streams/{m}.pxd" for m in MODULES] + [f"streams/{m}.pyi" for m in MODULES])
+    + [f"streams/{m}.pxd" for m in MODULES if m not in WITHOUT_PXD]
+    + [f"streams/{m}.pyi" for m in MODULES])
 FORBIDDEN_SUFFIXES = (".c", ".o", ".pyx", ".pxi", ".html")
 # The headers shipped: exactly the closure of streams/__init__.pxd (the
 # private ones, src/, are built with the package, never shipped).

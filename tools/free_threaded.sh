@@ -174,7 +174,7 @@ BUNDLE="$BUNDLE_DIR/py313t-bundle.tar"
 # What the generated C of the package is made from: a bundle's C files are
 # used on the other side only if this matches there (else Cython runs).
 sources_id() {
-    (cd "$ROOT" && cat src/streams/*.pyx src/streams/*.pxd src/streams/*.pxi setup.py | sha256sum | cut -d' ' -f1)
+    (cd "$ROOT" && cat src/streams/*.pyx src/streams/*.pxd src/streams/*/*.pxi setup.py | sha256sum | cut -d' ' -f1)
 }
 
 # The bundle: the interpreter with the test requirements installed in it

@@ -13,7 +13,7 @@ function; 201 = invalid context with the library kernel, either context
 current), and the parameters with the function but no context crash the
 driver (not tried here any more: see CRASHES); for the ordinary capture
 every form is taken.  So streams refuses such changes before CUDA
-(streams/_cudart.pyx, kernel_node_context_ok).
+(streams/_cudart/kernel_nodes.pxi, kernel_node_context_ok).
 """
 import ctypes
 import faulthandler

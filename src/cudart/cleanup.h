@@ -13,10 +13,10 @@
 /* ---- The queue of failed releases ------------------------------------------
  * Any thread, no GIL: a release that failed where nothing can be raised
  * queues (what, handle, error) here; the next flush, with the GIL, takes the
- * queue and warns (streams/_cudart.pyx, flush_cleanup_warnings).  The lock
- * is held only to copy a few words, never across a call; a fork re-makes it
- * in the child, where another thread of the parent may have held it, and
- * empties the queue there, which names the parent's handles
+ * queue and warns (streams/_cudart/cleanup.pxi, flush_cleanup_warnings).
+ * The lock is held only to copy a few words, never across a call; a fork
+ * re-makes it in the child, where another thread of the parent may have
+ * held it, and empties the queue there, which names the parent's handles
  * (src/cudart/fork.h; tests/test_audit_misc_cpu.py forks while a thread
  * holds it).  The fault injection of the tests (streams_cleanup_inject_*)
  * is kept under the same lock. */

@@ -26,7 +26,7 @@ static inline unsigned long long streams_counter(int which) {
 static inline int streams_debug_build(void) { return STREAMS_DEBUG_BUILD; }
 
 /* Debug builds: whether the calling thread holds the GIL, asked by the
- * guard of every CUDA call (streams/_cudart.pyx, guard): a call made so
+ * guard of every CUDA call (streams/_cudart/machinery.pxi, guard): a call made so
  * breaks the GIL rule (streams/_stream.pyx), and the GPU suite's teardown
  * fails on it.  Release builds: 0, a constant the check compiles away to. */
 static inline int streams_gil_held_here(void) {

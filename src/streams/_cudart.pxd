@@ -6,9 +6,9 @@
 # host callback), or never (interpreter teardown, forked child).
 #
 # In the chapters of the CUDA runtime API reference, after the package's
-# machinery, each under a ### banner, as in _cudart.pyx; green contexts,
-# kernel nodes and adopted kernels through the driver follow in sections of
-# their own.
+# machinery, each under a ### banner, in the order of the parts _cudart.pyx
+# includes (_cudart/*.pxi); green contexts, kernel nodes and adopted kernels
+# through the driver follow in sections of their own.
 #
 # Internal to the package: it cimports the CUDA headers' declarations.
 from cpython.ref cimport PyObject
@@ -212,8 +212,6 @@ ctypedef void (*host_fn)(void* data) noexcept nogil
 # first replay only, never with a freed record).
 cdef int launch_native_host_func(cudaStream_t h, host_fn fn, void* data, PyObject* keep,
                                  int sync_mode) except -1 nogil
-# The address of streams_testing_native_increment (src/cudart/shim.h).
-cdef host_fn testing_native_increment() noexcept nogil
 cdef int stream_add_callback(cudaStream_t h, PyObject* payload) except -1 nogil
 # ---- kernels -----------------------------------------------------------------------------
 

@@ -1,6 +1,8 @@
-# Python host callbacks: payloads, the two enqueue paths (a one-shot work
-# item, or a graph-owned node when the stream is being captured), and the
-# registry that hands a capture's error slot to the graph it becomes.
+# Host functions: Python host callbacks (their payload, HostCall) and
+# native host functions (C code run without Python), the two enqueue paths
+# (a one-shot work item, or a graph-owned node when the stream is being
+# captured), and the registry that hands a capture's error slot to the graph
+# it becomes.
 from streams._stream cimport ErrorSlot, Stream
 
 cdef enum:
@@ -12,12 +14,12 @@ cdef class HostCall:
     cdef object fn
     cdef object arg
     cdef Stream stream       # passed to stream callbacks (or None)
-    cdef ErrorSlot sink      # where an exception waits for the owner
+    cdef ErrorSlot errors    # where an exception waits for the owner
     cdef int kind
     cdef bint persistent     # owned by a graph: may run many times
 
 
-cdef HostCall new_call(object callback, object arg, Stream stream, ErrorSlot sink, int kind)
+cdef HostCall new_call(object callback, object arg, Stream stream, ErrorSlot errors, int kind)
 # relay: a graph's or a capture's slot, which only passes errors on.
 cdef ErrorSlot new_error_slot(bint relay=*)
 # Captures and the error slot (and the Graph) their callbacks report to, by

@@ -1,11 +1,9 @@
-# Type stubs for streams._hostcall (streams/_hostcall.pyx): Python host
-# callbacks.  Importing the module registers the paths that
-# Stream.launch_host_func, Stream.add_callback and Graph.add_host_node use.
+# Type stubs for streams._hostcall (streams/_hostcall.pyx): host functions,
+# Python callbacks and native functions.  Importing the module registers the
+# paths that Stream.launch_host_func, Stream.add_callback and
+# Graph.add_host_node use.
 
-from collections.abc import Coroutine
-from typing import Any, final
-
-from streams._stream import Event, Stream
+from typing import final
 
 @final
 class HostCall:
@@ -14,10 +12,6 @@ class HostCall:
     # and graphs only (the constructor raises TypeError).
     ...
 
-# The coroutine behind Stream.wait_async and Event.wait_async.
-def wait_async(obj: Stream | Event) -> Coroutine[Any, Any, None]: ...
-# Private: what the doorbells of live loops still track (tests).
-def _async_waits() -> dict[str, int]: ...
 # Private: callback(arg) run count times on a thread Python does not know,
 # through the trampoline of CUDA's callback thread (tests, no GPU).
 def _call_on_a_native_thread(callback: object, arg: object = None, count: int = 1) -> None: ...

@@ -1,12 +1,20 @@
 # cython: language_level=3
-"""Python host callbacks run in stream order on CUDA's callback thread.
+"""Host functions on streams and in graphs: Python host callbacks, which run
+on CUDA's callback thread with the GIL, and native host functions, C code
+(``void fn(void* data)``) that runs there without Python; the two enqueue
+paths (a one-shot work item, or a graph-owned node when the stream is being
+captured) and the capture registry.
 
 Reference protocol: the enqueueing side makes a ``HostCall`` and takes one
 strong reference for the CUDA work item before enqueueing; if the enqueue
 fails it drops that reference and raises.  The trampoline (in the shim of
 ``_cudart``) drops it after the call.  Under capture the callback becomes a
 graph node instead: a CUDA user object retained by the graph owns the
-reference, and every replay runs the callback.
+reference, and every replay runs the callback.  A native host function with
+something to keep takes the same paths, with that object as the payload.
+
+``await stream`` and ``await event`` are ``streams._asyncio``'s.  The
+private hooks of the tests are included last (``_hostcall/_testing.pxi``).
 """
 import threading as _threading
 import weakref as _weakref
@@ -18,7 +26,7 @@ from libc.stdint cimport uintptr_t
 
 cimport streams._cudart as rt
 from streams._args cimport as_pointer_int
-from streams._stream cimport ErrorSlot, Event, Stream, Waitable, set_host_call_enqueue
+from streams._stream cimport ErrorSlot, Stream, set_host_call_enqueue
 from streams.cudart cimport *
 
 from streams._cudart import CudaError
@@ -51,14 +59,15 @@ cdef ErrorSlot new_error_slot(bint relay=False):
     return slot
 
 
-cdef HostCall new_call(object callback, object arg, Stream stream, ErrorSlot sink, int kind):
+cdef HostCall new_call(object callback, object arg, Stream stream, ErrorSlot errors,
+                       int kind):
     if not callable(callback):
         raise TypeError(f"callback must be callable, not {type(callback).__name__}")
     cdef HostCall call = HostCall.__new__(HostCall)
     call.fn = callback
     call.arg = arg
     call.stream = stream
-    call.sink = sink
+    call.errors = errors
     call.kind = kind
     return call
 
@@ -83,8 +92,8 @@ cdef void _report(HostCall call, BaseException exc) noexcept:
     # keep the first one for the owner's next synchronize() or launch().
     cdef object exc_type = type(exc)
     cdef object tb = exc.__traceback__
-    if call.sink is not None:
-        call.sink.keep_first(call.fn, exc)
+    if call.errors is not None:
+        call.errors.keep_first(call.fn, exc)
     Py_INCREF(exc_type)
     Py_INCREF(exc)
     if tb is None:
@@ -278,20 +287,6 @@ cdef int _sweep_captures(list entries) except -1:
             if target is not None:
                 hook(target)
     return 0
-
-
-def _capture_registry():
-    """(captures registered, streams mapped to one): what the registry
-    holds now.  Private: its bound checked by the tests."""
-    with cython.critical_section(_capture_lock):
-        return len(_captures), len(_capture_of_stream)
-
-
-def _register_capture(capture_id, Stream stream not None):
-    """Register capture ``capture_id`` of ``stream`` as an enqueue into it
-    does; True if it was not registered yet.  Private: the registry's bound
-    checked without a GPU (on streams that are closed)."""
-    return capture_entry(capture_id, stream, None)[2]
 
 
 # ---- enqueueing ---------------------------------------------------------------------------
@@ -737,388 +732,4 @@ rt.set_dispatcher(_dispatch)
 set_host_call_enqueue(_enqueue)
 
 
-# ---- asyncio -----------------------------------------------------------------------------------
-# ``await stream`` / ``await event``: a host function (src/notify.h)
-# rings an eventfd that the running loop watches.  It runs on
-# CUDA's callback thread without the GIL and without CUDA calls, so it can
-# neither deadlock with Python nor stall other callbacks.  One doorbell per
-# loop, found through a weak mapping: when the loop goes, so does its
-# doorbell, and the C notifier lives on only until the last host function
-# still queued has run.
-
-
-cdef extern from "notify.h" nogil:
-    ctypedef struct streams_notifier:
-        pass
-    ctypedef struct streams_wait_node:
-        streams_wait_node* next
-        unsigned long long token
-    int STREAMS_HAVE_EVENTFD
-    streams_notifier* streams_notifier_new()
-    int streams_notifier_fd(streams_notifier* n)
-    long streams_notifier_live_nodes(streams_notifier* n)
-    void streams_notifier_unref(streams_notifier* n)
-    streams_wait_node* streams_wait_node_new(streams_notifier* n, unsigned long long token)
-    void streams_wait_node_abandon(streams_wait_node* node)
-    void streams_wait_node_free(streams_wait_node* node)
-    streams_wait_node* streams_notifier_take(streams_notifier* n)
-    void streams_notify_host_fn(void* node)
-
-
-@cython.final
-cdef class _Doorbell:
-    """One event loop's eventfd, and the futures of the waits it resolves."""
-    # The GC may clear `_waiting` (futures hold their loop, whose reader
-    # holds this object): __dealloc__ reads the C notifier only.
-    cdef streams_notifier* _n
-    cdef dict _waiting            # token -> future
-    cdef unsigned long long _next
-    cdef object __weakref__
-
-    def __cinit__(self):
-        self._n = NULL
-        self._waiting = {}
-
-    def __dealloc__(self):
-        # The loop is gone: host functions still queued free the notifier.
-        if self._n != NULL:
-            streams_notifier_unref(self._n)
-            self._n = NULL
-
-    cdef unsigned long long _register(self, object loop):
-        self._next += 1
-        self._waiting[self._next] = loop.create_future()
-        return self._next
-
-    def _ring(self):
-        """The loop's reader: resolve every wait whose host function ran,
-        in the order they ran."""
-        cdef streams_wait_node* node
-        cdef streams_wait_node* after
-        if self._n == NULL:
-            return
-        node = streams_notifier_take(self._n)
-        while node != NULL:
-            after = node.next
-            fut = self._waiting.pop(node.token, None)
-            streams_wait_node_free(node)
-            node = after
-            if fut is not None and not fut.done():
-                fut.set_result(None)
-
-
-cdef object _bells = _weakref.WeakKeyDictionary()    # loop -> _Doorbell, or False: poll
-cdef object _bells_lock = _threading.Lock()
-
-
-cdef int _sweep() except -1:
-    # The futures a doorbell holds hold their loop: a loop closed with waits
-    # pending would keep its doorbell (and eventfd) for ever.  Dropped here,
-    # whenever a new loop gets one; host functions still queued free the
-    # notifier when they run.  The caller holds _bells_lock: two sweeps at
-    # once would both let go of one notifier, and a reader of `_n` in
-    # another thread (_async_waits) would read a freed one.
-    #
-    # What else a doorbell has (`_waiting`, `_next`) is its loop's: only
-    # code running in that loop's thread registers, rings and pops (asyncio
-    # runs a loop in one thread, and _wait works with the running loop of
-    # its own thread); a sweep touches them only once the loop is closed.
-    cdef _Doorbell bell
-    for loop, found in list(_bells.items()):
-        if found is not False and loop.is_closed():
-            bell = <_Doorbell>found
-            bell._waiting.clear()
-            if bell._n != NULL:
-                streams_notifier_unref(bell._n)
-                bell._n = NULL
-            del _bells[loop]
-    return 0
-
-
-cdef object _doorbell(object loop):
-    found = _bells.get(loop)
-    if found is not None:
-        return found if found is not False else None
-    # Made, and the table swept, by one thread at a time: two sweeps at once
-    # would both let go of one closed loop's notifier.  A lock, not a
-    # critical section: the weak mapping runs Python code, and a critical
-    # section is let go of whenever its thread pauses for another.  Taken
-    # only the first time a loop awaits.
-    with _bells_lock:
-        return _new_doorbell(loop)
-
-
-cdef object _new_doorbell(object loop):
-    cdef _Doorbell bell
-    cdef streams_notifier* n
-    found = _bells.get(loop)
-    if found is not None:
-        return found if found is not False else None
-    _sweep()
-    n = streams_notifier_new() if STREAMS_HAVE_EVENTFD else NULL
-    if n == NULL:
-        _bells[loop] = False
-        return None
-    bell = _Doorbell.__new__(_Doorbell)
-    bell._n = n
-    try:
-        loop.add_reader(streams_notifier_fd(n), bell._ring)
-    except NotImplementedError:
-        _bells[loop] = False       # e.g. the Windows proactor loop
-        return None
-    _bells[loop] = bell
-    return bell
-
-
-cdef int _notify_unless_capturing(cudaStream_t h, void* node) except -1 nogil:
-    # 1: the doorbell's host function is enqueued, as a one-shot (a ticket:
-    # shim.h); 0: the stream is being captured (nothing enqueued).  In the
-    # capture fence, so no capture that streams begins can take the host
-    # function into a graph (where replays would ring a freed node).
-    cdef cudaStreamCaptureStatus now = cudaStreamCaptureStatusNone
-    rt.fence_enter(h)
-    try:
-        rt.stream_capture_state_locked(h, &now, NULL)
-        if now != cudaStreamCaptureStatusNone:
-            return 0
-        rt.launch_notify(h, node)
-        return 1
-    finally:
-        rt.fence_leave(h)
-
-
-cdef int _enqueue_doorbell(Waitable obj, _Doorbell bell, unsigned long long token) except -1:
-    cdef streams_wait_node* node = streams_wait_node_new(bell._n, token)
-    cdef bint enqueued = False
-    cdef cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed
-    cdef Stream s
-    if node == NULL:
-        raise MemoryError()
-    try:
-        if isinstance(obj, Stream):
-            s = <Stream>obj
-            s._use()
-            try:
-                with nogil:
-                    enqueued = _notify_unless_capturing(<cudaStream_t>s._handle, <void*>node)
-            finally:
-                s._unuse()
-            if not enqueued:
-                raise RuntimeError(_AWAIT_CAPTURING)
-        else:
-            # The host function needs a stream: a private one that waits for
-            # the event, so that waits on different events finish
-            # independently, in the order the GPU reaches them.  An event of
-            # unknown device (Event.from_handle without device=): a stream
-            # of the current device, which may wait for an event of any.
-            # Its creation and destruction are calls CUDA's global capture
-            # mode refuses during another thread's capture: relaxed, as the
-            # await's query (see _query_unless_capturing).
-            dev = (<Event>obj)._device
-            with nogil:
-                rt.thread_exchange_capture_mode(&mode)
-            try:
-                s = Stream(dev if dev >= 0 else None, 0, True)
-                try:
-                    s.wait_event(obj)
-                    with nogil:
-                        enqueued = _notify_unless_capturing(<cudaStream_t>s._handle, <void*>node)
-                finally:
-                    s.close()
-            finally:
-                with nogil:
-                    rt.thread_exchange_capture_mode(&mode)
-            if not enqueued:
-                # Waiting joined a capture: the event was recorded in one.
-                raise RuntimeError("cannot await an event recorded in a capture (it marks a "
-                                   "graph node, not work that will run)")
-    except BaseException:
-        if not enqueued:
-            streams_wait_node_abandon(node)
-        raise
-    return 0
-
-
-cdef str _AWAIT_CAPTURING = ("cannot await a stream that is being captured (the wait would "
-                             "become a graph node, and a query would invalidate the capture)")
-
-
-# An await's status query is harmless to any capture, but in CUDA's default
-# (global) capture mode it is refused in every thread while another thread
-# captures in global mode, and the refusal also invalidates that capture: an
-# `await` in one thread would break another thread's unrelated capture.  So
-# the query runs in relaxed mode (CUDA keeps the mode per thread), and this
-# thread's own mode is restored after it.
-
-cdef int _query_unless_capturing(Stream stream) except -1:
-    # 1 done, 0 not yet; raises if the stream is being captured.  One fence
-    # hold for both: a capture begun by streams between them would be
-    # invalidated by the query.
-    cdef cudaStreamCaptureStatus now = cudaStreamCaptureStatusNone
-    cdef cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed
-    cdef int done = -1
-    stream._use()
-    try:
-        with nogil:
-            rt.thread_exchange_capture_mode(&mode)
-            try:
-                rt.fence_enter(<cudaStream_t>stream._handle)
-                try:
-                    rt.stream_capture_state_locked(<cudaStream_t>stream._handle, &now, NULL)
-                    if now == cudaStreamCaptureStatusNone:
-                        done = rt.stream_query(<cudaStream_t>stream._handle)
-                finally:
-                    rt.fence_leave(<cudaStream_t>stream._handle)
-            finally:
-                rt.thread_exchange_capture_mode(&mode)
-    finally:
-        stream._unuse()
-    if done < 0:
-        raise RuntimeError(_AWAIT_CAPTURING)
-    return done
-
-
-cdef int _query_event(Event event) except -1:
-    # 1 when the event's last record has completed, else 0.
-    cdef cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed
-    cdef int done = 0
-    event._use()
-    try:
-        with nogil:
-            rt.thread_exchange_capture_mode(&mode)
-            try:
-                done = rt.event_query(<cudaEvent_t>event._handle)
-            finally:
-                rt.thread_exchange_capture_mode(&mode)
-    finally:
-        event._unuse()
-    return done
-
-
-cdef int _query_waitable(Waitable obj) except -1:
-    if isinstance(obj, Stream):
-        return _query_unless_capturing(<Stream>obj)
-    return _query_event(<Event>obj)
-
-
-async def _poll(obj):
-    import asyncio
-    delay = 50e-6
-    while not _query_waitable(<Waitable>obj):
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, 2e-3)
-
-
-async def _wait(Waitable obj):
-    cdef _Doorbell bell
-    cdef unsigned long long token
-    import asyncio      # not at import: most programs never await
-    loop = asyncio.get_running_loop()
-    # No query of a capturing stream: it is an error that also invalidates
-    # the capture (the user's end_capture would then fail).
-    if _query_waitable(obj):
-        return None
-    found = _doorbell(loop)
-    if found is None:
-        await _poll(obj)
-        return None
-    bell = <_Doorbell>found
-    token = bell._register(loop)
-    try:
-        _enqueue_doorbell(obj, bell, token)
-    except BaseException:
-        bell._waiting.pop(token, None)
-        raise
-    await _resolved(bell, token)
-    return None
-
-
-async def _resolved(_Doorbell bell, unsigned long long token):
-    try:
-        await bell._waiting[token]
-    finally:
-        # Cancelled: the host function still runs once the GPU gets there,
-        # and its node is freed then, resolving nothing.
-        bell._waiting.pop(token, None)
-
-
-@cython.final
-cdef class _DoorbellProbe:
-    """A wait whose host function the test calls (``ring``, from any thread)
-    instead of CUDA: the doorbell, its ordering and its cleanup, checked
-    without a GPU."""
-    cdef streams_wait_node* _node
-
-    def ring(self):
-        cdef streams_wait_node* node = self._node
-        if node == NULL:
-            raise RuntimeError("already rung")
-        self._node = NULL
-        with nogil:
-            streams_notify_host_fn(<void*>node)
-
-
-def _probe_wait():
-    """(awaitable, probe) in the running loop: the awaitable completes once
-    ``probe.ring()`` ran, as if CUDA had run the host function.  Private."""
-    cdef _DoorbellProbe probe = _DoorbellProbe.__new__(_DoorbellProbe)
-    cdef _Doorbell bell
-    cdef unsigned long long token
-    import asyncio
-    loop = asyncio.get_running_loop()
-    found = _doorbell(loop)
-    if found is None:
-        raise NotImplementedError("this loop has no doorbell (it polls)")
-    bell = <_Doorbell>found
-    token = bell._register(loop)
-    probe._node = streams_wait_node_new(bell._n, token)
-    if probe._node == NULL:
-        bell._waiting.pop(token, None)
-        raise MemoryError()
-    return _resolved(bell, token), probe
-
-
-def wait_async(obj):
-    """The coroutine behind ``Stream.wait_async`` and ``Event.wait_async``."""
-    if not isinstance(obj, Waitable):
-        raise TypeError(f"wait_async needs a streams.Stream or Event, not {type(obj).__name__}")
-    return _wait(obj)
-
-
-def _async_waits():
-    """Waits the doorbells of live loops still track: futures not resolved,
-    and host functions queued or run but not yet read by their loop.  Both
-    are 0 once every awaited piece of work has finished and each loop has
-    run its reader (tests use it to see that cancellation leaves nothing).
-    Loops closed meanwhile are forgotten first."""
-    waiting = in_flight = 0
-    # Under the lock: a sweep in another thread (a new loop's first await)
-    # would otherwise free a notifier this reads.
-    with _bells_lock:
-        _sweep()
-        for bell in list(_bells.values()):
-            if bell is not False:
-                waiting += len((<_Doorbell>bell)._waiting)
-                if (<_Doorbell>bell)._n != NULL:
-                    in_flight += streams_notifier_live_nodes((<_Doorbell>bell)._n)
-    return {"waiting": waiting, "in_flight": in_flight}
-
-
-def _native_host_func(callback, arg=None, owner=None):
-    """What ``launch_host_func`` makes of ``callback``: (fn address, data
-    address, kept object or None) for a native function, None for Python
-    code.  Private: tests check the classification without a GPU."""
-    return native_host_func(callback, arg, owner, "callback", "arg")
-
-
-def _call_on_a_native_thread(callback, arg=None, int count=1):
-    """``callback(arg)`` run ``count`` times, one after another, on a thread
-    Python does not know, through the trampoline CUDA's callback thread
-    runs (as a graph's host node: the payload is not consumed); the thread
-    then exits.  Private: tests of the trampoline without a GPU."""
-    if count < 0:
-        raise ValueError(f"count must be >= 0, not {count}")
-    cdef HostCall call = new_call(callback, arg, None, None, KIND_HOST_FUNC)
-    call.persistent = True
-    with nogil:
-        rt.call_on_native_thread(<PyObject*>call, count)
+include "_hostcall/_testing.pxi"

@@ -9,6 +9,14 @@ from streams._stream cimport Event, LaunchTarget, Stream
 cdef enum:
     MAX_KERNEL_ARGS = 64
 
+# What a Kernel is (Kernel._adopted): a kernel of a Module, or one adopted
+# with Kernel.from_handle, whose calls are the runtime's (a CUkernel or
+# cudaKernel_t) or the driver's (a CUfunction).
+cdef enum:
+    ADOPTED_NONE = 0
+    ADOPTED_KERNEL = 1
+    ADOPTED_FUNCTION = 2
+
 
 cdef class Module(HandleOwner):
     cdef void* _handle           # cudaLibrary_t
@@ -32,9 +40,7 @@ cdef class Kernel(LaunchTarget):
     cdef int _nparams            # parameters CUDA reports; -1 when it cannot tell
     cdef unsigned short _param_size[MAX_KERNEL_ARGS]
     cdef object _signature_names
-    # 0: a kernel of a Module; adopted (Kernel.from_handle): 1 a CUkernel or
-    # cudaKernel_t (the runtime's calls), 2 a CUfunction (the driver's).
-    cdef int _adopted
+    cdef int _adopted            # ADOPTED_NONE, ADOPTED_KERNEL or ADOPTED_FUNCTION
     cdef object __weakref__      # the registry of KernelNodeParams.kernel
 
     cdef int _check_usable(self) except -1

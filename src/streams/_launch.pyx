@@ -8,6 +8,9 @@ type at the start of its slot, so the kernel reads exactly the bytes it
 expects.  Every launch is checked against the parameter layout CUDA reports
 for the kernel (count and sizes), so that a wrong argument list is an error
 instead of a kernel reading stack garbage.
+
+The private hooks of the tests (the built-in kernels' launches behind
+``streams.testing`` among them) are included last (``_launch/_testing.pxi``).
 """
 import os as _os
 import threading as _threading
@@ -25,8 +28,8 @@ cimport streams._cudart as rt
 from streams._args cimport as_bool, as_dim3, as_int, as_nbytes, as_uint
 from streams._device cimport DeviceScope, enter_device, exit_device, require_device
 from streams._foreign cimport foreign_code_handle
-from streams._memory cimport (SPAN_DEVICE, SPAN_NO_WAIT, SPAN_NULL_OK, Span, release_span,
-                              resolve_span)
+from streams._memory cimport (SPAN_DEVICE, SPAN_NO_WAIT, SPAN_NULL_OK, Span, init_span,
+                              release_span, resolve_span)
 from streams._handle cimport HandleOwner, keep_in_use
 from streams._platform cimport streams_flag_get, streams_flag_set, streams_mark_bit
 from streams._stream cimport Event, LaunchTarget, Stream, as_stream
@@ -246,7 +249,7 @@ cdef bint arg_is_condition(int kind) noexcept:
 cdef void release_pack(ArgPack* pack) noexcept:
     cdef Span span
     cdef int i
-    span.has_view = False
+    init_span(&span)
     for i in range(pack.nusers):
         span.user = pack.users[i]
         release_span(&span)
@@ -454,11 +457,6 @@ cdef str _handle_kind(object handle):
                      "tell them apart safely")
 
 
-def _handle_kind_for_tests(handle):
-    """What from_handle reads a handle object's kind as (tests)."""
-    return _handle_kind(handle)
-
-
 cdef int _set_signature(Kernel k, object signature) except -1:
     """Parse ``signature`` (None, a comma-separated str, or a sequence of C
     type names) into the kernel's kinds; ValueError/TypeError naming it."""
@@ -521,7 +519,7 @@ cdef int _read_parameters(Kernel k, bint any_sizes=False) except -1:
     k._nparams = -1
     for i in range(<size_t>MAX_KERNEL_ARGS + 1):
         with nogil:
-            if k._adopted == 2:
+            if k._adopted == ADOPTED_FUNCTION:
                 r = rt.function_get_param_info(k._func, i, &offset, &size)
             else:
                 r = rt.func_get_param_info(k._func, i, &offset, &size)
@@ -550,7 +548,6 @@ cdef int _read_parameters(Kernel k, bint any_sizes=False) except -1:
                                  f"{k._param_size[i]}-byte value; streams passes scalars and "
                                  "pointers (1, 2, 4 or 8 bytes)")
     return 0
-
 
 
 # ---- extended launches ------------------------------------------------------------------------
@@ -830,7 +827,7 @@ cdef cudaFuncAttributes _kernel_attributes(Kernel k) except *:
     k._module._use()
     try:
         with nogil:
-            if k._adopted == 2:
+            if k._adopted == ADOPTED_FUNCTION:
                 rt.function_get_attributes(&attrs, <const void*>k._func)
             else:
                 rt.func_get_attributes(&attrs, <const void*>k._func)
@@ -853,7 +850,7 @@ cdef int _launch_packed(Kernel k, Stream stream, dim3 grid, dim3 block, void** a
             dev = stream.c_device()
             enter_device(&scope, dev)
             try:
-                if k._adopted == 2:
+                if k._adopted == ADOPTED_FUNCTION:
                     # A CUfunction: the driver's launch (the runtime's would
                     # read it as a cudaKernel_t).
                     if config == NULL:
@@ -917,7 +914,7 @@ cdef Kernel adopt_kernel(uintptr_t h, bint is_kernel, object owner, object signa
     k._module = holder
     k._name = (<bytes>c_name).decode("utf-8", "replace") if named == 0 else \
         f"{kind} 0x{h:x}"
-    k._adopted = 1 if is_kernel else 2
+    k._adopted = ADOPTED_KERNEL if is_kernel else ADOPTED_FUNCTION
     _read_parameters(k, any_sizes)
     return k
 
@@ -1081,7 +1078,7 @@ cdef class Kernel(LaunchTarget):
     @property
     def module(self):
         """The Module it came from (None for an adopted kernel)."""
-        return None if self._adopted else self._module
+        return None if self._adopted != ADOPTED_NONE else self._module
 
     @property
     def owner(self):
@@ -1096,7 +1093,7 @@ cdef class Kernel(LaunchTarget):
         or "function" (a CUfunction, launched through the driver)."""
         if self._module is None:
             return None
-        return "function" if self._adopted == 2 else "kernel"
+        return "function" if self._adopted == ADOPTED_FUNCTION else "kernel"
 
     @property
     def handle(self):
@@ -1140,7 +1137,7 @@ cdef class Kernel(LaunchTarget):
         self._module._use()
         try:
             with nogil:
-                if self._adopted == 2:
+                if self._adopted == ADOPTED_FUNCTION:
                     rt.function_set_max_dynamic_shared(<const void*>self._func, v)
                 else:
                     rt.func_set_attribute(<const void*>self._func,
@@ -1195,7 +1192,7 @@ cdef class Kernel(LaunchTarget):
         return p
 
     def __repr__(self):
-        if self._adopted:
+        if self._adopted != ADOPTED_NONE:
             return f"<streams.Kernel {self._name!r} (adopted)>"
         return f"<streams.Kernel {self._name!r}>"
 
@@ -1355,45 +1352,6 @@ def builtin_kernel(name):
     _load_builtins()
     return {"empty": _k_empty, "spin": _k_spin, "fill_u32": _k_fill_u32,
             "increment_u32": _k_increment_u32}[name]
-
-
-# The longest spin: a kernel that never ends would hold the GPU until the
-# process dies, so longer requests are clamped.
-cdef double _MAX_SPIN_US = 600e6
-
-
-def _spin(Stream stream not None, double microseconds):
-    cdef void* args[1]
-    cdef unsigned long long ns
-    cdef dim3 one
-    if not (microseconds >= 0):
-        raise ValueError(f"microseconds must be >= 0, got {microseconds!r}")
-    if microseconds > _MAX_SPIN_US:
-        microseconds = _MAX_SPIN_US
-    ns = <unsigned long long>(microseconds * 1000.0)
-    _load_builtins()
-    args[0] = &ns
-    one.x, one.y, one.z = 1, 1, 1
-    with nogil:
-        _launch_packed(_k_spin, stream, one, one, args, 0, NULL)
-
-
-def _launch_empty(Stream stream not None):
-    cdef dim3 one
-    _load_builtins()
-    one.x, one.y, one.z = 1, 1, 1
-    with nogil:
-        _launch_packed(_k_empty, stream, one, one, NULL, 0, NULL)
-
-
-def _fill_u32(Stream stream not None, ptr, value, count):
-    _load_builtins()
-    _k_fill_u32._launch_on(stream, 256, 256, (ptr, value, count), 0, None, True)
-
-
-def _increment_u32(Stream stream not None, ptr, count):
-    _load_builtins()
-    _k_increment_u32._launch_on(stream, 256, 256, (ptr, count), 0, None, True)
 
 
 # ---- runtime compilation (NVRTC, loaded at first use) -------------------------------------
@@ -1604,12 +1562,6 @@ cdef tuple _str_tuple(object value, str argname):
     return items
 
 
-def _compile(source, options=(), name_expressions=(), arch=None):
-    """Compile without loading: ``(image bytes, is_ptx, {expression: lowered name})``.
-    The image of PTX ends with its NUL.  Needs no GPU when ``arch`` is given."""
-    return _compile_cached(source, options, name_expressions, arch)
-
-
 cdef tuple _compile_cached(object source, object options, object name_expressions,
                            object arch):
     if isinstance(source, bytes):
@@ -1716,3 +1668,6 @@ cdef tuple _nvrtc_compile(str source, tuple opts, tuple names, bint to_ptx):
             _nvrtc.destroy(&prog)
     finally:
         _c_free(c_opts)
+
+
+include "_launch/_testing.pxi"

@@ -39,7 +39,7 @@ cdef int resolve_span(object obj, Span* span, int flags, Stream consumer,
                       str argname) except -1
 cdef void release_span(Span* span) noexcept
 # ``n`` bytes fit in ``span`` (or its length is unknown), else ValueError.
-cdef int _check_fits(size_t n, Span* span, str argname) except -1
+cdef int check_fits(size_t n, Span* span, str argname) except -1
 # ``nbytes`` (which must fit in ``span``), or all of it when None.
 cdef size_t _span_length(object nbytes, Span* span, str argname) except? 0
 # Keep a streams buffer in use (its memory stays until the keep-alive goes):

@@ -1528,7 +1528,7 @@ cdef class MemoryPool(HandleOwner):
 
 # ---- copies and sets ------------------------------------------------------------------------
 
-cdef int _check_fits(size_t n, Span* span, str argname) except -1:
+cdef int check_fits(size_t n, Span* span, str argname) except -1:
     if span.nbytes != <size_t>-1 and n > span.nbytes:
         raise ValueError(f"nbytes={n} is more than {argname} holds ({span.nbytes})")
     return 0
@@ -1585,7 +1585,7 @@ cdef size_t _span_length(object nbytes, Span* span, str argname) except? 0:
             raise ValueError(f"nbytes is required when {argname} is a raw address")
         return span.nbytes
     n = as_nbytes(nbytes, "nbytes")
-    _check_fits(n, span, argname)
+    check_fits(n, span, argname)
     return n
 
 
@@ -1644,7 +1644,7 @@ cdef int _memcpy(object dst, object src, object nbytes, object stream, bint peer
             sd = _buffer_device(&s)
             peer = dd >= 0 and sd >= 0 and dd != sd
         n = _span_length(nbytes, &s, "src")
-        _check_fits(n, &d, "dst")
+        check_fits(n, &d, "dst")
         st._use()
         try:
             with nogil:
@@ -1811,7 +1811,7 @@ def memcpy_batch_async(copies, stream=None, *, wait_producers=True):
             done += 1
             sizes[i] = _span_length(item[2] if len(item) == 3 else None, &spans[2 * i + 1],
                                     f"copies[{i}] src")
-            _check_fits(sizes[i], &spans[2 * i], f"copies[{i}] dst")
+            check_fits(sizes[i], &spans[2 * i], f"copies[{i}] dst")
             dsts[i] = spans[2 * i].ptr
             srcs[i] = spans[2 * i + 1].ptr
         st._use()

@@ -132,7 +132,7 @@ cdef Event new_event(int device, unsigned int flags)
 # Ctrl-C checked; 1 done, 0 when timeout_ns (>= 0) passed first.
 cdef int wait_until_done(Waitable obj, long long timeout_ns) except -1
 
-# A closed stream's tail (see _stream.pyx): the buffers allocated on a stream
+# A closed stream's tail (see _stream/tail.pxi): the buffers allocated on a stream
 # count themselves (note_dependent before the enqueue, settle_dependent after
 # it, both while holding a use of the stream; drop_dependent once their free
 # is enqueued) and read the tail with stream_tail.

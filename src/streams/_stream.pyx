@@ -3,10 +3,15 @@
 waits between them, and stream attributes.
 
 The later modules build on this one: host callbacks (``_hostcall``),
-capture and graphs (``_graph``), kernels (``_launch``) and memory
-(``_memory``).  Where a Stream method belongs to one of them, it reaches it
+awaiting (``_asyncio``), capture and graphs (``_graph``), kernels
+(``_launch``) and memory (``_memory``).  Where a Stream method belongs to one of them, it reaches it
 through a late import on a cold path, a registered function, or a base
 class declared here (``LaunchTarget``).
+
+Where a closed stream's work ends (``_stream/tail.pxi``) and the pools of
+handles (``_stream/pools.pxi``) are parts of their own, included where they
+stand in this module; its private hooks for the tests are included last
+(``_stream/_testing.pxi``).
 """
 import threading as _threading
 import weakref as _weakref
@@ -418,7 +423,7 @@ cdef class Waitable(HandleOwner):
         (no eventfd, a loop without ``add_reader``) it polls.  Cancelling the
         awaiting task leaves nothing behind.
         """
-        return _later("_hostcall", "wait_async")(self)
+        return _later("_asyncio", "wait_async")(self)
 
     def __await__(self):
         return self.wait_async().__await__()
@@ -553,18 +558,6 @@ def current_stream(device=None):
         if source is not None:
             return source(dev)
     return Stream.legacy
-
-
-def _thread_currents(replace=None):
-    """A copy of this thread's {device: stream} made current by ``use()`` and
-    ``with``; with ``replace``, that mapping becomes the thread's (tests put
-    back a thread's exact state with it)."""
-    cdef dict cur = _current_map()
-    before = dict(cur)
-    if replace is not None:
-        cur.clear()
-        cur.update(replace)
-    return before
 
 
 # What current_stream() returns where this thread set none: None for
@@ -1299,106 +1292,7 @@ cdef class Stream(Waitable):
         return f"<streams.Stream handle=0x{h:x} device={self._device} {kind}>"
 
 
-# ---- where a closed stream's work ends --------------------------------------------
-# Tests: a pause in Stream.close between marking the stream closed and
-# publishing its tail (_pause_close_before_tail), to race frees against.
-cdef long long _close_pause_ns = 0
-
-
-def _pause_close_before_tail(seconds):
-    """Make every Stream.close() pause ``seconds`` (GIL released) after it
-    marked the stream closed and before it records the tail; 0 turns it off.
-    For tests."""
-    global _close_pause_ns
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
-        raise TypeError(f"seconds must be a number, not {type(seconds).__name__}")
-    if not 0 <= seconds <= 10:
-        raise ValueError(f"seconds must be within 0 and 10, got {seconds}")
-    _close_pause_ns = <long long>(seconds * 1e9)
-
-# Buffers allocated on a stream count themselves in its _dependents until
-# their free is enqueued.  A stream closed with some left records a tail
-# event, which those frees wait for on the legacy stream.  The count moves
-# from any thread (atomically); the tail is read and replaced under the
-# stream's critical section (free-threaded CPython; the GIL elsewhere), and
-# a reader keeps its own reference to the Event, so a replacement or the
-# last free clearing it cannot destroy the event under the reader.
-
-cdef void note_dependent(Stream s) noexcept nogil:
-    # Before an allocation is enqueued on s, the caller holding a use of s.
-    streams_count_add(&s._dependents, 1)
-
-
-cdef int settle_dependent(Stream s) except -1:
-    # After the allocation was enqueued on s, the caller's use still held.
-    if streams_closed_now(&s._state):
-        # A close() in another thread set CLOSED before this look and may
-        # have read the count before it moved: mark the tail after our
-        # allocation, on the handle our use keeps alive.
-        mark_tail(s)
-    return 0
-
-
-cdef int mark_tail(Stream s, Event ev=None) except -1:
-    # Record where s's work ends now; the caller holds a use of s.  The
-    # record runs with the GIL released (it blocks while s's queue is full:
-    # the GIL rule), the swap under s's critical section.  Of two threads
-    # marking at once, the later record in stream order must be the one
-    # kept: a marker keeps its event only if no other marker swapped since
-    # it read _tail_gen before its record; otherwise it records again, now
-    # after the other's record, and tries again (as many rounds at most as
-    # markers at once).  Test: test_free_threading_gpu.py, allocations
-    # racing the close of their stream.  `ev`: a new event made by the
-    # caller, or None to make one here.
-    cdef Event old = None
-    cdef unsigned long long gen
-    cdef bint settled = False
-    if ev is None:
-        ev = new_event(s._device, cudaEventDisableTiming)
-    while not settled:
-        with cython.critical_section(s):
-            gen = s._tail_gen
-        with nogil:
-            rt.event_record(<cudaEvent_t>ev._handle, <cudaStream_t>s._handle, 0)
-        streams_flag_set(<int*>&ev._recorded, True)
-        with cython.critical_section(s):
-            if streams_count_get(&s._dependents) == 0:
-                settled = True      # nothing left to order: ev goes
-            elif s._tail_gen == gen:
-                old = s._tail
-                s._tail = ev
-                s._tail_gen = gen + 1
-                settled = True
-    # `old` (and `ev` when nothing was left to order) goes here, outside
-    # the critical section: its close may detach.
-    return 0
-
-
-cdef Event stream_tail(Stream s):
-    # The tail event of a closed stream, or None; the caller's reference
-    # keeps it alive while it uses the handle.  A close() in another thread
-    # that marked the stream closed and has not yet published its tail is
-    # waited for (GIL released): the tail covers work this caller may have
-    # seen enqueued.  Test: test_memory_lifetimes_gpu.py, frees racing the
-    # close of their stream.
-    cdef Event ev
-    while (streams_count_get(&s._tail_marking) > 0
-           and s._tail_marker != PyThread_get_thread_ident()):
-        with nogil:
-            streams_sleep_ns(20000)
-    with cython.critical_section(s):
-        ev = s._tail
-    return ev
-
-
-cdef void drop_dependent(Stream s) noexcept:
-    # A buffer's free was enqueued: the last one lets the tail go.
-    cdef Event old = None
-    if streams_count_add(&s._dependents, -1) == 0 and streams_is_closed(&s._state):
-        with cython.critical_section(s):
-            if streams_count_get(&s._dependents) == 0:
-                old = s._tail
-                s._tail = None
+include "_stream/tail.pxi"
 
 
 cdef class ErrorSlot:
@@ -1769,244 +1663,7 @@ cdef class Event(Waitable):
                 + (" " + ",".join(opts) if opts else "") + ">")
 
 
-# ---- pools ----------------------------------------------------------------------------------
-
-cdef class _HandlePool:
-    """Common part of StreamPool and EventPool: a bounded stack of idle handles
-    of one kind, shared with the objects made from it (include/streams/pool.h)."""
-    cdef void* _pool
-    cdef int _kind
-    cdef int _device
-    cdef Py_ssize_t _maxsize
-    cdef bint _claimed      # __init__ ran (or runs): never again, closed or not
-
-    def __cinit__(self, *args, **kwargs):
-        self._pool = NULL
-
-    # __init__ in three steps, so that a second __init__ (another thread's,
-    # or one after close()) changes nothing: the arguments are checked, the
-    # object claimed (_claim, which refuses a second time), the subclass's
-    # parameters written, then the pool published (_publish) after them.
-    @staticmethod
-    cdef int _check_maxsize(object maxsize) except -1:
-        # Before the device is looked at (tests/test_arguments.py).
-        if isinstance(maxsize, bool) or not isinstance(maxsize, int):
-            raise TypeError(f"maxsize must be an int, not {type(maxsize).__name__}")
-        if maxsize < 0 or maxsize > 1 << 20:
-            raise ValueError(f"maxsize must be between 0 and {1 << 20}, got {maxsize}")
-        return 0
-
-    cdef void* _claim(self, object maxsize) except NULL:
-        _HandlePool._check_maxsize(maxsize)
-        cdef void* p = streams_pool_new(<size_t>maxsize)
-        cdef bint again
-        if p == NULL:
-            raise MemoryError()
-        with cython.critical_section(self):
-            again = self._claimed
-            self._claimed = True
-        if again:
-            streams_pool_unref(<streams_pool*>p)
-            raise RuntimeError(f"{type(self).__name__}.__init__ was called on a pool that was "
-                               "already initialised (a pool is made once, and stays closed "
-                               "once closed): make a new one instead")
-        return p
-
-    cdef void _publish(self, void* p, int kind, int device, Py_ssize_t maxsize) noexcept:
-        with cython.critical_section(self):
-            self._kind = kind
-            self._device = device
-            self._maxsize = maxsize
-            self._pool = p      # last: acquire() reads the fields once it sees the pool
-
-    # _pool is read and cleared under the pool object's critical section
-    # (free-threaded CPython; the GIL elsewhere): a close() in another thread
-    # cannot let the C pool go between a look at the pointer and its use.
-    # The C pool's own mutex, taken inside, is never held while waiting for
-    # anything else.
-
-    cdef void* _take(self) except? NULL:
-        cdef void* h = NULL
-        cdef bint is_open = False
-        with cython.critical_section(self):
-            if self._pool != NULL:
-                is_open = True
-                h = streams_pool_take(<streams_pool*>self._pool)
-        if not is_open:
-            rt.raise_closed(self)
-        return h
-
-    cdef void* _lend(self) noexcept:
-        # For an object whose handle goes back here: its reference to the
-        # pool.  NULL, a plain owned handle, when another thread closed the
-        # pool while acquire() made the handle with the GIL released.
-        cdef void* p
-        with cython.critical_section(self):
-            p = self._pool
-            if p != NULL:
-                streams_pool_ref(<streams_pool*>p)
-        return p
-
-    @property
-    def maxsize(self):
-        """How many idle handles the pool keeps at most."""
-        return self._maxsize
-
-    @property
-    def idle(self):
-        """How many idle handles the pool holds now."""
-        cdef size_t n = 0
-        with cython.critical_section(self):
-            if self._pool != NULL:
-                n = streams_pool_idle(<streams_pool*>self._pool)
-        return n
-
-    @property
-    def device_id(self):
-        return self._device
-
-    @property
-    def closed(self):
-        return self._pool == NULL
-
-    def close(self):
-        """Destroy the idle handles; those still lent out are destroyed when
-        their objects close.  Idempotent."""
-        if self._pool == NULL:
-            return
-        rt.refuse_forbidden()
-        self._shut()
-
-    cdef void _shut(self) noexcept:
-        # Never raises: the idle handles are released one by one (deferred
-        # where CUDA cannot be called here).
-        # The pointer is taken in one step: of two close() calls at once,
-        # one shuts the C pool and the other finds nothing left to do.
-        cdef void* h
-        cdef void* p
-        with cython.critical_section(self):
-            p = self._pool
-            self._pool = NULL
-        if p == NULL:
-            return
-        streams_pool_close(<streams_pool*>p)
-        h = streams_pool_take(<streams_pool*>p)
-        while h != NULL:
-            rt.release_handle(self._kind, h)
-            h = streams_pool_take(<streams_pool*>p)
-        streams_pool_unref(<streams_pool*>p)
-
-    def __dealloc__(self):
-        if self._pool != NULL:
-            self._shut()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
-
-    def __repr__(self):
-        if self._pool == NULL:
-            return f"<streams.{type(self).__name__} (closed)>"
-        return (f"<streams.{type(self).__name__} device={self._device} idle={self.idle} "
-                f"maxsize={self._maxsize}>")
-
-
-@cython.final
-cdef class StreamPool(_HandlePool):
-    """StreamPool(device=None, priority=0, non_blocking=False, *, maxsize=16)
-
-    Streams that reuse the handles of closed ones.
-
-    ``StreamPool(device=None, priority=0, non_blocking=False, maxsize=16)``:
-    ``acquire()`` returns an open ``Stream`` with those parameters, whose
-    handle is an idle one of the pool when there is one.  Closing that
-    stream (or dropping it) gives its handle back, unless ``maxsize`` idle
-    handles are kept already or the pool is closed: then it is destroyed.
-    A handle given back while work is still queued on it stays usable: the
-    next stream made from it runs its work after that.  Thread-safe.
-    """
-    cdef _StreamParams _params
-
-    # The signature is written in the class docstring: Cython's embedded one
-    # puts the keyword-only marker one parameter late.
-    @cython.embedsignature(False)
-    def __init__(self, device=None, priority=0, non_blocking=False, *, maxsize=16):
-        cdef _StreamParams params
-        _HandlePool._check_maxsize(maxsize)
-        _stream_params(device, priority, non_blocking, &params)
-        cdef void* p = self._claim(maxsize)
-        self._params = params
-        self._publish(p, rt.HANDLE_STREAM, params.device, maxsize)
-
-    def acquire(self):
-        """An open Stream: a pooled handle, or a new one."""
-        cdef void* h = self._take()
-        cdef Stream s
-        if h == NULL:
-            h = _create_stream(&self._params)
-        s = Stream.__new__(Stream)
-        s._handle = <streams_stream_t>h
-        s._device = self._device
-        s._pool = self._lend()
-        s._opened(True)
-        return s
-
-    @property
-    def priority(self):
-        return self._params.priority
-
-    @property
-    def non_blocking(self):
-        return self._params.flags == cudaStreamNonBlocking
-
-
-@cython.final
-cdef class EventPool(_HandlePool):
-    """EventPool(enable_timing=False, blocking=False, device=None, *, maxsize=64)
-
-    Events that reuse the handles of closed ones.
-
-    ``EventPool(enable_timing=False, blocking=False, device=None, maxsize=64)``:
-    ``acquire()`` returns an unrecorded-or-reused ``Event`` with those flags,
-    on ``device``; closing or dropping it gives its handle back (as
-    StreamPool does).  A reused handle may still carry its last record:
-    record it before querying or waiting on it, as with any event you reuse.
-    Interprocess events are not pooled.  Thread-safe.
-    """
-    cdef unsigned int _flags
-
-    # The signature is written in the class docstring: Cython's embedded one
-    # puts the keyword-only marker one parameter late.
-    @cython.embedsignature(False)
-    def __init__(self, enable_timing=False, blocking=False, device=None, *, maxsize=64):
-        _HandlePool._check_maxsize(maxsize)
-        cdef unsigned int flags = _event_flags(enable_timing, blocking, False)
-        cdef int dev = resolve_device(device)
-        cdef void* p = self._claim(maxsize)
-        self._flags = flags
-        self._publish(p, rt.HANDLE_EVENT, dev, maxsize)
-
-    def acquire(self):
-        """An open Event: a pooled handle, or a new one."""
-        cdef void* h = self._take()
-        cdef Event ev
-        if h == NULL:
-            ev = new_event(self._device, self._flags)
-        else:
-            ev = Event.__new__(Event)
-            ev._handle = <streams_event_t>h
-            ev._device = self._device
-            ev._flags = self._flags
-            ev._opened(True)
-        ev._pool = self._lend()
-        return ev
-
-    @property
-    def is_timing(self):
-        return not (self._flags & cudaEventDisableTiming)
+include "_stream/pools.pxi"
 
 
 # Filled from any thread by single dict operations: two threads at the
@@ -2133,3 +1790,6 @@ def reset_persisting_l2_cache():
     require_device()
     with nogil:
         rt.ctx_reset_persisting_l2_cache()
+
+
+include "_stream/_testing.pxi"

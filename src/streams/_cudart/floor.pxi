@@ -1,7 +1,7 @@
 # The in-process floor of the benchmarks (python -m benchmarks.run, python -m
-# streams), included at the end of streams/_cudart.pyx: its loops (src/floor.h)
-# must run through the static cudart that streams calls, so they share that
-# module's translation unit; only the text lives apart from the call layer.
+# streams), part of streams._cudart (_cudart.pyx includes it): its loops
+# (src/floor.h) must run through the static cudart that streams calls, so
+# they share that module's translation unit.
 
 # The floor of the launch-overhead measurements, in the process measured:
 # each operation's raw cudart calls in C loops (src/floor.h),

@@ -126,7 +126,7 @@ def test_only_the_call_layer_includes_the_shim():
 def test_the_sdist_carries_the_private_sources():
     """The wheel is built from the sdist: every private header and the
     floor's .pxi must be in it (setuptools' manifest, as the sdist makes it),
-    though the wheel ships none of them (tools/check_wheel.py)."""
+    though the wheel ships none of them (tools/build/check_wheel.py)."""
     import sys
     import tempfile
     import setuptools

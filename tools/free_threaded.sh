@@ -3,7 +3,7 @@
 #
 #   tools/free_threaded.sh build  [PREFIX]   build the interpreter into PREFIX, unless
 #                                            PREFIX/bin/python3.13t is there already
-#                                            (about 5 min on 2 cores; Debian/Ubuntu, root)
+#                                            (about 2 min on 2 cores; Debian/Ubuntu, root)
 #   tools/free_threaded.sh deps   [PREFIX]   install the test requirements into it (PyPI)
 #   tools/free_threaded.sh check  [PREFIX] [pytest args]
 #                                            build streams in place with it, assert that

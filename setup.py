@@ -2,7 +2,7 @@
 
 cudart is linked statically, so the wheel needs only the NVIDIA driver.  The
 CUDA headers and libcudart_static.a come from, in this order (the search is
-tools/cuda_paths.py, which the benchmark's C floor shares):
+tools/build/cuda_paths.py, which the benchmark's C floor shares):
 
 1. ``CUDA_HOME`` or ``CUDA_PATH`` if set;
 2. the ``nvidia-cuda-runtime`` / ``nvidia-cuda-crt`` wheels (``nvidia/cu13``
@@ -11,7 +11,7 @@ tools/cuda_paths.py, which the benchmark's C floor shares):
 
 ``STREAMS_CUDA_MAJOR`` (13, the default, or 12) selects the CUDA major the
 build targets and with it the distribution (``cuda-streams`` or
-``cuda-streams-cu12``; see tools/streams_build.py, which an sdist's
+``cuda-streams-cu12``; see tools/build/streams_build.py, which an sdist's
 ``CUDA_MAJOR`` marker overrides).  The headers found must be of that major.
 CUDA 12's wheels lay out differently: ``nvidia/cuda_runtime`` holds the
 runtime, and ``crt/host_defines.h`` comes from ``nvidia-cuda-nvcc-cu12``.
@@ -20,7 +20,7 @@ script is read: an sdist needs none.
 
 The extensions are built without debug information (``-g0``, and the
 static runtime's stripped at link time); ``STREAMS_DEBUG_INFO=1`` keeps it
-(tools/streams_build.py, ``debug_info_flags``).
+(tools/build/streams_build.py, ``debug_info_flags``).
 
 Set ``STREAMS_CYTHON_ANNOTATE=1`` for Cython's HTML annotation, and
 ``STREAMS_DEBUG_REFCOUNTS=1`` for the debug build, which counts every
@@ -40,8 +40,8 @@ from setuptools.command.sdist import sdist
 from setuptools.dist import Distribution
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-# The PEP 517 backend has tools/ on sys.path already; `python setup.py` not.
-sys.path.insert(0, os.path.join(HERE, "tools"))
+# The PEP 517 backend has tools/build/ on sys.path already; `python setup.py` not.
+sys.path.insert(0, os.path.join(HERE, "tools", "build"))
 import cuda_paths  # noqa: E402  (the CUDA search, shared with benchmarks/)
 import streams_build  # noqa: E402
 

@@ -18,6 +18,9 @@ Modules, each importing only those above it:
 * ``render``: the terminal table and the PNG chart;
 * ``harness``: worker processes, rounds, the run as a whole;
 * ``run``: the command line.
+
+``probes`` holds one-off measurements, not rows of the table
+(``python -m benchmarks.probes.NAME``); they time with ``timing``.
 """
 import os
 import sys

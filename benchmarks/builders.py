@@ -37,10 +37,10 @@ def c_string_literal(text):
 
 
 def _cuda_paths():
-    """tools/cuda_paths.py of the checkout: the search setup.py makes, so
+    """tools/build/cuda_paths.py of the checkout: the search setup.py makes, so
     that the C program links the cudart that streams links."""
     spec = importlib.util.spec_from_file_location(
-        "streams_tools_cuda_paths", os.path.join(CHECKOUT, "tools", "cuda_paths.py"))
+        "streams_tools_cuda_paths", os.path.join(CHECKOUT, "tools", "build", "cuda_paths.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

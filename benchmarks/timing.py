@@ -3,9 +3,12 @@
 A contender's operation becomes a :class:`Case`: a ``timed(n)`` function
 (the same generated loop for every Python contender) and untimed steps
 around each batch.  :func:`run_batches` times one request of batches, each
-next to a batch of the in-process floor.
+next to a batch of the in-process floor.  The probes (``benchmarks/probes``)
+time with :func:`median_ns` and :func:`batches_ns`: the same loop, batches
+and garbage-collector rule, so that their numbers compare.
 """
 import gc
+import statistics
 import threading
 import time
 
@@ -67,6 +70,45 @@ def make_stmt(body, **env):
     ns = dict(env)
     exec(compile(src, f"<{body.strip().splitlines()[0]}>", "exec"), ns)
     return ns["run"]
+
+
+def batches_ns(timed, n, reps, *, warmup=0, before=None, after=None):
+    """ns per call of each of ``reps`` batches of ``n`` calls, sorted.
+
+    ``timed(n) -> ns`` makes n calls (:func:`make_loop`'s shape, or a C
+    loop such as ``floor_batch``).  A first batch of ``warmup`` calls is
+    made and left out.  ``before()`` runs untimed before each batch, the
+    warm-up's included, and ``after(k)`` after each, given its number of
+    calls.  The garbage collector is off meanwhile, as in
+    :func:`run_batches`.
+    """
+    sizes = ([warmup] if warmup else []) + [n] * reps
+    out = []
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for k in sizes:
+            if before is not None:
+                before()
+            ns = timed(k)
+            if after is not None:
+                after(k)
+            out.append(ns / k)
+    finally:
+        if was_enabled:
+            gc.enable()
+    return sorted(out[1:] if warmup else out)
+
+
+def calls(fn):
+    """``timed(n) -> ns``: n calls of ``fn()`` in :func:`make_loop`'s loop."""
+    return make_loop("fn()", fn=fn)
+
+
+def median_ns(fn, n, reps, **batching):
+    """The median ns per call of ``fn()`` over ``reps`` batches of ``n``
+    calls (:func:`batches_ns`, which takes the same keywords)."""
+    return statistics.median(batches_ns(calls(fn), n, reps, **batching))
 
 
 class Case:

@@ -392,7 +392,7 @@ CAPTURE_RACE_HARNESS = textwrap.dedent("""
         other = streams.Stream()
         # Nothing else is enqueued on s inside the capture: CUDA's driver
         # itself crashes when a call on a stream races a capture beginning or
-        # ending on it in another thread (benchmarks/capture_race.c), and
+        # ending on it in another thread (benchmarks/probes/capture_race.c), and
         # streams orders only its host-function and asyncio enqueues against
         # captures it begins (the capture fence; docs/host-callbacks.rst).
         end = time.monotonic() + seconds

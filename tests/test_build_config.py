@@ -1,13 +1,13 @@
-"""The build's choice of CUDA major and distribution (tools/streams_build.py):
+"""The build's choice of CUDA major and distribution (tools/build/streams_build.py):
 no compiler or GPU involved, only the rules that decide what gets built."""
 import importlib.util
 from pathlib import Path
 
 import pytest
 
-TOOLS = Path(__file__).resolve().parent.parent / "tools" / "streams_build.py"
+TOOLS = Path(__file__).resolve().parent.parent / "tools" / "build" / "streams_build.py"
 if not TOOLS.is_file():
-    pytest.skip("tools/streams_build.py is not in this checkout", allow_module_level=True)
+    pytest.skip("tools/build/streams_build.py is not in this checkout", allow_module_level=True)
 pytest.importorskip("setuptools.build_meta")
 
 
@@ -77,10 +77,10 @@ def test_cuda_12_build_asks_for_the_cuda_12_wheels(build_config, monkeypatch, tm
 
 def test_pyproject_points_at_this_backend():
     tomllib = pytest.importorskip("tomllib")
-    with open(TOOLS.parent.parent / "pyproject.toml", "rb") as f:
+    with open(TOOLS.parents[2] / "pyproject.toml", "rb") as f:
         system = tomllib.load(f)["build-system"]
     assert system["build-backend"] == "streams_build"
-    assert system["backend-path"] == ["tools"]
+    assert system["backend-path"] == ["tools/build"]
     # The CUDA 13 inputs stay declared statically.
     assert "nvidia-cuda-runtime==13.*" in system["requires"]
     assert "nvidia-cuda-crt==13.*" in system["requires"]
@@ -110,10 +110,10 @@ def test_wheel_check_refuses_stray_and_missing_files(tmp_path, capsys):
         for name in check.REQUIRED:
             z.writestr(name, "")
         z.writestr("streams/_stream.c", "")
-        z.writestr("tools/streams_build.py", "")
+        z.writestr("tools/build/streams_build.py", "")
     assert check.main(str(wheel)) == 1
     out = capsys.readouterr().out
-    assert "streams/_stream.c" in out and "tools/streams_build.py" in out
+    assert "streams/_stream.c" in out and "tools/build/streams_build.py" in out
     assert "expected the compiled modules" in out
 
 
@@ -208,7 +208,7 @@ def test_wheel_check_refuses_debug_information(tmp_path, flag, kept):
 
 def test_metadata_names_the_license_the_urls_and_the_status():
     tomllib = pytest.importorskip("tomllib")
-    root = TOOLS.parent.parent
+    root = TOOLS.parents[2]
     with open(root / "pyproject.toml", "rb") as f:
         project = tomllib.load(f)["project"]
     assert project["license"] == "Apache-2.0"

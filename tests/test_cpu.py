@@ -340,7 +340,7 @@ def test_condition_default_without_reset_is_refused_before_cuda():
 def test_producers_giving_way_is_on_by_default_and_switches():
     # src/cudart/hostfn.h: producers of host callbacks from several threads
     # let a callback waiting for the GIL take it first; the probe
-    # (benchmarks/host_func_threads_breakdown.py) times it both ways.
+    # (benchmarks/probes/host_func_threads_breakdown.py) times it both ways.
     from streams import _cudart
     assert _cudart._producers_yield() is True
     try:

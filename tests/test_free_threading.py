@@ -501,7 +501,7 @@ def test_an_object_a_callback_made_is_freed_once_dropped_or_by_a_collection():
 
 
 def test_the_private_timing_and_trampoline_hooks_refuse_bad_input():
-    """The hooks the tests and tools/quick_timing.py call: clear errors for
+    """The hooks the tests and benchmarks/probes/quick_timing.py call: clear errors for
     wrong types and values past their C types, and a trampoline call made
     from inside a callback runs on a thread of its own."""
     run = streams._hostcall._call_on_a_native_thread

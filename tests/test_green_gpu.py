@@ -490,7 +490,7 @@ def test_changing_a_node_of_a_green_capture_is_refused_before_cuda(device):
     stream is refused with ValueError naming ``node``, before CUDA is
     called: the 580 driver answers the argument change with invalid
     argument and crashes on the whole-kernel change
-    (tools/probe_green_kernel_args.py shows both).  The executable keeps what was
+    (benchmarks/probes/probe_green_kernel_args.py shows both).  The executable keeps what was
     captured; the same changes on an ordinary stream's capture take effect
     (the control).  In a child: the failure mode is a crash."""
     result = run_python(_CHANGING_A_GREEN_CAPTURE, timeout=120)

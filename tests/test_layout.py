@@ -269,13 +269,13 @@ def test_every_upward_route_is_named_in_the_architecture():
 @needs_sources
 def test_every_extension_is_built_layered_and_checked():
     """One list of extensions: setup.py builds them, LAYERS orders them,
-    tools/check_wheel.py expects them, each from a .pyx."""
+    tools/build/check_wheel.py expects them, each from a .pyx."""
     import ast
     import importlib.util
     setup = open(os.path.join(ROOT, "setup.py")).read()
     built = ast.literal_eval(re.search(r"^MODULES = (\[.*?\])", setup, re.M | re.S).group(1))
     spec = importlib.util.spec_from_file_location("check_wheel_layout",
-                                                  os.path.join(ROOT, "tools", "check_wheel.py"))
+                                                  os.path.join(ROOT, "tools", "build", "check_wheel.py"))
     check = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(check)
     layered = [m for m in LAYERS if m not in ("cudart", "_platform")]
@@ -288,7 +288,7 @@ def test_the_sdist_carries_the_private_sources():
     """The wheel is built from the sdist: every private header and every
     part of a module (.pxi) must be in it (setuptools' manifest, as the
     sdist makes it), though the wheel ships none of them
-    (tools/check_wheel.py)."""
+    (tools/build/check_wheel.py)."""
     import sys
     import tempfile
     import setuptools

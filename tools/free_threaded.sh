@@ -3,13 +3,14 @@
 #
 #   tools/free_threaded.sh build  [PREFIX]   build the interpreter into PREFIX, unless
 #                                            PREFIX/bin/python3.13t is there already
-#                                            (about 5 min on 2 cores; Debian/Ubuntu, root)
+#                                            (about 2 min on 2 cores; Debian/Ubuntu, root)
 #   tools/free_threaded.sh deps   [PREFIX]   install the test requirements into it (PyPI)
 #   tools/free_threaded.sh check  [PREFIX] [pytest args]
 #                                            build streams in place with it, assert that
 #                                            `import streams` leaves the GIL off (without
 #                                            PYTHON_GIL=0), run the CPU suite under it
-#   tools/free_threaded.sh ci     [PREFIX]   build + deps + check (.ci/run calls this)
+#   tools/free_threaded.sh ci     [PREFIX] [pytest args]
+#                                            build + deps + check (.ci/run calls this)
 #   tools/free_threaded.sh pack   [PREFIX]   .ft/py313t-bundle.tar (about 30 MiB): the
 #                                            interpreter, stripped, with what the tests need
 #                                            installed in it (cp313t numpy, Cython, setuptools,
@@ -34,8 +35,9 @@
 # The interpreter source is Debian's python3.13 source package: Debian 12's
 # lists have no 3.13, so a source-only entry for the next release is added
 # once, on the archive the machine's apt sources already name
-# (tools/apt_archive.py; no binary package from it is installed).  pip comes from its PyPI
-# wheel, run as a zip (the interpreter is configured without ensurepip).
+# (tools/build/apt_archive.py; no binary package from it is installed).  pip
+# comes from its PyPI wheel, run as a zip (the interpreter is configured
+# without ensurepip).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -65,9 +67,9 @@ build_interpreter() {
     work=$(mktemp -d)
     if ! apt-cache showsrc python3.13 2>/dev/null | grep -q '^Version: 3.13'; then
         # The archive the machine already uses (its mirror, proxy or
-        # snapshot), read from its own apt sources (tools/apt_archive.py).
+        # snapshot), read from its own apt sources (tools/build/apt_archive.py).
         local archive uri signed
-        archive=$(python3 "$ROOT/tools/apt_archive.py") || exit 1
+        archive=$(python3 "$ROOT/tools/build/apt_archive.py") || exit 1
         IFS=$'\t' read -r uri signed <<<"$archive"
         {
             echo "Types: deb-src"
@@ -87,8 +89,12 @@ build_interpreter() {
     (cd "$work" && apt-get source --download-only python3.13 >/dev/null)
     tar xf "$work"/python3.13_*.orig.tar.xz -C "$work"
     src=$(ls -d "$work"/Python-3.13.*/)
+    # No test modules: CPython's own test package and its C helpers are
+    # neither built nor installed, nor byte-compiled three times by `make
+    # install`; nothing of streams or its test requirements uses them.
     (cd "$src" &&
-     ./configure --disable-gil --prefix="$prefix" --without-ensurepip >"$work/configure.log" 2>&1 &&
+     ./configure --disable-gil --disable-test-modules --prefix="$prefix" --without-ensurepip \
+         >"$work/configure.log" 2>&1 &&
      make -j"$(nproc)" >"$work/make.log" 2>&1 &&
      make install >"$work/install.log" 2>&1) || {
         tail -40 "$work"/*.log >&2
@@ -326,11 +332,12 @@ check)
     ;;
 ci)
     prefix=$(prefix_arg "$@")
+    if [ $# -gt 0 ] && [ "$1" = "$prefix" ]; then shift; fi
     build_interpreter "$prefix"
     install_deps "$prefix"
     build_streams "$prefix"
     assert_gil_off "$prefix"
-    run_cpu_suite "$prefix"
+    run_cpu_suite "$prefix" "$@"
     ;;
 pack) pack "$(prefix_arg "$@")" ;;
 gpu) set +e; gpu "$@"; exit $? ;;

@@ -14,13 +14,15 @@
 #         every worker on CPUs 2,3 (benchmarks.run --baseline)
 #   one   the status and enqueue rows with the Python contenders in one
 #         shared process (--one-process): whether a lead is the library's
-#   status benchmarks/status_breakdown.py on CPUs 2,3: where a status or
-#         enqueue call's time goes, layer by layer, and the pieces alone
-#   host  benchmarks/host_func_threads_breakdown.py: 8 producer threads of
-#         Python callbacks, producers giving way or not, native functions
-#   ft    tools/quick_timing.py under this build and the free-threaded one,
-#         alternated five times on CPUs 2,3 (per call from Python, no
-#         floor), and the median of each row per interpreter
+#   status benchmarks/probes/status_breakdown.py on CPUs 2,3: where a
+#         status or enqueue call's time goes, layer by layer, and the
+#         pieces alone
+#   host  benchmarks/probes/host_func_threads_breakdown.py: 8 producer
+#         threads of Python callbacks, producers giving way or not, native
+#         functions
+#   ft    benchmarks/probes/quick_timing.py under this build and the
+#         free-threaded one, alternated five times on CPUs 2,3 (per call
+#         from Python, no floor), and the median of each row per interpreter
 # Each step is bounded (ROWS_TIMEOUT, ONE_TIMEOUT, STATUS_TIMEOUT,
 # HOST_TIMEOUT, FT_TIMEOUT seconds).  Results under $OUT: rows.txt/json,
 # one.txt/json, status.txt, host.txt, ft.txt, and the build logs.
@@ -60,13 +62,13 @@ if [[ "$STEPS" == *one* ]]; then
     sed -n '/^   operation/,/^   targets/p' "$OUT/one.txt"; tail -1 "$OUT/one.txt"
 fi
 if [[ "$STEPS" == *status* ]]; then
-    timeout "${STATUS_TIMEOUT:-120}" taskset -c 2,3 "$PY" -m benchmarks.status_breakdown \
+    timeout "${STATUS_TIMEOUT:-120}" taskset -c 2,3 "$PY" -m benchmarks.probes.status_breakdown \
         >"$OUT/status.txt" 2>&1
     echo "status breakdown exit $?" >>"$OUT/status.txt"
     cat "$OUT/status.txt"
 fi
 if [[ "$STEPS" == *host* ]]; then
-    timeout "${HOST_TIMEOUT:-120}" "$PY" -m benchmarks.host_func_threads_breakdown \
+    timeout "${HOST_TIMEOUT:-120}" "$PY" -m benchmarks.probes.host_func_threads_breakdown \
         >"$OUT/host.txt" 2>&1
     echo "host breakdown exit $?" >>"$OUT/host.txt"
     cat "$OUT/host.txt"
@@ -82,10 +84,10 @@ if [[ "$STEPS" == *ft* ]]; then
     for round in 1 2 3 4 5; do
         for py in "$PY" "$FT_PY"; do
             echo "== round $round: $("$py" -c 'import sys; print(sys.version.split()[0], "GIL" if getattr(sys, "_is_gil_enabled", lambda: True)() else "no GIL")')"
-            PYTHONPATH="$ROOT/src" timeout "${FT_TIMEOUT:-60}" "${PIN[@]}" "$py" tools/quick_timing.py
+            PYTHONPATH="$ROOT/src" timeout "${FT_TIMEOUT:-60}" "${PIN[@]}" "$py" -m benchmarks.probes.quick_timing
         done
     done >"$OUT/ft.txt" 2>&1
-    "$PY" tools/quick_timing.py --summarize "$OUT/ft.txt" | tee -a "$OUT/ft.txt"
+    "$PY" -m benchmarks.probes.quick_timing --summarize "$OUT/ft.txt" | tee -a "$OUT/ft.txt"
     cat "$OUT/ft.txt"
 fi
 pack_out

@@ -7,7 +7,7 @@
 # the sanitizers).
 #
 #   bash tools/gpu_matrix.sh [CUDA12_DIR]     (default .cu12, made by
-#                                              tools/stage_cuda12.py; the
+#                                              tools/build/stage_cuda12.py; the
 #                                              device call must carry it)
 #
 # SUITE_TIMEOUT (default 300 s) bounds each suite; MATRIX_TESTS (default: the

@@ -9,7 +9,7 @@
 #                       teardown then also checks that each payload/DLPack
 #                       reference, allocation and module was given back
 #   --cuda12 DIR        build for CUDA 12 from DIR (include/ with crt/, lib/
-#                       with libcudart_static.a; tools/stage_cuda12.py makes
+#                       with libcudart_static.a; tools/build/stage_cuda12.py makes
 #                       .cu12/ here, which the device call must carry)
 #   --sanitizer TOOL    run pytest under compute-sanitizer --tool TOOL
 #                       (memcheck, racecheck, synccheck, initcheck; a

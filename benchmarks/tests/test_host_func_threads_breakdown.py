@@ -1,11 +1,11 @@
-"""The probe of host callbacks from 8 threads (benchmarks/host_func_threads_breakdown.py),
+"""The probe of host callbacks from 8 threads (benchmarks/probes/host_func_threads_breakdown.py),
 checked without a GPU: it says why it cannot run, its producers make exactly the calls
 asked for, from 8 threads, and its summary is the median and half the p10-p90 spread."""
 import threading
 
 import pytest
 
-from benchmarks import host_func_threads_breakdown as probe
+from benchmarks.probes import host_func_threads_breakdown as probe
 
 
 def test_without_a_gpu_it_says_why_and_fails(capsys):

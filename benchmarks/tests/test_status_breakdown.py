@@ -1,11 +1,11 @@
-"""The layer-by-layer probe of status calls (benchmarks/status_breakdown.py),
+"""The layer-by-layer probe of status calls (benchmarks/probes/status_breakdown.py),
 checked without a GPU: it times only the streams built in this checkout
 (its probe reaches into the package's internal .pxd files), it names every
 layer its report promises, and the report's summary of a layer is the
 median and half the p10-p90 spread of its batches."""
 import pytest
 
-from benchmarks import status_breakdown
+from benchmarks.probes import status_breakdown
 
 
 def test_a_streams_from_elsewhere_is_refused_with_the_reason(monkeypatch, tmp_path, capsys):

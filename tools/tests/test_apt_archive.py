@@ -1,4 +1,4 @@
-"""tools/apt_archive.py: free_threaded.sh's deb-src entry goes on the Debian
+"""tools/build/apt_archive.py: free_threaded.sh's deb-src entry goes on the Debian
 archive the machine's apt sources already name, whatever their format."""
 import importlib.util
 import subprocess
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-TOOL = Path(__file__).resolve().parent.parent / "apt_archive.py"
+TOOL = Path(__file__).resolve().parents[1] / "build" / "apt_archive.py"
 
 
 @pytest.fixture
@@ -83,6 +83,6 @@ def test_the_script_prints_uri_and_key_or_says_what_it_read(tmp_path):
 
 
 def test_free_threaded_sh_writes_no_fixed_archive():
-    script = (TOOL.parent / "free_threaded.sh").read_text()
+    script = (TOOL.parents[1] / "free_threaded.sh").read_text()
     assert "URIs: $uri" in script and "URIs: http" not in script
-    assert "tools/apt_archive.py" in script
+    assert "tools/build/apt_archive.py" in script

@@ -26,8 +26,8 @@ def runner(*args, tmp_path, **env):
     """The runner's exit status and output, in an environment of its own:
     none of its variables set unless ``env`` sets them."""
     clean = {k: v for k, v in os.environ.items()
-             if k not in ("PYTHON", "CUDA12_HOME", "FT_PREFIX", "FT_BUNDLE", "GPU_TEST_WORKERS",
-                          "SANITIZER_EXTRA", "SANITIZER_BACKTRACE")}
+             if k not in ("PYTHON", "PYTHONPATH", "CUDA12_HOME", "FT_PREFIX", "FT_BUNDLE",
+                          "GPU_TEST_WORKERS", "SANITIZER_EXTRA", "SANITIZER_BACKTRACE")}
     clean.update(GPU_TEST_LOGS=str(tmp_path / "logs"), CUDA_HOME="/opt/cuda-x", **env)
     result = subprocess.run(["bash", str(RUNNER), *args], capture_output=True, text=True,
                             env=clean, timeout=30)

@@ -1,5 +1,5 @@
 """The CUDA search that setup.py and the benchmark's C floor share
-(tools/cuda_paths.py), on fake toolkits and wheel layouts: no CUDA needed."""
+(tools/build/cuda_paths.py), on fake toolkits and wheel layouts: no CUDA needed."""
 import importlib.util
 import subprocess
 import sys
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-TOOLS = Path(__file__).resolve().parents[1]
+TOOLS = Path(__file__).resolve().parents[1] / "build"
 
 
 @pytest.fixture
@@ -123,7 +123,7 @@ def test_setup_py_stops_with_the_search_result(tmp_path):
     env = {"PATH": "/usr/bin:/bin", "CUDA_HOME": str(tmp_path / "nowhere")}
     proc = subprocess.run([sys.executable, "setup.py", "build_ext", "--build-lib",
                            str(tmp_path / "lib"), "--build-temp", str(tmp_path / "tmp")],
-                          cwd=TOOLS.parent, env=env, capture_output=True, text=True,
+                          cwd=TOOLS.parents[1], env=env, capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert ("streams: cannot find the CUDA runtime headers and static library.\n"

@@ -1,5 +1,5 @@
 // Source of the built-in kernels, shipped as streams/kernels/builtin.ptx
-// (regenerate with tools/gen_builtin_ptx.py; PTX ISA lowered to 7.0 so that
+// (regenerate with tools/build/gen_builtin_ptx.py; PTX ISA lowered to 7.0 so that
 // any driver of a CUDA 12 or 13 build can JIT it).
 extern "C" __global__ void streams_empty() {}
 extern "C" __global__ void streams_spin(unsigned long long ns) {

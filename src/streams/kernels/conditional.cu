@@ -1,7 +1,7 @@
 // Kernels that set the condition of a conditional graph node from a device
 // value, so that Python users drive if/while/switch nodes without writing
 // CUDA C.  Shipped as streams/kernels/conditional.ptx (regenerate with
-// tools/gen_builtin_ptx.py), apart from builtin.ptx: cudaGraphSetConditional
+// tools/build/gen_builtin_ptx.py), apart from builtin.ptx: cudaGraphSetConditional
 // is an extern function the driver resolves when it loads the module, and a
 // driver that cannot must not take the other built-in kernels down with it.
 // Launch them with one thread: concurrent sets of one condition are undefined.

@@ -1,6 +1,6 @@
 """The Debian archive this machine's apt already uses, for tools/free_threaded.sh.
 
-    python3 tools/apt_archive.py [APT_DIR]      (default /etc/apt)
+    python3 tools/build/apt_archive.py [APT_DIR]      (default /etc/apt)
 
 prints ``URI`` and, when the entry names one, ``SIGNED_BY``, tab-separated:
 the first ``deb`` entry of a Debian release suite (not -security, -updates

@@ -12,7 +12,7 @@
  *   fenced_keep as fenced, graphs destroyed after the race
  * Exit status 0: no crash.  A crash kills the process (the caller reports it).
  *
- *   gcc -O2 -I$CUDA_HOME/include benchmarks/capture_race.c -lcuda -lpthread \
+ *   gcc -O2 -I$CUDA_HOME/include benchmarks/probes/capture_race.c -lcuda -lpthread \
  *       -o /tmp/capture_race && /tmp/capture_race fenced
  */
 #define _GNU_SOURCE

@@ -1,17 +1,22 @@
 """Where the host-function round trip goes: streams' interruptible wait
 against CUDA's own synchronize (through cuda.bindings) and an event wait,
 on the same Python callback; and the idle costs beside them.  Run on a GPU
-machine from a checkout: ``python benchmarks/host_func_breakdown.py``
+machine from a checkout: ``python -m benchmarks.probes.host_func_breakdown``
 (needs cuda-bindings).  A probe, not part of the benchmark table.
 """
+import argparse
 import statistics
-import time
 
 import streams
-from cuda.bindings import runtime as cudart
+from benchmarks.timing import batches_ns, calls
 
 
-def main():
+def main(argv=None):
+    argparse.ArgumentParser(prog="python -m benchmarks.probes.host_func_breakdown",
+                            description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)
+    from cuda.bindings import runtime as cudart
+
     s = streams.Stream()
     h = s.handle
     cnt = [0]
@@ -19,15 +24,7 @@ def main():
         cnt[0] += 1
 
     def bench(fn, n=3000, reps=7):
-        for _ in range(300):
-            fn()
-        ts = []
-        for _ in range(reps):
-            t = time.perf_counter_ns()
-            for _ in range(n):
-                fn()
-            ts.append((time.perf_counter_ns() - t) / n)
-        ts.sort()
+        ts = batches_ns(calls(fn), n, reps, warmup=300)
         return f"{statistics.median(ts):8.0f} ns  (min {ts[0]:.0f}, max {ts[-1]:.0f})"
 
     def ours():

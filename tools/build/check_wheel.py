@@ -88,7 +88,7 @@ def main(path):
     names = wheel.namelist()
     missing = [n for n in REQUIRED if n not in names]
     stray = [n for n in names if n.endswith(FORBIDDEN_SUFFIXES) or "/build/" in n]
-    # Only the package and its metadata: the build backend (tools/) and the
+    # Only the package and its metadata: the build backend (tools/build/) and the
     # sdist's CUDA_MAJOR marker stay out.
     stray += [n for n in names if not n.startswith("streams/")
               and not n.split("/", 1)[0].endswith(".dist-info")]

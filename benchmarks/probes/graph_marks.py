@@ -2,17 +2,20 @@
 kernel nodes, which keep their module: an event is recorded after each
 launch) against one that does not (the same 10 kernels captured from a
 stream: nothing held, nothing marked).  Run on a GPU machine from a
-checkout with streams built in place: ``python -m benchmarks.graph_marks``.
-A probe, not a row of the table.
+checkout with streams built in place:
+``python -m benchmarks.probes.graph_marks``.  A probe, not a row of the
+table.
 """
-import statistics
-import time
+import argparse
 
 import streams
+from benchmarks.timing import median_ns
 from streams.testing import builtin_module
 
 
-def main():
+def main(argv=None):
+    argparse.ArgumentParser(prog="python -m benchmarks.probes.graph_marks", description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)
     k = builtin_module().get_kernel("streams_empty")
     s = streams.Stream()
     s.begin_capture("thread_local")
@@ -26,17 +29,8 @@ def main():
     ex_c, ex_e = captured.instantiate(), explicit.instantiate()
 
     def timeit(fn, n=2000, reps=9):
-        for _ in range(200):
-            fn()
-        s.synchronize()
-        xs = []
-        for _ in range(reps):
-            t0 = time.perf_counter_ns()
-            for _ in range(n):
-                fn()
-            xs.append((time.perf_counter_ns() - t0) / n)
-            s.synchronize()
-        return statistics.median(xs)
+        # The queue is drained after each batch, untimed.
+        return median_ns(fn, n, reps, warmup=200, after=lambda k: s.synchronize())
 
     for _ in range(2):
         a = timeit(lambda: ex_c.launch(s))

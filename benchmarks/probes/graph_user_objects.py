@@ -5,19 +5,24 @@ executable differs, next to streams' own instantiate and launch and the C
 floor.  Back to back, 5000 launches a repetition, median of 9: the GPU runs
 each replay's 10 kernels meanwhile, so this is the cost of sustained
 replays, not of one call.  Run on a GPU machine from a checkout:
-``python -m benchmarks.graph_user_objects`` (needs cuda-bindings).  A probe,
-not a row of the table; it is why ``Graph.instantiate`` gives an executable
-a user object only when its graph has host callables (docs/graphs.rst).
+``python -m benchmarks.probes.graph_user_objects`` (needs cuda-bindings).
+A probe, not a row of the table; it is why ``Graph.instantiate`` gives an
+executable a user object only when its graph has host callables
+(docs/graphs.rst).
 """
+import argparse
 import ctypes
 import statistics
-import time
 
 import streams
+from benchmarks.timing import batches_ns, calls
 from streams.testing import builtin_module
 
 
-def main():
+def main(argv=None):
+    argparse.ArgumentParser(prog="python -m benchmarks.probes.graph_user_objects",
+                            description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)
     from cuda.bindings import runtime as rt
 
     kernel = builtin_module().get_kernel("streams_empty")
@@ -31,17 +36,9 @@ def main():
         return s.end_capture()
 
     def timeit(fn, n=5000, reps=9):
-        for _ in range(500):
-            fn()
-        s.synchronize()
-        xs = []
-        for _ in range(reps):
-            t0 = time.perf_counter_ns()
-            for _ in range(n):
-                fn()
-            xs.append((time.perf_counter_ns() - t0) / n)
-            s.synchronize()
-        return f"{statistics.median(xs):7.0f} ns (min {min(xs):.0f})"
+        # The queue is drained after each batch, untimed.
+        xs = batches_ns(calls(fn), n, reps, warmup=500, after=lambda k: s.synchronize())
+        return f"{statistics.median(xs):7.0f} ns (min {xs[0]:.0f})"
 
     def ok(res):
         assert res[0] == rt.cudaError_t.cudaSuccess, res
@@ -66,7 +63,7 @@ def main():
               timeit(lambda: rt.cudaGraphLaunch(int(exe.handle), h)))
         print("GraphExec.launch (streams):                      ", timeit(lambda: exe.launch(s)))
         print("floor_batch graph_launch (C):                    ", round(statistics.median(
-            streams._cudart.floor_batch("graph_launch", 5000) / 5000 for _ in range(5))))
+            batches_ns(lambda n: streams._cudart.floor_batch("graph_launch", n), 5000, 5))))
     s.synchronize()
     for ex in (ex_plain, ex_uo):
         ok(rt.cudaGraphExecDestroy(ex))

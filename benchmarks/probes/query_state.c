@@ -7,7 +7,7 @@
  * after the context exists, then times queries of an idle stream; then a
  * device synchronize, and the same timing again.
  *
- *   gcc -O2 -I$CUDA_HOME/include benchmarks/query_state.c \
+ *   gcc -O2 -I$CUDA_HOME/include benchmarks/probes/query_state.c \
  *       -L$CUDA_HOME/lib64 -lcudart_static -lpthread -ldl -lrt -o /tmp/query_state
  *   for v in none free0 devsync devsync_thread streamsync malloc_free \
  *            event_sync spin_flag yield_flag blocking_flag ctx_flags; do /tmp/query_state $v; done

@@ -5,7 +5,7 @@ refuses such changes before CUDA).  The driver is called through ctypes with the
 it reports them, under the primary or the node's context, with the function
 or the library kernel naming the code.  One line per case:
 
-    python tools/probe_green_kernel_args.py          (on a GPU machine)
+    python -m benchmarks.probes.probe_green_kernel_args [CRASHES=1]    (on a GPU machine)
 
 What it shows on an H200, driver 580.159.04 (CUDA 13.0): for
 the green capture every form is refused (1 = invalid value with the
@@ -15,9 +15,9 @@ driver (not tried here any more: see CRASHES); for the ordinary capture
 every form is taken.  So streams refuses such changes before CUDA
 (streams/_cudart/kernel_nodes.pxi, kernel_node_context_ok).
 """
+import argparse
 import ctypes
 import faulthandler
-import sys
 
 import numpy as np
 
@@ -27,11 +27,10 @@ from streams import DeviceBuffer, GreenContext, Stream
 
 # The form that killed the process with SIGSEGV inside
 # cuGraphExecKernelNodeSetParams for the green capture: the function set and
-# no context, what the runtime's setters pass.  Set CRASHES=1 to try it.
-CRASHES = len(sys.argv) > 1 and sys.argv[1] == "CRASHES=1"
+# no context, what the runtime's setters pass.  Pass CRASHES=1 to try it.
+CRASHES = False
 N = 256
-cu = ctypes.CDLL("libcuda.so.1")
-faulthandler.enable()
+cu = None       # the driver, loaded by main()
 
 
 class Params(ctypes.Structure):
@@ -94,7 +93,16 @@ def case(kind, part):
         obj.close()
 
 
-def main():
+def main(argv=None):
+    global CRASHES, cu
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.probes.probe_green_kernel_args",
+                                 description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("crashes", nargs="?", choices=["CRASHES=1"],
+                    help="also try the form that crashed the driver")
+    CRASHES = ap.parse_args(argv).crashes is not None
+    cu = ctypes.CDLL("libcuda.so.1")
+    faulthandler.enable()
     dev = streams.Device(streams.get_device())
     (part,), _ = dev.split_sm(dev.sm_resource().min_partition_size, groups=1)
     for kind in ("green", "ordinary"):

@@ -10,8 +10,9 @@ Also answers: does a full queue on one stream block enqueues on other streams
 (streams share the driver's hardware channels), and does a status call block
 while another thread is stuck in an enqueue?
 
-    python tools/queue_depth.py            (on a GPU machine; prints a table)
+    python -m benchmarks.probes.queue_depth    (on a GPU machine; prints a table)
 """
+import argparse
 import sys
 import threading
 import time
@@ -105,7 +106,9 @@ def query_while_blocked(full_at):
     return worst
 
 
-def main():
+def main(argv=None):
+    argparse.ArgumentParser(prog="python -m benchmarks.probes.queue_depth", description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)
     s = streams.Stream(non_blocking=True)
     other = streams.Stream(non_blocking=True)
     launch_empty(s)

@@ -2,7 +2,7 @@
 global mode: each call the package makes when it releases something, made
 in this thread's global or relaxed mode, and whether the other thread's
 capture survived it.  A probe for the GPU machine (needs cuda-bindings),
-not a test: ``python tools/capture_rules_probe.py``.
+not a test: ``python -m benchmarks.probes.capture_rules_probe``.
 
 What it shows on an H200 (driver 580, CUDA 13.0):
 
@@ -15,10 +15,13 @@ What it shows on an H200 (driver 580, CUDA 13.0):
   anything on the legacy stream while the captured stream is a blocking
   one (cudaErrorStreamCaptureImplicit).
 """
+import argparse
 import threading
+
 import streams
-from streams.testing import spin, builtin_module
-from cuda.bindings import runtime as rt
+from streams.testing import builtin_module, spin
+
+rt = None       # cuda.bindings' runtime, imported by main()
 
 def capture_around(fn, mode_here, blocking=False):
     other = streams.Stream(non_blocking=not blocking)
@@ -85,17 +88,31 @@ def malloc_async_free_legacy():
     def f(): return rt.cudaFreeAsync(p, rt.cudaStreamLegacy)[0].name
     return f
 
-for mode in ("global", "relaxed"):
-    for blocking in (False, True):
-        for name, make in [("cudaFreeHost", ptr_free_host), ("cudaFree(managed)", managed_free),
-                           ("cudaDeviceSynchronize", lambda: dev_sync), ("Module.close", lib_unload),
-                           ("cudaLibraryUnload", lib_unload_raw), ("cudaMemPoolDestroy", pool_destroy),
-                           ("IsCapturing(legacy)", lambda: legacy_is_capturing),
-                           ("cudaFreeAsync(legacy)", malloc_async_free_legacy)]:
-            try:
-                f = make()
-                r, ended = capture_around(f, mode, blocking)
-            except Exception as e:
-                r, ended = f"setup {type(e).__name__}: {e}", "?"
-            print(f"mode={mode:7s} capturing-stream-blocking={blocking!s:5s} {name:24s} -> {r!s:45s} capture: {ended}", flush=True)
-            rt.cudaGetLastError()
+
+def main(argv=None):
+    argparse.ArgumentParser(prog="python -m benchmarks.probes.capture_rules_probe",
+                            description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)
+    global rt
+    from cuda.bindings import runtime as rt
+    for mode in ("global", "relaxed"):
+        for blocking in (False, True):
+            for name, make in [("cudaFreeHost", ptr_free_host), ("cudaFree(managed)", managed_free),
+                               ("cudaDeviceSynchronize", lambda: dev_sync),
+                               ("Module.close", lib_unload),
+                               ("cudaLibraryUnload", lib_unload_raw),
+                               ("cudaMemPoolDestroy", pool_destroy),
+                               ("IsCapturing(legacy)", lambda: legacy_is_capturing),
+                               ("cudaFreeAsync(legacy)", malloc_async_free_legacy)]:
+                try:
+                    f = make()
+                    r, ended = capture_around(f, mode, blocking)
+                except Exception as e:
+                    r, ended = f"setup {type(e).__name__}: {e}", "?"
+                print(f"mode={mode:7s} capturing-stream-blocking={blocking!s:5s} {name:24s} "
+                      f"-> {r!s:45s} capture: {ended}", flush=True)
+                rt.cudaGetLastError()
+
+
+if __name__ == "__main__":
+    main()

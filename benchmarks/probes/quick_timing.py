@@ -1,30 +1,25 @@
-"""Rough per-call timings of the hot paths (a probe; the real numbers come
-from `python -m benchmarks.run`, which also runs the C floor).
+"""Rough per-call timings of the hot paths, each the median of 5 batches (a
+probe; the real numbers come from `python -m benchmarks.run`, which also
+runs the C floor).
 
-    python tools/quick_timing.py                  time the rows here
-    python tools/quick_timing.py --summarize LOG  medians of the rounds in LOG
-                                                  (tools/gpu_bench.sh ft: rounds
-                                                  headed "== round N: VERSION
-                                                  GIL|no GIL"), per interpreter,
-                                                  and the free-threaded one's
-                                                  excess per call
+    python -m benchmarks.probes.quick_timing                  time the rows here
+    python -m benchmarks.probes.quick_timing --summarize LOG  medians of the rounds
+                                                  in LOG (tools/gpu_bench.sh ft:
+                                                  rounds headed "== round N:
+                                                  VERSION GIL|no GIL"), per
+                                                  interpreter, and the
+                                                  free-threaded one's excess
+                                                  per call
 """
+import argparse
 import re
 import statistics
-import sys
-import time
+
+from benchmarks.timing import median_ns
 
 
 def per_call(fn, n=200_000):
-    for _ in range(1000):
-        fn()
-    best = float("inf")
-    for _ in range(5):
-        t0 = time.perf_counter_ns()
-        for _ in range(n):
-            fn()
-        best = min(best, (time.perf_counter_ns() - t0) / n)
-    return best
+    return median_ns(fn, n, 5, warmup=1000)
 
 
 def summarize(path):
@@ -46,7 +41,7 @@ def summarize(path):
         print(f"{row:24s} " + " ".join(f"{m:8.0f}" for m in meds) + extra)
 
 
-def main():
+def time_rows():
     from streams import Event, Stream
     from streams.testing import launch_empty
 
@@ -79,8 +74,17 @@ def main():
         print(f"{k:24s} {v:8.0f} ns")
 
 
-if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "--summarize":
-        summarize(sys.argv[2])
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.probes.quick_timing",
+                                 description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--summarize", metavar="LOG", help="summarize the rounds in LOG instead")
+    args = ap.parse_args(argv)
+    if args.summarize:
+        summarize(args.summarize)
     else:
-        main()
+        time_rows()
+
+
+if __name__ == "__main__":
+    main()

@@ -3,7 +3,7 @@ driver queues behind a busy stream before an enqueue blocks, and how far
 several producer threads get ahead of the callback thread, under the build
 and interpreter it runs in (compare a GIL build with a free-threaded one).
 
-    python tools/probe_callback_backlog.py        (on a GPU machine)
+    python -m benchmarks.probes.probe_callback_backlog    (on a GPU machine)
 
 Rows:
   depth      enqueues behind a spinning stream that return before one blocks
@@ -29,6 +29,7 @@ What it shows on an H200 (driver 580.159.04):
     stayed 1,000-16,000 callbacks ahead, a marker callback running 5-90 ms
     after its enqueue.
 """
+import argparse
 import sys
 import threading
 import time
@@ -121,7 +122,10 @@ def producers(s, threads, seconds=2.0):
     return sum(issued), elapsed, backlog, drain_s, samples
 
 
-def main():
+def main(argv=None):
+    argparse.ArgumentParser(prog="python -m benchmarks.probes.probe_callback_backlog",
+                            description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)
     print("==", gil_state(), "streams", streams.__version__, flush=True)
     s = streams.Stream(non_blocking=True)
     launch_empty(s)

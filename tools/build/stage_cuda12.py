@@ -3,7 +3,7 @@ network (the device machine), from the same PyPI wheels a CUDA 12 build
 uses: nvidia-cuda-runtime-cu12 (headers, libcudart_static.a) and
 nvidia-cuda-nvcc-cu12 (crt/host_defines.h only).
 
-    python tools/stage_cuda12.py [--wheels DIR] [--dest .cu12]
+    python tools/build/stage_cuda12.py [--wheels DIR] [--dest .cu12]
 
 then build with ``CUDA_HOME=.cu12 STREAMS_CUDA_MAJOR=12`` (``ci/run-gpu-tests
 cuda12`` does, from .cu12 or CUDA12_HOME).

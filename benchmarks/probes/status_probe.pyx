@@ -1,11 +1,11 @@
 # cython: language_level=3
 # Where the time of a status or enqueue call goes, layer by layer, in one
-# process (benchmarks/status_breakdown.py runs it).  Unlike cy_bench.pyx,
-# which times what a downstream project can cimport, this probe reaches
-# into the package's internal call layer (streams._cudart), so it is
-# compiled with the CUDA headers, against the checkout it times.  It links
-# no cudart of its own: every CUDA call goes through streams._cudart, as in
-# the package.
+# process (benchmarks/probes/status_breakdown.py runs it).  Unlike
+# benchmarks/cy_bench.pyx, which times what a downstream project can
+# cimport, this probe reaches into the package's internal call layer
+# (streams._cudart), so it is compiled with the CUDA headers, against the
+# checkout it times.  It links no cudart of its own: every CUDA call goes
+# through streams._cudart, as in the package.
 #
 # Each loop repeats one layer of the path a Python call takes:
 #   layer "call"   rt.<op>(handles): the guard and the error check around

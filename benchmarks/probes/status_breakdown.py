@@ -18,7 +18,7 @@ of the batches and half their p10-p90 spread; each layer also as the
 ratio to the floor and what it adds to the layer below.
 
 Run on a GPU machine from a checkout with streams built in place:
-``python -m benchmarks.status_breakdown [--rounds 21] [--n 20000]``.
+``python -m benchmarks.probes.status_breakdown [--rounds 21] [--n 20000]``.
 The probe module (``status_probe.pyx``) is compiled on first use with the
 CUDA headers into the benchmark cache.  A probe, not a row of the table.
 """
@@ -60,12 +60,13 @@ def build_probe(cache_dir=None):
     import subprocess
     import streams
     pkg = os.path.dirname(os.path.abspath(streams.__file__))
-    if os.path.realpath(os.path.dirname(pkg)) != os.path.realpath(CHECKOUT):
+    src_root = os.path.join(CHECKOUT, "src")
+    if os.path.realpath(os.path.dirname(pkg)) != os.path.realpath(src_root):
         return None, f"the imported streams ({pkg}) is not this checkout's: build it in place"
     incs, _lib = builders.find_cuda()
     if incs is None:
         return None, _lib
-    src = os.path.join(CHECKOUT, "benchmarks", "status_probe.pyx")
+    src = os.path.join(CHECKOUT, "benchmarks", "probes", "status_probe.pyx")
     pxds = [builders.read(os.path.join(pkg, n), "rb") for n in sorted(os.listdir(pkg))
             if n.endswith(".pxd")]
     build = os.path.join(cache_dir or builders.default_cache_dir(), "status-probe")
@@ -77,10 +78,11 @@ def build_probe(cache_dir=None):
     pyx = os.path.join(build, PROBE + ".pyx")
     with open(src, "rb") as fin, open(pyx, "wb") as fout:
         fout.write(fin.read())
-    # The probe cimports the call layer, whose private headers (the shim,
-    # counters.h) live in the checkout's src/, never in the package.
-    cmd = [sys.executable, "-c", _SETUP, build, pyx, CHECKOUT, streams.get_include(),
-           os.path.join(CHECKOUT, "src"), *incs]
+    # The probe cimports the call layer (src/streams/*.pxd), whose private
+    # headers (the shim, counters.h) live in the checkout's src/, never in
+    # the package.
+    cmd = [sys.executable, "-c", _SETUP, build, pyx, src_root, streams.get_include(), src_root,
+           *incs]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=build)
     if proc.returncode != 0 or not os.path.isfile(product):
         return None, "building the probe failed:\n" + builders._tail(proc.stdout + proc.stderr)
@@ -106,7 +108,8 @@ def _summary(values):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.probes.status_breakdown",
+                                 description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=21)
     ap.add_argument("--n", type=int, default=20000, help="calls per batch")
     ap.add_argument("--out", help="also write the report to this file")
@@ -146,7 +149,7 @@ def main(argv=None):
             s.synchronize()
 
     import platform
-    lines = [f"# benchmarks/status_breakdown.py: streams {streams.__version__}, "
+    lines = [f"# benchmarks/probes/status_breakdown.py: streams {streams.__version__}, "
              f"Python {platform.python_version()}, {args.rounds} rounds x {args.n} calls; "
              "ns per call: median ±half the p10-p90 spread of the batches",
              f"{'operation':<18} {'layer':<8} {'ns/call':>14} {'x floor':>8} {'adds':>7} (c_api over call, "

@@ -2,7 +2,7 @@
 (the ``host_func_throughput_8threads`` row), in one process, each variant's
 batches taken in turn with the others'.  A probe, not a row of the table.
 
-    python -m benchmarks.host_func_threads_breakdown [--calls N] [--rounds R] [--out FILE]
+    python -m benchmarks.probes.host_func_threads_breakdown [--calls N] [--rounds R] [--out FILE]
 
 Run on a GPU machine from a checkout with streams built in place (about a
 minute).  Rows, ns per callback (median over the rounds, ±half the spread):
@@ -58,7 +58,7 @@ def _producers(work, n, threads=THREADS):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m benchmarks.host_func_threads_breakdown",
+    p = argparse.ArgumentParser(prog="python -m benchmarks.probes.host_func_threads_breakdown",
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--calls", type=int, default=4000, help="callbacks per batch")
     p.add_argument("--rounds", type=int, default=7, help="batches per variant")

@@ -3,9 +3,9 @@
  * with no Python at all: a loop of cudaStreamQuery with a pause between
  * (an interruptible wait) against CUDA's own synchronize and the
  * alternatives.  A probe, not part of the benchmark table; the
- * Python side is benchmarks/native_host_breakdown.py.
+ * Python side is benchmarks/probes/native_host_breakdown.py.
  *
- *   gcc -O2 -I$CUDA_HOME/include benchmarks/native_wait.c \
+ *   gcc -O2 -I$CUDA_HOME/include benchmarks/probes/native_wait.c \
  *       -L$CUDA_HOME/lib64 -lcudart_static -lpthread -ldl -lrt -o /tmp/native_wait
  *   /tmp/native_wait [ITERS]
  *

@@ -2,25 +2,31 @@
 "native host-func round trip": ``launch_host_func`` of a C function's
 address, then ``Stream.synchronize()``), next to the same calls made with
 cuda.bindings, and the enqueue and the wait each on their own.  Run on a
-GPU machine from a checkout: ``python benchmarks/native_host_breakdown.py``
-(needs cuda-bindings; ctypes for the function pointer).  A probe, not part
-of the benchmark table; benchmarks/native_wait.c is its C half.
+GPU machine from a checkout:
+``python -m benchmarks.probes.native_host_breakdown`` (needs cuda-bindings;
+ctypes for the function pointer).  A probe, not part of the benchmark
+table; benchmarks/probes/native_wait.c is its C half.
 
 The host function is streams.testing.native_increment (an atomic add, no
 Python, no GIL) on a ctypes counter; every row checks that each function
 it enqueued had run by the end of the row.
 """
+import argparse
 import ctypes
 import statistics
-import time
 
 import streams
 import streams.testing
-from cuda.bindings import runtime as cudart
+from benchmarks.timing import batches_ns, calls
 from streams import _cudart
 
 
-def main():
+def main(argv=None):
+    argparse.ArgumentParser(prog="python -m benchmarks.probes.native_host_breakdown",
+                            description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)
+    from cuda.bindings import runtime as cudart
+
     s = streams.Stream()
     h = s.handle
     box = (ctypes.c_uint64 * 1)()
@@ -31,48 +37,32 @@ def main():
     owner = object()
     expected = [0]
 
-    def check(name, ran_per_call, calls):
+    def check(name, ran_per_call, n):
         s.synchronize()
-        expected[0] += ran_per_call * calls
+        expected[0] += ran_per_call * n
         if box[0] != expected[0]:
             raise SystemExit(f"{name}: {expected[0]} host functions enqueued, {box[0]} ran")
 
-    def bench(name, f, per_call=1, n=3000, reps=7):
-        for _ in range(300):
-            f()
-        check(name, per_call, 300)
-        ts = []
-        for _ in range(reps):
-            t = time.perf_counter_ns()
-            for _ in range(n):
-                f()
-            ts.append((time.perf_counter_ns() - t) / n)
-        check(name, per_call, n * reps)
-        ts.sort()
+    def row(name, ts):
         print(f"{name:72s} {statistics.median(ts):8.0f} ns  (min {ts[0]:.0f}, max {ts[-1]:.0f})",
               flush=True)
 
+    def bench(name, f, per_call=1, n=3000, reps=7):
+        # Each batch's functions have run by its end (checked untimed).
+        row(name, batches_ns(calls(f), n, reps, warmup=300,
+                             after=lambda k: check(name, per_call, k)))
+
     def floor_row(n=3000, reps=7):
-        _cudart.floor_batch("host_func_native_round_trip", 300)
-        ts = sorted(_cudart.floor_batch("host_func_native_round_trip", n) / n
-                    for _ in range(reps))
-        print(f"{'C floor in this process (src/floor.h: launch + cudaStreamSynchronize)':72s} "
-              f"{statistics.median(ts):8.0f} ns  (min {ts[0]:.0f}, max {ts[-1]:.0f})", flush=True)
+        row("C floor in this process (src/floor.h: launch + cudaStreamSynchronize)",
+            batches_ns(lambda k: _cudart.floor_batch("host_func_native_round_trip", k), n, reps,
+                       warmup=300))
 
     def enqueue_only(name, f, n=2000, reps=7):
         # Behind a spin kernel, so that nothing runs while the loop is timed:
-        # the enqueue's own cost.
-        ts = []
-        for _ in range(reps + 1):
-            streams.testing.spin(s, n * 6.0 + 2000.0)
-            t = time.perf_counter_ns()
-            for _ in range(n):
-                f()
-            ts.append((time.perf_counter_ns() - t) / n)
-            check(name, 1, n)
-        ts = sorted(ts[1:])
-        print(f"{name:72s} {statistics.median(ts):8.0f} ns  (min {ts[0]:.0f}, max {ts[-1]:.0f})",
-              flush=True)
+        # the enqueue's own cost.  The warm-up is one such batch.
+        row(name, batches_ns(calls(f), n, reps, warmup=n,
+                             before=lambda: streams.testing.spin(s, n * 6.0 + 2000.0),
+                             after=lambda k: check(name, 1, k)))
 
     def cb_launch():
         err, = cudart.cudaLaunchHostFunc(h, hfn, data)

@@ -437,8 +437,32 @@ cdef Graph _top(Graph graph):
     return g
 
 
-cdef list _node_list(Graph graph, cudaGraphNode_t* arr, size_t n):
-    return [_wrap_node(graph, arr[i]) for i in range(n)]
+cdef int _get_handles(void* owner, bint of_node, cudaGraphNode_t* out,
+                      size_t* n) except -1 nogil:
+    if of_node:
+        return rt.graph_node_get_dependencies(<cudaGraphNode_t>owner, out, n)
+    return rt.graph_get_nodes(<cudaGraph_t>owner, out, n)
+
+
+cdef list _handles(void* owner, bint of_node):
+    # The nodes of graph `owner`, or (of_node) the dependencies of node
+    # `owner`, as ints; the caller holds what owns the handle in use.
+    # CUDA fills at most the array's size, and says how many it filled.
+    cdef size_t n = 0, i
+    cdef cudaGraphNode_t* arr
+    with nogil:
+        _get_handles(owner, of_node, NULL, &n)
+    if n == 0:
+        return []
+    arr = <cudaGraphNode_t*>PyMem_Malloc(n * sizeof(cudaGraphNode_t))
+    if arr == NULL:
+        raise MemoryError()
+    try:
+        with nogil:
+            _get_handles(owner, of_node, arr, &n)
+        return [<uintptr_t>arr[i] for i in range(n)]
+    finally:
+        PyMem_Free(arr)
 
 
 include "_graph/capture.pxi"
@@ -683,24 +707,11 @@ cdef class GraphNode:
 
     @property
     def dependencies(self):
-        cdef size_t n = 0
-        cdef cudaGraphNode_t* deps
         self._check()
         self._graph._use()
         try:
-            with nogil:
-                rt.graph_node_get_dependencies(<cudaGraphNode_t>self._handle, NULL, &n)
-            if n == 0:
-                return []
-            deps = <cudaGraphNode_t*>PyMem_Malloc(n * sizeof(cudaGraphNode_t))
-            if deps == NULL:
-                raise MemoryError()
-            try:
-                with nogil:
-                    rt.graph_node_get_dependencies(<cudaGraphNode_t>self._handle, deps, &n)
-                return _node_list(self._graph, deps, n)
-            finally:
-                PyMem_Free(deps)
+            return [_wrap_node(self._graph, <cudaGraphNode_t>h)
+                    for h in _handles(self._handle, True)]
         finally:
             self._graph._unuse()
 
@@ -1041,23 +1052,9 @@ cdef class Graph(HandleOwner):
 
     @property
     def nodes(self):
-        cdef size_t n = 0
-        cdef cudaGraphNode_t* arr
         self._use()
         try:
-            with nogil:
-                rt.graph_get_nodes(<cudaGraph_t>self._handle, NULL, &n)
-            if n == 0:
-                return []
-            arr = <cudaGraphNode_t*>PyMem_Malloc(n * sizeof(cudaGraphNode_t))
-            if arr == NULL:
-                raise MemoryError()
-            try:
-                with nogil:
-                    rt.graph_get_nodes(<cudaGraph_t>self._handle, arr, &n)
-                return _node_list(self, arr, n)
-            finally:
-                PyMem_Free(arr)
+            return [_wrap_node(self, <cudaGraphNode_t>h) for h in _handles(self._handle, False)]
         finally:
             self._unuse()
 

@@ -690,42 +690,6 @@ cdef int _note_before_change(Graph top, uintptr_t key, object st) except -1:
     return 0
 
 
-cdef list _node_handles(cudaGraph_t g):
-    cdef size_t n = 0, i
-    cdef cudaGraphNode_t* arr
-    with nogil:
-        rt.graph_get_nodes(g, NULL, &n)
-    if n == 0:
-        return []
-    arr = <cudaGraphNode_t*>PyMem_Malloc(n * sizeof(cudaGraphNode_t))
-    if arr == NULL:
-        raise MemoryError()
-    try:
-        with nogil:
-            rt.graph_get_nodes(g, arr, &n)
-        return [<uintptr_t>arr[i] for i in range(n)]
-    finally:
-        PyMem_Free(arr)
-
-
-cdef list _node_dependencies(cudaGraphNode_t node):
-    cdef size_t n = 0, i
-    cdef cudaGraphNode_t* arr
-    with nogil:
-        rt.graph_node_get_dependencies(node, NULL, &n)
-    if n == 0:
-        return []
-    arr = <cudaGraphNode_t*>PyMem_Malloc(n * sizeof(cudaGraphNode_t))
-    if arr == NULL:
-        raise MemoryError()
-    try:
-        with nogil:
-            rt.graph_node_get_dependencies(node, arr, &n)
-        return [<uintptr_t>arr[i] for i in range(n)]
-    finally:
-        PyMem_Free(arr)
-
-
 cdef dict _paired_kernel_states(Graph source, Graph other):
     """What each kernel node of an executable of ``source`` runs once
     updated from ``other``, by node of ``source``; None when the two graphs'
@@ -733,8 +697,8 @@ cdef dict _paired_kernel_states(Graph source, Graph other):
     topology, which that order follows for graphs built or captured the
     same way: the pairing is taken only where every pair has the same type
     and dependencies that pair in order).  Both graphs are in use."""
-    cdef list a = _node_handles(<cudaGraph_t>source._handle)
-    cdef list b = _node_handles(<cudaGraph_t>other._handle)
+    cdef list a = _handles(source._handle, False)
+    cdef list b = _handles(other._handle, False)
     cdef Py_ssize_t i, n = len(a)
     cdef cudaGraphNodeType ta, tb
     cdef streams_kernel_node_params p
@@ -753,8 +717,8 @@ cdef dict _paired_kernel_states(Graph source, Graph other):
             rt.graph_node_get_type(nb, &tb)
         if ta != tb:
             return None
-        if ([index_a.get(d, -1) for d in _node_dependencies(na)]
-                != [index_b.get(d, -2) for d in _node_dependencies(nb)]):
+        if ([index_a.get(d, -1) for d in _handles(<void*>na, True)]
+                != [index_b.get(d, -2) for d in _handles(<void*>nb, True)]):
             return None
         if ta == cudaGraphNodeTypeKernel:
             kernels.append(i)

@@ -396,13 +396,7 @@ def _capture_callback(s, cb):
 def _raises_at_next_launch(exe, s):
     exe.launch(s)
     s.synchronize()
-    try:
-        exe.launch(s)
-    except HostCallbackError:
-        return True
-    finally:
-        s.synchronize()
-    return False
+    return _raised_at_launch(exe, s)
 
 
 def _ok(_):

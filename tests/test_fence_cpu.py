@@ -108,6 +108,9 @@ PROGRAM = textwrap.dedent(r"""
         pthread_create(&w, NULL, writer_b, NULL);
         usleep(100000);                         /* the writer now waits on B */
         printf("writer waited %d\n", atomic_load(&step) == 1);
+        i = streams_fence_try_enter(A);         /* a free stream: taken */
+        if (i) streams_fence_leave(A);
+        printf("try free %d busy %d\n", i, streams_fence_try_enter(B));
         t0 = now();
         streams_fence_enter(B);                 /* writers first: after it */
         printf("reader after writer %d %.3f\n", atomic_load(&step) == 3, now() - t0);
@@ -137,6 +140,9 @@ def test_the_fence_excludes_per_stream_and_never_across_streams(tmp_path):
     other = float(out.split("other stream ")[1].split()[0])
     assert other < 0.1, f"a capture on another stream waited {other:.3f} s for the held one"
     assert "writer waited 1" in out, out
+    # The look that must not wait: taken on a free stream, refused (not
+    # waited for) on one where a capture waits to begin or end.
+    assert "try free 1 busy 0" in out, out
     after = out.split("reader after writer ")[1].split()
     assert after[0] == "1", f"a reader went ahead of a waiting writer: {out}"
     assert "overlaps 0 table 0" in out, out

@@ -128,6 +128,23 @@ static void streams_fence_enter(void *stream) {
     pthread_mutex_unlock(&streams_fence_lock);
 }
 
+/* A read hold of `stream`'s fence if one is free now: 1 taken, 0 not (a
+ * capture begins or ends on it, or waits to).  For a look that must not
+ * wait on a stream other than the caller's (the sweep of the captures'
+ * registry, streams/_hostcall.pyx). */
+static int streams_fence_try_enter(void *stream) {
+    streams_fence_entry *e;
+    int taken = 0;
+    pthread_mutex_lock(&streams_fence_lock);
+    e = streams_fence_find(stream, 1);
+    if (e != NULL && e->writer == 0 && e->writers_waiting == 0) {
+        e->readers++;
+        taken = 1;
+    }
+    pthread_mutex_unlock(&streams_fence_lock);
+    return taken;
+}
+
 static void streams_fence_leave(void *stream) {
     streams_fence_entry *e;
     pthread_mutex_lock(&streams_fence_lock);

@@ -115,6 +115,7 @@ cdef Py_ssize_t drain_deferred() noexcept
 cdef void* marks_new() except NULL
 cdef void marks_free(void* marks) noexcept nogil
 cdef int marks_record(void* marks, cudaStream_t s) except -1 nogil
+cdef bint marks_done(void* marks) except -1 nogil
 cdef void park(void* marks, object a, object b) noexcept
 
 ### Versions and device management #########################################################
@@ -151,6 +152,7 @@ cdef int stream_end_capture(cudaStream_t h, cudaGraph_t* out) except -1 nogil
 # and end on `h` (above) in a write hold.  Holds on different streams never
 # wait for one another.  Taken without the GIL.
 cdef int fence_enter(cudaStream_t h) except -1 nogil
+cdef bint fence_try_enter(cudaStream_t h) except -1 nogil
 cdef void fence_leave(cudaStream_t h) noexcept nogil
 # The capture lock, for an enqueue into a capture (it touches the capture's
 # graph, which CUDA does not synchronize, and the capture must not end

@@ -67,6 +67,7 @@ cdef extern from "cudart/shim.h" nogil:
     void streams_user_object_release(void* payload)
     void streams_notify_ticket_fn(void* ticket)
     void streams_fence_enter(void* stream)
+    int streams_fence_try_enter(void* stream)
     void streams_fence_leave(void* stream)
     void streams_fence_close(void* stream)
     void streams_fence_open(void* stream)

@@ -133,6 +133,13 @@ cdef int fence_enter(cudaStream_t h) except -1 nogil:
     return 0
 
 
+cdef bint fence_try_enter(cudaStream_t h) except -1 nogil:
+    # 1: a read hold taken (fence_leave ends it); 0: a capture begins or
+    # ends on the stream now, and nothing was taken.
+    guard()
+    return streams_fence_try_enter(<void*>h) == 1
+
+
 cdef void fence_leave(cudaStream_t h) noexcept nogil:
     streams_fence_leave(<void*>h)
 

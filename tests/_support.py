@@ -130,6 +130,24 @@ def run_threads(target, n):
         t.join()
 
 
+def in_threads(work, n):
+    """``work(i)`` in ``n`` threads, i = 0..n-1, all started at once (a
+    barrier), then waited for; the exceptions they raised, each reported
+    here instead of lost in its thread."""
+    start = threading.Barrier(n)
+    errors = []
+
+    def run(i):
+        start.wait()
+        try:
+            work(i)
+        except BaseException as exc:     # noqa: BLE001 - returned to the caller
+            errors.append(exc)
+
+    run_threads(run, n)
+    return errors
+
+
 def in_thread(fn):
     """``fn()`` run on another thread, which has exited when this returns;
     its result, or its exception raised here."""
@@ -191,6 +209,17 @@ def uninitialised(cls):
     return cls.__new__(cls)
 
 
+class CudaStreamProto:
+    """Another library's stream as far as the ``__cuda_stream__`` protocol
+    goes: the method returns ``value`` as given, well formed or not."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __cuda_stream__(self):
+        return self.value
+
+
 def run_in_loop_without_readers(coro_fn):
     """Run ``coro_fn()`` in an event loop whose ``add_reader`` is not
     implemented (as on Windows' proactor loop): awaits must poll there."""
@@ -207,7 +236,9 @@ def run_in_loop_without_readers(coro_fn):
         loop.close()
 
 
-SOURCES = Path(__file__).resolve().parent.parent / "src" / "streams"
+# The checkout: the tests live in tests/<concept>/, this file in tests/.
+ROOT = Path(__file__).resolve().parents[1]
+SOURCES = ROOT / "src" / "streams"
 _INCLUDE = re.compile(r'^include "([^"]+)"\s*$', re.M)
 
 
@@ -262,6 +293,33 @@ def run_python_args(args, *, timeout, cwd=None, input=None, extra_env=None):
 def run_python(code, **kwargs):
     """``python -c code`` in a child, as :func:`run_python_args` runs it."""
     return run_python_args(["-c", code], **kwargs)
+
+
+def child_result(result):
+    """The JSON that a child (a finished :func:`run_python`) printed last on a
+    line ``RESULT <json>``; a child that printed none fails the test with
+    its output."""
+    import json
+    lines = [line[7:] for line in result.stdout.splitlines() if line.startswith("RESULT ")]
+    assert lines, f"rc={result.returncode}\n{result.stdout[-2000:]}\n{result.stderr[-3000:]}"
+    return json.loads(lines[-1])
+
+
+def run_pool_consumer(code, pool, fields, *, timeout=120):
+    """Run ``code`` (``python -c``, :func:`child_python`) in a child that is
+    handed the file descriptor of ``pool`` (an ``ipc=True`` MemoryPool) and,
+    on its stdin, the hex of the pickled tuple ``(fd, *fields)``; the
+    finished process.  The descriptor is exported for the child and closed
+    here once it has ended."""
+    import pickle
+    fd = pool.export_handle()
+    assert fd >= 0
+    try:
+        message = pickle.dumps((fd, *fields)).hex() + "\n"
+        return subprocess.run(**child_python(["-c", code]), input=message, pass_fds=(fd,),
+                              capture_output=True, text=True, timeout=timeout)
+    finally:
+        os.close(fd)
 
 
 def run_ipc_event_child(event, *, open_kwargs=None, wait_device=None, before="", timeout=60,

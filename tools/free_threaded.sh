@@ -237,10 +237,11 @@ pack() {
 
 # The GPU suites where a missing lock would show: several threads on shared
 # streams, callbacks, closes from other threads, the refcounts.
-DEFAULT_GPU_TESTS=(tests/test_free_threading_gpu.py tests/test_callbacks_gpu.py
-                   tests/test_stream_gpu.py tests/test_event_gpu.py tests/test_hostile_gpu.py
-                   tests/test_reliability_gpu.py tests/test_enqueue_gil_gpu.py
-                   tests/test_memory_lifetimes_gpu.py tests/test_handle_pools_gpu.py)
+DEFAULT_GPU_TESTS=(tests/handle/test_free_threading_gpu.py tests/handle/test_hostile_gpu.py
+                   tests/handle/test_reliability_gpu.py tests/hostcall/test_callbacks_gpu.py
+                   tests/stream/test_stream_gpu.py tests/stream/test_event_gpu.py
+                   tests/stream/test_enqueue_gil_gpu.py tests/stream/test_handle_pools_gpu.py
+                   tests/memory/test_memory_lifetimes_gpu.py)
 
 gpu() {
     local bundle=$BUNDLE prefix py out log stamp want

@@ -43,7 +43,7 @@ build_debug_copy() {
 replay() {  # NAME TRACE BUILD_DIR
     (cd "$3" && PYTHONPATH="$3/src" STREAMS_FUZZ_SECONDS="${REPLAY_SECONDS:-${FUZZ_SECONDS:-90}}" \
         STREAMS_FUZZ_SEED="${FUZZ_SEED:-1}" STREAMS_FUZZ_SHRINK_SECONDS=0 STREAMS_FUZZ_TRACE="$2" \
-        timeout $(( ${REPLAY_SECONDS:-${FUZZ_SECONDS:-90}} + 90 )) "$PY" tests/test_fuzz_gpu.py \
+        timeout $(( ${REPLAY_SECONDS:-${FUZZ_SECONDS:-90}} + 90 )) "$PY" tests/fuzz \
         >"$OUT/replay-$1.txt" 2>"$LOGS/replay-$1.log"
      echo "fuzz exit $?" >>"$OUT/replay-$1.txt"
      tail -60 "$LOGS/replay-$1.log" >"$OUT/replay-$1-tail.txt")
@@ -77,7 +77,7 @@ tail -25 "$OUT/replay-trace-tail.txt"
 fi
 if [[ "$STEPS" == *matrix* ]]; then
 (PYTHONPATH="$PWD/src" STREAMS_FUZZ_SECONDS="${FUZZ_SECONDS:-240}" STREAMS_FUZZ_SEED="${FUZZ_SEED:-1}" \
-    timeout $(( ${FUZZ_SECONDS:-240} + 120 )) "$PY" tests/test_fuzz_gpu.py >"$LOGS/fuzz.log" 2>&1;
+    timeout $(( ${FUZZ_SECONDS:-240} + 120 )) "$PY" tests/fuzz >"$LOGS/fuzz.log" 2>&1;
  echo "fuzz exit $?" >>"$LOGS/fuzz.log") &
 FUZZ=$!
 OUT="$LOGS" SUITE_TIMEOUT="${MATRIX_TIMEOUT:-270}" bash tools/gpu_matrix.sh "$CU12" \
@@ -92,15 +92,15 @@ if [[ "$STEPS" == *sanitizers* ]]; then
 # fuzzer itself under memcheck (the suite's xdist workers do not follow its
 # child); a memcheck start takes about two minutes.
 stackdump_preload
-stackdump_after $(( ${FUZZ_MEMCHECK_SECONDS:-60} + 240 )) "tests/test_fuzz_gpu.py" fuzz
+stackdump_after $(( ${FUZZ_MEMCHECK_SECONDS:-60} + 240 )) "tests/fuzz" fuzz
 (PYTHONPATH="$PWD/src" STREAMS_FUZZ_SECONDS="${FUZZ2_SECONDS:-240}" STREAMS_FUZZ_SEED="$(( ${FUZZ_SEED:-1} + 1000 ))" \
-    timeout $(( ${FUZZ2_SECONDS:-240} + 120 )) "$PY" tests/test_fuzz_gpu.py >"$LOGS/fuzz2.log" 2>&1;
+    timeout $(( ${FUZZ2_SECONDS:-240} + 120 )) "$PY" tests/fuzz >"$LOGS/fuzz2.log" 2>&1;
  echo "fuzz exit $?" >>"$LOGS/fuzz2.log") &
 FUZZ2=$!
 (PYTHONPATH="$PWD/src" STREAMS_FUZZ_SECONDS="${FUZZ_MEMCHECK_SECONDS:-60}" STREAMS_FUZZ_SEED="$(( ${FUZZ_SEED:-1} + 2000 ))" \
     timeout $(( ${FUZZ_MEMCHECK_SECONDS:-60} + 300 )) "${CUDA_HOME}/bin/compute-sanitizer" --tool memcheck \
     --report-api-errors no --show-backtrace no --error-exitcode 86 \
-    "$PY" tests/test_fuzz_gpu.py >"$LOGS/fuzz-memcheck.log" 2>&1;
+    "$PY" tests/fuzz >"$LOGS/fuzz-memcheck.log" 2>&1;
  echo "fuzz exit $?" >>"$LOGS/fuzz-memcheck.log") &
 FUZZ3=$!
 PYTHONPATH="$PWD/src" OUT="$LOGS/san" SUITE_TIMEOUT="${SANITIZER_TIMEOUT:-300}" bash tools/gpu_suite.sh --no-build \
@@ -138,7 +138,7 @@ FUZZ_SEED="${VERIFY_SEED:-${FUZZ_SEED:-1}}" replay release 0 "$ROOT" & pids+=($!
 # The matrix's debug-refcounts build (same $DEBUG_DIR) serves when it ran first.
 { [[ "$STEPS" == *matrix* ]] && ls "$DEBUG_DIR"/src/streams/_cudart*.so >/dev/null 2>&1 \
     || build_debug_copy 8; } && { FUZZ_SEED="${VERIFY_SEED:-${FUZZ_SEED:-1}}" replay debug 0 "$DEBUG_DIR" & pids+=($!); }
-PYTHONPATH="$ROOT/src" "$PY" -m pytest -q -p no:cacheprovider -rfEs ${VERIFY_TESTS:-tests/test_green_gpu.py} \
+PYTHONPATH="$ROOT/src" "$PY" -m pytest -q -p no:cacheprovider -rfEs ${VERIFY_TESTS:-tests/green/test_green_gpu.py} \
     >"$OUT/verify-tests.txt" 2>&1
 echo "tests exit $?" >>"$OUT/verify-tests.txt"
 wait "${pids[@]}"
@@ -163,15 +163,15 @@ if [[ "$STEPS" == *diagnose* ]]; then
  echo "ft exit $?" >>"$OUT/ft.txt") &
 FT=$!
 stackdump_preload
-stackdump_after $(( ${FUZZ_MEMCHECK_SECONDS:-60} + 200 )) "tests/test_fuzz_gpu.py" fuzz-memcheck
+stackdump_after $(( ${FUZZ_MEMCHECK_SECONDS:-60} + 200 )) "tests/fuzz" fuzz-memcheck
 (PYTHONPATH="$PWD/src" STREAMS_FUZZ_SECONDS="${FUZZ_MEMCHECK_SECONDS:-60}" STREAMS_FUZZ_SEED="${FUZZ_SEED:-3442}" \
     STREAMS_FUZZ_TRACE=1 timeout $(( ${FUZZ_MEMCHECK_SECONDS:-60} + 280 )) \
     "${CUDA_HOME}/bin/compute-sanitizer" --tool memcheck --report-api-errors no \
-    --show-backtrace no --error-exitcode 86 "$PY" tests/test_fuzz_gpu.py \
+    --show-backtrace no --error-exitcode 86 "$PY" tests/fuzz \
     >"$LOGS/fuzz-memcheck.log" 2>&1; echo "fuzz exit $?" >>"$LOGS/fuzz-memcheck.log") &
 FUZZ3=$!
 OUT="$OUT/memcheck" SUITE_TIMEOUT="${SANITIZER_TIMEOUT:-300}" bash tools/gpu_suite.sh --no-build \
-    --sanitizer memcheck tests/test_free_threading_gpu.py tests/test_enqueue_gil_gpu.py \
+    --sanitizer memcheck tests/handle/test_free_threading_gpu.py tests/stream/test_enqueue_gil_gpu.py \
     >"$OUT/memcheck.txt" 2>&1
 echo "memcheck exit $?" >>"$OUT/memcheck.txt"
 wait "$FUZZ3" "$FT"

@@ -1,9 +1,10 @@
 """Probe: what the driver answers to a change of a kernel node captured on a
 green context's stream, in the executable, next to the same change of an
-ordinary stream's capture (tests/test_green_gpu.py checks that streams
-refuses such changes before CUDA).  The driver is called through ctypes with the node's parameters as
-it reports them, under the primary or the node's context, with the function
-or the library kernel naming the code.  One line per case:
+ordinary stream's capture (tests/green/test_green_gpu.py checks that
+streams refuses such changes before CUDA).  The driver is called through
+ctypes with the node's parameters as it reports them, under the primary or
+the node's context, with the function or the library kernel naming the
+code.  One line per case:
 
     python -m benchmarks.probes.probe_green_kernel_args [CRASHES=1]    (on a GPU machine)
 

@@ -63,7 +63,7 @@ def test_help_says_how_to_call_it(tmp_path):
     ((), "no FLAVOUR"),
     (("debug",), "unknown FLAVOUR 'debug'"),
     (("release", "initcheck"), "unknown SANITIZER 'initcheck'"),
-    (("release", "memcheck", "tests/test_event_gpu.py"), "pytest's arguments go after --"),
+    (("release", "memcheck", "tests/stream/test_event_gpu.py"), "pytest's arguments go after --"),
     (("--print", "cuda13"), "unknown FLAVOUR 'cuda13'"),
 ])
 def test_a_wrong_call_exits_2_and_says_why(tmp_path, args, message):
@@ -124,7 +124,7 @@ def test_print_sanitizer(tmp_path, tool):
     """The sanitizer prefixes each xdist worker's Python, with the options
     and the deselected markers of the suite's sanitizer runs; with one
     worker, it prefixes pytest and follows its children."""
-    out = printed(tmp_path, "release", tool, "--", "tests/test_event_gpu.py")
+    out = printed(tmp_path, "release", tool, "--", "tests/stream/test_event_gpu.py")
     options = (f"--tool {tool} --error-exitcode 86 --report-api-errors no --show-backtrace no "
                f"--log-file {tmp_path}/logs/sanitizer-{tool}-%p.log --print-limit 100")
     wrapper = f"{tmp_path}/logs/python-under-{tool}.sh"
@@ -134,7 +134,7 @@ def test_print_sanitizer(tmp_path, tool):
     assert "STREAMS_TEST_UNDER_SANITIZER=1" in test
     assert "-m 'not timing and not slow and not concurrent and not hidden_device'" in test
     assert f"--dist load --tx '4*popen//python={wrapper}'" in test
-    assert test.endswith(" tests/test_event_gpu.py"), test
+    assert test.endswith(" tests/stream/test_event_gpu.py"), test
     test = printed(tmp_path, "release", tool, GPU_TEST_WORKERS="1").splitlines()[-1]
     assert f"compute-sanitizer {options} --target-processes all python3 -m pytest" in test
     assert "--tx" not in test and " -n " not in test

@@ -17,7 +17,7 @@
  * The lock is held only to copy a few words, never across a call; a fork
  * re-makes it in the child, where another thread of the parent may have
  * held it, and empties the queue there, which names the parent's handles
- * (src/cudart/fork.h; tests/test_audit_misc_cpu.py forks while a thread
+ * (src/cudart/fork.h; tests/cudart/test_shared_state_cpu.py forks while a thread
  * holds it).  The fault injection of the tests (streams_cleanup_inject_*)
  * is kept under the same lock. */
 #define STREAMS_CLEANUP_QUEUE 64

@@ -49,7 +49,7 @@
  *
  * One-shot tickets, for what the fence cannot see: src/cudart/tickets.h.
  * This part needs only pthreads and libc (no Python, no CUDA), so that
- * tests/test_fence_cpu.py compiles it alone and hammers it. */
+ * tests/cudart/test_fence_cpu.py compiles it alone and hammers it. */
 
 /* The streams with a hold or a waiting writer: a small table under one
  * mutex that is only ever held for a look-up, never across a CUDA call. */

@@ -16,7 +16,7 @@
  *  - the handle and reference counters of debug_counters().
  *
  * Included by exactly one translation unit (streams/_cudart.pyx;
- * tests/test_layout.py checks it): the parts keep their state `static`.
+ * tests/package/test_layout.py checks it): the parts keep their state `static`.
  * One file a concern, in the order they build on each other. */
 #ifndef STREAMS_SHIM_H
 #define STREAMS_SHIM_H

@@ -84,11 +84,11 @@ def get_cython_include():
 
 # The public API: every public name above (what the layers export, then
 # show_config and get_include).  streams/__init__.pyi spells the list out for
-# type checkers; tests/test_stubs.py checks that the two agree.
+# type checkers; tests/package/test_stubs.py checks that the two agree.
 __all__ = sorted(name for name in globals() if not name.startswith("_"))
 
 # Each public class says it is streams.<Name> (tracebacks, reprs, pickles)
-# and has a signature (streams._args._make_public; tests/test_public_face.py).
+# and has a signature (streams._args._make_public; tests/package/test_public_face.py).
 for _name in __all__:
     if isinstance(globals()[_name], type):
         _args._make_public(globals()[_name], __name__)

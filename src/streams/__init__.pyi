@@ -7,7 +7,7 @@
 # defines; __all__ below is the one written-out list of them.  stubtest
 # checks that these re-exports and __all__ match the runtime: when
 # streams/__init__.py grows a name, add it to both lists here
-# (tests/test_stubs.py fails until it is).
+# (tests/package/test_stubs.py fails until it is).
 
 from _typeshed import SupportsWrite
 

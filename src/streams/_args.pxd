@@ -22,7 +22,7 @@ cdef int as_dim3(object value, dim3* out, str argname) except -1
 cdef int as_int(object value, str argname) except? -1
 # A flag: True or False (or a numpy bool), else TypeError naming the
 # argument: a truthy stand-in ('false', 'no', 2, None) would silently turn
-# the flag on or off (tests/test_arguments.py).  Inline: Stream.launch reads
+# the flag on or off (tests/package/test_arguments.py).  Inline: Stream.launch reads
 # wait_producers with it on every launch.
 cdef inline bint as_bool(object value, str argname) except -1:
     if value is True:

@@ -174,7 +174,7 @@ def _make_public(cls, str module):
     comes from ``tp_doc``, whose first line is the signature Cython
     embeds (or the docstring states): the marker that makes it one is
     added, and ``inspect.signature(cls)`` then works (IDEs, ``help``).
-    A Python class just gets ``__module__``.  tests/test_public_face.py
+    A Python class just gets ``__module__``.  tests/package/test_public_face.py
     checks every name of ``streams.__all__``."""
     cdef PyTypeObject* t = <PyTypeObject*>cls
     cdef bytes name, doc

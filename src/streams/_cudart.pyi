@@ -7,7 +7,7 @@
 # shared through imports between the stubs, never re-exported.
 #
 # Checked against the built modules by `python -m mypy.stubtest streams`
-# (run `python tests/test_stubs.py` for the command); the Cython artefacts it
+# (run `python tests/package/test_stubs.py` for the command); the Cython artefacts it
 # must ignore are listed, with reasons, in .github/stubtest-allowlist.txt.  A
 # new public name in a module needs an entry in its stub and, when
 # streams/__init__.py re-exports it, in __init__.pyi too.

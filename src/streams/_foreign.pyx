@@ -116,7 +116,7 @@ cdef enum:
 # per call or per test, read once as a stream or an event, is collected when
 # its last user drops it, and its entry goes with it).  An entry is trusted
 # only while its reference still gives the very type asked about (an id is
-# reused once its object is gone).  tests/test_audit_misc_cpu.py shows a
+# reused once its object is gone).  tests/foreign/test_foreign_readers_cpu.py shows a
 # dropped class collected.
 cdef dict _stream_readers = {}
 cdef dict _event_readers = {}

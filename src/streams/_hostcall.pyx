@@ -118,7 +118,7 @@ cdef dict _capture_of_stream = {}   # stream handle -> id of its latest register
 # a capture that streams' end_capture never ends (another library ends it,
 # its stream is closed during it) is found ended and forgotten, so the
 # registry stays bounded whatever ends the captures
-# (tests/test_graph_audit_cpu.py, tests/test_graph_audit_gpu.py).
+# (tests/graph/test_graph_audit_cpu.py, tests/graph/test_graph_audit_gpu.py).
 cdef Py_ssize_t _SWEEP_MIN = 32
 cdef Py_ssize_t _sweep_at = 32
 # Told of each capture forgotten because it ended elsewhere (with its

@@ -1444,7 +1444,7 @@ def _nvrtc_candidates():
 def _nvrtc_wheel():
     """The requirement of NVIDIA's NVRTC wheel for this build's CUDA major,
     quoted for a shell: what the error of a missing NVRTC tells to install
-    (tests/test_launch_cpu.py)."""
+    (tests/launch/test_launch_cpu.py)."""
     major = rt_runtime_version() // 1000
     if major == 12:
         return '"nvidia-cuda-nvrtc-cu12==12.*"'
@@ -1509,7 +1509,7 @@ cdef int _load_nvrtc() except -1:
                                + "; ".join(tried))
         # Every symbol into a local table first: a library that lacks one
         # (STREAMS_NVRTC naming something else) is closed again, and the
-        # table in use is never half-filled (tests/test_audit_misc_cpu.py).
+        # table in use is never half-filled (tests/cudart/test_shared_state_cpu.py).
         try:
             _nvrtc_resolve(lib, path, &found)
         except BaseException:

@@ -212,7 +212,7 @@ cdef int _capture_of(Stream consumer, unsigned long long* cid) except -1:
 #     capture began cannot be told apart then: the capture's owner orders
 #     it, as torch.cuda.graph does by synchronizing before it captures.)
 #   * neither is being captured: the consumer waits.
-# The GPU tests of tests/test_audit_misc_gpu.py show each case.
+# The GPU tests of tests/foreign/test_arrays_capture_gpu.py show each case.
 cdef enum _Order:
     _ORDER_SKIP = 0         # nothing to wait for
     _ORDER_WAIT = 1         # wait
@@ -873,7 +873,8 @@ cdef class DeviceBuffer(_Buffer):
             # would join or break that capture, so the tail is waited for on
             # the host instead (GIL released; in relaxed capture mode, in
             # which the capture allows the queries of the wait).  Test:
-            # test_audit_misc_gpu.py, a closed stream's buffer during a capture.
+            # tests/foreign/test_arrays_capture_gpu.py, a closed stream's
+            # buffer during a capture.
             with nogil:
                 rt.thread_exchange_capture_mode(&mode)
             try:
@@ -1539,7 +1540,7 @@ cdef int _check_memory_arg(object obj, int flags, str argname) except -1:
     None; a NULL or too large address; a host buffer that is read-only or
     not contiguous, where one is taken), checked before the stream and the
     device are looked at: a bad argument is named as such on a machine
-    without a GPU too (tests/test_arguments.py)."""
+    without a GPU too (tests/package/test_arguments.py)."""
     cdef Py_buffer view
     if obj is None:
         if flags & SPAN_NULL_OK:

@@ -472,7 +472,7 @@ cdef class Waitable(HandleOwner):
 # path (captures, other libraries' streams and events, failed enqueues,
 # the C-level API) can break it.  What it costs per call is measured in
 # benchmarks/ (the release and retake of an uncontended GIL).
-# Tests: tests/test_enqueue_gil_gpu.py, one per kind of enqueue and status
+# Tests: tests/stream/test_enqueue_gil_gpu.py, one per kind of enqueue and status
 # call, each behind a wait_value that a Python thread releases.
 
 ctypedef int (*_record_call)(cudaEvent_t ev, cudaStream_t s, unsigned int flags) noexcept nogil
@@ -1134,7 +1134,7 @@ cdef class Stream(Waitable):
     def handle(self):
         """The ``cudaStream_t`` as an int."""
         # One made with Stream.__new__ has none: its 0 would pass for the
-        # legacy stream (tests/test_new_objects.py calls every method of
+        # legacy stream (tests/handle/test_new_objects.py calls every method of
         # such objects).  A closed one still tells
         # the handle it had (reprs and the compat layers read it).
         if not self._is_initialised():
@@ -1208,7 +1208,8 @@ cdef class Stream(Waitable):
         # Decided by what the stream is, which CUDA answers for any stream
         # (rt.stream_sm_count: the stream's own share, or its green
         # context's), never by what its owner object is: an owner can be
-        # anything a wrapper was given (tests/test_audit_misc_*.py).
+        # anything a wrapper was given (tests/stream/test_sm_count_cpu.py,
+        # tests/green/test_green_release_gpu.py).
         self._use()
         try:
             if not self._special:

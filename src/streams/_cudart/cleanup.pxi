@@ -43,7 +43,7 @@ cdef extern from "cudart/shim.h":
 
 # What each kind of release is called in a warning: the object, the call.
 # Keyed by kind (not a tuple in enum order): a kind added to the enum must
-# get its words here, and tests/test_kernels_adopt_cpu.py checks every one has.
+# get its words here, and tests/launch/test_kernels_adopt_cpu.py checks every one has.
 _CLEANUP_WHAT = {
     HANDLE_STREAM: ("stream", "cudaStreamDestroy"),
     HANDLE_EVENT: ("event", "cudaEventDestroy"),

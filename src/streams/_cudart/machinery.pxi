@@ -481,7 +481,7 @@ cdef void _flush_if_gil() noexcept nogil:
 # out and frees still queued, but a pool destroyed with one of its
 # allocations out, that allocation freed later, then more stream-ordered
 # work on that stream kills the process (SIGSEGV inside CUDA on an H100;
-# tests/test_memory_lifetimes_gpu.py reproduces it in a child).  So the
+# tests/memory/test_memory_lifetimes_gpu.py reproduces it in a child).  So the
 # package never takes that path: each buffer holds its pool in
 # use until its free is enqueued, every free is marked on its stream, and
 # the pool is destroyed once those marks are done.
@@ -538,7 +538,7 @@ cdef void release_pool(void* pool, void* frees) noexcept nogil:
 # So the release records an event of the whole context (cuGreenCtxRecordEvent:
 # every activity of the context at that moment, its closed streams' included)
 # and parks the context on it; the destroy runs once the event is done, at
-# a later drain (tests/test_audit_misc_gpu.py).  Where the event cannot be
+# a later drain (tests/green/test_green_release_gpu.py).  Where the event cannot be
 # made, the context is destroyed at once, as before.  Counted destroyed at
 # the release, as every handle release_handle lets go.
 

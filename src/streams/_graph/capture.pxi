@@ -227,7 +227,7 @@ def end_capture(Stream stream not None):
         # foreign stream's owner) lives as long as the graph and its
         # executables: the captured kernel nodes name functions of the
         # stream's context, and instantiating them once a green context is
-        # destroyed crashes in the driver (tests/test_green_gpu.py).  Read
+        # destroyed crashes in the driver (tests/green/test_green_gpu.py).  Read
         # while the stream is in use: a close() in another thread may drop
         # it once the use ends.
         owner = stream._owner

@@ -432,7 +432,7 @@ cdef int _check_condition(Graph graph, object value, str argname) except -1:
 cdef bytes _arg_bytes(object value, size_t size, int kind, list keeps, Graph graph, str what):
     # One argument's new bytes, exactly `size` of them whatever the value's
     # type says of itself (CUDA copies `size` bytes from the argument:
-    # tests/test_graph_audit_cpu.py, an int subclass's short to_bytes).
+    # tests/graph/test_graph_audit_cpu.py, an int subclass's short to_bytes).
     cdef bytes b = _arg_bytes_of(value, size, kind, keeps, graph, what)
     if <size_t>len(b) != size:
         raise ValueError(f"{what}: {type(value).__name__} gave {len(b)} bytes for a parameter "

@@ -19,7 +19,7 @@ cdef class _HandlePool:
     # parameters written, then the pool published (_publish) after them.
     @staticmethod
     cdef int _check_maxsize(object maxsize) except -1:
-        # Before the device is looked at (tests/test_arguments.py).
+        # Before the device is looked at (tests/package/test_arguments.py).
         if isinstance(maxsize, bool) or not isinstance(maxsize, int):
             raise TypeError(f"maxsize must be an int, not {type(maxsize).__name__}")
         if maxsize < 0 or maxsize > 1 << 20:

@@ -71,6 +71,8 @@ cdef enum:
 cdef int _memops_cache[rt.STREAMS_MAX_DEVICES]
 for _i in range(rt.STREAMS_MAX_DEVICES):
     _memops_cache[_i] = -1
+# Whether the kernel path's kernels are loaded into each device's context.
+cdef int _kernels_loaded[rt.STREAMS_MAX_DEVICES]
 # Pause-spinning before sleeping, as the other waits do (_stream's _SPIN_NS).
 cdef long long _SPIN_NS = 100000
 
@@ -87,6 +89,42 @@ cdef int _device_has_memops(int dev) except -1:
     if 0 <= dev < rt.STREAMS_MAX_DEVICES:
         streams_flag_set(&_memops_cache[dev], has)
     return has
+
+
+cdef int _load_kernels_on(int dev) except -1:
+    # The kernel path's kernels, loaded into `dev`'s context before their
+    # first launch there: under lazy loading that launch would load them,
+    # and a load may wait for the device's queued work, a stream blocked on
+    # a semaphore among it (test_semaphore_gpu.py,
+    # test_registering_a_page_while_a_stream_waits_does_not_deadlock).
+    # In relaxed capture mode: the first operation may be one being
+    # captured, and loading is no work of the capture.
+    cdef Kernel signal, wait
+    cdef DeviceScope scope
+    cdef void* fn = NULL
+    cdef cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed
+    if 0 <= dev < rt.STREAMS_MAX_DEVICES and streams_flag_get(&_kernels_loaded[dev]):
+        return 0
+    with nogil:
+        rt.thread_exchange_capture_mode(&mode)
+    try:
+        signal = semaphore_kernel(True)
+        wait = semaphore_kernel(False)
+        with nogil:
+            enter_device(&scope, dev)
+            try:
+                rt.kernel_function(signal.c_handle(), &fn)
+                rt.kernel_function(wait.c_handle(), &fn)
+            finally:
+                exit_device(&scope)
+    except NotImplementedError:
+        pass                # a driver without cuKernelGetFunction: loaded at first launch
+    finally:
+        with nogil:
+            rt.thread_exchange_capture_mode(&mode)
+    if 0 <= dev < rt.STREAMS_MAX_DEVICES:
+        streams_flag_set(&_kernels_loaded[dev], 1)
+    return 0
 
 
 class SemaphoreAbandoned(RuntimeError):
@@ -531,6 +569,7 @@ cdef class TimelineSemaphore(HandleOwner):
                                      "64-bit stream memory operations: use path=None or "
                                      "'kernel'")
             if not memops:
+                _load_kernels_on(dev)
                 kernel = semaphore_kernel(signal)
             addr = <unsigned long long>self._dptr
             args[0] = &addr

@@ -469,8 +469,8 @@ cdef class TimelineSemaphore(HandleOwner):
     # ---- the GPU's side -------------------------------------------------------------------
     @property
     def path(self):
-        """"memops" or "kernel": how GPU operations are made on the current
-        device (as ``path`` asked, or the first that device has)."""
+        """How GPU operations are made on the current device: "memops" or
+        "kernel" (as ``path`` asked, or the first that device has)."""
         self._check_open()
         if self._path == PATH_MEMOPS:
             return "memops"
@@ -540,7 +540,8 @@ cdef class TimelineSemaphore(HandleOwner):
                 with nogil:
                     rt.host_register(<void*>self._page, STREAMS_SEM_PAGE_SIZE, &dptr)
             except BaseException:
-                rt.marks_free(marks)
+                with nogil:
+                    rt.marks_free(marks)
                 raise
             self._dptr = dptr
             self._marks = marks
@@ -559,7 +560,8 @@ cdef class TimelineSemaphore(HandleOwner):
         self._register()
         s._use()
         try:
-            dev = s.c_device()
+            with nogil:
+                dev = s.c_device()      # a call of CUDA's for the special streams
             if self._path == PATH_KERNEL:
                 memops = False
             else:

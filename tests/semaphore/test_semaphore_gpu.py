@@ -50,6 +50,9 @@ def path(request):
 
 @pytest.fixture
 def sem(path):
+    """A semaphore on the path under test.  Tests take it last, so that its
+    teardown (abandon: every wait released) runs before the other
+    fixtures' synchronize_device."""
     s = TimelineSemaphore(path=path)
     yield s
     # Whatever the test left waiting is released before the leak check's
@@ -81,13 +84,13 @@ def _not_done_after(stream, seconds=0.1):
     return stream.query() is False
 
 
-def test_path_is_the_one_asked_for_or_the_devices_own(sem, path):
+def test_path_is_the_one_asked_for_or_the_devices_own(path, sem):
     assert sem.path == path
     with TimelineSemaphore() as auto:
         assert auto.path == ("memops" if _device_has_memops() else "kernel")
 
 
-def test_a_wait_holds_its_stream_until_the_signal(sem, ready, device_buffer, closer):
+def test_a_wait_holds_its_stream_until_the_signal(ready, device_buffer, closer, sem):
     signaller = closer(Stream(non_blocking=True))
     waiter = closer(Stream(non_blocking=True))
     control = closer(Stream(non_blocking=True))
@@ -106,7 +109,7 @@ def test_a_wait_holds_its_stream_until_the_signal(sem, ready, device_buffer, clo
     assert sem.value == 1
 
 
-def test_a_host_signal_releases_a_gpu_wait(sem, ready, device_buffer, closer):
+def test_a_host_signal_releases_a_gpu_wait(ready, device_buffer, closer, sem):
     s = closer(Stream(non_blocking=True))
     buf = device_buffer()
     sem.wait(s, 5)
@@ -119,7 +122,7 @@ def test_a_host_signal_releases_a_gpu_wait(sem, ready, device_buffer, closer):
     assert (to_host(buf, s) == 3).all()
 
 
-def test_the_host_sees_a_gpu_signal(sem, closer):
+def test_the_host_sees_a_gpu_signal(closer, sem):
     s = closer(Stream(non_blocking=True))
     spin(s, 200 * MS)
     sem.signal(s, 3)
@@ -131,7 +134,7 @@ def test_the_host_sees_a_gpu_signal(sem, closer):
     assert s.synchronize(timeout=10) is True
 
 
-def test_wait_async_sees_a_gpu_signal(sem, closer):
+def test_wait_async_sees_a_gpu_signal(closer, sem):
     s = closer(Stream(non_blocking=True))
 
     async def main():
@@ -142,7 +145,7 @@ def test_wait_async_sees_a_gpu_signal(sem, closer):
     assert asyncio.run(main()) is True
 
 
-def test_gpu_signals_refuse_to_go_backwards(sem, closer):
+def test_gpu_signals_refuse_to_go_backwards(closer, sem):
     s = closer(Stream(non_blocking=True))
     spin(s, 200 * MS)
     sem.signal(s, 5)                      # enqueued, not yet written
@@ -179,8 +182,8 @@ def test_signals_and_waits_replay_in_a_graph(path, ready, device_buffer, closer)
         start.abandon("test teardown")
 
 
-def test_abandon_releases_a_captured_wait_in_a_replayed_graph(sem, ready, device_buffer,
-                                                              closer):
+def test_abandon_releases_a_captured_wait_in_a_replayed_graph(ready, device_buffer, closer,
+                                                              sem):
     s = closer(Stream(non_blocking=True))
     buf = device_buffer()
     with s.capture() as cap:
@@ -250,7 +253,7 @@ def test_memops_asked_for_where_the_device_has_none_is_refused(closer):
         sem.signal(s, 1)
 
 
-def test_gpu_operations_check_their_arguments_first(sem, closer):
+def test_gpu_operations_check_their_arguments_first(closer, sem):
     s = closer(Stream(non_blocking=True))
     with pytest.raises(TypeError, match="stream must be a streams.Stream"):
         sem.signal("stream", 1)

@@ -33,6 +33,7 @@ from streams._graph import (CaptureInfo, ConditionHandle, Graph, GraphAllocation
                             exchange_capture_mode, graph_memory_info, reset_graph_memory_high,
                             trim_graph_memory)
 from streams._green import GreenContext, SmPartition, SmResource
+from streams._semaphore import SemaphoreAbandoned, SemaphoreDescriptor, TimelineSemaphore
 from streams._interop import current_in, follow_current_stream
 from streams import _cudart
 

@@ -74,6 +74,11 @@ from streams._green import (
     SmPartition as SmPartition,
     SmResource as SmResource,
 )
+from streams._semaphore import (
+    SemaphoreAbandoned as SemaphoreAbandoned,
+    SemaphoreDescriptor as SemaphoreDescriptor,
+    TimelineSemaphore as TimelineSemaphore,
+)
 from streams._interop import (
     current_in as current_in,
     follow_current_stream as follow_current_stream,
@@ -130,6 +135,8 @@ __all__ = [
     "NodeType",
     "PinnedBuffer",
     "PreparedLaunch",
+    "SemaphoreAbandoned",
+    "SemaphoreDescriptor",
     "SmPartition",
     "SmResource",
     "Stream",
@@ -138,6 +145,7 @@ __all__ = [
     "StreamsEnum",
     "HostFuncSyncMode",
     "SyncPolicy",
+    "TimelineSemaphore",
     "UpdateResult",
     "as_stream",
     "builtin_kernel",

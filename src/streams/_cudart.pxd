@@ -55,6 +55,8 @@ cdef extern from "counters.h":
         STREAMS_CNT_CUDA_WITH_GIL
         STREAMS_CNT_GREEN_CTX_CREATED
         STREAMS_CNT_GREEN_CTX_DESTROYED
+        STREAMS_CNT_SEMAPHORE_CREATED
+        STREAMS_CNT_SEMAPHORE_DESTROYED
 
 ### The package's machinery: errors, the guard, counters, deferred releases, handles #######
 # A release run later on a safe thread, with the GIL held.
@@ -236,6 +238,24 @@ cdef int memcpy_batch_async(void** dsts, void** srcs, size_t* sizes, size_t coun
 # The driver's cuStreamWaitValue32/64 and cuStreamWriteValue32/64.
 cdef int stream_wait_value(cudaStream_t s, unsigned long long addr, unsigned long long value, unsigned int flags, bint wide) except -1 nogil
 cdef int stream_write_value(cudaStream_t s, unsigned long long addr, unsigned long long value, unsigned int flags, bint wide) except -1 nogil
+# Whether `dev` takes 64-bit stream memory operations (the driver's
+# CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS): 1 or 0.
+cdef int device_has_64_bit_memops(int dev) except -1 nogil
+# ---- host memory registered for the GPU (a TimelineSemaphore's page) ---------------------
+# Page-lock [p, p + n), which mmap mapped, for every device and map it
+# (cudaHostRegisterMapped | cudaHostRegisterPortable, in relaxed capture
+# mode: a registration must not break another thread's capture); *dptr is
+# its device address.
+cdef int host_register(void* p, size_t n, void** dptr) except -1 nogil
+# Unregister (when `registered`) and unmap the page once every GPU
+# operation marked in `marks` has run (parked until then, never waiting;
+# they take `marks`, which may be NULL).  destroy_mapped_page raises on a
+# failed unregistration when it runs now (close()); release_mapped_page
+# never raises (a failure becomes a CudaWarning), defers inside a host
+# callback, and leaves the page to the process's end where CUDA must not be
+# called (a forked child, interpreter teardown).
+cdef int destroy_mapped_page(void* p, size_t n, bint registered, void* marks) except -1 nogil
+cdef void release_mapped_page(void* p, size_t n, bint registered, void* marks) noexcept nogil
 
 ### Stream-ordered memory allocator: asynchronous allocations and memory pools #############
 cdef int malloc_async(void** out, size_t n, cudaStream_t s) except -1 nogil
@@ -413,6 +433,7 @@ cdef enum:
     CLEANUP_DEVICE_MEMORY               # cudaFreeAsync of a DeviceBuffer
     CLEANUP_DEVICE_SYNC                 # an adopted kernel's owner let go
     CLEANUP_MARKER_EVENT                # cudaEventDestroy of the shim's own events
+    CLEANUP_HOST_REGISTRATION           # cudaHostUnregister of a semaphore's page
     CLEANUP_KINDS
 # A release that failed, on any thread, GIL or not: queued, and reported as
 # a streams.CudaWarning by the next flush (a release on a thread that holds

@@ -25,6 +25,7 @@ from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
 from libc.stdint cimport uintptr_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memset
+from posix.mman cimport munmap
 
 from streams._platform cimport (STREAMS_FREE_THREADED, streams_flag_get, streams_flag_set,
                                 streams_ptr_load, streams_ptr_store, streams_sleep_ns)

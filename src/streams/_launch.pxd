@@ -131,3 +131,7 @@ cdef Kernel adopt_kernel(uintptr_t h, bint is_kernel, object owner, object signa
 # CUkernel, or its CUfunction in the current device's primary context), or
 # None: what KernelNodeParams.kernel gives back for a node streams built.
 cdef Kernel find_node_kernel(void* func, void* kern, object name)
+# The one-thread kernels of a timeline semaphore's kernel path
+# (streams._semaphore): signal (True) or wait, each taking the counter's
+# device address and a value, both 64-bit.  Loaded at first use.
+cdef Kernel semaphore_kernel(bint signal)

@@ -1274,7 +1274,9 @@ cdef class PreparedLaunch:
 
 cdef Module _builtins = None
 cdef Kernel _k_empty, _k_spin, _k_fill_u32, _k_increment_u32
-# Set (releasing) once the five above are: a thread that reads it set
+# A timeline semaphore's kernel path (streams._semaphore): signal, wait.
+cdef Kernel _k_sem_signal, _k_sem_wait
+# Set (releasing) once the kernels above are: a thread that reads it set
 # (acquiring) sees whole kernels, never a half-published one.
 cdef int _builtins_ready = False
 cdef object _builtins_lock = _threading.Lock()
@@ -1296,6 +1298,7 @@ def builtin_ptx(name="builtin"):
 
 cdef int _load_builtins() except -1:
     global _builtins, _k_empty, _k_spin, _k_fill_u32, _k_increment_u32
+    global _k_sem_signal, _k_sem_wait
     cdef Module m
     if streams_flag_get(&_builtins_ready):
         return 0
@@ -1309,6 +1312,8 @@ cdef int _load_builtins() except -1:
                                    signature=("pointer", "uint32", "uint64"))
         _k_increment_u32 = m.get_kernel("streams_increment_u32",
                                         signature=("pointer", "uint64"))
+        _k_sem_signal = m.get_kernel("streams_semaphore_signal", signature=("uint64", "uint64"))
+        _k_sem_wait = m.get_kernel("streams_semaphore_wait", signature=("uint64", "uint64"))
         _builtins = m
         streams_flag_set(&_builtins_ready, True)
     return 0
@@ -1333,6 +1338,11 @@ cdef dict _load_conditionals():
                                                  signature=("condition", "pointer",
                                                             "uint32"))}
     return _conditionals
+
+
+cdef Kernel semaphore_kernel(bint signal):
+    _load_builtins()
+    return _k_sem_signal if signal else _k_sem_wait
 
 
 _BUILTIN_NAMES = ("empty", "fill_u32", "increment_u32", "set_condition", "set_condition_lt",

@@ -315,6 +315,12 @@ cdef extern from "cuda_runtime_api.h" nogil:
         cudaHostAllocDefault
     cudaError_t cudaHostAlloc(void** pHost, size_t size, unsigned int flags)
     cudaError_t cudaFreeHost(void* ptr)
+    enum:
+        cudaHostRegisterPortable
+        cudaHostRegisterMapped
+    cudaError_t cudaHostRegister(void* ptr, size_t size, unsigned int flags)
+    cudaError_t cudaHostUnregister(void* ptr)
+    cudaError_t cudaHostGetDevicePointer(void** pDevice, void* pHost, unsigned int flags)
     enum cudaMemoryType:
         cudaMemoryTypeUnregistered
         cudaMemoryTypeHost

@@ -9,7 +9,7 @@ __all__ = ["spin", "launch_empty", "fill_u32", "increment_u32", "BUILTIN_PTX",
 #: What inject_cleanup_failure can make fail: each kind of release.
 CLEANUP_KINDS = ("stream", "event", "graph", "graph_exec", "host_memory", "managed_memory",
                  "mem_pool", "green_context", "module", "device_memory", "device_sync",
-                 "marker_event")
+                 "marker_event", "host_registration")
 
 #: The address of a native host function, ``void fn(void* data)``, compiled
 #: into the package: it adds 1 to the unsigned 64-bit counter ``data``

@@ -57,13 +57,15 @@ _CLEANUP_WHAT = {
     CLEANUP_DEVICE_MEMORY: ("device memory", "cudaFreeAsync"),
     CLEANUP_DEVICE_SYNC: ("adopted kernel's owner (devices 0x{h:x})", "cudaDeviceSynchronize"),
     CLEANUP_MARKER_EVENT: ("marker event", "cudaEventDestroy"),
+    CLEANUP_HOST_REGISTRATION: ("registered host memory", "cudaHostUnregister"),
 }
 _CLEANUP_KIND_NAMES = {"stream": HANDLE_STREAM, "event": HANDLE_EVENT, "graph": HANDLE_GRAPH,
                        "graph_exec": HANDLE_GRAPH_EXEC, "host_memory": HANDLE_HOST_MEMORY,
                        "managed_memory": HANDLE_MANAGED_MEMORY, "mem_pool": HANDLE_MEM_POOL,
                        "green_context": HANDLE_GREEN_CTX,
                        "module": CLEANUP_LIBRARY, "device_memory": CLEANUP_DEVICE_MEMORY,
-                       "device_sync": CLEANUP_DEVICE_SYNC, "marker_event": CLEANUP_MARKER_EVENT}
+                       "device_sync": CLEANUP_DEVICE_SYNC, "marker_event": CLEANUP_MARKER_EVENT,
+                       "host_registration": CLEANUP_HOST_REGISTRATION}
 
 
 if CLEANUP_KINDS > STREAMS_CLEANUP_INJECT_KINDS:

@@ -294,8 +294,8 @@ def debug_counters():
 
     ``live_*`` are the differences of what was made and given back:
     ``live_streams``/``live_events``/``live_graphs``/``live_graph_execs``/
-    ``live_modules``/``live_buffers``/``live_mem_pools``/``live_green_contexts``
-    the owned handles (less, for
+    ``live_modules``/``live_buffers``/``live_mem_pools``/``live_green_contexts``/
+    ``live_semaphores`` the owned handles (less, for
     graphs, ``graphs_abandoned``: never destroyed, because the CUDA driver
     corrupted them; see Graph in docs/graphs.rst), ``live_callbacks``
     the one-shot callbacks enqueued that have not run, ``live_host_calls``
@@ -326,7 +326,8 @@ def debug_counters():
             ("buffers", STREAMS_CNT_BUFFER_CREATED, STREAMS_CNT_BUFFER_FREED),
             ("mem_pools", STREAMS_CNT_MEMPOOL_CREATED, STREAMS_CNT_MEMPOOL_DESTROYED),
             ("green_contexts", STREAMS_CNT_GREEN_CTX_CREATED,
-             STREAMS_CNT_GREEN_CTX_DESTROYED)):
+             STREAMS_CNT_GREEN_CTX_DESTROYED),
+            ("semaphores", STREAMS_CNT_SEMAPHORE_CREATED, STREAMS_CNT_SEMAPHORE_DESTROYED)):
         a, b, live = _pair(made, gone)
         counters[f"{name}_created"] = a
         counters[f"{name}_destroyed"] = b

@@ -13,6 +13,23 @@ extern "C" __global__ void streams_fill_u32(unsigned int *p, unsigned int v, uns
 extern "C" __global__ void streams_increment_u32(unsigned int *p, unsigned long long n) {
     for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n; i += (unsigned long long)gridDim.x * blockDim.x) p[i] += 1;
 }
+// A timeline semaphore's operations where the device has no 64-bit stream
+// memory operations (streams._semaphore, path "kernel"), one thread each,
+// with their meaning: the signal writes `value` after a system-scope fence,
+// as cuStreamWriteValue64 does; the wait returns once the cyclic comparison
+// of cuStreamWaitValue64 holds, (long long)(*p - value) >= 0, and fences
+// before the work after it.  Volatile loads and stores of global memory are
+// relaxed at system scope: they see, and are seen by, the host and other
+// processes through host-mapped memory.
+extern "C" __global__ void streams_semaphore_signal(unsigned long long *p, unsigned long long value) {
+    __threadfence_system();
+    *(volatile unsigned long long *)p = value;
+}
+extern "C" __global__ void streams_semaphore_wait(const unsigned long long *p, unsigned long long value) {
+    while ((long long)(*(const volatile unsigned long long *)p - value) < 0)
+        __nanosleep(500);
+    __threadfence_system();
+}
 // Launch-overhead probes with 4 and 16 parameters of mixed types (pointers,
 // 64- and 32-bit integers, floats, doubles): the argument rows of the
 // benchmark.  They do nothing, so only the launch is measured.

@@ -314,7 +314,7 @@ def test_the_sdist_carries_the_private_sources():
 # the top of tests/, where every folder imports them from.
 TESTS = os.path.join(ROOT, "tests")
 TEST_FOLDERS = {"cudart", "device", "handle", "stream", "hostcall", "asyncio", "memory", "launch",
-                "graph", "green", "foreign", "compat", "package", "fuzz"}
+                "graph", "green", "foreign", "compat", "package", "fuzz", "semaphore"}
 TEST_TOP = {"conftest.py", "_support.py"}
 
 

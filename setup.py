@@ -192,7 +192,7 @@ class build_ext_with_cuda(build_ext):
 # docs/architecture.rst).  streams._cudart alone links libcudart_static.a.
 CALL_LAYER = "streams._cudart"
 MODULES = ["_cudart", "_handle", "_args", "_device", "_foreign", "_stream", "_hostcall", "_asyncio",
-           "_memory", "_launch", "_graph", "_green", "_semaphore"]
+           "_memory", "_launch", "_graph", "_green", "_semaphore", "_deadline"]
 
 
 def _extension(name):

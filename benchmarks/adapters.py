@@ -13,9 +13,9 @@ import os
 import platform
 
 from benchmarks.builders import CY_MODULE, read
-from benchmarks.ops import (ARG_KERNELS, COPIES, COPY_BYTES, ENQUEUES, GRAPH_KERNELS,
-                            GRAPH_OPS, HOST_FUNC_OPS, KERNEL_OPS, NO_FLOOR, OP_BY_NAME,
-                            PRODUCERS, floor_op)
+from benchmarks.ops import (ARG_KERNELS, COPIES, COPY_BYTES, DEADLINE_OPS, ENQUEUES,
+                            GRAPH_KERNELS, GRAPH_OPS, HOST_FUNC_OPS, KERNEL_OPS, NO_FLOOR,
+                            OP_BY_NAME, PRODUCERS, floor_op)
 from benchmarks.timing import (Case, NotAvailable, close_quietly, describe, make_loop,
                                make_stmt, producers)
 from benchmarks.under_test import streams_facts
@@ -105,7 +105,8 @@ class Adapter:
         if op in self.na:
             raise NotAvailable(self.na[op])
         base = {"kernel_launch_sync": "kernel_launch",
-                "graph_launch_sync": "graph_launch"}.get(op, op)
+                "graph_launch_sync": "graph_launch",
+                "graph_launch_sync_deadline": "graph_launch_deadline"}.get(op, op)
         if base in HOST_FUNC_OPS and base != "host_func_native_round_trip":
             base = "host_func_enqueue"
         if base not in self.stmts:
@@ -238,6 +239,8 @@ class StreamsPy(Adapter):
         "host_func_enqueue": "s.launch_host_func(cb, None)",
         "host_func_native_round_trip": "s.launch_host_func(native_fn, native_box)",
         "graph_launch": "ex.launch(s)",
+        "graph_launch_deadline": "ex.launch(s, deadline=60.0)",
+        "kernel_launch_deadline": "with deadline(s, 60.0):\n    {kernel}",
         "graph_capture_instantiate": ('s.begin_capture("thread_local")\n'
                                       "for _ in r10:\n    {kernel}\n"
                                       "cg = s.end_capture()\ncx = cg.instantiate()\n"
@@ -273,6 +276,8 @@ class StreamsPy(Adapter):
                                     "not available yet: streams has no Module/Stream.launch"))
         if not self.has_graphs:
             na.update(dict.fromkeys(GRAPH_OPS, "not available yet: streams has no Graph API"))
+        if not hasattr(streams, "deadline"):
+            na.update(dict.fromkeys(DEADLINE_OPS, "not available yet: streams has no deadlines"))
         if not hasattr(streams, "memcpy_batch_async"):
             na["memcpy_batch_8"] = "not available yet: streams has no memcpy_batch_async"
         elif streams.runtime_version() < 12080:
@@ -317,6 +322,7 @@ class StreamsPy(Adapter):
         other.synchronize()
         env = {"s": s, "other": other, "ev": ev, "done": done, "Event": st.Event,
                "Stream": st.Stream, "r10": range(GRAPH_KERNELS),
+               "deadline": getattr(st, "deadline", None),
                "_closers": [s.close, other.close, ev.close, done.close]}
         if op in ("stream_pool_acquire", "event_pool_acquire"):
             pool = st.StreamPool() if op == "stream_pool_acquire" else st.EventPool()
@@ -352,7 +358,8 @@ class StreamsPy(Adapter):
             env["_fill"] = {"kernel": stmt}
             self.notes = dict(self.notes, kernel_launch=note, graph_capture_instantiate=(
                 f"begin_capture('thread_local'), end_capture, instantiate, close; kernels: {note}"))
-            if op in ("graph_launch", "graph_launch_sync"):
+            if op in ("graph_launch", "graph_launch_sync", "graph_launch_deadline",
+                      "graph_launch_sync_deadline"):
                 s.begin_capture()
                 try:
                     for _ in range(GRAPH_KERNELS):

@@ -20,6 +20,13 @@ def over(op, ns):
     return {"of": op, "plus_ns": ns}
 
 
+def times(op, ratio):
+    """A target relative to another row (the JSON form): a median at most
+    ``ratio`` times the same contender's median on ``op``, measured in the
+    same run (an overhead in percent: 1.05 is at most 5% more)."""
+    return {"of": op, "times": ratio}
+
+
 class Op:
     __slots__ = ("name", "label", "iters", "targets", "about", "only")
 
@@ -100,6 +107,23 @@ OPS = (
        "cudaGraphLaunch of a graph captured from 10 empty-kernel launches"),
     Op("graph_launch_sync", "10-kernel graph launch + sync", 50, {},
        "graph launch, then synchronize the stream"),
+    # Deadlines (docs/deadlines.rst): the same work with a progress marker
+    # after it, against the row without; the watchdog's thread runs (it
+    # wakes every tick while the markers are pending).
+    Op("kernel_launch_deadline", "empty-kernel launch in a deadline scope", 200, {},
+       "with streams.deadline(s, 60): one empty-kernel launch; the marker after it is a "
+       "cuStreamWriteValue64; next to the empty-kernel launch row",
+       only=(("streams-py", "streams-py-baseline"), "deadlines are streams'")),
+    Op("graph_launch_deadline", "10-kernel graph launch, deadline=", 50,
+       {"streams-py": times("graph_launch", 1.05)},
+       "GraphExec.launch(s, deadline=60): the replay, a capture check and a marker after it; "
+       "the target: at most 5% over streams' 10-kernel graph launch",
+       only=(("streams-py", "streams-py-baseline"), "deadlines are streams'")),
+    Op("graph_launch_sync_deadline", "10-kernel graph launch, deadline=, + sync", 50,
+       {"streams-py": times("graph_launch_sync", 1.05)},
+       "the graph launch with a deadline, then synchronize the stream (which checks its "
+       "deadlines); the target: at most 5% over streams' launch + sync",
+       only=(("streams-py", "streams-py-baseline"), "deadlines are streams'")),
     Op("graph_capture_instantiate", "10-kernel capture + instantiate", 20, {},
        "capture 10 empty-kernel launches (thread-local mode), instantiate the graph, "
        "destroy both"),
@@ -128,7 +152,9 @@ NO_FLOOR = {"python_call": "no CUDA call, no floor: the Python part of a call",
 
 # Operations whose floor is another's: the same CUDA calls, so the same C
 # loop (the C program runs that one for them too).
-FLOOR_OF = {"event_record_torch_stream": "event_record"}
+FLOOR_OF = {"event_record_torch_stream": "event_record",
+            "kernel_launch_deadline": "kernel_launch", "graph_launch_deadline": "graph_launch",
+            "graph_launch_sync_deadline": "graph_launch_sync"}
 
 
 def floor_op(op):
@@ -141,12 +167,15 @@ def floor_op(op):
 # (which would time the GPU, not the call).
 ENQUEUES = {"event_record", "event_record_torch_stream", "event_record_query", "stream_wait_event", "stream_wait_stream",
             "kernel_launch", "kernel_launch_args4", "kernel_launch_args16", "prepared_launch",
-            "graph_launch", "memcpy_loop_8", "memcpy_batch_8"}
+            "graph_launch", "memcpy_loop_8", "memcpy_batch_8", "kernel_launch_deadline",
+            "graph_launch_deadline"}
 HOST_FUNC_OPS = ("host_func_enqueue", "host_func_round_trip", "host_func_native_round_trip",
                  "host_func_throughput", "host_func_throughput_8threads")
 KERNEL_OPS = ("kernel_launch", "kernel_launch_sync", "kernel_launch_args4",
-              "kernel_launch_args16", "prepared_launch")
-GRAPH_OPS = ("graph_launch", "graph_launch_sync", "graph_capture_instantiate")
+              "kernel_launch_args16", "prepared_launch", "kernel_launch_deadline")
+GRAPH_OPS = ("graph_launch", "graph_launch_sync", "graph_capture_instantiate",
+             "graph_launch_deadline", "graph_launch_sync_deadline")
+DEADLINE_OPS = ("kernel_launch_deadline", "graph_launch_deadline", "graph_launch_sync_deadline")
 
 # The kernels of the argument rows, with their parameters as
 # streams.Module.get_kernel's signature names them.  Not in streams' built-in
@@ -219,6 +248,8 @@ def short_name(contender):
 
 def target_text(target):
     """``<=1.25`` (a ratio to the floor) or ``<=event_record+100ns`` (over())."""
+    if isinstance(target, dict) and "times" in target:
+        return f"<={target['of']}*{target['times']:g}"
     if isinstance(target, dict):
         return f"<={target['of']}+{target['plus_ns']:g}ns"
     return f"<={target:g}"

@@ -70,7 +70,15 @@ def render_table(doc, ops=None, contenders=None):
                 if cell.get("ratio") is not None:
                     text += f" {cell['ratio']:.2f}x"
                 text += _VERDICT_TEXT.get(cell.get("verdict"), "")
-                if "over_ns" in cell:
+                if "over_ns" in cell and "times" in cell["target"]:
+                    ref = cell["target"]["of"]
+                    text += footnote(
+                        f"{doc['contenders'][c]['label']}: "
+                        f"{cell['over_ns'] / cell['target_ref_ns'] * 100:+.1f}% over its "
+                        f"{doc['ops'].get(ref, {}).get('label', ref)} "
+                        f"({_fmt_ns(cell['target_ref_ns'])} ns); the target: at most "
+                        f"{(cell['target']['times'] - 1) * 100:+g}%")
+                elif "over_ns" in cell:
                     ref = cell["target"]["of"]
                     text += footnote(
                         f"{doc['contenders'][c]['label']}: {cell['over_ns']:+.0f} ns per call "

@@ -102,6 +102,9 @@ def _verdict(contender, cell, target, results):
             return "not measured"
         cell["target_ref_ns"] = ref["stats"]["median"]
         cell["over_ns"] = cell["stats"]["median"] - cell["target_ref_ns"]
+        if "times" in target:       # ops.times: a ratio to the other row
+            return ("pass" if cell["stats"]["median"] <= target["times"] * cell["target_ref_ns"]
+                    else "miss")
         return "pass" if cell["over_ns"] <= target["plus_ns"] else "miss"
     if ratio is None:
         return "not measured"
@@ -164,6 +167,8 @@ def _is_num(x):
 
 def _is_target(t, ops):
     """A ratio to the floor, or a relative target (ops.over) to a row of ``ops``."""
+    if isinstance(t, dict) and set(t) == {"of", "times"}:
+        return t["of"] in ops and _is_num(t["times"]) and t["times"] > 0
     if isinstance(t, dict):
         return (set(t) == {"of", "plus_ns"} and t["of"] in ops and _is_num(t["plus_ns"])
                 and t["plus_ns"] >= 0)
@@ -209,7 +214,8 @@ def validate_result(doc):
         elif not isinstance(entry.get("targets"), dict) or not all(
                 _is_target(v, doc["ops"]) for v in entry["targets"].values()):
             p.append(f"ops.{op}.targets must map contenders to ratios > 0 or to "
-                     '{"of": another operation, "plus_ns": ns >= 0}')
+                     '{"of": another operation, "plus_ns": ns >= 0} or '
+                     '{"of": another operation, "times": ratio > 0}')
     for op, row in doc["results"].items():
         if op not in doc["ops"]:
             p.append(f"results.{op}: not in ops")

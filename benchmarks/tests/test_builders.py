@@ -39,7 +39,11 @@ def test_targets_as_promised():
     # A PyTorch stream costs Event.record at most 100 ns more.
     assert t["event_record_torch_stream"] == {"streams-py": {"of": "event_record",
                                                              "plus_ns": 100}}
-    assert sum(len(v) for v in t.values()) == 4 * 2 + 9
+    # A replay with a deadline costs at most 5% more than one without.
+    assert t["graph_launch_deadline"] == {"streams-py": {"of": "graph_launch", "times": 1.05}}
+    assert t["graph_launch_sync_deadline"] == {"streams-py": {"of": "graph_launch_sync",
+                                                              "times": 1.05}}
+    assert sum(len(v) for v in t.values()) == 4 * 2 + 11
     assert ops.SUSPECT_BELOW == 0.95
 
 

@@ -34,6 +34,7 @@ from streams._graph import (CaptureInfo, ConditionHandle, Graph, GraphAllocation
                             trim_graph_memory)
 from streams._green import GreenContext, SmPartition, SmResource
 from streams._semaphore import SemaphoreAbandoned, SemaphoreDescriptor, TimelineSemaphore
+from streams._deadline import Deadline, DeadlineExceeded, Watchdog, deadline, watchdog
 from streams._interop import current_in, follow_current_stream
 from streams import _cudart
 

@@ -79,6 +79,13 @@ from streams._semaphore import (
     SemaphoreDescriptor as SemaphoreDescriptor,
     TimelineSemaphore as TimelineSemaphore,
 )
+from streams._deadline import (
+    Deadline as Deadline,
+    DeadlineExceeded as DeadlineExceeded,
+    Watchdog as Watchdog,
+    deadline as deadline,
+    watchdog as watchdog,
+)
 from streams._interop import (
     current_in as current_in,
     follow_current_stream as follow_current_stream,
@@ -113,6 +120,8 @@ __all__ = [
     "CompileError",
     "CudaError",
     "CudaWarning",
+    "Deadline",
+    "DeadlineExceeded",
     "Device",
     "DeviceBuffer",
     "Event",
@@ -146,6 +155,7 @@ __all__ = [
     "HostFuncSyncMode",
     "SyncPolicy",
     "TimelineSemaphore",
+    "Watchdog",
     "UpdateResult",
     "as_stream",
     "builtin_kernel",
@@ -155,6 +165,7 @@ __all__ = [
     "current_in",
     "current_stream",
     "debug_build",
+    "deadline",
     "debug_counters",
     "device_count",
     "disable_peer_access",
@@ -178,6 +189,7 @@ __all__ = [
     "stream_priority_range",
     "synchronize_device",
     "trim_graph_memory",
+    "watchdog",
 ]
 
 def get_cython_include() -> str: ...

@@ -20,7 +20,7 @@ import weakref as _weakref
 cimport cython
 
 cimport streams._cudart as rt
-from streams._stream cimport Event, Stream, Waitable
+from streams._stream cimport Event, Stream, Waitable, check_deadline
 from streams.cudart cimport *
 
 
@@ -286,11 +286,29 @@ async def _poll(obj):
         delay = min(delay * 2, 2e-3)
 
 
+async def _poll_watched(Waitable obj):
+    # A stream or event with deadlines polls, so that a deadline the
+    # watchdog saw expire raises in the awaiting task though the work never
+    # ends, where the doorbell would ring only at its end
+    # (tests/deadline/test_deadline_gpu.py, test_a_missed_deadline_raises_
+    # in_await).
+    import asyncio
+    delay = 50e-6
+    while not _query_waitable(obj):
+        check_deadline(obj)
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 2e-3)
+    check_deadline(obj)
+
+
 async def _wait(Waitable obj):
     cdef _Doorbell bell
     cdef unsigned long long token
     import asyncio      # not at import: most programs never await
     loop = asyncio.get_running_loop()
+    if obj._watch is not None:
+        await _poll_watched(obj)
+        return None
     # No query of a capturing stream: it is an error that also invalidates
     # the capture (the user's end_capture would then fail).
     if _query_waitable(obj):

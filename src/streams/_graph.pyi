@@ -7,6 +7,7 @@ from typing import Literal, NamedTuple, NoReturn, SupportsIndex, TypeVar, final,
 from typing_extensions import Self, TypeAlias, disjoint_base
 
 from streams._args import StreamsEnum, _Dim
+from streams._deadline import Deadline
 from streams._device import _DeviceLike
 from streams._launch import Kernel, _BuiltinKernel, _KernelArg, _StrOrBytesPath
 from streams._memory import _Address
@@ -211,7 +212,10 @@ class Graph(HandleOwner):
 
 @final
 class GraphExec(HandleOwner):
-    def launch(self, stream: _StreamArg | None = None) -> None: ...
+    @overload
+    def launch(self, stream: _StreamArg | None = None, *, deadline: None = None) -> None: ...
+    @overload
+    def launch(self, stream: _StreamArg | None = None, *, deadline: float) -> Deadline: ...
     def upload(self, stream: _StreamArg | None = None) -> None: ...
     def update(self, graph: Graph) -> UpdateResult: ...
     def set_enabled(self, node: GraphNode, enabled: bool) -> None: ...

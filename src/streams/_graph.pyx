@@ -1461,6 +1461,19 @@ cdef enum _ExecOp:
     EXEC_LAUNCH
 
 
+cdef object _deadline_replay = None
+
+
+cdef object _replay_with_deadline(GraphExec exe, Stream s, object deadline):
+    # A replay with a deadline: the later module of deadlines checks the
+    # arguments and the capture, launches, then writes the marker.
+    global _deadline_replay
+    if _deadline_replay is None:
+        from streams._deadline import replay_with_deadline
+        _deadline_replay = replay_with_deadline
+    return _deadline_replay(exe, s, deadline)
+
+
 cdef int _enqueue_exec(GraphExec exe, Stream stream, _ExecOp op) except -1 nogil:
     # With the stream's device current, as for a kernel launch (-1, the
     # special streams: the current device's).
@@ -1558,11 +1571,16 @@ cdef class GraphExec(HandleOwner):
     cdef int c_upload(self, Stream stream) except -1 nogil:
         return _enqueue_exec(self, stream, EXEC_UPLOAD)
 
-    def launch(self, stream=None):
+    def launch(self, stream=None, *, deadline=None):
         """Enqueue one replay on ``stream`` (default: the current stream).
 
         Raises HostCallbackError first if a host callback this executable
         runs raised during an earlier replay.
+
+        ``deadline`` (seconds): the replay must be done within that long,
+        or the watchdog reports it (docs/deadlines.rst); a progress marker
+        is written after the replay, and the :class:`~streams.Deadline`
+        is returned.  Refused (ValueError) while ``stream`` is capturing.
         """
         cdef Stream s = as_stream(stream, "stream")
         if self._errors is not None and self._errors.first is not None:
@@ -1576,6 +1594,8 @@ cdef class GraphExec(HandleOwner):
                     self._unuse()
         if self._boxed:
             _link_capture(self, s)
+        if deadline is not None:
+            return _replay_with_deadline(self, s, deadline)
         with nogil:
             self.c_launch(s)
 

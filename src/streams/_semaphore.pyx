@@ -63,11 +63,8 @@ cdef extern from "semaphore.h" nogil:
     int streams_sem_peer_gone(int pidfd, int pid)
 
 
-# What `path` asked for, and what each device can do (-1: not asked yet).
-cdef enum:
-    PATH_AUTO = 0
-    PATH_MEMOPS = 1
-    PATH_KERNEL = 2
+# What each device can do (-1: not asked yet); what `path` asks for is
+# PATH_AUTO, PATH_MEMOPS or PATH_KERNEL (_semaphore.pxd).
 cdef int _memops_cache[rt.STREAMS_MAX_DEVICES]
 for _i in range(rt.STREAMS_MAX_DEVICES):
     _memops_cache[_i] = -1
@@ -77,7 +74,7 @@ cdef int _kernels_loaded[rt.STREAMS_MAX_DEVICES]
 cdef long long _SPIN_NS = 100000
 
 
-cdef int _device_has_memops(int dev) except -1:
+cdef int device_has_memops(int dev) except -1:
     # Asked once per device (a racing second ask writes the same answer).
     cdef int has
     if 0 <= dev < rt.STREAMS_MAX_DEVICES:
@@ -125,6 +122,60 @@ cdef int _load_kernels_on(int dev) except -1:
     if 0 <= dev < rt.STREAMS_MAX_DEVICES:
         streams_flag_set(&_kernels_loaded[dev], 1)
     return 0
+
+
+cdef int value_op(Stream s, unsigned long long addr, uint64_t v, bint signal, int path,
+                  void* marks, bint refuse_capture) except -1:
+    # One GPU operation on a registered page: the path asked for, or the
+    # one the stream's device has.  A mark after it unless it is captured
+    # (the page outlives the operation: close() parks its release until
+    # the mark is done; a captured one is the graph's, which the caller
+    # keeps the page open for, docs/graphs.rst).  1, and nothing enqueued,
+    # when refuse_capture and the stream is capturing (a deadline's marker:
+    # _deadline.pyx).
+    cdef DeviceScope scope
+    cdef int dev
+    cdef bint memops
+    cdef bint capturing = False
+    cdef Kernel kernel = None
+    cdef unsigned long long value = v
+    cdef void* args[2]
+    s._use()
+    try:
+        with nogil:
+            dev = s.c_device()      # a call of CUDA's for the special streams
+        if path == PATH_KERNEL:
+            memops = False
+        else:
+            memops = device_has_memops(dev) == 1
+            if not memops and path == PATH_MEMOPS:
+                raise ValueError(f"path='memops' was asked for, but device {dev} has no "
+                                 "64-bit stream memory operations: use path=None or "
+                                 "'kernel'")
+        if not memops:
+            _load_kernels_on(dev)
+            kernel = semaphore_kernel(signal)
+        args[0] = &addr
+        args[1] = &value
+        with nogil:
+            enter_device(&scope, dev)
+            try:
+                if marks != NULL or refuse_capture:
+                    capturing = rt.stream_in_capture(<cudaStream_t>s._handle)
+                if not (capturing and refuse_capture):
+                    if memops and signal:
+                        rt.stream_write_value(<cudaStream_t>s._handle, addr, value, 0, True)
+                    elif memops:
+                        rt.stream_wait_value(<cudaStream_t>s._handle, addr, value, 0, True)
+                    else:
+                        kernel.c_launch(s, 1, 1, 1, 1, 1, 1, args, 0)
+                    if marks != NULL and not capturing:
+                        rt.marks_record(marks, <cudaStream_t>s._handle)
+            finally:
+                exit_device(&scope)
+    finally:
+        s._unuse()
+    return 1 if capturing and refuse_capture else 0
 
 
 class SemaphoreAbandoned(RuntimeError):
@@ -476,7 +527,7 @@ cdef class TimelineSemaphore(HandleOwner):
             return "memops"
         if self._path == PATH_KERNEL:
             return "kernel"
-        return "memops" if _device_has_memops(current_device()) else "kernel"
+        return "memops" if device_has_memops(current_device()) else "kernel"
 
     def signal(self, stream, value):
         """Set the counter to ``value`` in ``stream``'s order (after the work
@@ -549,53 +600,8 @@ cdef class TimelineSemaphore(HandleOwner):
         return 0
 
     cdef int _enqueue(self, Stream s, uint64_t v, bint signal) except -1:
-        cdef DeviceScope scope
-        cdef int dev
-        cdef bint memops
-        cdef bint capturing
-        cdef Kernel kernel = None
-        cdef unsigned long long addr
-        cdef unsigned long long value = v
-        cdef void* args[2]
         self._register()
-        s._use()
-        try:
-            with nogil:
-                dev = s.c_device()      # a call of CUDA's for the special streams
-            if self._path == PATH_KERNEL:
-                memops = False
-            else:
-                memops = _device_has_memops(dev) == 1
-                if not memops and self._path == PATH_MEMOPS:
-                    raise ValueError(f"path='memops' was asked for, but device {dev} has no "
-                                     "64-bit stream memory operations: use path=None or "
-                                     "'kernel'")
-            if not memops:
-                _load_kernels_on(dev)
-                kernel = semaphore_kernel(signal)
-            addr = <unsigned long long>self._dptr
-            args[0] = &addr
-            args[1] = &value
-            with nogil:
-                enter_device(&scope, dev)
-                try:
-                    capturing = rt.stream_in_capture(<cudaStream_t>s._handle)
-                    if memops and signal:
-                        rt.stream_write_value(<cudaStream_t>s._handle, addr, value, 0, True)
-                    elif memops:
-                        rt.stream_wait_value(<cudaStream_t>s._handle, addr, value, 0, True)
-                    else:
-                        kernel.c_launch(s, 1, 1, 1, 1, 1, 1, args, 0)
-                    if not capturing:
-                        # The page outlives this operation (close() parks
-                        # its release until the mark is done).  A captured
-                        # one is the graph's, which the caller keeps the
-                        # semaphore open for (docs/graphs.rst).
-                        rt.marks_record(self._marks, <cudaStream_t>s._handle)
-                finally:
-                    exit_device(&scope)
-        finally:
-            s._unuse()
+        value_op(s, <unsigned long long>self._dptr, v, signal, self._path, self._marks, False)
         return 0
 
     # ---- life ---------------------------------------------------------------------------

@@ -61,6 +61,12 @@ cdef class Waitable(HandleOwner):
     # synchronizes replaces it (streams_u64_get/set: never torn)
     cdef unsigned long long _frees_seen
     cdef void* _pool            # the pool its handle goes back to, or NULL
+    # A stream's deadlines (streams._deadline's watch of it), or, for an
+    # event, those of the stream it was last recorded on through Python;
+    # None while it has none.  A wait checks it only when it is not None
+    # (check_deadline), so an unwatched wait costs one pointer compare.
+    # Set once for a stream (under its critical section), never cleared.
+    cdef object _watch
 
     # 1 when the work is done, 0 when not; never raises cudaErrorNotReady.
     cdef int c_query(self) except -1 nogil
@@ -123,6 +129,15 @@ cdef class LaunchTarget:
 ctypedef int (*host_call_enqueue_fn)(Stream stream, object callback, object arg,
                                      int kind, object owner, int sync_mode) except -1
 cdef void set_host_call_enqueue(host_call_enqueue_fn fn) noexcept
+
+# The later module of deadlines (streams._deadline) registers the check a
+# wait makes on a watched Stream or Event: it raises the DeadlineExceeded
+# the watchdog kept for the waiter, if any.
+ctypedef int (*deadline_check_fn)(Waitable obj) except -1
+cdef void set_deadline_check(deadline_check_fn fn) noexcept
+# The check, for the waits of later modules (await): call it only when
+# obj._watch is not None.
+cdef int check_deadline(Waitable obj) except -1
 
 # Python-level helpers the later modules share.
 cpdef Stream as_stream(object stream, str argname=*)

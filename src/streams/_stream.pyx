@@ -111,6 +111,22 @@ cdef void set_host_call_enqueue(host_call_enqueue_fn fn) noexcept:
     _enqueue_host_call = fn
 
 
+cdef deadline_check_fn _deadline_check = NULL
+
+
+cdef void set_deadline_check(deadline_check_fn fn) noexcept:
+    global _deadline_check
+    _deadline_check = fn
+
+
+cdef int check_deadline(Waitable obj) except -1:
+    # Reached only through a watch, which streams._deadline made after it
+    # registered the check.
+    if _deadline_check != NULL:
+        _deadline_check(obj)
+    return 0
+
+
 cpdef Stream as_stream(object stream, str argname="stream"):
     """A :class:`Stream` for ``stream``, as every ``stream=`` argument takes it.
 
@@ -286,6 +302,12 @@ cdef int wait_until_done(Waitable obj, long long timeout_ns) except -1:
             if done:
                 return 1
             PyErr_CheckSignals()
+            # A deadline of this work that the watchdog saw expire raises
+            # here, in the waiter, though the work is not done
+            # (tests/deadline/test_deadline_gpu.py, test_a_missed_deadline_
+            # raises_in_synchronize).
+            if obj._watch is not None:
+                check_deadline(obj)
             if deadline >= 0 and streams_now_ns() >= deadline:
                 return 0
     finally:
@@ -515,6 +537,11 @@ cdef inline int _enqueue_counted(Stream stream, Event event, bint wait) except -
 cdef inline int _record(Stream stream, Event event) except -1:
     with nogil:
         _enqueue_counted(stream, event, False)
+    if stream._watch is not None or event._watch is not None:
+        # The event's waits raise what its stream's deadlines leave
+        # (test_deadline_gpu.py, test_an_event_of_a_watched_stream_raises).
+        with cython.critical_section(event):
+            event._watch = stream._watch
     return 0
 
 
@@ -771,6 +798,8 @@ cdef class Stream(Waitable):
             done = wait_until_done(self, timeout_ns)
         if self._errors is not None:
             self._errors.raise_pending("host callback")
+        if self._watch is not None:
+            check_deadline(self)
         return done == 1
 
     def record(self, event=None):
@@ -1518,7 +1547,10 @@ cdef class Event(Waitable):
         Returns True when done; with ``timeout`` (seconds), False if it expired.
         """
         cdef long long timeout_ns = as_timeout_ns(timeout)
-        return self._done_now() == 1 or wait_until_done(self, timeout_ns) == 1
+        cdef bint done = self._done_now() == 1 or wait_until_done(self, timeout_ns) == 1
+        if self._watch is not None:
+            check_deadline(self)
+        return done
 
     def wait(self, stream=None):
         """Make ``stream`` (default: the current stream; any stream

@@ -16,7 +16,8 @@ from _support import ROOT, module_source
 SOURCES = os.path.join(ROOT, "src", "streams")
 # From the primitive to the features built on it.
 LAYERS = ["cudart", "_platform", "_cudart", "_handle", "_args", "_device", "_foreign", "_stream",
-          "_hostcall", "_asyncio", "_memory", "_launch", "_graph", "_green", "_semaphore"]
+          "_hostcall", "_asyncio", "_memory", "_launch", "_graph", "_green", "_semaphore",
+          "_deadline"]
 _IMPORT = re.compile(r"^(?:from streams\.(\w+) c?import|cimport streams\.(\w+)|"
                      r"from streams import (\w+))", re.M)
 
@@ -143,6 +144,7 @@ PARTS = {
     "_asyncio": ["_testing"],
     "_launch": ["_testing"],
     "_graph": ["capture", "kernel_nodes", "_testing"],
+    "_deadline": ["_testing"],
 }
 _INCLUDE_PART = re.compile(r'^\s*include\s+"([^"]+)"', re.M)
 
@@ -314,7 +316,8 @@ def test_the_sdist_carries_the_private_sources():
 # the top of tests/, where every folder imports them from.
 TESTS = os.path.join(ROOT, "tests")
 TEST_FOLDERS = {"cudart", "device", "handle", "stream", "hostcall", "asyncio", "memory", "launch",
-                "graph", "green", "foreign", "compat", "package", "fuzz", "semaphore"}
+                "graph", "green", "foreign", "compat", "package", "fuzz", "semaphore",
+                "deadline"}
 TEST_TOP = {"conftest.py", "_support.py"}
 
 

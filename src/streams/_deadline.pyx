@@ -440,7 +440,14 @@ cdef int _queue(_Watch w, Deadline d) except -1:
 # ---- the check a wait makes ------------------------------------------------------------
 
 cdef int _check(Waitable obj) except -1:
-    return _raise_expired(<_Watch>obj._watch)
+    # An event's _watch is replaced by each record in another thread: read
+    # under the same critical section (free-threaded builds).
+    cdef _Watch w
+    with cython.critical_section(obj):
+        w = <_Watch>obj._watch
+    if w is None:
+        return 0
+    return _raise_expired(w)
 
 
 cdef int _raise_expired(_Watch w) except -1:
@@ -450,8 +457,10 @@ cdef int _raise_expired(_Watch w) except -1:
     if not w.expired:
         return 0
     with _lock:
-        found = w.expired
-        w.expired = []
+        # Emptied in place, never replaced: the look above reads the list
+        # without the lock.
+        found = w.expired[:]
+        del w.expired[:]
     if not found:
         return 0
     first = found[0]

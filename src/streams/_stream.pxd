@@ -61,6 +61,9 @@ cdef class Waitable(HandleOwner):
     # synchronizes replaces it (streams_u64_get/set: never torn)
     cdef unsigned long long _frees_seen
     cdef void* _pool            # the pool its handle goes back to, or NULL
+    # The NVTX name given (Stream.name, Event.name), or None; changed under
+    # the object's critical section.
+    cdef object _name
 
     # 1 when the work is done, 0 when not; never raises cudaErrorNotReady.
     cdef int c_query(self) except -1 nogil
@@ -72,6 +75,9 @@ cdef class Waitable(HandleOwner):
     cdef int _done_now(self) except -1
     cdef int _destroy(self) except -1 nogil
     cdef void _release(self) noexcept nogil
+    # Name the handle for NVTX tools (nvtxNameCudaStreamA/EventA) and keep
+    # the name; TypeError/ValueError for a name that is not a str.
+    cdef int _set_name(self, object name) except -1
 
 
 cdef class Stream(Waitable):

@@ -15,7 +15,7 @@ from _support import ROOT, module_source
 
 SOURCES = os.path.join(ROOT, "src", "streams")
 # From the primitive to the features built on it.
-LAYERS = ["cudart", "_platform", "_cudart", "_handle", "_args", "_device", "_foreign", "_stream",
+LAYERS = ["cudart", "_platform", "_cudart", "_nvtx", "_handle", "_args", "_device", "_foreign", "_stream",
           "_hostcall", "_asyncio", "_memory", "_launch", "_graph", "_green", "_semaphore"]
 _IMPORT = re.compile(r"^(?:from streams\.(\w+) c?import|cimport streams\.(\w+)|"
                      r"from streams import (\w+))", re.M)
@@ -130,6 +130,15 @@ def test_only_the_call_layer_includes_the_shim():
     assert _sources_naming(r'extern from "floor\.h"') == ["src/streams/_cudart/floor.pxi"]
 
 
+@needs_sources
+def test_only_the_nvtx_module_includes_nvtx():
+    """NVTX3 keeps its function table in each shared object that includes
+    it: src/nvtx.h, the one includer of the NVTX3 headers, is included by
+    streams/_nvtx.pyx alone."""
+    assert _sources_naming(r'"nvtx\.h"') == ["src/streams/_nvtx.pyx"]
+    assert _sources_naming(r'nvtx3/') == ["src/nvtx.h"]
+
+
 # The parts each module includes (src/streams/<module>/<part>.pxi), in the
 # order it includes them; a module not listed is one file.  _testing: the
 # private hooks of the tests, last.  docs/architecture.rst, "Parts of a
@@ -142,7 +151,7 @@ PARTS = {
     "_hostcall": ["_testing"],
     "_asyncio": ["_testing"],
     "_launch": ["_testing"],
-    "_graph": ["capture", "kernel_nodes", "_testing"],
+    "_graph": ["capture", "kernel_nodes", "data", "_testing"],
 }
 _INCLUDE_PART = re.compile(r'^\s*include\s+"([^"]+)"', re.M)
 
@@ -314,7 +323,7 @@ def test_the_sdist_carries_the_private_sources():
 # the top of tests/, where every folder imports them from.
 TESTS = os.path.join(ROOT, "tests")
 TEST_FOLDERS = {"cudart", "device", "handle", "stream", "hostcall", "asyncio", "memory", "launch",
-                "graph", "green", "foreign", "compat", "package", "fuzz", "semaphore"}
+                "graph", "green", "foreign", "compat", "package", "fuzz", "semaphore", "nvtx"}
 TEST_TOP = {"conftest.py", "_support.py"}
 
 

@@ -5,13 +5,19 @@ ranges (pushed and popped, messages, colors, categories, domains made
 once, registered strings), marks, category and device names, the name of
 the legacy stream (an NVTX call on a handle that needs no GPU), the ranges
 of Cython code, and the per-call ranges of streams' own operations, there
-with the switch on and absent with it off."""
+with the switch on and absent with it off; and a build of the module
+without the NVTX headers, which keeps the API and calls nothing."""
+import subprocess
+import sys
+import sysconfig
+
 import pytest
 
 import streams
 from streams import nvtx
 
-from nvtx_tool import build_tool, run_with_tool
+from _support import ROOT
+from nvtx_tool import CC, build_tool, run_with_tool
 
 
 @pytest.fixture(scope="module")
@@ -270,3 +276,44 @@ def test_a_process_without_the_tool_records_nothing(tool):
     assert lines == []
     [levels] = [line.split()[1:] for line in result.stdout.splitlines() if line.startswith("RESULT")]
     assert all(int(level) < 0 for level in levels), "no tool counts the levels"
+
+
+def test_a_build_without_the_nvtx_headers_keeps_the_api(tmp_path):
+    """streams/_nvtx.pyx compiled without STREAMS_HAVE_NVTX (no headers, or
+    STREAMS_NVTX=0): available is False, no NVTX symbol is in the module,
+    and every call works and does nothing, a tool attached or not."""
+    pytest.importorskip("Cython")
+    if not nvtx.available:
+        pytest.skip("this build of streams has NVTX compiled out itself")
+    source = ROOT / "src" / "streams" / "_nvtx.pyx"
+    if CC is None or not source.is_file():
+        pytest.skip("needs the source tree and a C compiler")
+    c_file = tmp_path / "_nvtx.c"
+    subprocess.run([sys.executable, "-m", "cython", "-3", "-I", str(ROOT / "src"),
+                    "--directive", "binding=True,freethreading_compatible=True",
+                    str(source), "-o", str(c_file)], check=True, capture_output=True)
+    so = tmp_path / ("_nvtx" + sysconfig.get_config_var("EXT_SUFFIX"))
+    flags = ["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-Wno-unused-function",
+             "-std=gnu11", "-I", str(ROOT / "include"), "-I", str(ROOT / "src"),
+             "-I", sysconfig.get_paths()["include"]]
+    result = subprocess.run([CC, *flags, str(c_file), "-o", str(so)], capture_output=True,
+                            text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    # NVTX3's loader reads this variable: in the package's build, not in this one.
+    assert b"NVTX_INJECTION64_PATH" in open(streams._nvtx.__file__, "rb").read()
+    assert b"NVTX_INJECTION64_PATH" not in so.read_bytes()
+    folder = str(tmp_path)
+    lines, result = run_with_tool(build_tool(folder), f"""
+        import importlib.util
+        spec = importlib.util.spec_from_file_location("streams._nvtx", {str(so)!r})
+        m = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(m)
+        assert m.available is False
+        with m.Range("r", color="red", domain="lib"):
+            m.mark("m")
+        m.name_device(0, "gpu")
+        assert m.trace_calls(True) is False and m.tracing_calls()
+        print("RESULT", m.push("x"), m.pop())
+    """, folder)
+    assert lines == []
+    assert "RESULT -1 -1" in result.stdout

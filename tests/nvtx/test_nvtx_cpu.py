@@ -1,6 +1,6 @@
 """streams.nvtx without a GPU: the arguments each call takes, the calls
 being harmless with no tool attached, and, with the recording tool of
-nvtx_tool.py attached to a child Python, every call the tool receives:
+tests/_support.py attached to a child Python, every call the tool receives:
 ranges (pushed and popped, messages, colors, categories, domains made
 once, registered strings), marks, category and device names, the name of
 the legacy stream (an NVTX call on a handle that needs no GPU), the ranges
@@ -16,14 +16,13 @@ import pytest
 import streams
 from streams import nvtx
 
-from _support import ROOT
-from nvtx_tool import CC, build_tool, run_with_tool
+from _support import C_COMPILER, ROOT, build_nvtx_tool, run_with_nvtx_tool
 
 
 @pytest.fixture(scope="module")
 def tool(tmp_path_factory):
     folder = tmp_path_factory.mktemp("nvtx_tool")
-    return str(folder), build_tool(str(folder))
+    return str(folder), build_nvtx_tool(str(folder))
 
 
 def calls_of(lines, *kinds):
@@ -165,7 +164,7 @@ RANGES = """
 
 def test_ranges_marks_domains_and_names_reach_the_tool(tool):
     folder, lib = tool
-    lines, result = run_with_tool(lib, RANGES, folder)
+    lines, result = run_with_nvtx_tool(lib, RANGES, folder)
     assert "RESULT ok" in result.stdout
     assert lines[0] == ["init"]
     assert calls_of(lines, "domain") == [["domain", "lib"]], "a domain is made once"
@@ -230,7 +229,7 @@ def test_per_call_ranges_appear_only_with_the_switch(tool, env):
     if env:
         code = code.replace("operations()\n    nvtx.mark(\"switch\")",
                             "nvtx.mark(\"switch\")", 1)
-    lines, _ = run_with_tool(lib, code, folder,
+    lines, _ = run_with_nvtx_tool(lib, code, folder,
                              extra_env={"STREAMS_NVTX_TRACE": "1" if env else None})
     marks = [line[2] for line in calls_of(lines, "mark")]
     assert marks == ["switch", "off"]
@@ -249,7 +248,7 @@ def test_per_call_ranges_appear_only_with_the_switch(tool, env):
 
 def test_the_legacy_stream_takes_a_name(tool):
     folder, lib = tool
-    lines, _ = run_with_tool(lib, """
+    lines, _ = run_with_nvtx_tool(lib, """
         import streams
         streams.Stream.legacy.name = "default stream"
         assert streams.Stream.legacy.name == "default stream"
@@ -261,7 +260,7 @@ def test_the_legacy_stream_takes_a_name(tool):
 
 def test_a_process_without_the_tool_records_nothing(tool):
     folder, lib = tool
-    lines, result = run_with_tool(lib, """
+    lines, result = run_with_nvtx_tool(lib, """
         import streams
         from streams import nvtx
         nvtx.trace_calls(True)
@@ -286,7 +285,7 @@ def test_a_build_without_the_nvtx_headers_keeps_the_api(tmp_path):
     if not nvtx.available:
         pytest.skip("this build of streams has NVTX compiled out itself")
     source = ROOT / "src" / "streams" / "_nvtx.pyx"
-    if CC is None or not source.is_file():
+    if C_COMPILER is None or not source.is_file():
         pytest.skip("needs the source tree and a C compiler")
     c_file = tmp_path / "_nvtx.c"
     subprocess.run([sys.executable, "-m", "cython", "-3", "-I", str(ROOT / "src"),
@@ -296,14 +295,14 @@ def test_a_build_without_the_nvtx_headers_keeps_the_api(tmp_path):
     flags = ["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-Wno-unused-function",
              "-std=gnu11", "-I", str(ROOT / "include"), "-I", str(ROOT / "src"),
              "-I", sysconfig.get_paths()["include"]]
-    result = subprocess.run([CC, *flags, str(c_file), "-o", str(so)], capture_output=True,
+    result = subprocess.run([C_COMPILER, *flags, str(c_file), "-o", str(so)], capture_output=True,
                             text=True)
     assert result.returncode == 0, result.stderr[-3000:]
     # NVTX3's loader reads this variable: in the package's build, not in this one.
     assert b"NVTX_INJECTION64_PATH" in open(streams._nvtx.__file__, "rb").read()
     assert b"NVTX_INJECTION64_PATH" not in so.read_bytes()
     folder = str(tmp_path)
-    lines, result = run_with_tool(build_tool(folder), f"""
+    lines, result = run_with_nvtx_tool(build_nvtx_tool(folder), f"""
         import importlib.util
         spec = importlib.util.spec_from_file_location("streams._nvtx", {str(so)!r})
         m = importlib.util.module_from_spec(spec)

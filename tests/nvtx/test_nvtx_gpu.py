@@ -1,4 +1,4 @@
-"""streams.nvtx on a GPU, through the recording tool of nvtx_tool.py in a
+"""streams.nvtx on a GPU, through the recording tool of tests/_support.py in a
 child Python: the names of streams, events and devices reach the tool with
 the handles CUDA gave, and with trace_calls(True) each of streams' own
 operations on a real stream (launch, record, wait, copy, memset, host
@@ -6,8 +6,7 @@ function, graph launch, synchronize) is one range in the "streams" domain,
 in the order the program made them; with it off there is none."""
 import pytest
 
-from _support import child_result
-from nvtx_tool import build_tool, run_with_tool
+from _support import build_nvtx_tool, child_result, run_with_nvtx_tool
 
 pytestmark = pytest.mark.gpu
 
@@ -15,12 +14,12 @@ pytestmark = pytest.mark.gpu
 @pytest.fixture(scope="module")
 def tool(tmp_path_factory):
     folder = tmp_path_factory.mktemp("nvtx_tool_gpu")
-    return str(folder), build_tool(str(folder))
+    return str(folder), build_nvtx_tool(str(folder))
 
 
 def test_streams_events_and_devices_take_names(tool):
     folder, lib = tool
-    lines, result = run_with_tool(lib, """
+    lines, result = run_with_nvtx_tool(lib, """
         import json
         import streams
         s = streams.Stream(name="copy stream")
@@ -94,7 +93,7 @@ OPERATIONS = """
 
 def test_trace_calls_ranges_the_operations_in_order(tool):
     folder, lib = tool
-    lines, result = run_with_tool(lib, OPERATIONS, folder)
+    lines, result = run_with_nvtx_tool(lib, OPERATIONS, folder)
     child_result(result)
     start = lines.index(["mark", "-", "on", "-", "-"])
     end = lines.index(["mark", "-", "off", "-", "-"])

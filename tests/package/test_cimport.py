@@ -11,7 +11,7 @@ import pytest
 import streams
 from streams.testing import spin
 
-from _support import env_importing_this_streams
+from _support import build_nvtx_tool, env_importing_this_streams, run_with_nvtx_tool
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -87,15 +87,10 @@ def test_cimport_on_cpu(ext):
 def test_cimport_nvtx_ranges_without_the_gil(ext, tmp_path):
     """nvtx_range_push/pop and nvtx_mark of streams/_nvtx.pxd, called by the
     downstream module without the GIL: no tool here (negative levels); with
-    the recording tool of tests/nvtx/ attached, the calls reach it."""
+    the recording NVTX tool of tests/_support.py attached, the calls reach it."""
     assert all(level < 0 for level in ext.nvtx_nested())
     assert all(level < 0 for level in ext.nvtx_nested("downstream"))
-    sys.path.insert(0, os.path.join(os.path.dirname(HERE), "nvtx"))
-    try:
-        from nvtx_tool import build_tool, run_with_tool
-    finally:
-        sys.path.pop(0)
-    tool = build_tool(str(tmp_path))
+    tool = build_nvtx_tool(str(tmp_path))
     code = f"""
         import importlib.util
         spec = importlib.util.spec_from_file_location("cimport_ext", {ext.__file__!r})
@@ -103,7 +98,7 @@ def test_cimport_nvtx_ranges_without_the_gil(ext, tmp_path):
         spec.loader.exec_module(ext)
         print("RESULT", list(ext.nvtx_nested("downstream")))
     """
-    lines, result = run_with_tool(tool, code, str(tmp_path))
+    lines, result = run_with_nvtx_tool(tool, code, str(tmp_path))
     assert "RESULT [0, 1, 1, 0]" in result.stdout
     assert [line for line in lines if line[0] in ("push", "pop", "mark")] == [
         ["push", "downstream", "outer", "ff00ff00", "-"],

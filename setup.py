@@ -204,8 +204,8 @@ class build_ext_with_cuda(build_ext):
 CALL_LAYER = "streams._cudart"
 # The one module that makes NVTX calls (src/nvtx.h).
 NVTX_LAYER = "streams._nvtx"
-MODULES = ["_cudart", "_nvtx", "_handle", "_args", "_device", "_foreign", "_stream", "_hostcall", "_asyncio",
-           "_memory", "_launch", "_graph", "_green", "_semaphore"]
+MODULES = ["_cudart", "_nvtx", "_handle", "_args", "_device", "_foreign", "_stream", "_hostcall",
+           "_asyncio", "_memory", "_launch", "_graph", "_green", "_semaphore"]
 
 
 def _extension(name):

@@ -691,8 +691,9 @@ def build_nvtx_tool(folder):
     lib = os.path.join(folder, "libnvtx_tool.so")
     with open(src, "w") as f:
         f.write(NVTX_TOOL_SOURCE)
-    result = subprocess.run([C_COMPILER, "-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-I", include,
-                             src, "-o", lib, "-lpthread"], capture_output=True, text=True)
+    result = subprocess.run([C_COMPILER, "-shared", "-fPIC", "-O1", "-Wall", "-Werror",
+                             "-I", include, src, "-o", lib, "-lpthread"],
+                            capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     return lib
 

@@ -273,7 +273,8 @@ def test_a_process_without_the_tool_records_nothing(tool):
         print("RESULT", nvtx.push("x"), nvtx.pop())
     """, folder, extra_env={"NVTX_INJECTION64_PATH": None})
     assert lines == []
-    [levels] = [line.split()[1:] for line in result.stdout.splitlines() if line.startswith("RESULT")]
+    [levels] = [line.split()[1:] for line in result.stdout.splitlines()
+                if line.startswith("RESULT")]
     assert all(int(level) < 0 for level in levels), "no tool counts the levels"
 
 

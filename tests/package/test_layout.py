@@ -15,8 +15,8 @@ from _support import ROOT, module_source
 
 SOURCES = os.path.join(ROOT, "src", "streams")
 # From the primitive to the features built on it.
-LAYERS = ["cudart", "_platform", "_cudart", "_nvtx", "_handle", "_args", "_device", "_foreign", "_stream",
-          "_hostcall", "_asyncio", "_memory", "_launch", "_graph", "_green", "_semaphore"]
+LAYERS = ["cudart", "_platform", "_cudart", "_nvtx", "_handle", "_args", "_device", "_foreign",
+          "_stream", "_hostcall", "_asyncio", "_memory", "_launch", "_graph", "_green", "_semaphore"]
 _IMPORT = re.compile(r"^(?:from streams\.(\w+) c?import|cimport streams\.(\w+)|"
                      r"from streams import (\w+))", re.M)
 

@@ -18,6 +18,11 @@ runtime, and ``crt/host_defines.h`` comes from ``nvidia-cuda-nvcc-cu12``.
 The CUDA inputs are looked up when extensions are built, not when the
 script is read: an sdist needs none.
 
+NVTX (``streams.nvtx``) is header-only NVTX3: ``nvtx3/`` beside the CUDA
+headers found, else in the ``nvidia-nvtx`` wheel (``cuda_paths.find_nvtx``).
+Without it, or with ``STREAMS_NVTX=0``, ``streams._nvtx`` is built with its
+calls compiled out (``streams.nvtx.available`` is False).
+
 The extensions are built without debug information (``-g0``, and the
 static runtime's stripped at link time); ``STREAMS_DEBUG_INFO=1`` keeps it
 (tools/build/streams_build.py, ``debug_info_flags``).
@@ -123,6 +128,7 @@ class build_ext_with_cuda(build_ext):
         from Cython.Build import cythonize
 
         include_dirs, static_lib = find_cuda()
+        nvtx_dir = cuda_paths.find_nvtx(include_dirs)
         debug = os.environ.get("STREAMS_DEBUG_REFCOUNTS", "") not in ("", "0")
         try:
             debug_compile, debug_link = streams_build.debug_info_flags()
@@ -137,6 +143,10 @@ class build_ext_with_cuda(build_ext):
             ext.include_dirs.extend(include_dirs)
             if ext.name == CALL_LAYER:
                 ext.extra_objects.append(static_lib)
+            if ext.name == NVTX_LAYER and nvtx_dir is not None:
+                # Only here: NVTX3 keeps a function table per shared object.
+                ext.include_dirs.append(nvtx_dir)
+                ext.define_macros.append(("STREAMS_HAVE_NVTX", "1"))
             if debug:
                 ext.define_macros.append(("STREAMS_DEBUG_REFCOUNTS", "1"))
         # Independent modules: compile them side by side.
@@ -144,7 +154,8 @@ class build_ext_with_cuda(build_ext):
             self.parallel = os.cpu_count() or 1
         # The flavour changes no source file: an up-to-date check would keep
         # the other flavour's binary.
-        flavour = ("debug-refcounts" if debug else "release") + " " + " ".join(debug_compile)
+        flavour = (("debug-refcounts" if debug else "release") + " " + " ".join(debug_compile)
+                   + (" nvtx" if nvtx_dir is not None else " no-nvtx"))
         stamp = os.path.join(self.build_temp, "streams-flavour")
         try:
             with open(stamp) as f:
@@ -191,8 +202,10 @@ class build_ext_with_cuda(build_ext):
 # One extension per concept; the imports between them point one way (see
 # docs/architecture.rst).  streams._cudart alone links libcudart_static.a.
 CALL_LAYER = "streams._cudart"
-MODULES = ["_cudart", "_handle", "_args", "_device", "_foreign", "_stream", "_hostcall", "_asyncio",
-           "_memory", "_launch", "_graph", "_green", "_semaphore", "_deadline"]
+# The one module that makes NVTX calls (src/nvtx.h).
+NVTX_LAYER = "streams._nvtx"
+MODULES = ["_cudart", "_nvtx", "_handle", "_args", "_device", "_foreign", "_stream", "_hostcall",
+           "_asyncio", "_memory", "_launch", "_graph", "_green", "_semaphore", "_deadline"]
 
 
 def _extension(name):
@@ -205,7 +218,8 @@ def _extension(name):
         # ones (the shim of the call layer, the floor, the counters' names),
         # built with the package and never shipped.
         include_dirs=[os.path.join(HERE, "include"), os.path.join(HERE, "src")],
-        libraries=["rt", "dl", "pthread"] if owner else [],
+        # NVTX3 loads a tool with dlopen.
+        libraries=["rt", "dl", "pthread"] if owner else ["dl"] if full == NVTX_LAYER else [],
         extra_compile_args=["-O2", "-std=gnu11", "-Wno-unused-function"],
         # Keep cudart's symbols private to the call layer.
         extra_link_args=["-Wl,--exclude-libs,ALL"] if owner else [],

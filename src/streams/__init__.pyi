@@ -90,6 +90,7 @@ from streams._interop import (
     current_in as current_in,
     follow_current_stream as follow_current_stream,
 )
+from streams import nvtx as nvtx
 from streams._graph import (
     CaptureInfo as CaptureInfo,
     ConditionHandle as ConditionHandle,
@@ -181,6 +182,7 @@ __all__ = [
     "memcpy_batch_async",
     "memcpy_peer_async",
     "memset_async",
+    "nvtx",
     "reset_graph_memory_high",
     "reset_persisting_l2_cache",
     "runtime_version",

@@ -301,6 +301,15 @@ cdef int graph_add_child_graph_node(cudaGraphNode_t* out, cudaGraph_t g, const c
 cdef int graph_add_event_record_node(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps, size_t n, cudaEvent_t ev) except -1 nogil
 cdef int graph_add_event_wait_node(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps, size_t n, cudaEvent_t ev) except -1 nogil
 cdef int graph_debug_dot_print(cudaGraph_t g, const char* path, unsigned int flags) except -1 nogil
+cdef int graph_memset_node_get_params(cudaGraphNode_t node, cudaMemsetParams* out) except -1 nogil
+cdef int graph_memcpy_node_get_params(cudaGraphNode_t node, cudaMemcpy3DParms* out) except -1 nogil
+# python: whether the node calls a Python callable through streams' trampoline.
+cdef int graph_host_node_get_params(cudaGraphNode_t node, cudaHostNodeParams* out, bint* python) except -1 nogil
+cdef int graph_child_graph_node_get_graph(cudaGraphNode_t node, cudaGraph_t* out) except -1 nogil
+cdef int graph_event_node_get_event(cudaGraphNode_t node, bint record, cudaEvent_t* out) except -1 nogil
+cdef int graph_mem_alloc_node_get_params(cudaGraphNode_t node, cudaMemAllocNodeParams* out) except -1 nogil
+cdef int graph_mem_free_node_get_params(cudaGraphNode_t node, void** out) except -1 nogil
+cdef int graph_exec_get_flags(cudaGraphExec_t ex, unsigned long long* out) except -1 nogil
 cdef int graph_instantiate(cudaGraphExec_t* out, cudaGraph_t g, unsigned long long flags) except -1 nogil
 cdef int graph_launch(cudaGraphExec_t ex, cudaStream_t s) except -1 nogil
 cdef int graph_upload(cudaGraphExec_t ex, cudaStream_t s) except -1 nogil

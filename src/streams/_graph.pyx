@@ -41,6 +41,7 @@ from libc.stdint cimport uintptr_t
 from libc.string cimport memcpy, memset
 
 cimport streams._cudart as rt
+cimport streams._nvtx as nvtx
 from streams._cudart cimport (STREAMS_LAUNCH_PARAM_BUFFER_POINTER, STREAMS_LAUNCH_PARAM_BUFFER_SIZE,
                               STREAMS_LAUNCH_PARAM_END, streams_kernel_node_params)
 from streams._args cimport as_bool, as_dim3, as_enum, as_int, as_nbytes, as_uint, as_unsigned
@@ -55,7 +56,8 @@ from streams._launch cimport ADOPTED_FUNCTION, ArgPack, Kernel, adopt_kernel, ar
 from streams._memory cimport (SPAN_DEVICE, Span, check_fits, init_span, keep_memory, release_span,
                               resolve_span)
 from streams._handle cimport HandleOwner, keep_in_use
-from streams._platform cimport (streams_close_begin, streams_flag_set, streams_is_closed,
+from streams._platform cimport (streams_close_begin, streams_flag_get, streams_flag_set,
+                                streams_is_closed,
                                 streams_ptr_load, streams_ptr_store)
 from streams._stream cimport (ErrorSlot, Event, Stream, as_event, as_stream,
                               streams_host_fn_t)
@@ -67,6 +69,12 @@ from streams._launch import builtin_kernel
 from streams._stream import CaptureMode, CaptureStatus
 import struct as _struct
 import weakref as _weakref
+
+# streams.nvtx.trace_calls: the switch of the ranges around this module's
+# traced operations (one load and one branch while off;
+# tests/nvtx/test_nvtx_cpu.py, the per-call ranges).
+cdef const int* _tracing = nvtx.trace_switch()
+
 
 cdef extern from "cuda_versions.h":
     cudaGraphConditionalNodeType streams_cudaGraphCondTypeSwitch
@@ -666,6 +674,7 @@ cdef size_t _memcpy_spans(object dst, object src, object nbytes, Span* d,
 
 
 include "_graph/kernel_nodes.pxi"
+include "_graph/data.pxi"
 
 
 @cython.final
@@ -1084,10 +1093,30 @@ cdef class Graph(HandleOwner):
         finally:
             self._unuse()
 
-    def debug_dot(self, path=None, *, verbose=False):
-        """Graphviz text of the graph; also written to ``path`` if given."""
-        cdef unsigned int flags = (cudaGraphDebugDotFlagsVerbose if as_bool(verbose, "verbose")
-                                   else 0)
+    def to_dict(self):
+        """The graph as plain data (docs/graphs.rst, "Graph data"):
+        ``{"schema", "handle", "nodes", "edges"}``, each node ``{"id",
+        "handle", "type", "dependencies", "params"}`` (a kernel node's name,
+        grid, block, shared memory and argument bytes, a memset's or a
+        memcpy's addresses and sizes, a host node's function, a child
+        graph's own data, ...), each edge ``{"from", "to", "type",
+        "from_port", "to_port"}`` by node id.  ``json.dumps`` takes it as it
+        is.  A snapshot: the nodes as they are now."""
+        self._check_open()
+        return _graph_data(self)
+
+    def debug_dot(self, path=None, flags=None, *, verbose=False):
+        """Graphviz text of the graph, as CUDA prints it
+        (``cudaGraphDebugDotPrint``); also written to ``path`` if given.
+
+        ``flags``: what CUDA adds to each node, as an int of
+        ``cudaGraphDebugDotFlags`` or names: "verbose" (everything),
+        "kernel_params", "memcpy_params", "memset_params", "host_params",
+        "event_params", "ext_semaphore_signal_params",
+        "ext_semaphore_wait_params", "kernel_attributes", "handles",
+        "conditional_params".  ``verbose=True`` adds "verbose"."""
+        cdef unsigned int flags_value = _dot_flags(flags) | (
+            cudaGraphDebugDotFlagsVerbose if as_bool(verbose, "verbose") else 0)
         self._check_open()
         cdef bytes target
         cdef const char* c_target
@@ -1103,7 +1132,7 @@ cdef class Graph(HandleOwner):
             self._use()
             try:
                 with nogil:
-                    rt.graph_debug_dot_print(<cudaGraph_t>self._handle, c_target, flags)
+                    rt.graph_debug_dot_print(<cudaGraph_t>self._handle, c_target, flags_value)
             finally:
                 self._unuse()
             with open(tmp if tmp is not None else path) as f:
@@ -1583,21 +1612,28 @@ cdef class GraphExec(HandleOwner):
         is returned.  Refused (ValueError) while ``stream`` is capturing.
         """
         cdef Stream s = as_stream(stream, "stream")
-        if self._errors is not None and self._errors.first is not None:
-            self._errors.raise_pending("graph host callback")
-        if self._unlinking is not None:
-            with self._lock:
-                self._use()
-                try:
-                    self._unlink_ended()
-                finally:
-                    self._unuse()
-        if self._boxed:
-            _link_capture(self, s)
-        if deadline is not None:
-            return _replay_with_deadline(self, s, deadline)
-        with nogil:
-            self.c_launch(s)
+        cdef bint traced = streams_flag_get(_tracing) != 0
+        if traced:
+            nvtx.trace_push(nvtx.CALL_GRAPH_LAUNCH)
+        try:
+            if self._errors is not None and self._errors.first is not None:
+                self._errors.raise_pending("graph host callback")
+            if self._unlinking is not None:
+                with self._lock:
+                    self._use()
+                    try:
+                        self._unlink_ended()
+                    finally:
+                        self._unuse()
+            if self._boxed:
+                _link_capture(self, s)
+            if deadline is not None:
+                return _replay_with_deadline(self, s, deadline)
+            with nogil:
+                self.c_launch(s)
+        finally:
+            if traced:
+                nvtx.trace_pop()
 
     def upload(self, stream=None):
         """Upload the executable ahead of its first launch."""
@@ -1831,6 +1867,19 @@ cdef class GraphExec(HandleOwner):
                 self.c_set_node_enabled(nd._handle, on)
         finally:
             self._leave(nd)
+
+    def to_dict(self):
+        """The data of :meth:`Graph.to_dict` for the graph this executable
+        was made from (which must still be open: CUDA lists no executable's
+        nodes), with what the executable runs: ``"exec"`` (its handle and
+        ``cudaGraphExecGetFlags``), each node's ``"enabled"`` (kernel,
+        memcpy and memset nodes; None for the others), and each kernel
+        node's parameters as this executable runs them (after
+        ``set_kernel_node``, ``set_kernel_node_args`` and ``update``; None
+        where streams cannot tell, after an update from another graph whose
+        nodes did not pair)."""
+        self._check_open()
+        return _exec_data(self)
 
     def is_enabled(self, node):
         cdef GraphNode nd = self._node_of(node, "node")

@@ -25,6 +25,7 @@ from libc.stdint cimport uintptr_t
 from libc.string cimport memset
 
 cimport streams._cudart as rt
+cimport streams._nvtx as nvtx
 from streams._args cimport as_bool, as_dim3, as_int, as_nbytes, as_uint
 from streams._device cimport DeviceScope, enter_device, exit_device, require_device
 from streams._foreign cimport foreign_code_handle
@@ -37,6 +38,12 @@ from streams.cudart cimport *
 
 from streams._cudart import CudaError
 from streams._cudart import runtime_version as rt_runtime_version
+
+# streams.nvtx.trace_calls: the switch of the ranges around this module's
+# traced operations (one load and one branch while off;
+# tests/nvtx/test_nvtx_cpu.py, the per-call ranges).
+cdef const int* _tracing = nvtx.trace_switch()
+
 
 cdef enum _ArgType:
     _T_I8, _T_I16, _T_I32, _T_I64, _T_U8, _T_U16, _T_U32, _T_U64, _T_F32, _T_F64, _T_PTR, _T_COND
@@ -1253,8 +1260,15 @@ cdef class PreparedLaunch:
     def launch(self, stream=None):
         """Enqueue the launch on ``stream`` (default: the current stream)."""
         cdef Stream s = as_stream(stream, "stream")
-        with nogil:
-            self._launch(s)
+        cdef bint traced = streams_flag_get(_tracing) != 0
+        if traced:
+            nvtx.trace_push(nvtx.CALL_LAUNCH)
+        try:
+            with nogil:
+                self._launch(s)
+        finally:
+            if traced:
+                nvtx.trace_pop()
 
     @property
     def kernel(self):

@@ -20,18 +20,25 @@ from libc.stdlib cimport free, malloc
 from posix.unistd cimport close as close_fd
 
 cimport streams._cudart as rt
+cimport streams._nvtx as nvtx
 from streams._args cimport as_bool, as_int, as_nbytes, as_pointer_int
 from streams._device cimport (DeviceScope, current_device, enter_device, exit_device,
                               resolve_device)
 from streams._foreign cimport (STREAM_LEGACY, STREAM_NULL, STREAM_PER_THREAD, cai_stream,
                                dlpack_stream_arg, framework_array_stream)
 from streams._handle cimport HandleOwner, keep_in_use
-from streams._platform cimport streams_close_begin, streams_is_closed, streams_use_begin
+from streams._platform cimport (streams_close_begin, streams_flag_get, streams_is_closed,
+                                streams_use_begin)
 from streams._stream cimport (Event, Stream, as_stream, drop_dependent, note_dependent,
                               settle_dependent, stream_tail, wait_until_done)
 from streams.cudart cimport *
 
 from streams._cudart import CudaError as rt_CudaError
+
+# streams.nvtx.trace_calls: the switch of the ranges around this module's
+# traced operations (one load and one branch while off;
+# tests/nvtx/test_nvtx_cpu.py, the per-call ranges).
+cdef const int* _tracing = nvtx.trace_switch()
 
 
 # ---- DLPack -----------------------------------------------------------------------------
@@ -1685,7 +1692,14 @@ def memcpy_async(dst, src, nbytes=None, stream=None, *, wait_producers=True):
     devices otherwise); for other memory of two devices, see
     :func:`memcpy_peer_async`.
     """
-    _memcpy(dst, src, nbytes, stream, False, None, None, wait_producers)
+    cdef bint traced = streams_flag_get(_tracing) != 0
+    if traced:
+        nvtx.trace_push(nvtx.CALL_MEMCPY)
+    try:
+        _memcpy(dst, src, nbytes, stream, False, None, None, wait_producers)
+    finally:
+        if traced:
+            nvtx.trace_pop()
 
 
 def memcpy_peer_async(dst, dst_device, src, src_device, nbytes=None, stream=None, *,
@@ -1709,6 +1723,18 @@ def memset_async(dst, value, nbytes=None, stream=None, *, wait_producers=True):
     """Set ``nbytes`` bytes (default: all of ``dst``) to ``value`` (0-255) in
     stream order, with the stream's device current.  ``wait_producers`` as
     for :func:`memcpy_async`."""
+    cdef bint traced = streams_flag_get(_tracing) != 0
+    if traced:
+        nvtx.trace_push(nvtx.CALL_MEMSET)
+    try:
+        _memset(dst, value, nbytes, stream, wait_producers)
+    finally:
+        if traced:
+            nvtx.trace_pop()
+
+
+cdef int _memset(object dst, object value, object nbytes, object stream,
+                 object wait_producers) except -1:
     cdef Span d
     cdef size_t n
     cdef int v = as_int(value, "value")
@@ -1736,6 +1762,7 @@ def memset_async(dst, value, nbytes=None, stream=None, *, wait_producers=True):
             st._unuse()
     finally:
         release_span(&d)
+    return 0
 
 
 cdef int _batch_on(void** dsts, void** srcs, size_t* sizes, size_t n,

@@ -67,6 +67,9 @@ cdef class Waitable(HandleOwner):
     # (check_deadline), so an unwatched wait costs one pointer compare.
     # Set once for a stream (under its critical section), never cleared.
     cdef object _watch
+    # The NVTX name given (Stream.name, Event.name), or None; changed under
+    # the object's critical section.
+    cdef object _name
 
     # 1 when the work is done, 0 when not; never raises cudaErrorNotReady.
     cdef int c_query(self) except -1 nogil
@@ -78,6 +81,9 @@ cdef class Waitable(HandleOwner):
     cdef int _done_now(self) except -1
     cdef int _destroy(self) except -1 nogil
     cdef void _release(self) noexcept nogil
+    # Name the handle for NVTX tools (nvtxNameCudaStreamA/EventA) and keep
+    # the name; TypeError/ValueError for a name that is not a str.
+    cdef int _set_name(self, object name) except -1
 
 
 cdef class Stream(Waitable):

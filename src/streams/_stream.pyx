@@ -25,6 +25,7 @@ from libc.stdint cimport uintptr_t
 from libc.string cimport memset
 
 cimport streams._cudart as rt
+cimport streams._nvtx as nvtx
 from streams._args cimport as_bool, as_enum, as_int, as_nbytes, as_pointer_int, as_timeout_ns
 from streams._device cimport (WAIT_SLICE_NS, DeviceScope, current_device, enter_device,
                               exit_device, priority_range, require_device, resolve_device)
@@ -46,6 +47,11 @@ from streams._cudart import CudaError, HostCallbackError
 from streams._device import Device
 
 cdef object _tls = _threading.local()   # .current: {device: Stream}, .stack: [...]
+
+# streams.nvtx.trace_calls: the switch of the ranges around this module's
+# traced operations (one load and one branch while off;
+# tests/nvtx/test_nvtx_cpu.py, the per-call ranges).
+cdef const int* _tracing = nvtx.trace_switch()
 
 
 # ---- enums -------------------------------------------------------------------------
@@ -466,6 +472,39 @@ cdef class Waitable(HandleOwner):
             with cython.critical_section(self):
                 self._owner = None
 
+    @property
+    def name(self):
+        """The name NVTX tools (Nsight Systems) show for this stream or
+        event: None until one is given, with ``name=`` when it is made or by
+        setting this attribute (docs/nvtx.rst).  The tool keeps the name it
+        was last given for the CUDA handle, which a pooled one keeps."""
+        with cython.critical_section(self):
+            return self._name
+
+    @name.setter
+    def name(self, value):
+        self._set_name(value)
+
+    cdef int _set_name(self, object name) except -1:
+        cdef bytes text
+        if not isinstance(name, str):
+            raise TypeError(f"name must be a str, not {type(name).__name__}")
+        text = (<str>name).encode("utf-8", "surrogatepass")
+        if b"\0" in text:
+            raise ValueError("name must not contain NUL characters")
+        self._use()
+        try:
+            # An NVTX call, not a CUDA one: no driver lock, the GIL may stay.
+            if self._kind == rt.HANDLE_STREAM:
+                nvtx.name_stream(self._handle, text)
+            else:
+                nvtx.name_event(self._handle, text)
+            with cython.critical_section(self):
+                self._name = name
+        finally:
+            self._unuse()
+        return 0
+
     def __eq__(self, other):
         if not isinstance(other, Waitable) or (<Waitable>other)._kind != self._kind:
             return NotImplemented
@@ -670,13 +709,16 @@ cdef int _give_back(void* pool, int kind, void* handle) noexcept nogil:
 
 @cython.no_gc_clear
 cdef class Stream(Waitable):
-    """A CUDA stream.  ``Stream(device=None, priority=0, non_blocking=False)``.
+    """Stream(device=None, priority=0, non_blocking=False, *, name=None)
+
+    A CUDA stream.
 
     Owns its ``cudaStream_t`` (destroyed by ``close()`` or garbage collection)
     unless it wraps a foreign handle (``from_handle``/``from_external``).
     ``priority`` follows CUDA: lower numbers run first, and values outside
     the device's range are clamped into it.  ``non_blocking`` streams do not
-    synchronize with the legacy default stream.
+    synchronize with the legacy default stream.  ``name`` names the stream
+    in NVTX tools (:attr:`name`).
 
     The default streams are singletons that are never destroyed:
     ``Stream.legacy`` (``cudaStreamLegacy``), ``Stream.per_thread``
@@ -690,8 +732,13 @@ cdef class Stream(Waitable):
         self._kind = rt.HANDLE_STREAM
         self._special = False
 
-    def __init__(self, device=None, priority=0, non_blocking=False):
+    # The signature is written in the class docstring: Cython's embedded one
+    # puts the keyword-only marker one parameter late.
+    @cython.embedsignature(False)
+    def __init__(self, device=None, priority=0, non_blocking=False, *, name=None):
         cdef _StreamParams p
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"name must be None or a str, not {type(name).__name__}")
         self._init_once()
         try:
             _stream_params(device, priority, non_blocking, &p)
@@ -701,6 +748,8 @@ cdef class Stream(Waitable):
         except BaseException:
             self._init_abandoned()
             raise
+        if name is not None:
+            self._set_name(name)
 
     # ---- factories for handles we do not own -------------------------------
     @classmethod
@@ -793,30 +842,45 @@ cdef class Stream(Waitable):
         give those waits a ``timeout``.
         """
         cdef long long timeout_ns = as_timeout_ns(timeout)
-        cdef int done = self._done_now()
-        if not done:
-            done = wait_until_done(self, timeout_ns)
-        if self._errors is not None:
-            self._errors.raise_pending("host callback")
-        if self._watch is not None:
-            check_deadline(self)
-        return done == 1
+        cdef int done
+        cdef bint traced = streams_flag_get(_tracing) != 0
+        if traced:
+            nvtx.trace_push(nvtx.CALL_STREAM_SYNCHRONIZE)
+        try:
+            done = self._done_now()
+            if not done:
+                done = wait_until_done(self, timeout_ns)
+            if self._errors is not None:
+                self._errors.raise_pending("host callback")
+            if self._watch is not None:
+                check_deadline(self)
+            return done == 1
+        finally:
+            if traced:
+                nvtx.trace_pop()
 
     def record(self, event=None):
         """Record ``event`` (a new one, on this stream's device, if None) and return it."""
         cdef Event ev
-        # The common call first: an Event, no function call to find it is one.
-        if isinstance(event, Event):
-            ev = <Event>event
-            if ev._device != self._device:
-                _check_same_device(ev._device, self._device)
-        elif event is None:
-            self._check_open()
-            ev = new_event(self._device, cudaEventDisableTiming)
-        else:
-            ev = as_event(event, "event")
-        _record(self, ev)
-        return ev
+        cdef bint traced = streams_flag_get(_tracing) != 0
+        if traced:
+            nvtx.trace_push(nvtx.CALL_RECORD)
+        try:
+            # The common call first: an Event, no function call to find it is one.
+            if isinstance(event, Event):
+                ev = <Event>event
+                if ev._device != self._device:
+                    _check_same_device(ev._device, self._device)
+            elif event is None:
+                self._check_open()
+                ev = new_event(self._device, cudaEventDisableTiming)
+            else:
+                ev = as_event(event, "event")
+            _record(self, ev)
+            return ev
+        finally:
+            if traced:
+                nvtx.trace_pop()
 
     def record_event(self, event=None):
         """Alias of ``record`` (PyTorch's name)."""
@@ -834,52 +898,66 @@ cdef class Stream(Waitable):
         cdef uintptr_t h
         cdef unsigned int flags = (cudaEventWaitExternal if as_bool(external, "external")
                                    else 0)
-        if not isinstance(event, Event):
-            h = foreign_event(event, "event")
-            if h == 0:
-                self._check_open()
-                return
-            _enqueue_raw(RAW_WAIT, self, <void*>h, flags)
-            return
-        ev = <Event>event
-        if not external:
-            _wait_event(self, ev)
-            return
-        self._use()
+        cdef bint traced = streams_flag_get(_tracing) != 0
+        if traced:
+            nvtx.trace_push(nvtx.CALL_WAIT_EVENT)
         try:
-            ev._use()
+            if not isinstance(event, Event):
+                h = foreign_event(event, "event")
+                if h == 0:
+                    self._check_open()
+                    return
+                _enqueue_raw(RAW_WAIT, self, <void*>h, flags)
+                return
+            ev = <Event>event
+            if not external:
+                _wait_event(self, ev)
+                return
+            self._use()
             try:
-                with nogil:
-                    rt.stream_wait_event(<cudaStream_t>self._handle, <cudaEvent_t>ev._handle,
-                                         flags)
+                ev._use()
+                try:
+                    with nogil:
+                        rt.stream_wait_event(<cudaStream_t>self._handle, <cudaEvent_t>ev._handle,
+                                             flags)
+                finally:
+                    ev._unuse()
             finally:
-                ev._unuse()
+                self._unuse()
         finally:
-            self._unuse()
+            if traced:
+                nvtx.trace_pop()
 
     def wait_stream(self, other):
         """Make future work on this stream wait for the work now enqueued on ``other``."""
         cdef Stream o
         cdef uintptr_t h
         cdef int dev
-        if other is None:
-            raise TypeError("other must be a streams.Stream, a PyTorch or CuPy stream, or an "
-                            "object with __cuda_stream__, not NoneType")
-        if not isinstance(other, Stream):
-            foreign_stream(other, "other", &h, False)
-            dev = foreign_stream_device(other, h)
-            self._use()
-            try:
-                if dev < 0:
-                    dev = current_device()
-                with nogil:
-                    rt.stream_wait_stream(<cudaStream_t>self._handle, <cudaStream_t>h, dev)
-            finally:
-                self._unuse()
-            return
-        o = <Stream>other
-        with nogil:
-            self.c_wait_stream(o)
+        cdef bint traced = streams_flag_get(_tracing) != 0
+        if traced:
+            nvtx.trace_push(nvtx.CALL_WAIT_STREAM)
+        try:
+            if other is None:
+                raise TypeError("other must be a streams.Stream, a PyTorch or CuPy stream, or an "
+                                "object with __cuda_stream__, not NoneType")
+            if not isinstance(other, Stream):
+                foreign_stream(other, "other", &h, False)
+                dev = foreign_stream_device(other, h)
+                self._use()
+                try:
+                    if dev < 0:
+                        dev = current_device()
+                    with nogil:
+                        rt.stream_wait_stream(<cudaStream_t>self._handle, <cudaStream_t>h, dev)
+                finally:
+                    self._unuse()
+                return
+            o = <Stream>other
+            with nogil:
+                self.c_wait_stream(o)
+        finally:
+            if traced:
+                nvtx.trace_pop()
 
     def launch_host_func(self, callback, arg=None, *, owner=None, sync_mode="blocking"):
         """Run ``callback(arg)`` on the host once all work enqueued so far is done.
@@ -903,11 +981,18 @@ cdef class Stream(Waitable):
         latency, one CPU core busy); "spin_wait" needs a CUDA 13.1 driver
         and raises NotImplementedError naming the versions otherwise.
         """
-        if _enqueue_host_call == NULL:
-            raise ImportError("streams._hostcall is not imported; import streams first")
-        _enqueue_host_call(self, callback, arg, 0, owner,
-                           0 if sync_mode == "blocking" else
-                           int(as_enum(HostFuncSyncMode, sync_mode, "sync_mode")))
+        cdef bint traced = streams_flag_get(_tracing) != 0
+        if traced:
+            nvtx.trace_push(nvtx.CALL_HOST_FUNC)
+        try:
+            if _enqueue_host_call == NULL:
+                raise ImportError("streams._hostcall is not imported; import streams first")
+            _enqueue_host_call(self, callback, arg, 0, owner,
+                               0 if sync_mode == "blocking" else
+                               int(as_enum(HostFuncSyncMode, sync_mode, "sync_mode")))
+        finally:
+            if traced:
+                nvtx.trace_pop()
 
     cdef int c_launch_host_func(self, streams_host_fn_t fn, void* data) except -1 nogil:
         if fn == NULL:
@@ -1032,10 +1117,17 @@ cdef class Stream(Waitable):
         :func:`memcpy_async` does (``wait_producers=False``: you order them
         yourself).  Runs on the stream's device.
         """
-        if not isinstance(kernel, LaunchTarget):
-            raise TypeError(f"kernel must be a streams.Kernel, not {type(kernel).__name__}")
-        (<LaunchTarget>kernel)._launch_on(self, grid, block, args, shared_mem, None,
-                                          as_bool(wait_producers, "wait_producers"))
+        cdef bint traced = streams_flag_get(_tracing) != 0
+        if traced:
+            nvtx.trace_push(nvtx.CALL_LAUNCH)
+        try:
+            if not isinstance(kernel, LaunchTarget):
+                raise TypeError(f"kernel must be a streams.Kernel, not {type(kernel).__name__}")
+            (<LaunchTarget>kernel)._launch_on(self, grid, block, args, shared_mem, None,
+                                              as_bool(wait_producers, "wait_producers"))
+        finally:
+            if traced:
+                nvtx.trace_pop()
 
     def launch_ex(self, kernel, config, *args, shared_mem=None, cluster=None,
                   cooperative=None, wait_producers=True):
@@ -1049,21 +1141,28 @@ cdef class Stream(Waitable):
         as for ``launch``.
         """
         cdef type config_type = _later("_launch", "LaunchConfig")
-        if not isinstance(kernel, LaunchTarget):
-            raise TypeError(f"kernel must be a streams.Kernel, not {type(kernel).__name__}")
-        if type(config) is not config_type:
-            if not args:
-                raise TypeError("launch_ex() takes a LaunchConfig, or grid and block")
-            config = config_type(config, args[0], 0 if shared_mem is None else shared_mem,
-                                 cluster=cluster,
-                                 cooperative=(False if cooperative is None
-                                              else as_bool(cooperative, "cooperative")))
-            args = args[1:]
-        elif shared_mem is not None or cluster is not None or cooperative is not None:
-            raise TypeError("with a LaunchConfig, shared_mem, cluster and cooperative belong "
-                            "in the config")
-        (<LaunchTarget>kernel)._launch_on(self, None, None, args, None, config,
-                                          as_bool(wait_producers, "wait_producers"))
+        cdef bint traced = streams_flag_get(_tracing) != 0
+        if traced:
+            nvtx.trace_push(nvtx.CALL_LAUNCH)
+        try:
+            if not isinstance(kernel, LaunchTarget):
+                raise TypeError(f"kernel must be a streams.Kernel, not {type(kernel).__name__}")
+            if type(config) is not config_type:
+                if not args:
+                    raise TypeError("launch_ex() takes a LaunchConfig, or grid and block")
+                config = config_type(config, args[0], 0 if shared_mem is None else shared_mem,
+                                     cluster=cluster,
+                                     cooperative=(False if cooperative is None
+                                                  else as_bool(cooperative, "cooperative")))
+                args = args[1:]
+            elif shared_mem is not None or cluster is not None or cooperative is not None:
+                raise TypeError("with a LaunchConfig, shared_mem, cluster and cooperative belong "
+                                "in the config")
+            (<LaunchTarget>kernel)._launch_on(self, None, None, args, None, config,
+                                              as_bool(wait_producers, "wait_producers"))
+        finally:
+            if traced:
+                nvtx.trace_pop()
 
     # ---- capture (streams._graph builds the graphs) --------------------------------
     def begin_capture(self, mode="global"):
@@ -1453,23 +1552,32 @@ cdef unsigned int _event_flags(object enable_timing, object blocking,
 
 
 cdef class Event(Waitable):
-    """A CUDA event (``cudaEventCreateWithFlags``), destroyed by ``close()`` or GC.
+    """Event(enable_timing=False, blocking=False, interprocess=False, device=None, *, name=None)
+
+    A CUDA event (``cudaEventCreateWithFlags``), destroyed by ``close()`` or GC.
 
     ``enable_timing`` allows ``elapsed_time``; ``blocking``
     (``cudaEventBlockingSync``) makes ``synchronize`` sleep between checks
     instead of spinning; ``interprocess`` allows sharing with another
     process (timing must then be off, as CUDA requires).  Created on
     ``device`` (default: the current device), the only device whose streams
-    can record it; streams of any device can wait for it.
+    can record it; streams of any device can wait for it.  ``name`` names
+    the event in NVTX tools (:attr:`name`).
     """
 
     def __cinit__(self, *args, **kwargs):
         self._kind = rt.HANDLE_EVENT
 
-    def __init__(self, enable_timing=False, blocking=False, interprocess=False, device=None):
+    # The signature is written in the class docstring: Cython's embedded one
+    # puts the keyword-only marker one parameter late.
+    @cython.embedsignature(False)
+    def __init__(self, enable_timing=False, blocking=False, interprocess=False, device=None, *,
+                 name=None):
         cdef unsigned int flags
         cdef cudaEvent_t handle = NULL
         cdef int dev, switch_to = -1
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"name must be None or a str, not {type(name).__name__}")
         self._init_once()
         try:
             flags = _event_flags(enable_timing, blocking, interprocess)
@@ -1489,6 +1597,8 @@ cdef class Event(Waitable):
         except BaseException:
             self._init_abandoned()
             raise
+        if name is not None:
+            self._set_name(name)
 
 
     # ---- C-level API (nogil, for cimporters) ------------------------------
@@ -1514,32 +1624,39 @@ cdef class Event(Waitable):
         cdef uintptr_t h
         cdef unsigned int flags = (cudaEventRecordExternal if as_bool(external, "external")
                                    else 0)
-        if stream is not None and not isinstance(stream, Stream):
-            # Another library's stream: its handle, no wrapper (the caller
-            # keeps the object alive for this call).
-            foreign_stream(stream, "stream", &h, False)
-            _enqueue_raw(RAW_RECORD, self, <void*>h, flags)
-            streams_flag_set(<int*>&self._recorded, True)
-            return self
-        s = as_stream(stream, "stream")
-        if self._device != s._device:
-            _check_same_device(self._device, s._device)
-        if not external:
-            _record(s, self)
-            return self
-        s._use()
+        cdef bint traced = streams_flag_get(_tracing) != 0
+        if traced:
+            nvtx.trace_push(nvtx.CALL_RECORD)
         try:
-            self._use()
-            try:
-                with nogil:
-                    rt.event_record(<cudaEvent_t>self._handle, <cudaStream_t>s._handle,
-                                    cudaEventRecordExternal)
+            if stream is not None and not isinstance(stream, Stream):
+                # Another library's stream: its handle, no wrapper (the caller
+                # keeps the object alive for this call).
+                foreign_stream(stream, "stream", &h, False)
+                _enqueue_raw(RAW_RECORD, self, <void*>h, flags)
                 streams_flag_set(<int*>&self._recorded, True)
+                return self
+            s = as_stream(stream, "stream")
+            if self._device != s._device:
+                _check_same_device(self._device, s._device)
+            if not external:
+                _record(s, self)
+                return self
+            s._use()
+            try:
+                self._use()
+                try:
+                    with nogil:
+                        rt.event_record(<cudaEvent_t>self._handle, <cudaStream_t>s._handle,
+                                        cudaEventRecordExternal)
+                    streams_flag_set(<int*>&self._recorded, True)
+                finally:
+                    self._unuse()
             finally:
-                self._unuse()
+                s._unuse()
+            return self
         finally:
-            s._unuse()
-        return self
+            if traced:
+                nvtx.trace_pop()
 
     def synchronize(self, timeout=None):
         """Wait for the recorded work (GIL released, Ctrl-C works).
@@ -1547,21 +1664,36 @@ cdef class Event(Waitable):
         Returns True when done; with ``timeout`` (seconds), False if it expired.
         """
         cdef long long timeout_ns = as_timeout_ns(timeout)
-        cdef bint done = self._done_now() == 1 or wait_until_done(self, timeout_ns) == 1
-        if self._watch is not None:
-            check_deadline(self)
-        return done
+        cdef bint traced = streams_flag_get(_tracing) != 0
+        cdef bint done
+        if traced:
+            nvtx.trace_push(nvtx.CALL_EVENT_SYNCHRONIZE)
+        try:
+            done = self._done_now() == 1 or wait_until_done(self, timeout_ns) == 1
+            if self._watch is not None:
+                check_deadline(self)
+            return done
+        finally:
+            if traced:
+                nvtx.trace_pop()
 
     def wait(self, stream=None):
         """Make ``stream`` (default: the current stream; any stream
         :func:`as_stream` takes) wait for this event."""
         cdef uintptr_t h
-        if stream is not None and not isinstance(stream, Stream):
-            foreign_stream(stream, "stream", &h, False)
-            _enqueue_raw(RAW_WAIT, self, <void*>h, 0)
+        cdef bint traced = streams_flag_get(_tracing) != 0
+        if traced:
+            nvtx.trace_push(nvtx.CALL_WAIT_EVENT)
+        try:
+            if stream is not None and not isinstance(stream, Stream):
+                foreign_stream(stream, "stream", &h, False)
+                _enqueue_raw(RAW_WAIT, self, <void*>h, 0)
+                return self
+            _wait_event(as_stream(stream, "stream"), self)
             return self
-        _wait_event(as_stream(stream, "stream"), self)
-        return self
+        finally:
+            if traced:
+                nvtx.trace_pop()
 
     def elapsed_time(self, Event end not None):
         """Milliseconds from this event to ``end`` (both must be recorded, with timing).

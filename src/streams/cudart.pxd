@@ -439,6 +439,31 @@ cdef extern from "cuda_runtime_api.h" nogil:
         size_t width
         size_t height
 
+    # What a memcpy node copies (cudaGraphMemcpyNodeGetParams); the arrays
+    # are read only as "present or not".
+    cdef struct cudaPitchedPtr:
+        void* ptr
+        size_t pitch
+        size_t xsize
+        size_t ysize
+    cdef struct cudaPos:
+        size_t x
+        size_t y
+        size_t z
+    cdef struct cudaExtent:
+        size_t width
+        size_t height
+        size_t depth
+    cdef struct cudaMemcpy3DParms:
+        void* srcArray
+        cudaPos srcPos
+        cudaPitchedPtr srcPtr
+        void* dstArray
+        cudaPos dstPos
+        cudaPitchedPtr dstPtr
+        cudaExtent extent
+        cudaMemcpyKind kind
+
     enum cudaGraphNodeType:
         cudaGraphNodeTypeKernel
         cudaGraphNodeTypeMemcpy
@@ -511,6 +536,25 @@ cdef extern from "cuda_runtime_api.h" nogil:
     cudaError_t cudaGraphLaunch(cudaGraphExec_t graphExec, cudaStream_t stream)
     cudaError_t cudaGraphUpload(cudaGraphExec_t graphExec, cudaStream_t stream)
     cudaError_t cudaGraphDebugDotPrint(cudaGraph_t graph, const char* path, unsigned int flags)
+    enum:
+        cudaGraphDebugDotFlagsKernelNodeParams
+        cudaGraphDebugDotFlagsMemcpyNodeParams
+        cudaGraphDebugDotFlagsMemsetNodeParams
+        cudaGraphDebugDotFlagsHostNodeParams
+        cudaGraphDebugDotFlagsEventNodeParams
+        cudaGraphDebugDotFlagsExtSemasSignalNodeParams
+        cudaGraphDebugDotFlagsExtSemasWaitNodeParams
+        cudaGraphDebugDotFlagsKernelNodeAttributes
+        cudaGraphDebugDotFlagsHandles
+        cudaGraphDebugDotFlagsConditionalNodeParams
+    # What each node does, as the graph holds it (Graph.to_dict).
+    cudaError_t cudaGraphMemsetNodeGetParams(cudaGraphNode_t node, cudaMemsetParams* pNodeParams)
+    cudaError_t cudaGraphMemcpyNodeGetParams(cudaGraphNode_t node, cudaMemcpy3DParms* pNodeParams)
+    cudaError_t cudaGraphHostNodeGetParams(cudaGraphNode_t node, cudaHostNodeParams* pNodeParams)
+    cudaError_t cudaGraphChildGraphNodeGetGraph(cudaGraphNode_t node, cudaGraph_t* pGraph)
+    cudaError_t cudaGraphEventRecordNodeGetEvent(cudaGraphNode_t node, cudaEvent_t* event_out)
+    cudaError_t cudaGraphEventWaitNodeGetEvent(cudaGraphNode_t node, cudaEvent_t* event_out)
+    cudaError_t cudaGraphExecGetFlags(cudaGraphExec_t graphExec, unsigned long long* flags)
     cudaError_t cudaUserObjectCreate(cudaUserObject_t* object_out, void* ptr,
                                      cudaHostFn_t destroy, unsigned int initialRefcount,
                                      unsigned int flags)
@@ -560,6 +604,9 @@ cdef extern from "cuda_runtime_api.h" nogil:
     cudaError_t cudaGraphAddMemFreeNode(cudaGraphNode_t* pGraphNode, cudaGraph_t graph,
                                         const cudaGraphNode_t* pDependencies,
                                         size_t numDependencies, void* dptr)
+    cudaError_t cudaGraphMemAllocNodeGetParams(cudaGraphNode_t node,
+                                               cudaMemAllocNodeParams* params_out)
+    cudaError_t cudaGraphMemFreeNodeGetParams(cudaGraphNode_t node, void* dptr_out)
     cudaError_t cudaDeviceGetGraphMemAttribute(int device, cudaGraphMemAttributeType attr,
                                                void* value)
     cudaError_t cudaDeviceSetGraphMemAttribute(int device, cudaGraphMemAttributeType attr,

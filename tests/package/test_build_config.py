@@ -69,9 +69,11 @@ def test_cuda_12_build_asks_for_the_cuda_12_wheels(build_config, monkeypatch, tm
     base = set(build_config._setuptools.get_requires_for_build_wheel())
     monkeypatch.setenv("STREAMS_CUDA_MAJOR", "12")
     extra = set(build_config.get_requires_for_build_wheel()) - base
-    assert extra == {"nvidia-cuda-runtime-cu12==12.*", "nvidia-cuda-nvcc-cu12==12.*"}
+    assert extra == {"nvidia-cuda-runtime-cu12==12.*", "nvidia-cuda-nvcc-cu12==12.*",
+                     "nvidia-nvtx-cu12==12.*"}
     extra = set(build_config.get_requires_for_build_editable()) - base
-    assert extra == {"nvidia-cuda-runtime-cu12==12.*", "nvidia-cuda-nvcc-cu12==12.*"}
+    assert extra == {"nvidia-cuda-runtime-cu12==12.*", "nvidia-cuda-nvcc-cu12==12.*",
+                     "nvidia-nvtx-cu12==12.*"}
     monkeypatch.setenv("STREAMS_CUDA_MAJOR", "13")
     assert set(build_config.get_requires_for_build_wheel()) == base
 
@@ -85,6 +87,7 @@ def test_pyproject_points_at_this_backend():
     # The CUDA 13 inputs stay declared statically.
     assert "nvidia-cuda-runtime==13.*" in system["requires"]
     assert "nvidia-cuda-crt==13.*" in system["requires"]
+    assert "nvidia-nvtx==13.*" in system["requires"]
 
 
 def _check_wheel():

@@ -11,7 +11,7 @@ import pytest
 import streams
 from streams.testing import spin
 
-from _support import env_importing_this_streams
+from _support import build_nvtx_tool, env_importing_this_streams, run_with_nvtx_tool
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -82,6 +82,29 @@ def test_cimport_on_cpu(ext):
         ext.null_host_func_nogil(streams.Stream.legacy)
     with pytest.raises(ValueError, match="closed Graph"):
         ext.graph_host_node_nogil(streams.Graph.__new__(streams.Graph), 0)
+
+
+def test_cimport_nvtx_ranges_without_the_gil(ext, tmp_path):
+    """nvtx_range_push/pop and nvtx_mark of streams/_nvtx.pxd, called by the
+    downstream module without the GIL: no tool here (negative levels); with
+    the recording NVTX tool of tests/_support.py attached, the calls reach it."""
+    assert all(level < 0 for level in ext.nvtx_nested())
+    assert all(level < 0 for level in ext.nvtx_nested("downstream"))
+    tool = build_nvtx_tool(str(tmp_path))
+    code = f"""
+        import importlib.util
+        spec = importlib.util.spec_from_file_location("cimport_ext", {ext.__file__!r})
+        ext = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(ext)
+        print("RESULT", list(ext.nvtx_nested("downstream")))
+    """
+    lines, result = run_with_nvtx_tool(tool, code, str(tmp_path))
+    assert "RESULT [0, 1, 1, 0]" in result.stdout
+    assert [line for line in lines if line[0] in ("push", "pop", "mark")] == [
+        ["push", "downstream", "outer", "ff00ff00", "-"],
+        ["push", "downstream", "inner", "-", "-"],
+        ["mark", "downstream", "tick", "-", "-"],
+        ["pop", "downstream"], ["pop", "downstream"]]
 
 
 @pytest.mark.gpu

@@ -15,8 +15,8 @@ from _support import ROOT, module_source
 
 SOURCES = os.path.join(ROOT, "src", "streams")
 # From the primitive to the features built on it.
-LAYERS = ["cudart", "_platform", "_cudart", "_handle", "_args", "_device", "_foreign", "_stream",
-          "_hostcall", "_asyncio", "_memory", "_launch", "_graph", "_green", "_semaphore",
+LAYERS = ["cudart", "_platform", "_cudart", "_nvtx", "_handle", "_args", "_device", "_foreign",
+          "_stream", "_hostcall", "_asyncio", "_memory", "_launch", "_graph", "_green", "_semaphore",
           "_deadline"]
 _IMPORT = re.compile(r"^(?:from streams\.(\w+) c?import|cimport streams\.(\w+)|"
                      r"from streams import (\w+))", re.M)
@@ -131,6 +131,15 @@ def test_only_the_call_layer_includes_the_shim():
     assert _sources_naming(r'extern from "floor\.h"') == ["src/streams/_cudart/floor.pxi"]
 
 
+@needs_sources
+def test_only_the_nvtx_module_includes_nvtx():
+    """NVTX3 keeps its function table in each shared object that includes
+    it: src/nvtx.h, the one includer of the NVTX3 headers, is included by
+    streams/_nvtx.pyx alone."""
+    assert _sources_naming(r'"nvtx\.h"') == ["src/streams/_nvtx.pyx"]
+    assert _sources_naming(r'nvtx3/') == ["src/nvtx.h"]
+
+
 # The parts each module includes (src/streams/<module>/<part>.pxi), in the
 # order it includes them; a module not listed is one file.  _testing: the
 # private hooks of the tests, last.  docs/architecture.rst, "Parts of a
@@ -143,7 +152,7 @@ PARTS = {
     "_hostcall": ["_testing"],
     "_asyncio": ["_testing"],
     "_launch": ["_testing"],
-    "_graph": ["capture", "kernel_nodes", "_testing"],
+    "_graph": ["capture", "kernel_nodes", "data", "_testing"],
     "_deadline": ["_testing"],
 }
 _INCLUDE_PART = re.compile(r'^\s*include\s+"([^"]+)"', re.M)
@@ -317,7 +326,7 @@ def test_the_sdist_carries_the_private_sources():
 TESTS = os.path.join(ROOT, "tests")
 TEST_FOLDERS = {"cudart", "device", "handle", "stream", "hostcall", "asyncio", "memory", "launch",
                 "graph", "green", "foreign", "compat", "package", "fuzz", "semaphore",
-                "deadline"}
+                "deadline", "nvtx"}
 TEST_TOP = {"conftest.py", "_support.py"}
 
 

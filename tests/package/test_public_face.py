@@ -39,8 +39,9 @@ def test_public_classes_have_a_signature(name):
 
 
 @pytest.mark.parametrize("cls, expected", [
-    (streams.Stream, "(device=None, priority=0, non_blocking=False)"),
-    (streams.Event, "(enable_timing=False, blocking=False, interprocess=False, device=None)"),
+    (streams.Stream, "(device=None, priority=0, non_blocking=False, *, name=None)"),
+    (streams.Event, "(enable_timing=False, blocking=False, interprocess=False, device=None, *, "
+                    "name=None)"),
     (streams.StreamPool, "(device=None, priority=0, non_blocking=False, *, maxsize=16)"),
     (streams.EventPool, "(enable_timing=False, blocking=False, device=None, *, maxsize=64)"),
     (streams.DeviceBuffer, "(nbytes, stream=None)"),

@@ -9,7 +9,7 @@ import zipfile
 
 # One extension per module, each with its stubs and, where later modules
 # cimport it, its declarations; the call layer alone holds the CUDA runtime.
-MODULES = ["_cudart", "_handle", "_args", "_device", "_foreign", "_stream", "_hostcall",
+MODULES = ["_cudart", "_nvtx", "_handle", "_args", "_device", "_foreign", "_stream", "_hostcall",
            "_asyncio", "_memory", "_launch", "_graph", "_green", "_semaphore", "_deadline"]
 WITHOUT_PXD = {"_asyncio", "_deadline"}       # no module cimports them
 CALL_LAYER = "_cudart"

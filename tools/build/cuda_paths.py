@@ -114,3 +114,29 @@ def find_cuda(major=None):
         f"Fix: `pip install {WHEEL_FIX[major]}` "
         "into the build environment (pip does this by itself without "
         "--no-build-isolation), or set CUDA_HOME to a CUDA toolkit.")
+
+
+def find_nvtx(include_dirs=()):
+    """The folder holding ``nvtx3/nvToolsExt.h`` (header-only NVTX3), or None.
+
+    In this order: the CUDA include folders found by :func:`find_cuda`
+    (``include_dirs``: a toolkit has ``include/nvtx3``), then the
+    ``nvidia-nvtx`` wheels on ``sys.path`` (``nvidia/cu13/include``, CUDA
+    12's ``nvidia/nvtx/include``: any ``nvidia/*/include``).
+    ``STREAMS_NVTX=0`` says None: a build with NVTX compiled out.
+    """
+    if os.environ.get("STREAMS_NVTX", "").strip() == "0":
+        return None
+    wanted = os.path.join("nvtx3", "nvToolsExt.h")
+    for inc in include_dirs:
+        if os.path.isfile(os.path.join(inc, wanted)):
+            return inc
+    for entry in sys.path:
+        root = os.path.join(entry or ".", "nvidia")
+        if not os.path.isdir(root):
+            continue
+        for sub in sorted(os.listdir(root)):
+            inc = os.path.join(root, sub, "include")
+            if os.path.isfile(os.path.join(inc, wanted)):
+                return inc
+    return None

@@ -36,7 +36,8 @@ DISTRIBUTION = {"13": "cuda-streams", "12": "cuda-streams-cu12"}
 # nvidia-cuda-crt: crt/host_defines.h ships in the nvcc wheel.
 EXTRA_BUILD_REQUIRES = {
     "13": [],
-    "12": ["nvidia-cuda-runtime-cu12==12.*", "nvidia-cuda-nvcc-cu12==12.*"],
+    "12": ["nvidia-cuda-runtime-cu12==12.*", "nvidia-cuda-nvcc-cu12==12.*",
+           "nvidia-nvtx-cu12==12.*"],
 }
 MARKER = "CUDA_MAJOR"
 

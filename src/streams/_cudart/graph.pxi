@@ -106,6 +106,59 @@ cdef int graph_debug_dot_print(cudaGraph_t g, const char* path,
     return check(cudaGraphDebugDotPrint(g, path, flags))
 
 
+# ---- what each node does (Graph.to_dict) -------------------------------------------------
+
+cdef int graph_memset_node_get_params(cudaGraphNode_t node,
+                                      cudaMemsetParams* out) except -1 nogil:
+    guard()
+    return check(cudaGraphMemsetNodeGetParams(node, out))
+
+
+cdef int graph_memcpy_node_get_params(cudaGraphNode_t node,
+                                      cudaMemcpy3DParms* out) except -1 nogil:
+    guard()
+    return check(cudaGraphMemcpyNodeGetParams(node, out))
+
+
+cdef int graph_host_node_get_params(cudaGraphNode_t node, cudaHostNodeParams* out,
+                                    bint* python) except -1 nogil:
+    # python: the node calls a Python callable (streams' trampoline).
+    guard()
+    check(cudaGraphHostNodeGetParams(node, out))
+    python[0] = out.fn == streams_graph_host_fn_trampoline
+    return 0
+
+
+cdef int graph_child_graph_node_get_graph(cudaGraphNode_t node,
+                                          cudaGraph_t* out) except -1 nogil:
+    guard()
+    return check(cudaGraphChildGraphNodeGetGraph(node, out))
+
+
+cdef int graph_event_node_get_event(cudaGraphNode_t node, bint record,
+                                    cudaEvent_t* out) except -1 nogil:
+    guard()
+    if record:
+        return check(cudaGraphEventRecordNodeGetEvent(node, out))
+    return check(cudaGraphEventWaitNodeGetEvent(node, out))
+
+
+cdef int graph_mem_alloc_node_get_params(cudaGraphNode_t node,
+                                         cudaMemAllocNodeParams* out) except -1 nogil:
+    guard()
+    return check(cudaGraphMemAllocNodeGetParams(node, out))
+
+
+cdef int graph_mem_free_node_get_params(cudaGraphNode_t node, void** out) except -1 nogil:
+    guard()
+    return check(cudaGraphMemFreeNodeGetParams(node, <void*>out))
+
+
+cdef int graph_exec_get_flags(cudaGraphExec_t ex, unsigned long long* out) except -1 nogil:
+    guard()
+    return check(cudaGraphExecGetFlags(ex, out))
+
+
 cdef int graph_instantiate(cudaGraphExec_t* out, cudaGraph_t g,
                            unsigned long long flags) except -1 nogil:
     guard()

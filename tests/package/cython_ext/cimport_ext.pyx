@@ -8,6 +8,7 @@
 from libc.stdint cimport uintptr_t
 
 from streams cimport Event, Graph, GraphExec, Kernel, PreparedLaunch, Stream
+from streams cimport nvtx_domain, nvtx_mark, nvtx_range_pop, nvtx_range_push
 
 ctypedef fused StreamOrEvent:
     Stream
@@ -126,3 +127,17 @@ def graph_host_node_nogil(Graph g, uintptr_t counter):
     with nogil:
         node = g.c_add_host_node(_bump, <void*>counter, NULL, 0)
     return <uintptr_t>node
+
+
+def nvtx_nested(domain=None):
+    """Two nested NVTX ranges and a mark, without the GIL; what each push
+    and pop returned (negative where no tool is attached)."""
+    cdef void* d = nvtx_domain(domain)
+    cdef int a, b, c, e
+    with nogil:
+        a = nvtx_range_push(d, b"outer", 0xFF00FF00)
+        b = nvtx_range_push(d, b"inner", 0)
+        nvtx_mark(d, b"tick", 0)
+        c = nvtx_range_pop(d)
+        e = nvtx_range_pop(d)
+    return a, b, c, e

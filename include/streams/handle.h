@@ -114,13 +114,6 @@ static inline int streams_count_get(const int *count) {
     return __atomic_load_n(count, __ATOMIC_SEQ_CST);
 }
 
-/* 1 when *count went from `expected` to `desired` in this call (one winner
- * among racing threads), ordered as the two above. */
-static inline int streams_count_claim(int *count, int expected, int desired) {
-    return __atomic_compare_exchange_n(count, &expected, desired, 0,
-                                       __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
-}
-
 /* 1 on a free-threaded CPython (3.13t, no GIL): Cython code asks it where
  * a rule rests on the GIL (the enqueues that keep it, streams/_stream.pyx). */
 #ifdef Py_GIL_DISABLED

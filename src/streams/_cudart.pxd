@@ -117,7 +117,6 @@ cdef Py_ssize_t drain_deferred() noexcept
 cdef void* marks_new() except NULL
 cdef void marks_free(void* marks) noexcept nogil
 cdef int marks_record(void* marks, cudaStream_t s) except -1 nogil
-cdef bint marks_done(void* marks) except -1 nogil
 cdef void park(void* marks, object a, object b) noexcept
 
 ### Versions and device management #########################################################

@@ -87,7 +87,6 @@ cdef class GraphExec(HandleOwner):
     cdef tuple _graph_sources
     cdef dict _node_sources
     cdef tuple _linked
-    cdef tuple _unlinking        # slots still linked for replays made before a change
     # A threading.RLock: a change of a node (read what it runs, make the
     # change, record it), an update and a relinking of error slots are
     # whole with respect to one another.  Never held by a critical section.
@@ -127,7 +126,6 @@ cdef class GraphExec(HandleOwner):
     cdef int _took(self, Graph graph, tuple kept, dict states, bint from_source,
                    list box, object pair, void** marks) except -1
     cdef int _link_sources(self) except -1
-    cdef int _unlink_ended(self) except -1
     cdef int _keep_for_replays(self, object obj) except -1
     cdef int _start_marks(self) except -1
     cdef void _park(self) noexcept

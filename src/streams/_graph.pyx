@@ -1618,13 +1618,6 @@ cdef class GraphExec(HandleOwner):
         try:
             if self._errors is not None and self._errors.first is not None:
                 self._errors.raise_pending("graph host callback")
-            if self._unlinking is not None:
-                with self._lock:
-                    self._use()
-                    try:
-                        self._unlink_ended()
-                    finally:
-                        self._unuse()
             if self._boxed:
                 _link_capture(self, s)
             if deadline is not None:
@@ -1776,37 +1769,11 @@ cdef class GraphExec(HandleOwner):
                         wanted.append(slot)
         for slot in wanted:
             (<ErrorSlot>slot).forward_to(self._errors)
-        # The others stay linked until the replays launched before this
-        # change have ended: their callbacks still report to the old slots,
-        # and the next launch must raise what they raised.  Unlinked by
-        # _unlink_ended, here or at a later launch, once every launch marked
-        # so far has ended.  Test: test_graph_audit_gpu.py, an update while
-        # a replay of a raising callback is queued.
-        cdef list stale = []
-        for slot in (self._linked or ()) + (self._unlinking or ()):
-            if not any(slot is x for x in wanted) and not any(slot is x for x in stale):
-                stale.append(slot)
+        if self._linked:
+            for slot in self._linked:
+                if not any(slot is x for x in wanted):
+                    (<ErrorSlot>slot).unforward(self._errors)
         self._linked = tuple(wanted)
-        self._unlinking = tuple(stale) if stale else None
-        self._unlink_ended()
-        return 0
-
-    cdef int _unlink_ended(self) except -1:
-        # Under _lock, the executable in use (its marks stay): unlink the
-        # slots of _unlinking once the launches marked so far have ended.
-        # Without marks (an executable that holds no Python object, or one
-        # kept by a CUDA user object) its launches are not tracked: at once.
-        cdef void* marks = streams_ptr_load(&self._marks)
-        cdef bint ended = True
-        if self._unlinking is None:
-            return 0
-        if marks != NULL:
-            with nogil:
-                ended = rt.marks_done(marks)
-        if ended:
-            for slot in self._unlinking:
-                (<ErrorSlot>slot).unforward(self._errors)
-            self._unlinking = None
         return 0
 
     # ---- node by node ----------------------------------------------------------

@@ -21,7 +21,6 @@ cdef extern from "streams/handle.h" nogil:
     void streams_mark_bit(unsigned long long* mask, int bit)
     int streams_count_add(int* count, int delta)
     int streams_count_get(const int* count)
-    int streams_count_claim(int* count, int expected, int desired)
     # 1 on a free-threaded CPython (no GIL), 0 otherwise: a C constant, so
     # a branch on it compiles away.
     const bint STREAMS_FREE_THREADED

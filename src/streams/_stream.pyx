@@ -35,7 +35,7 @@ from streams._foreign cimport (STREAM_LEGACY, STREAM_NULL, STREAM_PER_THREAD,
 from streams._handle cimport HandleOwner
 from streams._platform cimport (STREAMS_FREE_THREADED, streams_close_begin, streams_closed_now,
                                 streams_flag_get, streams_flag_set, streams_u64_get, streams_u64_set,
-                                streams_count_add, streams_count_claim, streams_count_get, streams_cpu_relax,
+                                streams_count_add, streams_count_get, streams_cpu_relax,
                                 streams_cpu_yield, streams_is_closed, streams_now_ns, streams_pool, streams_pool_close,
                                 streams_pool_idle, streams_pool_new, streams_pool_put,
                                 streams_pool_ref, streams_pool_take, streams_pool_unref,
@@ -1381,45 +1381,24 @@ cdef class Stream(Waitable):
         # tail's event is made before the stream is marked closed, so that
         # no allocation (a collection freeing a buffer of this stream on
         # this thread) comes in between.
-        # Of closes racing in several threads, one (the claim of
-        # _tail_marking) marks the tail; the others wait for it.  _tail_marking: 1 claimed, 2 with the
-        # marker's thread published (no Python code runs in between).
-        # Test: test_memory_lifetimes_gpu.py, closes racing closes.
         cdef Event ev = None
-        cdef int marking
-        cdef unsigned long me
         if streams_use_begin(&self._state) != 0:
             self._unuse()       # closed meanwhile by another thread
             return
         try:
-            if not streams_count_claim(&self._tail_marking, 0, 1):
-                # Another close marks the tail: returns once it has (that
-                # close makes the tail's event before it marks the stream
-                # closed), unless it is this thread's own, further up.
-                me = PyThread_get_thread_ident()
-                marking = streams_count_get(&self._tail_marking)
-                while marking == 1 or (marking == 2 and self._tail_marker != me):
-                    with nogil:
-                        streams_sleep_ns(20000)
-                    marking = streams_count_get(&self._tail_marking)
+            if streams_count_get(&self._dependents) > 0:
+                ev = new_event(self._device, cudaEventDisableTiming)
+            self._tail_marker = PyThread_get_thread_ident()
+            streams_count_add(&self._tail_marking, 1)
+            try:
                 Waitable.close(self)
-            else:
-                # Published before anything that may run Python code (a
-                # collection freeing a buffer of this stream on this thread
-                # must not wait for itself).
-                self._tail_marker = PyThread_get_thread_ident()
-                streams_count_add(&self._tail_marking, 1)
-                try:
-                    if streams_count_get(&self._dependents) > 0:
-                        ev = new_event(self._device, cudaEventDisableTiming)
-                    Waitable.close(self)
-                    if _close_pause_ns:
-                        with nogil:
-                            streams_sleep_ns(_close_pause_ns)
-                    if streams_count_get(&self._dependents) > 0:
-                        mark_tail(self, ev)
-                finally:
-                    streams_count_add(&self._tail_marking, -2)
+                if _close_pause_ns:
+                    with nogil:
+                        streams_sleep_ns(_close_pause_ns)
+                if streams_count_get(&self._dependents) > 0:
+                    mark_tail(self, ev)
+            finally:
+                streams_count_add(&self._tail_marking, -1)
         finally:
             last = streams_use_end(&self._state)
             if last and self._owns_handle:

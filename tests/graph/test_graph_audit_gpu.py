@@ -447,42 +447,6 @@ def test_a_child_graphs_callback_raises_at_the_parents_next_launch(s, monkeypatc
         obj.close()
 
 
-@pytest.mark.parametrize("change", ["update", "set_child_graph_node"])
-def test_a_replay_queued_before_a_change_raises_at_the_next_launch(s, monkeypatch, change):
-    """A replay of a raising callback held queued behind a 0.3 s spin, then
-    the executable changed (update, or set_child_graph_node) to run a
-    harmless one: the queued replay's error is raised by the next launch
-    (the old slot stays linked until the replays launched before the change
-    have ended).  Then the old link goes: an executable of the old graph
-    raising later reaches only itself."""
-    from streams.testing import spin
-    monkeypatch.setattr(sys, "unraisablehook", lambda u: None)
-    if change == "update":
-        old, new = _capture_callback(s, _raising), _capture_callback(s, _ok)
-        exe = old.instantiate()
-    else:
-        old, new = Graph(), Graph()
-        old.add_host_node(_raising)
-        new.add_host_node(_ok)
-        parent = Graph()
-        node = parent.add_child_graph_node(old)
-        exe = parent.instantiate()
-    spin(s, 300 * 1000)
-    exe.launch(s)                       # queued: its callback raises later
-    if change == "update":
-        assert exe.update(new).ok
-    else:
-        exe.set_child_graph_node(node, new)
-    s.synchronize()
-    assert _raised_at_launch(exe, s)    # the queued replay's error
-    assert not _raised_at_launch(exe, s)
-    other = old.instantiate()
-    assert _raises_at_next_launch(other, s)
-    assert not _raised_at_launch(exe, s)
-    for obj in (exe, other, old, new) + ((parent,) if change != "update" else ()):
-        obj.close()
-
-
 # ---- closing a graph with a user inside --------------------------------------------------------
 
 def test_a_graph_closed_during_a_capture_into_it_lets_go_when_the_capture_ends(s):

@@ -244,12 +244,6 @@ cdef void marks_free(void* marks) noexcept nogil:
     streams_marks_free(<streams_marks_t*>marks)
 
 
-cdef bint marks_done(void* marks) except -1 nogil:
-    # Whether every launch marked so far has ended (an event query each).
-    guard()
-    return streams_marks_done(<streams_marks_t*>marks) != 0
-
-
 cdef int marks_record(void* marks, cudaStream_t s) except -1 nogil:
     # A launch that cannot be marked (no memory for an event) is waited for
     # instead: what it uses must not be let go before it ends.

@@ -73,11 +73,10 @@ cdef Event stream_tail(Stream s):
     # seen enqueued.  Test: test_memory_lifetimes_gpu.py, frees racing the
     # close of their stream.
     cdef Event ev
-    cdef int marking = streams_count_get(&s._tail_marking)
-    while marking == 1 or (marking == 2 and s._tail_marker != PyThread_get_thread_ident()):
+    while (streams_count_get(&s._tail_marking) > 0
+           and s._tail_marker != PyThread_get_thread_ident()):
         with nogil:
             streams_sleep_ns(20000)
-        marking = streams_count_get(&s._tail_marking)
     with cython.critical_section(s):
         ev = s._tail
     return ev

@@ -637,6 +637,8 @@ cdef class Watchdog:
         cdef _Watch w
         with _lock:
             found = [d for w in _active for d in w.queue]
+        # Reached since the watchdog's last tick: not pending any more.
+        found = [d for d in found if not d.reached]
         found.sort(key=_start_of)
         return found
 

@@ -1063,7 +1063,7 @@ cdef class Graph(HandleOwner):
     def nodes(self):
         self._use()
         try:
-            return [_wrap_node(self, <cudaGraphNode_t>h) for h in _handles(self._handle, False)]
+            return [_wrap_node(self, <cudaGraphNode_t><uintptr_t>h) for h in _handles(self._handle, False)]
         finally:
             self._unuse()
 

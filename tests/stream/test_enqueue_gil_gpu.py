@@ -71,11 +71,11 @@ CHILD = COMMON + textwrap.dedent("""
             return (0, s.handle)
 
     class ForeignEvent:
-        # another library's event (cuda.core's protocol: .handle)
+        # another library's event (PyTorch's protocol: .cuda_event)
         def __init__(self, ev):
             self.ev = ev
         @property
-        def handle(self):
+        def cuda_event(self):
             return self.ev.handle
 
     word = PinnedBuffer(8)
@@ -150,8 +150,9 @@ CHILD = COMMON + textwrap.dedent("""
                 streams.memcpy_batch_async([(scratch2, scratch, 4)], stream=s)
             increment_u32(s, counter.ptr, 1)
         elif kind == "write_value":
+            target = PinnedBuffer(64)   # the driver refuses pool memory here
             for _ in range(n):
-                s.write_value(scratch, 7)
+                s.write_value(target, 7)
             increment_u32(s, counter.ptr, 1)
         elif kind == "alloc_free":
             for _ in range(n):

@@ -73,10 +73,10 @@ def floor_batch(op, n):
     if n < 1 or n > LONG_MAX:
         raise ValueError(f"n must be >= 1 (and fit a C long), got {n}")
     calls = n
-    guard()
     if streams_floor_uses_kernels(code):
         image = _floor_image()
     with nogil:
+        guard()     # without the GIL, as every CUDA call from Python
         elapsed = streams_floor_batch(code, calls, image, &drained, &error)
     if elapsed >= 0:
         return elapsed

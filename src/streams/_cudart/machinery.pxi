@@ -505,6 +505,39 @@ cdef int destroy_pool(void* pool, void* frees) except -1 nogil:
     return destroy_handle(HANDLE_MEM_POOL, pool)
 
 
+cdef struct _MarksCall:
+    streams_marks_t* m
+    int done
+
+
+cdef void _marks_call(void* arg, int free_them) noexcept nogil:
+    cdef _MarksCall* c = <_MarksCall*>arg
+    if free_them:
+        streams_marks_free(c.m)
+    else:
+        c.done = streams_marks_done(c.m)
+
+
+cdef bint marks_done_released(void* marks) noexcept nogil:
+    # streams_marks_done (event queries) with the GIL released where this
+    # thread holds it: a release from __dealloc__.  Test: the debug build's
+    # teardown check, tests/cudart/test_cleanup_warnings_gpu.py (mem_pool).
+    cdef _MarksCall c
+    c.m = <streams_marks_t*>marks
+    c.done = 0
+    streams_release_without_gil(_marks_call, &c, 0)
+    return c.done != 0
+
+
+cdef void marks_free_released(void* marks) noexcept nogil:
+    # streams_marks_free (event destroys) likewise.
+    cdef _MarksCall c
+    if marks == NULL:
+        return
+    c.m = <streams_marks_t*>marks
+    streams_release_without_gil(_marks_call, &c, 1)
+
+
 cdef void release_pool(void* pool, void* frees) noexcept nogil:
     # Skipped: both are left to the process's end.  Deferred (inside a host
     # callback) the marks cannot be queried: park, and the next safe drain
@@ -513,14 +546,13 @@ cdef void release_pool(void* pool, void* frees) noexcept nogil:
     if decision == RELEASE_SKIP:
         streams_count(_DESTROYED[HANDLE_MEM_POOL])
         return
-    if frees != NULL and (decision == RELEASE_DEFER or
-                          not streams_marks_done(<streams_marks_t*>frees)):
+    if frees != NULL and (decision == RELEASE_DEFER or not marks_done_released(frees)):
         if _park_pool(pool, frees):
             return
         if decision == RELEASE_DEFER:
             streams_count(_DESTROYED[HANDLE_MEM_POOL])
             return      # no memory to park, no CUDA here: leak, safely
-    streams_marks_free(<streams_marks_t*>frees)
+    marks_free_released(frees)
     release_handle(HANDLE_MEM_POOL, pool)
 
 

@@ -230,14 +230,12 @@ cdef void release_mapped_page(void* p, size_t n, bint registered, void* marks) n
     cdef _MappedPage* page
     if decision == RELEASE_SKIP:
         return
-    if marks != NULL and (decision == RELEASE_DEFER or
-                          not streams_marks_done(<streams_marks_t*>marks)):
+    if marks != NULL and (decision == RELEASE_DEFER or not marks_done_released(marks)):
         # Deferred (inside a host callback) the marks cannot be queried:
         # parked, and the next safe drain looks.
         _park_page(p, n, registered, marks)
         return
-    if marks != NULL:
-        streams_marks_free(<streams_marks_t*>marks)
+    marks_free_released(marks)
     page = <_MappedPage*>malloc(sizeof(_MappedPage))
     if page == NULL:
         return

@@ -129,8 +129,8 @@ def test_a_pending_deadline_is_listed_until_its_marker_arrives():
     assert d.age >= 0
     _deadline._fake_reach(d)
     assert d.reached and d.last_seen == 1
-    assert _until(lambda: d not in streams.watchdog.pending())
-    assert d.state == "met"
+    assert d not in streams.watchdog.pending()      # reached: listed no more
+    assert _until(lambda: d.state == "met")         # the watchdog's next tick
 
 
 def test_markers_of_one_stream_are_numbered_and_listed_in_order():

@@ -225,6 +225,22 @@ cdef object _as_handler(object handler, str argname):
 
 
 @cython.final
+cdef int _refuse_capturing(Stream s, str arg) except -1:
+    # A deadline's marker cannot go into a capture (its graph would write
+    # it on every replay): refused, naming the argument.
+    cdef bint capturing
+    s._use()
+    try:
+        with nogil:
+            rt.guard()
+            capturing = rt.stream_in_capture(<cudaStream_t>s._handle)
+    finally:
+        s._unuse()
+    if capturing:
+        raise ValueError(_CAPTURING.format(arg=arg, stream=repr(s)))
+    return 0
+
+
 cdef class Deadline:
     """A deadline on stream work: made by :func:`streams.deadline` (a
     ``with`` scope) or returned by ``GraphExec.launch(stream,
@@ -298,18 +314,9 @@ cdef class Deadline:
 
     def __enter__(self):
         cdef Stream s = <Stream>self.stream
-        cdef bint capturing
         if self._state != OPEN or self._start_ns != 0:
             raise ValueError("a Deadline is entered once")
-        s._use()
-        try:
-            with nogil:
-                rt.guard()
-                capturing = rt.stream_in_capture(<cudaStream_t>s._handle)
-        finally:
-            s._unuse()
-        if capturing:
-            raise ValueError(_CAPTURING.format(arg="streams.deadline", stream=repr(s)))
+        _refuse_capturing(s, "streams.deadline")
         self._start_ns = streams_now_ns()
         return self
 
@@ -372,16 +379,7 @@ def replay_with_deadline(GraphExec exe, Stream s, seconds):
     stream, replay, then write the marker."""
     cdef double secs = _as_seconds(seconds, "deadline")
     cdef Deadline d
-    cdef bint capturing
-    s._use()
-    try:
-        with nogil:
-            rt.guard()
-            capturing = rt.stream_in_capture(<cudaStream_t>s._handle)
-    finally:
-        s._unuse()
-    if capturing:
-        raise ValueError(_CAPTURING.format(arg="deadline=", stream=repr(s)))
+    _refuse_capturing(s, "deadline=")
     d = _new_deadline(s, secs, repr(exe), exe, None)
     d._start_ns = streams_now_ns()
     with nogil:

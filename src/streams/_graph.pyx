@@ -719,7 +719,7 @@ cdef class GraphNode:
         self._check()
         self._graph._use()
         try:
-            return [_wrap_node(self._graph, <cudaGraphNode_t>h)
+            return [_wrap_node(self._graph, <cudaGraphNode_t><uintptr_t>h)
                     for h in _handles(self._handle, True)]
         finally:
             self._graph._unuse()

@@ -20,7 +20,7 @@ import weakref as _weakref
 cimport cython
 
 cimport streams._cudart as rt
-from streams._stream cimport Event, Stream, Waitable, check_deadline
+from streams._stream cimport Event, Stream, Waitable, check_deadline, new_event
 from streams.cudart cimport *
 
 
@@ -164,51 +164,89 @@ cdef int _notify_unless_capturing(cudaStream_t h, void* node) except -1 nogil:
         rt.fence_leave(h)
 
 
+cdef int _record_unless_capturing(cudaStream_t h, cudaEvent_t ev) except -1 nogil:
+    # 1: ``ev`` is recorded on ``h``; 0: ``h`` is being captured (nothing
+    # recorded).  In the capture fence, as _notify_unless_capturing.
+    cdef cudaStreamCaptureStatus now = cudaStreamCaptureStatusNone
+    rt.fence_enter(h)
+    try:
+        rt.stream_capture_state_locked(h, &now, NULL)
+        if now != cudaStreamCaptureStatusNone:
+            return 0
+        rt.event_record(ev, h, 0)
+        return 1
+    finally:
+        rt.fence_leave(h)
+
+
+cdef int _ring_after(Event ev, streams_wait_node* node) except -1:
+    # The doorbell's host function on a private stream that waits for
+    # ``ev``: waits on different events finish independently, in the order
+    # the GPU reaches them, and the host function occupies no stream of the
+    # user's (after ``await stream``, ``stream.query()`` is true: nothing of
+    # the await is left on it; test_asyncio_gpu.py,
+    # test_await_stream_and_event).  An event of unknown device
+    # (Event.from_handle without device=): a stream of the current device,
+    # which may wait for an event of any.  1: enqueued; 0: the wait joined a
+    # capture (the event was recorded in one), nothing enqueued.
+    cdef Stream s
+    cdef bint enqueued = False
+    dev = ev._device
+    s = Stream(dev if dev >= 0 else None, 0, True)
+    try:
+        s.wait_event(ev)
+        with nogil:
+            enqueued = _notify_unless_capturing(<cudaStream_t>s._handle, <void*>node)
+    finally:
+        s.close()
+    return enqueued
+
+
 cdef int _enqueue_doorbell(Waitable obj, _Doorbell bell, unsigned long long token) except -1:
     cdef streams_wait_node* node = streams_wait_node_new(bell._n, token)
     cdef bint enqueued = False
+    cdef bint recorded = False
     cdef cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed
     cdef Stream s
+    cdef Event mark
     if node == NULL:
         raise MemoryError()
     try:
-        if isinstance(obj, Stream):
-            s = <Stream>obj
-            s._use()
-            try:
-                with nogil:
-                    enqueued = _notify_unless_capturing(<cudaStream_t>s._handle, <void*>node)
-            finally:
-                s._unuse()
-            if not enqueued:
-                raise RuntimeError(_AWAIT_CAPTURING)
-        else:
-            # The host function needs a stream: a private one that waits for
-            # the event, so that waits on different events finish
-            # independently, in the order the GPU reaches them.  An event of
-            # unknown device (Event.from_handle without device=): a stream
-            # of the current device, which may wait for an event of any.
-            # Its creation and destruction are calls CUDA's global capture
-            # mode refuses during another thread's capture: relaxed, as the
-            # await's query (see _query_unless_capturing).
-            dev = (<Event>obj)._device
+        # Creating and destroying the private stream and event are calls
+        # CUDA's global capture mode refuses during another thread's
+        # capture: relaxed, as the await's query (see
+        # _query_unless_capturing).
+        with nogil:
+            rt.thread_exchange_capture_mode(&mode)
+        try:
+            if isinstance(obj, Stream):
+                # An event recorded on the stream, outside any capture, and
+                # the doorbell behind it elsewhere.
+                s = <Stream>obj
+                mark = new_event(s._device, cudaEventDisableTiming)
+                try:
+                    s._use()
+                    try:
+                        with nogil:
+                            recorded = _record_unless_capturing(<cudaStream_t>s._handle,
+                                                                <cudaEvent_t>mark._handle)
+                    finally:
+                        s._unuse()
+                    if not recorded:
+                        raise RuntimeError(_AWAIT_CAPTURING)
+                    enqueued = _ring_after(mark, node)
+                finally:
+                    mark.close()
+                if not enqueued:
+                    raise RuntimeError(_AWAIT_CAPTURING)
+            else:
+                enqueued = _ring_after(<Event>obj, node)
+                if not enqueued:
+                    raise RuntimeError("cannot await an event recorded in a capture (it marks "
+                                       "a graph node, not work that will run)")
+        finally:
             with nogil:
                 rt.thread_exchange_capture_mode(&mode)
-            try:
-                s = Stream(dev if dev >= 0 else None, 0, True)
-                try:
-                    s.wait_event(obj)
-                    with nogil:
-                        enqueued = _notify_unless_capturing(<cudaStream_t>s._handle, <void*>node)
-                finally:
-                    s.close()
-            finally:
-                with nogil:
-                    rt.thread_exchange_capture_mode(&mode)
-            if not enqueued:
-                # Waiting joined a capture: the event was recorded in one.
-                raise RuntimeError("cannot await an event recorded in a capture (it marks a "
-                                   "graph node, not work that will run)")
     except BaseException:
         if not enqueued:
             streams_wait_node_abandon(node)

@@ -1618,12 +1618,13 @@ cdef class GraphExec(HandleOwner):
         try:
             if self._errors is not None and self._errors.first is not None:
                 self._errors.raise_pending("graph host callback")
-            if self._boxed:
-                _link_capture(self, s)
             if deadline is not None:
                 return _replay_with_deadline(self, s, deadline)
             with nogil:
                 self.c_launch(s)
+            if self._boxed:
+                # After the launch: a launch CUDA refused links nothing.
+                _link_capture(self, s)
         finally:
             if traced:
                 nvtx.trace_pop()
@@ -1978,8 +1979,10 @@ cdef class GraphExec(HandleOwner):
         raise ValueError(
             "node: this executable was updated from another graph, and streams does not know "
             "what this kernel node runs since (that graph's nodes did not pair with the "
-            "nodes of the graph it was instantiated from in the order they were made, the "
-            "node is in a conditional body, or this driver cannot read kernel nodes): set "
+            "nodes of the graph it was instantiated from in the order they were made, "
+            "another node has this node's type and dependencies, so CUDA may pair either "
+            "with either, the node is in a conditional body, or this driver cannot read "
+            "kernel nodes): set "
             "the whole node with set_kernel_node, or change the graph's node and update "
             "again")
 

@@ -24,7 +24,8 @@ checked on the GPU's data, on the debug counters or on the error raised:
   several threads are whole;
 * a host callback's error is raised by the executables that run it, no
   others (after an update back, for an executable made before a child was
-  added), also for an executable launched into a capture.
+  added); a launch into a capture, which CUDA refuses, says so and links
+  nothing.
 
 Scenarios that can crash the process (a kernel of an unloaded module, an
 unknown address replayed, a double destroy) run in a child (run_python)."""
@@ -1011,22 +1012,73 @@ def test_a_child_graphs_callback_error_reaches_the_executables_that_embed_it(s, 
         obj.close()
 
 
-def test_an_executable_launched_into_a_capture_passes_its_errors_on(s, monkeypatch):
-    """An executable with a raising callback launched on a stream being
-    captured becomes a child graph node of the capture's graph: that
-    graph's executable raises HostCallbackError once the callback raised in
-    its replay: the errors go to that graph's executable, not only to the
-    embedded executable's graph."""
+def test_a_graph_replays_inside_a_capture_as_a_child_node(s, monkeypatch):
+    """The way the refusal below names: a graph added to the capture's graph
+    as a child node runs in every replay of the captured graph, after the
+    work captured before it, and its callback's error reaches the captured
+    graph's executable."""
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: None)
+    seen = []
+    inner = Graph()
+    inner.add_host_node(seen.append, "inner")
+    s.begin_capture()
+    s.launch_host_func(seen.append, "before")
+    info = s.capture_info()
+    node = info.graph.add_child_graph_node(inner, dependencies=info.dependencies)
+    s.update_capture_dependencies([node], "set")
+    s.launch_host_func(seen.append, "after")
+    outer = s.end_capture()
+    with outer.instantiate() as ex:
+        ex.launch(s)
+        ex.launch(s)
+        s.synchronize()
+    assert seen == ["before", "inner", "after"] * 2
+    bad = Graph()
+    bad.add_host_node(_raising)
+    s.begin_capture()
+    info = s.capture_info()
+    node = info.graph.add_child_graph_node(bad, dependencies=info.dependencies)
+    s.update_capture_dependencies([node], "set")
+    outer2 = s.end_capture()
+    with outer2.instantiate() as ex:
+        ex.launch(s)
+        s.synchronize()
+        assert _raised_at_launch(ex, s)
+    for obj in (inner, bad, outer, outer2):
+        obj.close()
+
+
+def test_a_launch_into_a_capture_is_refused_clearly_and_links_nothing(s, monkeypatch):
+    """CUDA does not capture a graph launch (cudaErrorStreamCaptureUnsupported,
+    CUDA 12 and 13): the CudaError says so and names the way that works
+    (add_child_graph_node); the refused launch links nothing, so the
+    executable's own next launch still raises its callback's error and the
+    capture's graph (if CUDA returns one) raises nothing; the stream leaves
+    capture mode at end_capture."""
     monkeypatch.setattr(sys, "unraisablehook", lambda u: None)
     inner = Graph()
     inner.add_host_node(_raising)
     exe = inner.instantiate()
     s.begin_capture()
+    with pytest.raises(streams.CudaError) as info:
+        exe.launch(s)
+    assert info.value.name == "cudaErrorStreamCaptureUnsupported"
+    assert "add_child_graph_node" in str(info.value)
+    # The refusal invalidates the capture, as the message says.
+    assert s.capture_status == "invalidated"
+    try:
+        outer = s.end_capture()
+    except streams.CudaError:
+        outer = None
+    assert s.capture_status == "none"
+    if outer is not None:
+        with outer.instantiate() as oexe:
+            assert not _raised_at_launch(oexe, s)
+            assert not _raised_at_launch(oexe, s)
+        outer.close()
+    # The executable itself, launched for real, raises at its next launch.
     exe.launch(s)
-    outer = s.end_capture()
-    with outer.instantiate() as oexe:
-        oexe.launch(s)
-        s.synchronize()
-        assert _raised_at_launch(oexe, s)
-    for obj in (exe, inner, outer):
+    s.synchronize()
+    assert _raised_at_launch(exe, s)
+    for obj in (exe, inner):
         obj.close()

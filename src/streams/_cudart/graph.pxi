@@ -168,8 +168,20 @@ cdef int graph_instantiate(cudaGraphExec_t* out, cudaGraph_t g,
 
 
 cdef int graph_launch(cudaGraphExec_t ex, cudaStream_t s) except -1 nogil:
+    cdef cudaError_t err
     guard()
-    return check(cudaGraphLaunch(ex, s))
+    err = cudaGraphLaunch(ex, s)
+    if err == cudaErrorStreamCaptureUnsupported:
+        with gil:
+            cudaGetLastError()
+            raise CudaError(<int>err, None, _LAUNCH_IN_CAPTURE)
+    return check(err)
+
+
+_LAUNCH_IN_CAPTURE = (
+    "operation not permitted when stream is capturing: CUDA does not capture a graph "
+    "launch (and invalidates the capture); embed the graph with "
+    "Graph.add_child_graph_node, or launch the executable outside the capture")
 
 
 cdef int graph_upload(cudaGraphExec_t ex, cudaStream_t s) except -1 nogil:

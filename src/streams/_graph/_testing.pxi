@@ -61,3 +61,11 @@ def _change_args(sizes, args, changes, signature=None, own=None):
     if own is not None:
         kinds = _names_kinds(_signature_type_names(own), tuple(sizes))
     return _changes_to(kinds, tuple(sizes), tuple(args), None, None, changes, signature, None)
+
+
+def _pinned(deps, types):
+    """Which nodes ``_pinned_pairs`` pins, for nodes given by their
+    dependency index lists and types (ints).  Private: the pairing rule
+    checked without a GPU."""
+    cdef list d = [list(x) for x in deps]
+    return _pinned_pairs(d, [(int(t), frozenset(x)) for t, x in zip(types, d)])

@@ -690,6 +690,54 @@ cdef int _note_before_change(Graph top, uintptr_t key, object st) except -1:
     return 0
 
 
+cdef list _pinned_pairs(list deps, list keys):
+    """Which nodes of two graphs paired by index (same types, same
+    dependencies by index) CUDA must pair the same way, whatever order it
+    walks them in: a node is pinned when its dependencies are pinned and no
+    other node has its type and its set of dependencies.  CUDA pairs nodes by
+    their edges (cudaGraphExecUpdate), and a pair must agree in type and in
+    paired dependencies, so a pinned node has one possible partner; two
+    siblings of one type (two kernels captured on forked streams) may be
+    paired either way (tests/graph/test_graph_update_pairing_gpu.py)."""
+    cdef Py_ssize_t n = len(deps), i
+    counts = {}
+    for k in keys:
+        counts[k] = counts.get(k, 0) + 1
+    state = [0] * n            # 0 unknown, 1 pinned, 2 not, 3 being decided
+    for i in range(n):
+        _pin(i, deps, keys, counts, state)
+    return [st == 1 for st in state]
+
+
+cdef int _pin(Py_ssize_t i, list deps, list keys, dict counts, list state) except -1:
+    # Iterative depth-first decision of node i (graphs may be deep).  A
+    # dependency still being decided (3) would mean a cycle: not pinned.
+    stack = [i]
+    while stack:
+        j = stack[len(stack) - 1]
+        if state[j] in (1, 2):
+            stack.pop()
+            continue
+        state[j] = 3
+        waiting = False
+        for d in deps[j]:
+            if d < 0 or d >= len(state):
+                state[j] = 2        # not a node of the graph
+                break
+            if state[d] == 0:
+                stack.append(d)
+                waiting = True
+        if state[j] == 2:
+            stack.pop()
+            continue
+        if waiting:
+            continue
+        ok = counts[keys[j]] == 1 and all(state[d] == 1 for d in deps[j])
+        state[j] = 1 if ok else 2
+        stack.pop()
+    return 0
+
+
 cdef dict _paired_kernel_states(Graph source, Graph other):
     """What each kernel node of an executable of ``source`` runs once
     updated from ``other``, by node of ``source``; None when the two graphs'
@@ -709,6 +757,8 @@ cdef dict _paired_kernel_states(Graph source, Graph other):
     index_a = {h: i for i, h in enumerate(a)}
     index_b = {h: i for i, h in enumerate(b)}
     kernels = []
+    deps = []
+    keys = []
     for i in range(n):
         na = <cudaGraphNode_t><uintptr_t>a[i]
         nb = <cudaGraphNode_t><uintptr_t>b[i]
@@ -717,14 +767,19 @@ cdef dict _paired_kernel_states(Graph source, Graph other):
             rt.graph_node_get_type(nb, &tb)
         if ta != tb:
             return None
-        if ([index_a.get(d, -1) for d in _handles(<void*>na, True)]
-                != [index_b.get(d, -2) for d in _handles(<void*>nb, True)]):
+        da = [index_a.get(d, -1) for d in _handles(<void*>na, True)]
+        if da != [index_b.get(d, -2) for d in _handles(<void*>nb, True)]:
             return None
+        deps.append(da)
+        keys.append((<int>ta, frozenset(da)))
         if ta == cudaGraphNodeTypeKernel:
             kernels.append(i)
+    pinned = _pinned_pairs(deps, keys)
     layouts = {}
     with _kernel_node_lock:
         for i in kernels:
+            if not pinned[i]:
+                continue        # CUDA may pair it with a sibling: refused
             try:
                 sizes, _, args = _read_node_args(<cudaGraphNode_t><uintptr_t>b[i], &p, "node",
                                                  layouts)

@@ -473,6 +473,28 @@ cdef list _handles(void* owner, bint of_node):
         PyMem_Free(arr)
 
 
+cdef list _node_list(Graph graph, void* owner, bint of_node):
+    # The nodes of `graph` (owner: its handle), or (of_node) the
+    # dependencies of its node `owner`, as GraphNode objects: the one place
+    # that turns the handles CUDA lists into nodes (no caller casts an int).
+    # The caller holds `graph` in use.
+    cdef size_t n = 0, i
+    cdef cudaGraphNode_t* arr
+    with nogil:
+        _get_handles(owner, of_node, NULL, &n)
+    if n == 0:
+        return []
+    arr = <cudaGraphNode_t*>PyMem_Malloc(n * sizeof(cudaGraphNode_t))
+    if arr == NULL:
+        raise MemoryError()
+    try:
+        with nogil:
+            _get_handles(owner, of_node, arr, &n)
+        return [_wrap_node(graph, arr[i]) for i in range(n)]
+    finally:
+        PyMem_Free(arr)
+
+
 include "_graph/capture.pxi"
 
 
@@ -719,8 +741,7 @@ cdef class GraphNode:
         self._check()
         self._graph._use()
         try:
-            return [_wrap_node(self._graph, <cudaGraphNode_t><uintptr_t>h)
-                    for h in _handles(self._handle, True)]
+            return _node_list(self._graph, self._handle, True)
         finally:
             self._graph._unuse()
 
@@ -1063,7 +1084,7 @@ cdef class Graph(HandleOwner):
     def nodes(self):
         self._use()
         try:
-            return [_wrap_node(self, <cudaGraphNode_t><uintptr_t>h) for h in _handles(self._handle, False)]
+            return _node_list(self, self._handle, False)
         finally:
             self._unuse()
 

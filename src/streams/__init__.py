@@ -25,9 +25,9 @@ from streams import _hostcall  # noqa: F401  (registers the host-callback paths)
 from streams._memory import (DeviceBuffer, IpcBufferDescriptor, ManagedBuffer, MemoryPool,
                              PinnedBuffer, memcpy_async, memcpy_batch_async, memcpy_peer_async,
                              memset_async)
-from streams._launch import (CompileError, Kernel, LaunchConfig, Module, PreparedLaunch,
-                             builtin_kernel, builtin_ptx)
-from streams._graph import (CaptureInfo, ConditionHandle, Graph, GraphAllocation, GraphExec,
+from streams._launch import (CompileError, ConditionHandle, Kernel, LaunchConfig, Module,
+                             PreparedLaunch, builtin_kernel, builtin_ptx)
+from streams._graph import (CaptureInfo, Graph, GraphAllocation, GraphExec,
                             GraphMemoryInfo, GraphNode, KernelNodeParams, NodeType, UpdateResult,
                             capture_mode,
                             exchange_capture_mode, graph_memory_info, reset_graph_memory_high,

@@ -91,9 +91,9 @@ from streams._interop import (
     follow_current_stream as follow_current_stream,
 )
 from streams import nvtx as nvtx
+from streams._launch import ConditionHandle as ConditionHandle
 from streams._graph import (
     CaptureInfo as CaptureInfo,
-    ConditionHandle as ConditionHandle,
     Graph as Graph,
     GraphAllocation as GraphAllocation,
     GraphExec as GraphExec,

@@ -179,7 +179,7 @@ cdef int _record_unless_capturing(cudaStream_t h, cudaEvent_t ev) except -1 nogi
         rt.fence_leave(h)
 
 
-cdef int _ring_after(Event ev, streams_wait_node* node) except -1:
+cdef int _ring_after(Event ev, streams_wait_node* node, bint* enqueued) except -1:
     # The doorbell's host function on a private stream that waits for
     # ``ev``: waits on different events finish independently, in the order
     # the GPU reaches them, and the host function occupies no stream of the
@@ -187,19 +187,21 @@ cdef int _ring_after(Event ev, streams_wait_node* node) except -1:
     # the await is left on it; test_asyncio_gpu.py,
     # test_await_stream_and_event).  An event of unknown device
     # (Event.from_handle without device=): a stream of the current device,
-    # which may wait for an event of any.  1: enqueued; 0: the wait joined a
-    # capture (the event was recorded in one), nothing enqueued.
+    # which may wait for an event of any.  enqueued[0] = 1: enqueued; 0: the
+    # wait joined a capture (the event was recorded in one), nothing
+    # enqueued.
+    # ``enqueued`` is set before the private stream's close, which may raise:
+    # the node then belongs to the host function, never abandoned.
     cdef Stream s
-    cdef bint enqueued = False
     dev = ev._device
     s = Stream(dev if dev >= 0 else None, 0, True)
     try:
         s.wait_event(ev)
         with nogil:
-            enqueued = _notify_unless_capturing(<cudaStream_t>s._handle, <void*>node)
+            enqueued[0] = _notify_unless_capturing(<cudaStream_t>s._handle, <void*>node)
     finally:
         s.close()
-    return enqueued
+    return enqueued[0]
 
 
 cdef int _enqueue_doorbell(Waitable obj, _Doorbell bell, unsigned long long token) except -1:
@@ -234,13 +236,13 @@ cdef int _enqueue_doorbell(Waitable obj, _Doorbell bell, unsigned long long toke
                         s._unuse()
                     if not recorded:
                         raise RuntimeError(_AWAIT_CAPTURING)
-                    enqueued = _ring_after(mark, node)
+                    _ring_after(mark, node, &enqueued)
                 finally:
                     mark.close()
                 if not enqueued:
                     raise RuntimeError(_AWAIT_CAPTURING)
             else:
-                enqueued = _ring_after(<Event>obj, node)
+                _ring_after(<Event>obj, node, &enqueued)
                 if not enqueued:
                     raise RuntimeError("cannot await an event recorded in a capture (it marks "
                                        "a graph node, not work that will run)")

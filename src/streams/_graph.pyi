@@ -9,7 +9,7 @@ from typing_extensions import Self, TypeAlias, disjoint_base
 from streams._args import StreamsEnum, _Dim
 from streams._deadline import Deadline
 from streams._device import _DeviceLike
-from streams._launch import Kernel, _BuiltinKernel, _KernelArg, _StrOrBytesPath
+from streams._launch import ConditionHandle, Kernel, _BuiltinKernel, _KernelArg, _StrOrBytesPath
 from streams._memory import _Address
 from streams._handle import HandleOwner
 from streams._stream import CaptureMode, CaptureStatus, Event, Stream, _CaptureModeLike, _NativeHostFn, _StreamArg
@@ -134,19 +134,6 @@ class KernelNodeParams:
     @property
     def attributes(self) -> dict[str, int | None]: ...
     def values(self, signature: _Signature) -> tuple[int | float, ...]: ...
-
-@final
-class ConditionHandle:
-    def __index__(self) -> int: ...
-    def __int__(self) -> int: ...
-    @property
-    def handle(self) -> int: ...
-    @property
-    def graph(self) -> Graph | None: ...
-    @property
-    def default(self) -> int: ...
-    @property
-    def reset(self) -> bool: ...
 
 @final
 class GraphAllocation:

@@ -52,7 +52,7 @@ from streams._hostcall cimport (HostCall, KIND_HOST_FUNC, capture_entry, claim_c
                                 register_capture, set_capture_hook, take_capture)
 from streams._launch cimport ADOPTED_FUNCTION, ArgPack, Kernel, adopt_kernel, arg_is_condition, \
     arg_is_pointer, arg_kind, arg_size, find_node_kernel, keep_pack_users, pack_arg, pack_args, \
-    release_pack, set_condition_type
+    release_pack, ConditionHandle
 from streams._memory cimport (SPAN_DEVICE, Span, check_fits, init_span, keep_memory, release_span,
                               resolve_span)
 from streams._handle cimport HandleOwner, keep_in_use
@@ -500,58 +500,6 @@ include "_graph/capture.pxi"
 
 # ---- classes ------------------------------------------------------------------------------------
 
-@cython.final
-cdef class ConditionHandle:
-    """The value a conditional node tests (``cudaGraphConditionalHandle``),
-    from ``Graph.create_condition()``.
-
-    Pass it to a kernel (its parameter a ``cudaGraphConditionalHandle``, or
-    "condition" in a signature) that calls ``cudaGraphSetConditional``, such
-    as the built-in "set_condition" and "set_condition_lt" kernels.  It is
-    valid in the graph that made it, its conditional bodies, and their
-    executables; ``int(handle)`` is the raw value.
-    """
-    cdef unsigned long long _value
-    cdef void* _graph            # cudaGraph_t that made it
-    cdef object _graph_ref       # weak reference to that Graph
-    cdef unsigned int _default
-    cdef bint _reset
-
-    def __init__(self, *args, **kwargs):
-        rt.refuse_construction(self, "use Graph.create_condition()")
-
-    def __index__(self):
-        return self._value
-
-    def __int__(self):
-        return self._value
-
-    @property
-    def handle(self):
-        return self._value
-
-    @property
-    def graph(self):
-        """The Graph that made it (None once that object is gone)."""
-        return self._graph_ref() if self._graph_ref is not None else None
-
-    @property
-    def default(self):
-        return self._default
-
-    @property
-    def reset(self):
-        """Whether every launch starts with the value set to ``default``;
-        if not, a launch reads the value the previous launch of the same
-        executable left."""
-        return self._reset
-
-    def __repr__(self):
-        return (f"<streams.ConditionHandle 0x{self._value:x} default={self._default} "
-                f"reset={self._reset}>")
-
-
-set_condition_type(ConditionHandle)
 
 
 cdef int _check_alive(ConditionHandle c, str argname) except -1:
@@ -1561,34 +1509,6 @@ cdef tuple _pair():
     return t
 
 
-cdef int _link_capture(GraphExec exe, Stream stream) except -1:
-    # Launched on a stream being captured, the executable becomes a child
-    # graph node of the capture's graph: the errors of the callbacks it runs
-    # reach the executables of that graph too (through the capture's slot,
-    # the slot of the Graph end_capture returns).
-    cdef bint capturing = False
-    cdef unsigned long long cid
-    stream._use()
-    try:
-        with nogil:
-            capturing = rt.stream_in_capture(<cudaStream_t>stream._handle)
-        if not capturing:
-            return 0
-        try:
-            cid = _capture_id(stream, NULL)
-        except CudaError:
-            return 0
-        if cid == 0:
-            return 0
-        slot, _, _ = capture_entry(cid, stream, None)
-        exe._errors.forward_to(<ErrorSlot>slot)
-        # The captured graph now holds host callables (its executables box).
-        (<ErrorSlot>slot).host_calls = True
-    finally:
-        stream._unuse()
-    return 0
-
-
 # no_gc_clear: __dealloc__ parks what the replays in flight use (_keep,
 # _box); a tp_clear first would let it go under them ("Reference cycles" in
 # docs/architecture.rst).
@@ -1641,11 +1561,12 @@ cdef class GraphExec(HandleOwner):
                 self._errors.raise_pending("graph host callback")
             if deadline is not None:
                 return _replay_with_deadline(self, s, deadline)
+            # CUDA refuses a launch into a capture (cudaErrorStreamCaptureUnsupported,
+            # with a message naming add_child_graph_node): no capture ever runs
+            # this executable's callbacks, so its errors are linked nowhere else
+            # (test_a_launch_into_a_capture_is_refused_clearly_and_links_nothing).
             with nogil:
                 self.c_launch(s)
-            if self._boxed:
-                # After the launch: a launch CUDA refused links nothing.
-                _link_capture(self, s)
         finally:
             if traced:
                 nvtx.trace_pop()

@@ -117,9 +117,15 @@ cdef bint arg_is_pointer(int kind) noexcept
 cdef bint arg_is_condition(int kind) noexcept
 # An object that holds the buffers of a pack in use until it goes.
 cdef object keep_pack_users(ArgPack* pack)
-# The class of streams.ConditionHandle, which _graph defines: the packer
-# passes one as a 64-bit cudaGraphConditionalHandle.
-cdef int set_condition_type(object cls) except -1
+# streams.ConditionHandle: the value a conditional node tests, passed to a
+# kernel as a 64-bit cudaGraphConditionalHandle.  Graph.create_condition
+# (_graph) makes them and fills these fields.
+cdef class ConditionHandle:
+    cdef unsigned long long _value
+    cdef void* _graph            # cudaGraph_t that made it
+    cdef object _graph_ref       # weak reference to that Graph
+    cdef unsigned int _default
+    cdef bint _reset
 
 
 # Kernel.from_handle with the handle's kind known (is_kernel: a CUkernel or

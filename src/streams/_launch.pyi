@@ -11,6 +11,7 @@ from streams._args import _Dim
 from streams._memory import _DevicePointer
 from streams._stream import Event, LaunchTarget, Stream, _StreamArg
 from streams._handle import HandleOwner
+from streams._graph import Graph
 
 _StrOrBytesPath: TypeAlias = str | bytes | os.PathLike[str] | os.PathLike[bytes]
 # Kernel arguments: numbers (numpy scalars included) or pointers.
@@ -59,6 +60,19 @@ class Module(HandleOwner):
     def get_kernel(self, name: str, signature: str | Iterable[str] | None = None) -> Kernel: ...
     @property
     def handle(self) -> int: ...
+
+@final
+class ConditionHandle:
+    def __index__(self) -> int: ...
+    def __int__(self) -> int: ...
+    @property
+    def handle(self) -> int: ...
+    @property
+    def graph(self) -> Graph | None: ...
+    @property
+    def default(self) -> int: ...
+    @property
+    def reset(self) -> bool: ...
 
 @final
 class Kernel(LaunchTarget):

@@ -76,15 +76,56 @@ _INT_HI[:] = [(1 << 7) - 1, (1 << 15) - 1, (1 << 31) - 1, (1 << 63) - 1,
               (1 << 8) - 1, (1 << 16) - 1, (1 << 32) - 1, (1 << 64) - 1]
 cdef tuple _ARG_NAMES = tuple([f"argument {i}" for i in range(MAX_KERNEL_ARGS)])
 
-# streams.ConditionHandle (defined by _graph, which registers it): a 64-bit
-# cudaGraphConditionalHandle when passed to a kernel.
-cdef object _condition_type = None
+# ---- conditions ------------------------------------------------------------------------
+
+# A condition is a kernel argument (a 64-bit cudaGraphConditionalHandle): the
+# packer below knows its class; Graph.create_condition makes them (_graph).
+
+@cython.final
+cdef class ConditionHandle:
+    """The value a conditional node tests (``cudaGraphConditionalHandle``),
+    from ``Graph.create_condition()``.
+
+    Pass it to a kernel (its parameter a ``cudaGraphConditionalHandle``, or
+    "condition" in a signature) that calls ``cudaGraphSetConditional``, such
+    as the built-in "set_condition" and "set_condition_lt" kernels.  It is
+    valid in the graph that made it, its conditional bodies, and their
+    executables; ``int(handle)`` is the raw value.
+    """
+    def __init__(self, *args, **kwargs):
+        rt.refuse_construction(self, "use Graph.create_condition()")
+
+    def __index__(self):
+        return self._value
+
+    def __int__(self):
+        return self._value
+
+    @property
+    def handle(self):
+        return self._value
+
+    @property
+    def graph(self):
+        """The Graph that made it (None once that object is gone)."""
+        return self._graph_ref() if self._graph_ref is not None else None
+
+    @property
+    def default(self):
+        return self._default
+
+    @property
+    def reset(self):
+        """Whether every launch starts with the value set to ``default``;
+        if not, a launch reads the value the previous launch of the same
+        executable left."""
+        return self._reset
+
+    def __repr__(self):
+        return (f"<streams.ConditionHandle 0x{self._value:x} default={self._default} "
+                f"reset={self._reset}>")
 
 
-cdef int set_condition_type(object cls) except -1:
-    global _condition_type
-    _condition_type = cls
-    return 0
 
 
 # ---- argument packing ---------------------------------------------------------------------
@@ -106,10 +147,10 @@ cdef int _store_arg(ArgPack* pack, Py_ssize_t i, int kind, object value,
             pack.nusers += 1
         return 0
     if kind == _T_COND:
-        if _condition_type is None or not isinstance(value, _condition_type):
+        if not isinstance(value, ConditionHandle):
             raise TypeError(f"{argname} must be a streams.ConditionHandle (a "
                             f"cudaGraphConditionalHandle parameter), not {type(value).__name__}")
-        (<unsigned long long*>slot)[0] = <unsigned long long>value.__index__()
+        (<unsigned long long*>slot)[0] = (<ConditionHandle>value)._value
         return 0
     if kind == _T_F32 or kind == _T_F64:
         if type(value) is float:
@@ -177,7 +218,7 @@ cdef int _out_of_range(int kind, object value, str argname) except -1:
 cdef int _infer_kind(object value, str argname) except -1:
     """Type of an argument when the kernel has no signature: numpy scalars
     say what they are, memory is a pointer; a bare int or float is ambiguous."""
-    if _condition_type is not None and isinstance(value, _condition_type):
+    if isinstance(value, ConditionHandle):
         return _T_COND
     dtype = getattr(value, "dtype", None)
     if dtype is not None and getattr(value, "ndim", 1) == 0:

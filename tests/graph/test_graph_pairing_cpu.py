@@ -18,10 +18,24 @@ def test_a_chain_is_pinned_node_by_node():
     assert _pinned([[], [0], [1], [2]], [K, K, K, K]) == [True] * 4
 
 
-def test_siblings_of_one_type_are_not_pinned_nor_what_depends_on_them():
-    # 0 -> (1, 2) -> 3: 1 and 2 may be swapped, so 3's dependencies are not
-    # pinned either; 0 is.
-    assert _pinned([[], [0], [0], [1, 2]], [K, K, K, K]) == [True, False, False, False]
+def test_siblings_of_one_type_are_not_pinned_but_their_join_is():
+    # 0 -> (1, 2) -> 3 -> 4: 1 and 2 may be swapped; any swap keeps {1, 2},
+    # so the join 3 and what follows it stay in place.
+    assert _pinned([[], [0], [0], [1, 2], [3]], [K] * 5) == [True, False, False, True, True]
+
+
+def test_two_symmetric_branches_stay_unpinned_down_their_length():
+    # 0 -> 1 -> 3 and 0 -> 2 -> 4, joined by 5: the branches may swap whole.
+    deps = [[], [0], [0], [1], [2], [3, 4]]
+    assert _pinned(deps, [K] * 6) == [True, False, False, False, False, True]
+    # Branches of different types are told apart, node by node.
+    assert _pinned(deps, [K, K, H, K, K, K]) == [True] * 6
+
+
+def test_nodes_told_apart_only_by_what_follows_them():
+    # Two roots of one type, one with a successor: colour refinement pins
+    # both (the induction from the roots alone pins neither).
+    assert _pinned([[], [], [0]], [K, K, K]) == [True, True, True]
 
 
 def test_siblings_of_different_types_are_pinned():
@@ -47,3 +61,14 @@ def test_a_deep_chain_does_not_recurse():
 
 def test_an_index_past_the_graph_is_not_pinned():
     assert _pinned([[7], []], [K, K]) == [False, True]
+
+
+def test_refinement_of_a_large_symmetric_graph_is_bounded():
+    # Two chains of one type, 50,000 nodes each: they may swap whole, so
+    # nothing is pinned, and the refinement stops at its work bound.
+    import time
+    n = 50_000
+    deps = [[]] + [[i - 1] for i in range(1, n)] + [[]] + [[n + i - 1] for i in range(1, n)]
+    t0 = time.monotonic()
+    assert not any(_pinned(deps, [K] * (2 * n)))
+    assert time.monotonic() - t0 < 60

@@ -74,6 +74,21 @@ def _forked(env, swap, vals):
     return s.end_capture()
 
 
+def _fork_join_between(env, swap, vals):
+    # buf 2 before the fork, bufs 0 and 1 on the branches, buf 3 after the
+    # join: the nodes before and after are pinned, the branches are not.
+    s, t, bufs, fill = env
+    s.begin_capture()
+    s.launch(fill, 1, N, bufs[2], vals[2], N)
+    t.wait_event(s.record())
+    launches = [(s, 0), (t, 1)]
+    for stream, i in (reversed(launches) if swap else launches):
+        stream.launch(fill, 1, N, bufs[i], vals[i], N)
+    s.wait_event(t.record())
+    s.launch(fill, 1, N, bufs[3], vals[3], N)
+    return s.end_capture()
+
+
 def _chain(env, order, vals):
     s, t, bufs, fill = env
     s.begin_capture()
@@ -123,6 +138,22 @@ def test_forked_siblings_captured_in_the_same_order_are_refused_too(env):
     g1, g2 = _forked(env, False, V1), _forked(env, False, V2)
     landed, refused = _check_changes(env, g1, g2)
     assert landed == [] and refused == [0, 1]
+    g1.close()
+    g2.close()
+
+
+def test_the_nodes_around_a_fork_stay_known(env):
+    """Before the fork and after the join CUDA has one choice: those changes
+    land; the two branches are refused."""
+    g1, g2 = _fork_join_between(env, False, V1), _fork_join_between(env, True, V2)
+    landed, refused = _check_changes(env, g1, g2)
+    assert sorted(landed + refused) == [0, 1, 2, 3]
+    kinds = {k: n for k, n in enumerate([n for n in g1.nodes if n.type == "kernel"])}
+    first_args = {k: n.kernel_params().values("pointer, uint32, uint64")[0]
+                  for k, n in kinds.items()}
+    ptrs = [b.ptr for b in env[2]]
+    outer = sorted(k for k in kinds if first_args[k] in (ptrs[2], ptrs[3]))
+    assert landed == outer and len(refused) == 2
     g1.close()
     g2.close()
 

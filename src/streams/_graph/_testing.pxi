@@ -67,5 +67,4 @@ def _pinned(deps, types):
     """Which nodes ``_pinned_pairs`` pins, for nodes given by their
     dependency index lists and types (ints).  Private: the pairing rule
     checked without a GPU."""
-    cdef list d = [list(x) for x in deps]
-    return _pinned_pairs(d, [(int(t), frozenset(x)) for t, x in zip(types, d)])
+    return _pinned_pairs([list(x) for x in deps], [int(t) for t in types])

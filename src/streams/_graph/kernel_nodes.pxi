@@ -690,23 +690,72 @@ cdef int _note_before_change(Graph top, uintptr_t key, object st) except -1:
     return 0
 
 
-cdef list _pinned_pairs(list deps, list keys):
+cdef list _pinned_pairs(list deps, list types):
     """Which nodes of two graphs paired by index (same types, same
     dependencies by index) CUDA must pair the same way, whatever order it
-    walks them in: a node is pinned when its dependencies are pinned and no
-    other node has its type and its set of dependencies.  CUDA pairs nodes by
-    their edges (cudaGraphExecUpdate), and a pair must agree in type and in
-    paired dependencies, so a pinned node has one possible partner; two
-    siblings of one type (two kernels captured on forked streams) may be
-    paired either way (tests/graph/test_graph_update_pairing_gpu.py)."""
+    walks them in.  CUDA pairs nodes one to one, keeping each node's type
+    and its paired dependencies (cudaGraphExecUpdate), so its pairing
+    composed with ours is an automorphism of the graph (types and edges
+    kept); a node is pinned when every such automorphism keeps it in place.
+    Two sound tests, either suffices: by induction from the roots, a node
+    whose dependencies are pinned and that no other node matches in type and
+    set of dependencies; and colour refinement (types, then the multisets of
+    the colours before and after a node, refined to a fixpoint or a work
+    bound), a node alone in its colour.  Two siblings of one type (two
+    kernels captured on forked streams) may be paired either way, and are
+    not pinned (tests/graph/test_graph_update_pairing_gpu.py)."""
     cdef Py_ssize_t n = len(deps), i
+    keys = [(types[i], frozenset(deps[i])) for i in range(n)]
     counts = {}
     for k in keys:
         counts[k] = counts.get(k, 0) + 1
     state = [0] * n            # 0 unknown, 1 pinned, 2 not, 3 being decided
     for i in range(n):
         _pin(i, deps, keys, counts, state)
-    return [st == 1 for st in state]
+    pinned = [st == 1 for st in state]
+    if not all(pinned):
+        alone = _alone_in_colour(deps, types)
+        pinned = [pinned[i] or alone[i] for i in range(n)]
+    return pinned
+
+
+cdef list _alone_in_colour(list deps, list types):
+    # Colour refinement of the graph (nodes with a dependency that is not a
+    # node of the graph are never alone).  Every round's colouring is kept
+    # by every automorphism, so stopping early (the work bound) stays sound.
+    cdef Py_ssize_t n = len(deps), i, edges = 0, rounds = 0
+    bad = [False] * n
+    preds = [[] for _ in range(n)]
+    succs = [[] for _ in range(n)]
+    for i in range(n):
+        for d in deps[i]:
+            if d < 0 or d >= n:
+                bad[i] = True
+            else:
+                preds[i].append(d)
+                succs[d].append(i)
+                edges += 1
+    colour = _relabel([(types[i], bad[i]) for i in range(n)])
+    classes = len(set(colour))
+    while rounds * (n + edges) < 4000000:
+        rounds += 1
+        colour = _relabel([(colour[i], tuple(sorted([colour[d] for d in preds[i]])),
+                            tuple(sorted([colour[d] for d in succs[i]])))
+                           for i in range(n)])
+        now = len(set(colour))
+        if now == classes:
+            break
+        classes = now
+    counts = {}
+    for c in colour:
+        counts[c] = counts.get(c, 0) + 1
+    return [counts[colour[i]] == 1 and not bad[i] for i in range(n)]
+
+
+cdef list _relabel(list signatures):
+    # The same small int for equal signatures.
+    ids = {}
+    return [ids.setdefault(sig, len(ids)) for sig in signatures]
 
 
 cdef int _pin(Py_ssize_t i, list deps, list keys, dict counts, list state) except -1:
@@ -758,7 +807,7 @@ cdef dict _paired_kernel_states(Graph source, Graph other):
     index_b = {h: i for i, h in enumerate(b)}
     kernels = []
     deps = []
-    keys = []
+    types = []
     for i in range(n):
         na = <cudaGraphNode_t><uintptr_t>a[i]
         nb = <cudaGraphNode_t><uintptr_t>b[i]
@@ -771,10 +820,10 @@ cdef dict _paired_kernel_states(Graph source, Graph other):
         if da != [index_b.get(d, -2) for d in _handles(<void*>nb, True)]:
             return None
         deps.append(da)
-        keys.append((<int>ta, frozenset(da)))
+        types.append(<int>ta)
         if ta == cudaGraphNodeTypeKernel:
             kernels.append(i)
-    pinned = _pinned_pairs(deps, keys)
+    pinned = _pinned_pairs(deps, types)
     layouts = {}
     with _kernel_node_lock:
         for i in kernels:

@@ -84,8 +84,26 @@ cdef class _Doorbell:
                 fut.set_result(None)
 
 
-cdef object _bells = _weakref.WeakKeyDictionary()    # loop -> _Doorbell, or False: poll
+# id(loop) -> (weak reference to the loop, its _Doorbell or False: poll).
+# A plain dict changed only under _bells_lock (read without it: one dict
+# operation is atomic), not a WeakKeyDictionary: that one deletes an entry
+# from the thread where a loop dies, without the lock, and under
+# free-threaded CPython a sweep iterating it then fails ("dictionary changed
+# size during iteration";
+# test_doorbells_of_many_loops_swept_while_others_count_them).  An entry
+# whose loop has died is dropped by the next sweep, or replaced when a new
+# loop gets the same id.
+cdef dict _bells = {}
 cdef object _bells_lock = _threading.Lock()
+
+
+cdef object _bell_of(object loop):
+    # The loop's entry value, or None where it has none (a dead loop's entry
+    # under a reused id is not this loop's).
+    entry = _bells.get(id(loop))
+    if entry is None or (<tuple>entry)[0]() is not loop:
+        return None
+    return (<tuple>entry)[1]
 
 
 cdef int _sweep() except -1:
@@ -101,26 +119,29 @@ cdef int _sweep() except -1:
     # runs a loop in one thread, and _wait works with the running loop of
     # its own thread); a sweep touches them only once the loop is closed.
     cdef _Doorbell bell
-    for loop, found in list(_bells.items()):
-        if found is not False and loop.is_closed():
+    for key, entry in list(_bells.items()):
+        loop = (<tuple>entry)[0]()
+        found = (<tuple>entry)[1]
+        if loop is None:
+            del _bells[key]     # its doorbell, unless still referenced, goes now
+        elif found is not False and loop.is_closed():
             bell = <_Doorbell>found
             bell._waiting.clear()
             if bell._n != NULL:
                 streams_notifier_unref(bell._n)
                 bell._n = NULL
-            del _bells[loop]
+            del _bells[key]
     return 0
 
 
 cdef object _doorbell(object loop):
-    found = _bells.get(loop)
+    found = _bell_of(loop)
     if found is not None:
         return found if found is not False else None
     # Made, and the table swept, by one thread at a time: two sweeps at once
     # would both let go of one closed loop's notifier.  A lock, not a
-    # critical section: the weak mapping runs Python code, and a critical
-    # section is let go of whenever its thread pauses for another.  Taken
-    # only the first time a loop awaits.
+    # critical section: a critical section is let go of whenever its thread
+    # pauses for another.  Taken only the first time a loop awaits.
     with _bells_lock:
         return _new_doorbell(loop)
 
@@ -128,22 +149,23 @@ cdef object _doorbell(object loop):
 cdef object _new_doorbell(object loop):
     cdef _Doorbell bell
     cdef streams_notifier* n
-    found = _bells.get(loop)
+    found = _bell_of(loop)
     if found is not None:
         return found if found is not False else None
     _sweep()
+    ref = _weakref.ref(loop)
     n = streams_notifier_new() if STREAMS_HAVE_EVENTFD else NULL
     if n == NULL:
-        _bells[loop] = False
+        _bells[id(loop)] = (ref, False)
         return None
     bell = _Doorbell.__new__(_Doorbell)
     bell._n = n
     try:
         loop.add_reader(streams_notifier_fd(n), bell._ring)
     except NotImplementedError:
-        _bells[loop] = False       # e.g. the Windows proactor loop
+        _bells[id(loop)] = (ref, False)     # e.g. the Windows proactor loop
         return None
-    _bells[loop] = bell
+    _bells[id(loop)] = (ref, bell)
     return bell
 
 

@@ -11,7 +11,7 @@ import pytest
 from _support import run_in_loop_without_readers, run_python
 
 from streams import Stream
-from streams._asyncio import _async_waits, _probe_wait, wait_async
+from streams._asyncio import _async_waits, _doorbell_entries, _probe_wait, wait_async
 
 
 # ---- the asyncio doorbell --------------------------------------------------------------------
@@ -81,6 +81,30 @@ def test_a_ring_after_the_loop_closed_frees_everything():
     result = run_python(code, timeout=60)
     assert result.returncode == 0, result.stderr
     assert "OK" in result.stdout
+
+
+def test_doorbells_of_closed_and_dead_loops_are_dropped():
+    """Loops made, awaited on, closed and let go, one after another (a new
+    one often gets a dead one's id): each awaits through a doorbell of its
+    own, and the table keeps none of the old ones."""
+    import gc
+
+    async def one():
+        aw, probe = _probe_wait()
+        threading.Thread(target=probe.ring).start()
+        await aw
+
+    before = _doorbell_entries()
+    for _ in range(30):
+        loop = asyncio.new_event_loop()
+        try:
+            loop.run_until_complete(one())
+        finally:
+            loop.close()
+        del loop
+        gc.collect()
+    assert _doorbell_entries() == before
+    assert _async_waits() == {"waiting": 0, "in_flight": 0}
 
 
 def test_a_loop_without_add_reader_has_no_doorbell():

@@ -406,8 +406,10 @@ def chain_order(nodes):
 
 def node_effect(state, words):
     """What running one kernel node of ``state`` does to ``words`` (uint32
-    arrays, one per buffer)."""
-    n = min(state["count"], state["grid"] * state["block"])
+    arrays, one per buffer): the built-in fill and increment kernels loop
+    over the grid's stride, so the first ``count`` words whatever the
+    configuration (src/streams/kernels/builtin.cu)."""
+    n = state["count"]
     if state["kind"] == "fill":
         words[state["buf"]][:n] = state["value"]
     else:

@@ -131,17 +131,18 @@ def test_node_change_model_follows_the_docs():
     m.update("g")                   # and so does an update
     assert run(m) == (0, 5)
 
-    # An increment on part of the words, the count changed on it, and a
-    # kernel change that keeps the buffer the executable had.
-    inc = {"kind": "inc", "buf": a, "value": 0, "count": 8, "grid": 2, "block": 2}
+    # An increment on part of the words (its count, whatever its grid: the
+    # built-in kernels loop over the grid's stride), the count changed on
+    # it, and a kernel change that keeps the buffer the executable had.
+    inc = {"kind": "inc", "buf": a, "value": 0, "count": 6, "grid": 1, "block": 2}
     m = NodeChangeModel({"g": [inc]})
     m.instantiate("g")
     words = [np_.zeros(8, dtype=np_.uint32) for _ in range(2)]
     m.launch(words)
-    assert words[0].tolist() == [1, 1, 1, 1, 0, 0, 0, 0]
+    assert words[0].tolist() == [1, 1, 1, 1, 1, 1, 0, 0]
     m.set_kernel_node_args(0, {1: 2})
     m.launch(words)
-    assert words[0].tolist() == [2, 2, 1, 1, 0, 0, 0, 0]
+    assert words[0].tolist() == [2, 2, 1, 1, 1, 1, 0, 0]
     m.set_kernel_node_args(0, {0: b})
     m.launch(words)
     assert words[1].tolist() == [1, 1, 0, 0, 0, 0, 0, 0]

@@ -48,9 +48,17 @@ def _async_waits():
     # would otherwise free a notifier this reads.
     with _bells_lock:
         _sweep()
-        for bell in list(_bells.values()):
+        for _, bell in list(_bells.values()):
             if bell is not False:
                 waiting += len((<_Doorbell>bell)._waiting)
                 if (<_Doorbell>bell)._n != NULL:
                     in_flight += streams_notifier_live_nodes((<_Doorbell>bell)._n)
     return {"waiting": waiting, "in_flight": in_flight}
+
+
+def _doorbell_entries():
+    """How many loops the doorbell table holds, after a sweep (closed or
+    dead loops dropped)."""
+    with _bells_lock:
+        _sweep()
+        return len(_bells)

@@ -31,3 +31,15 @@ def _free_slots():
     """How many slots are free in this process's pages."""
     with _lock:
         return len(_free)
+
+
+def _slot_of(Deadline d):
+    """(page number, index) of the slot d's marker lands in."""
+    with _lock:
+        return (_pages.index(d._watch.page), d._watch.index)
+
+
+def _is_free(slot):
+    """Whether the slot `_slot_of` named is among the free ones."""
+    with _lock:
+        return any(_pages.index(p) == slot[0] and i == slot[1] for p, i in _free)

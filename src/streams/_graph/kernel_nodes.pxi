@@ -816,8 +816,9 @@ cdef dict _paired_kernel_states(Graph source, Graph other):
             rt.graph_node_get_type(nb, &tb)
         if ta != tb:
             return None
-        da = [index_a.get(d, -1) for d in _handles(<void*>na, True)]
-        if da != [index_b.get(d, -2) for d in _handles(<void*>nb, True)]:
+        # Dependencies are a set: CUDA lists a join's in no fixed order.
+        da = sorted([index_a.get(d, -1) for d in _handles(<void*>na, True)])
+        if da != sorted([index_b.get(d, -2) for d in _handles(<void*>nb, True)]):
             return None
         deps.append(da)
         types.append(<int>ta)

@@ -2243,6 +2243,7 @@ class GpuObjectGraph(RuleBasedStateMachine):
         # (a capture of a kernel) and one that holds its buffer (a kernel
         # node: it marks where its launches end).
         execs = []
+        children = []       # else: child graph nodes (capture_info), the documented way
         why = graph_launch_capturable()
         if why is None:
             tmp = Stream(non_blocking=True)
@@ -2259,7 +2260,16 @@ class GpuObjectGraph(RuleBasedStateMachine):
             execs.append(g1.instantiate())
             g1.close()
         else:
-            note("long_capture (graph launches)", why)
+            tmp = Stream(non_blocking=True)
+            tmp.begin_capture("thread_local")
+            try:
+                streams.testing.increment_u32(tmp, a, N)
+            finally:
+                children.append(tmp.end_capture())
+            tmp.close()
+            g1 = Graph()
+            g1.add_kernel_node("increment_u32", 1, N, a, N)
+            children.append(g1)
         preps = {"a": inc.prepare(1, N, a, N), "b": inc.prepare(1, N, b, N)}
         events = [Event() for _ in range(4)]
         r.synchronize()
@@ -2297,6 +2307,17 @@ class GpuObjectGraph(RuleBasedStateMachine):
                     ops["a"].append(("inc",))
                 elif kind == "graph" and execs:
                     rnd.choice(execs).launch(s)
+                    ops["a"].append(("inc",))
+                elif kind == "graph" and children:
+                    # A graph embedded where the capture stands; the child
+                    # node is a copy: its graph closes while the capture goes on.
+                    info = s.capture_info()
+                    node = info.graph.add_child_graph_node(rnd.choice(children),
+                                                           dependencies=info.dependencies)
+                    s.update_capture_dependencies([node], "set")
+                    del info, node
+                    if rnd.random() < 0.1:
+                        children.pop(rnd.randrange(len(children))).close()
                     ops["a"].append(("inc",))
                 elif kind == "fill":
                     v = rnd.getrandbits(32)
@@ -2357,7 +2378,7 @@ class GpuObjectGraph(RuleBasedStateMachine):
                 f"a capture of {counted} enqueues ({len(ops[k])} on {k}), replayed {replays} "
                 f"times, left {got[0]} in {k}, the model says {want[k][0]}")
         ex.close()
-        for x in execs + events:
+        for x in execs + events + children:
             x.close()
         preps.clear()
         r.synchronize()

@@ -72,3 +72,15 @@ def test_refinement_of_a_large_symmetric_graph_is_bounded():
     t0 = time.monotonic()
     assert not any(_pinned(deps, [K] * (2 * n)))
     assert time.monotonic() - t0 < 60
+
+
+def test_refinement_runs_only_while_a_wanted_node_is_unknown():
+    # 1 and 2 share type and dependencies; only 1 is followed by 3, which
+    # tells them apart by colour.  Asked about 0 alone (pinned by induction)
+    # the refinement is skipped, so 1, 2 and 3 stay unknown; asked about
+    # all, it runs and pins them.
+    deps, types = [[], [0], [0], [1]], [K, H, H, E]
+    assert _pinned(deps, types) == [True] * 4
+    assert _pinned(deps, types, wanted=[0]) == [True, False, False, False]
+    assert _pinned(deps, types, wanted=[2]) == [True] * 4
+

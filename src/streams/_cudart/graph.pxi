@@ -171,7 +171,9 @@ cdef int graph_launch(cudaGraphExec_t ex, cudaStream_t s) except -1 nogil:
     cdef cudaError_t err
     guard()
     err = cudaGraphLaunch(ex, s)
-    if err == cudaErrorStreamCaptureUnsupported:
+    # The message only where the stream is (or was, until this launch
+    # invalidated it) capturing; any other cause keeps CUDA's own.
+    if err == cudaErrorStreamCaptureUnsupported and stream_in_capture(s):
         with gil:
             cudaGetLastError()
             raise CudaError(<int>err, None, _LAUNCH_IN_CAPTURE)

@@ -63,8 +63,9 @@ def _change_args(sizes, args, changes, signature=None, own=None):
     return _changes_to(kinds, tuple(sizes), tuple(args), None, None, changes, signature, None)
 
 
-def _pinned(deps, types):
+def _pinned(deps, types, wanted=None):
     """Which nodes ``_pinned_pairs`` pins, for nodes given by their
-    dependency index lists and types (ints).  Private: the pairing rule
-    checked without a GPU."""
-    return _pinned_pairs([list(x) for x in deps], [int(t) for t in types])
+    dependency index lists and types (ints); ``wanted`` as there.  Private:
+    the pairing rule checked without a GPU."""
+    return _pinned_pairs([list(x) for x in deps], [int(t) for t in types],
+                         None if wanted is None else [int(i) for i in wanted])

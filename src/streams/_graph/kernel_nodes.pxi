@@ -690,7 +690,7 @@ cdef int _note_before_change(Graph top, uintptr_t key, object st) except -1:
     return 0
 
 
-cdef list _pinned_pairs(list deps, list types):
+cdef list _pinned_pairs(list deps, list types, list wanted=None):
     """Which nodes of two graphs paired by index (same types, same
     dependencies by index) CUDA must pair the same way, whatever order it
     walks them in.  CUDA pairs nodes one to one, keeping each node's type
@@ -703,7 +703,10 @@ cdef list _pinned_pairs(list deps, list types):
     the colours before and after a node, refined to a fixpoint or a work
     bound), a node alone in its colour.  Two siblings of one type (two
     kernels captured on forked streams) may be paired either way, and are
-    not pinned (tests/graph/test_graph_update_pairing_gpu.py)."""
+    not pinned (tests/graph/test_graph_update_pairing_gpu.py).  ``wanted``:
+    the nodes whose answer matters (default all); refinement runs only
+    while one of them is not pinned by induction, and within a work bound
+    (an update holds its graphs' locks meanwhile)."""
     cdef Py_ssize_t n = len(deps), i
     keys = [(types[i], frozenset(deps[i])) for i in range(n)]
     counts = {}
@@ -713,7 +716,7 @@ cdef list _pinned_pairs(list deps, list types):
     for i in range(n):
         _pin(i, deps, keys, counts, state)
     pinned = [st == 1 for st in state]
-    if not all(pinned):
+    if not all([pinned[i] for i in (range(n) if wanted is None else wanted)]):
         alone = _alone_in_colour(deps, types)
         pinned = [pinned[i] or alone[i] for i in range(n)]
     return pinned
@@ -737,7 +740,7 @@ cdef list _alone_in_colour(list deps, list types):
                 edges += 1
     colour = _relabel([(types[i], bad[i]) for i in range(n)])
     classes = len(set(colour))
-    while rounds * (n + edges) < 4000000:
+    while rounds * (n + edges) < 200000:
         rounds += 1
         colour = _relabel([(colour[i], tuple(sorted([colour[d] for d in preds[i]])),
                             tuple(sorted([colour[d] for d in succs[i]])))
@@ -824,7 +827,7 @@ cdef dict _paired_kernel_states(Graph source, Graph other):
         types.append(<int>ta)
         if ta == cudaGraphNodeTypeKernel:
             kernels.append(i)
-    pinned = _pinned_pairs(deps, types)
+    pinned = _pinned_pairs(deps, types, kernels)
     layouts = {}
     with _kernel_node_lock:
         for i in kernels:
@@ -852,9 +855,19 @@ cdef dict _states_after_update(object source, Graph other):
         src._use()
     except (NotImplementedError, ValueError):
         return {}
+    # Read under the source's change lock too (a GraphNode.set_args there
+    # meanwhile would be a second CUDA call on that graph at once), taken
+    # without waiting: the caller holds `other`'s, and an update the other
+    # way round in another thread holds them in the other order.  Busy:
+    # nothing is known, changes of arguments are refused (never guessed).
+    lock = _graph_lock(src)
+    if not lock.acquire(False):
+        src._unuse()
+        return {}
     try:
         return _paired_kernel_states(src, other) or {}
     except CudaError:
         return {}
     finally:
+        lock.release()
         src._unuse()

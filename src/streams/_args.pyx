@@ -154,6 +154,8 @@ class StreamsEnum(_enum.IntEnum):
 
 from cpython.object cimport PyTypeObject
 
+# Declared here, not cimported: cpython.type's PyType_Modified takes a
+# `type` object, and _make_public holds the static type as a PyTypeObject*.
 cdef extern from "Python.h":
     void PyType_Modified(PyTypeObject* t)
     unsigned long Py_TPFLAGS_HEAPTYPE

@@ -153,6 +153,8 @@ cdef extern from "cuda_versions.h" nogil:
 cdef extern from "notify.h" nogil:
     void streams_notify_host_fn(void* node)
 
+# Declared here, not cimported: cpython.pystate declares it without nogil,
+# and the call layer's guard calls it from nogil code.
 cdef extern from "Python.h" nogil:
     int PyGILState_Check()
 

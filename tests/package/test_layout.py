@@ -326,7 +326,7 @@ def test_the_sdist_carries_the_private_sources():
 TESTS = os.path.join(ROOT, "tests")
 TEST_FOLDERS = {"cudart", "device", "handle", "stream", "hostcall", "asyncio", "memory", "launch",
                 "graph", "green", "foreign", "compat", "package", "fuzz", "semaphore",
-                "deadline", "nvtx"}
+                "deadline", "nvtx", "racecheck"}
 TEST_TOP = {"conftest.py", "_support.py"}
 
 

@@ -2,10 +2,11 @@
 program is written twice, once with the ordering CUDA needs and once
 without it; the checker must report the second (naming both operations)
 and stay silent on the first."""
-import threading
 import warnings
 
 import pytest
+
+from _support import in_threads
 
 from streams._racecheck import HOST, LEGACY, Model, RaceError, RaceWarning
 
@@ -188,26 +189,18 @@ def test_threads_with_their_own_streams_and_buffers_report_nothing():
     # Eight threads, each a producer stream and a consumer stream ordered by
     # an event, all on one model at once: no false report, no lost update.
     m = Model(stack_depth=0)
-    errors = []
 
     def work(i):
-        try:
-            p, c, buf, ev = f"p{i}", f"c{i}", f"b{i}", f"e{i}"
-            for k in range(300):
-                m.write(buf, p)
-                m.record(ev, p)
-                m.wait(c, ev)
-                m.read(buf, c)
-                m.record(ev, c)
-                m.wait(p, ev)
-        except Exception as exc:        # pragma: no cover - reported below
-            errors.append(exc)
+        p, c, buf, ev = f"p{i}", f"c{i}", f"b{i}", f"e{i}"
+        for k in range(300):
+            m.write(buf, p)
+            m.record(ev, p)
+            m.wait(c, ev)
+            m.read(buf, c)
+            m.record(ev, c)
+            m.wait(p, ev)
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    errors = in_threads(work, 8)
     assert errors == [] and m.races == []
     # The same with the consumer's wait left out in one thread: reported.
     m.write("b0", "p0")

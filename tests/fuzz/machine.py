@@ -2239,37 +2239,25 @@ class GpuObjectGraph(RuleBasedStateMachine):
         start = {"a": self.rng.getrandbits(31), "b": self.rng.getrandbits(31)}
         streams.testing.fill_u32(r, a, start["a"], N)
         streams.testing.fill_u32(r, b, start["b"], N)
-        # Graph launches into the capture: an executable that holds nothing
-        # (a capture of a kernel) and one that holds its buffer (a kernel
-        # node: it marks where its launches end).
-        execs = []
-        children = []       # else: child graph nodes (capture_info), the documented way
-        why = graph_launch_capturable()
-        if why is None:
-            tmp = Stream(non_blocking=True)
-            tmp.begin_capture("thread_local")
-            try:
-                streams.testing.increment_u32(tmp, a, N)
-            finally:
-                g0 = tmp.end_capture()
-            execs.append(g0.instantiate())
-            g0.close()
-            tmp.close()
-            g1 = Graph()
-            g1.add_kernel_node("increment_u32", 1, N, a, N)
-            execs.append(g1.instantiate())
-            g1.close()
-        else:
-            tmp = Stream(non_blocking=True)
-            tmp.begin_capture("thread_local")
-            try:
-                streams.testing.increment_u32(tmp, a, N)
-            finally:
-                children.append(tmp.end_capture())
-            tmp.close()
-            g1 = Graph()
-            g1.add_kernel_node("increment_u32", 1, N, a, N)
-            children.append(g1)
+        # Two graphs of one increment of a: a capture of a kernel (holds
+        # nothing) and a kernel node (holds its buffer).  Launched into the
+        # capture as executables where CUDA captures graph launches, else
+        # embedded as child graph nodes (capture_info), the documented way.
+        tmp = Stream(non_blocking=True)
+        tmp.begin_capture("thread_local")
+        try:
+            streams.testing.increment_u32(tmp, a, N)
+        finally:
+            g0 = tmp.end_capture()
+        tmp.close()
+        g1 = Graph()
+        g1.add_kernel_node("increment_u32", 1, N, a, N)
+        execs, children = [], [g0, g1]
+        if graph_launch_capturable() is None:
+            execs = [g.instantiate() for g in children]
+            for g in children:
+                g.close()
+            children = []
         preps = {"a": inc.prepare(1, N, a, N), "b": inc.prepare(1, N, b, N)}
         events = [Event() for _ in range(4)]
         r.synchronize()

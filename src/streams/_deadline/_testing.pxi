@@ -27,12 +27,6 @@ def _fake_wait(Deadline d):
     _raise_expired(d._watch)
 
 
-def _free_slots():
-    """How many slots are free in this process's pages."""
-    with _lock:
-        return len(_free)
-
-
 def _slot_of(Deadline d):
     """(page number, index) of the slot d's marker lands in."""
     with _lock:
@@ -42,4 +36,5 @@ def _slot_of(Deadline d):
 def _is_free(slot):
     """Whether the slot `_slot_of` named is among the free ones."""
     with _lock:
-        return any(_pages.index(p) == slot[0] and i == slot[1] for p, i in _free)
+        page = _pages[slot[0]]
+        return any(p is page and i == slot[1] for p, i in _free)

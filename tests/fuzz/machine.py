@@ -1765,8 +1765,9 @@ class GpuObjectGraph(RuleBasedStateMachine):
         field may be cleared under a release that still needs it (a cyclic-GC
         use-after-free in GraphExec/DeviceBuffer)."""
         sm = self.pick(self.own_streams(), i)
-        # Settled first: releases parked by earlier steps happen now, not
-        # inside the count below.
+        # Settled first: garbage and releases parked by earlier steps go
+        # now, not inside the count below.
+        gc.collect()
         streams.synchronize_device()
         streams._cudart._drain_deferred()
         before = streams.debug_counters()

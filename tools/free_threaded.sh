@@ -295,7 +295,7 @@ gpu() {
     if [ $# -eq 0 ]; then set -- "${DEFAULT_GPU_TESTS[@]}"; fi
     # Spread over FT_WORKERS pytest-xdist workers (default 8; 1: one
     # process); a test past its bound is reported by name and its worker
-    # replaced (tools/gpu_env.sh, xdist_spread, says why the thread method).
+    # replaced (the thread method also stops a test blocked in C).
     if [ "${FT_WORKERS:-8}" -gt 1 ] && "$py" -c "import xdist, pytest_timeout" 2>/dev/null; then
         set -- -n "${FT_WORKERS:-8}" --max-worker-restart 40 --timeout=150 \
             --timeout-method=thread -o faulthandler_timeout=140 "$@"

@@ -24,9 +24,14 @@
 #         free-threaded one, alternated five times on CPUs 2,3 (per call
 #         from Python, no floor), and the median of each row per interpreter
 # Each step is bounded (ROWS_TIMEOUT, ONE_TIMEOUT, STATUS_TIMEOUT,
-# HOST_TIMEOUT, FT_TIMEOUT seconds).  Results under $OUT: rows.txt/json,
+# HOST_TIMEOUT, FT_TIMEOUT seconds).  Results under $OUT (default
+# /tmp/streams-bench): rows.txt/json,
 # one.txt/json, status.txt, host.txt, ft.txt, and the build logs.
-source "$(dirname "$0")/gpu_env.sh"
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT="$PWD" OUT="${OUT:-/tmp/streams-bench}" PY="${PYTHON:-python3}"
+mkdir -p "$OUT"
+export CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}" PYTHONUNBUFFERED=1
 STEPS="${STEPS:-rows one host ft}"
 BEFORE_SRC="${1:-.before}"
 BUNDLE="${2:-.ft/py313t-bundle.tar}"
@@ -90,4 +95,3 @@ if [[ "$STEPS" == *ft* ]]; then
     "$PY" -m benchmarks.probes.quick_timing --summarize "$OUT/ft.txt" | tee -a "$OUT/ft.txt"
     cat "$OUT/ft.txt"
 fi
-pack_out

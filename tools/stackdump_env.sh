@@ -1,5 +1,5 @@
 # The native-stack helpers of the GPU scripts (sourced, not run; no side
-# effects): tools/gpu_env.sh and tools/free_threaded.sh source it.  They
+# effects): ci/run-gpu-tests and tools/free_threaded.sh source it.  They
 # read $ROOT (the checkout) and $OUT (where the stacks go).
 
 # stackdump_preload: tools/stackdump.c built and preloaded into what runs

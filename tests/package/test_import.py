@@ -22,7 +22,7 @@ def test_runtime_major_matches_the_distribution_name():
     if len(owners) != 1:
         pytest.skip(f"streams is not installed as one distribution here ({sorted(owners)})")
     # Only if the streams imported here is the one installed: a build in
-    # place in another checkout (tools/gpu_matrix.sh's CUDA 12 copy) is
+    # place in another checkout (a CUDA 12 copy of the checkout) is
     # imported first from its own folder while another build is installed.
     dist = distribution(next(iter(owners)))
     root = Path(dist.locate_file("")).resolve()

@@ -1923,8 +1923,8 @@ cdef class GraphExec(HandleOwner):
             "what this kernel node runs since (that graph's nodes did not pair with the "
             "nodes of the graph it was instantiated from in the order they were made, "
             "another node has this node's type and dependencies, so CUDA may pair either "
-            "with either, another thread was changing the graph it came from during the "
-            "update, the node is in a conditional body, or this driver cannot read "
+            "with either, another thread held the graph it came from for over a second "
+            "during the update, the node is in a conditional body, or this driver cannot read "
             "kernel nodes): set "
             "the whole node with set_kernel_node, or change the graph's node and update "
             "again")

@@ -84,3 +84,29 @@ def test_refinement_runs_only_while_a_wanted_node_is_unknown():
     assert _pinned(deps, types, wanted=[0]) == [True, False, False, False]
     assert _pinned(deps, types, wanted=[2]) == [True] * 4
 
+
+
+def test_long_forked_chains_told_apart_at_their_ends_are_all_pinned():
+    # Two chains of 300 kernels forked from one root, only one ending in a
+    # host node: colour refinement tells every pair apart, ~300 rounds.
+    n = 300
+    deps, types = [[]], [K]
+    for chain in range(2):
+        prev = 0
+        for i in range(n):
+            deps.append([prev])
+            types.append(K)
+            prev = len(deps) - 1
+        if chain == 0:
+            deps.append([prev])
+            types.append(H)
+    assert all(_pinned(deps, types))
+
+
+@pytest.mark.parametrize("deps, types, wanted, match", [
+    ([[], [0], [0], [1]], [K, H, H, E], [-1], "wanted: -1 is not the index of a node"),
+    ([[], [0], [0], [1]], [K, H, H, E], [4], "wanted: 4 is not the index of a node"),
+    ([[], [0], [0]], [K], None, "types: 1 types for 3 nodes")])
+def test_the_private_hook_refuses_what_would_index_past_its_lists(deps, types, wanted, match):
+    with pytest.raises(ValueError, match=match):
+        _pinned(deps, types, wanted)

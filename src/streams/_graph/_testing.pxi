@@ -67,5 +67,13 @@ def _pinned(deps, types, wanted=None):
     """Which nodes ``_pinned_pairs`` pins, for nodes given by their
     dependency index lists and types (ints); ``wanted`` as there.  Private:
     the pairing rule checked without a GPU."""
-    return _pinned_pairs([list(x) for x in deps], [int(t) for t in types],
-                         None if wanted is None else [int(i) for i in wanted])
+    deps = [list(x) for x in deps]
+    types = [int(t) for t in types]
+    if len(types) != len(deps):
+        raise ValueError(f"types: {len(types)} types for {len(deps)} nodes")
+    if wanted is not None:
+        wanted = [int(i) for i in wanted]
+        for i in wanted:
+            if not 0 <= i < len(deps):
+                raise ValueError(f"wanted: {i} is not the index of a node (0..{len(deps) - 1})")
+    return _pinned_pairs(deps, types, wanted)

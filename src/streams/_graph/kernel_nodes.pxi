@@ -722,6 +722,12 @@ cdef list _pinned_pairs(list deps, list types, list wanted=None):
     return pinned
 
 
+# The work bound of colour refinement, in node and edge visits: a fixpoint
+# for two forked chains of 1,000 kernels (~1,000 rounds), and a few seconds
+# at most (tests/graph/test_graph_pairing_cpu.py).
+cdef Py_ssize_t _REFINE_WORK = 4000000
+
+
 cdef list _alone_in_colour(list deps, list types):
     # Colour refinement of the graph (nodes with a dependency that is not a
     # node of the graph are never alone).  Every round's colouring is kept
@@ -740,7 +746,9 @@ cdef list _alone_in_colour(list deps, list types):
                 edges += 1
     colour = _relabel([(types[i], bad[i]) for i in range(n)])
     classes = len(set(colour))
-    while rounds * (n + edges) < 200000:
+    # Each round visits every node and edge once: the bound is checked
+    # before each, so one round runs past it at most.
+    while rounds * (n + edges) < _REFINE_WORK:
         rounds += 1
         colour = _relabel([(colour[i], tuple(sorted([colour[d] for d in preds[i]])),
                             tuple(sorted([colour[d] for d in succs[i]])))
@@ -842,6 +850,10 @@ cdef dict _paired_kernel_states(Graph source, Graph other):
     return states
 
 
+# How long an update waits for its source graph's change lock (seconds).
+cdef double _SOURCE_LOCK_WAIT = 1.0
+
+
 cdef dict _states_after_update(object source, Graph other):
     # What update(other) gave an executable of `source` (open or not).  An
     # empty dict where it cannot be known: a change of arguments of such a
@@ -856,14 +868,19 @@ cdef dict _states_after_update(object source, Graph other):
     except (NotImplementedError, ValueError):
         return {}
     # Read under the source's change lock too (a GraphNode.set_args there
-    # meanwhile would be a second CUDA call on that graph at once), taken
-    # without waiting: the caller holds `other`'s, and an update the other
-    # way round in another thread holds them in the other order.  Busy:
-    # nothing is known, changes of arguments are refused (never guessed).
-    lock = _graph_lock(src)
-    if not lock.acquire(False):
+    # meanwhile would be a second CUDA call on that graph at once), waited
+    # for at most _SOURCE_LOCK_WAIT seconds: the caller holds `other`'s, and
+    # an update the other way round in another thread holds them in the
+    # other order (both then give up, no deadlock).  Still busy: nothing is
+    # known, changes of arguments are refused (never guessed).
+    try:
+        lock = _graph_lock(src)
+        if not lock.acquire(True, _SOURCE_LOCK_WAIT):
+            src._unuse()
+            return {}
+    except BaseException:
         src._unuse()
-        return {}
+        raise
     try:
         return _paired_kernel_states(src, other) or {}
     except CudaError:

@@ -37,6 +37,7 @@ from streams._semaphore import SemaphoreAbandoned, SemaphoreDescriptor, Timeline
 from streams._deadline import Deadline, DeadlineExceeded, Watchdog, deadline, watchdog
 from streams._interop import current_in, follow_current_stream
 from streams import nvtx
+from streams import checker
 from streams import _cudart
 
 __version__ = "0.1.0"

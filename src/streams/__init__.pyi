@@ -91,6 +91,7 @@ from streams._interop import (
     follow_current_stream as follow_current_stream,
 )
 from streams import nvtx as nvtx
+from streams import checker as checker
 from streams._launch import ConditionHandle as ConditionHandle
 from streams._graph import (
     CaptureInfo as CaptureInfo,
@@ -163,6 +164,7 @@ __all__ = [
     "builtin_ptx",
     "can_access_peer",
     "capture_mode",
+    "checker",
     "current_in",
     "current_stream",
     "debug_build",

@@ -5,10 +5,14 @@ import threading as _threading
 from cpython.exc cimport PyErr_CheckSignals
 
 cimport streams._cudart as rt
+cimport streams._nvtx as nvtx
 from streams._args cimport as_timeout_ns
 from streams._platform cimport streams_flag_get, streams_flag_set, streams_now_ns
 from streams.cudart cimport cudaDeviceAttr, cudaDevAttrComputeCapabilityMajor, \
     cudaDevAttrComputeCapabilityMinor
+
+# streams.checker: the race checker's switch (one load and one branch while off).
+cdef const int* _checking = nvtx.check_switch()
 
 cdef object _MISSING = object()
 cdef int _device_count = -1                     # cached: fixed for the process
@@ -280,7 +284,14 @@ def synchronize_device(device=None, timeout=None):
     """
     cdef long long timeout_ns = as_timeout_ns(timeout)
     cdef int dev = resolve_device(device)
-    return device_synchronize(dev, timeout_ns) == 1
+    return _synchronized(device_synchronize(dev, timeout_ns) == 1)
+
+
+cdef bint _synchronized(bint done) except -1:
+    # What the race checker hears of a device synchronize that finished.
+    if done and streams_flag_get(_checking) != 0:
+        nvtx.check_hooks().sync_device()
+    return done
 
 
 cdef list _device_stack():
@@ -362,7 +373,7 @@ cdef class Device:
 
     def synchronize(self, timeout=None):
         """Wait for all work on this device; see :func:`synchronize_device`."""
-        return device_synchronize(self._id, as_timeout_ns(timeout)) == 1
+        return _synchronized(device_synchronize(self._id, as_timeout_ns(timeout)) == 1)
 
     def use(self):
         """Make this device current (no restore)."""

@@ -43,6 +43,9 @@ from streams._cudart import runtime_version as rt_runtime_version
 # traced operations (one load and one branch while off;
 # tests/nvtx/test_nvtx_cpu.py, the per-call ranges).
 cdef const int* _tracing = nvtx.trace_switch()
+# streams.checker: the race checker's switch (one load and one branch while
+# off); its hooks run after the launch was enqueued.
+cdef const int* _checking = nvtx.check_switch()
 
 
 cdef enum _ArgType:
@@ -1100,6 +1103,8 @@ cdef class Kernel(LaunchTarget):
                     _launch_configured(self, stream, lc, argv)
         finally:
             release_pack(&pack)
+        if streams_flag_get(_checking) != 0:
+            nvtx.check_hooks().launch(self, stream, args)
         return 0
 
     @property
@@ -1307,6 +1312,8 @@ cdef class PreparedLaunch:
         try:
             with nogil:
                 self._launch(s)
+            if streams_flag_get(_checking) != 0:
+                nvtx.check_hooks().launch(self._kernel, s, self._keepalive)
         finally:
             if traced:
                 nvtx.trace_pop()

@@ -39,6 +39,23 @@ from streams._cudart import CudaError as rt_CudaError
 # traced operations (one load and one branch while off;
 # tests/nvtx/test_nvtx_cpu.py, the per-call ranges).
 cdef const int* _tracing = nvtx.trace_switch()
+# streams.checker: the race checker's switch (one load and one branch while
+# off); its hooks run after the operation was enqueued.
+cdef const int* _checking = nvtx.check_switch()
+
+
+cdef int _check_span(Span* span, size_t n, Stream st, bint write, str op) except -1:
+    # What the race checker hears of an access: only streams buffers.
+    if span.user != NULL:
+        nvtx.check_hooks().access(<object>span.user, st, write, op, n)
+    return 0
+
+
+cdef void _check_free(void* ptr, Stream st) noexcept:
+    # A free in stream order (st None: at once, on the host).  Never
+    # raises (noexcept): it runs from __dealloc__ too, and an error (a
+    # RaceError in "raise" mode) goes to sys.unraisablehook.
+    nvtx.check_hooks().free(<uintptr_t>ptr, st)
 
 
 # ---- DLPack -----------------------------------------------------------------------------
@@ -721,6 +738,8 @@ cdef int _allocate(DeviceBuffer buf, size_t n, Stream s, MemoryPool pool) except
     finally:
         s._unuse()
     buf._adopt_device(p, n, dev, s, pool)
+    if streams_flag_get(_checking) != 0:
+        nvtx.check_hooks().alloc(<uintptr_t>p, s)
     return 0
 
 
@@ -848,6 +867,8 @@ cdef class DeviceBuffer(_Buffer):
         cdef _PendingFree pending
         cdef int decision = rt.release_decision()
         rt.count(rt.STREAMS_CNT_BUFFER_FREED)
+        if self._ptr != NULL and streams_flag_get(_checking) != 0:
+            _check_free(self._ptr, self._free_on if self._free_on is not None else self._stream)
         if self._ptr != NULL and decision == rt.RELEASE_DEFER:
             pending = _PendingFree.__new__(_PendingFree)
             pending.ptr, pending.device = self._ptr, self._device
@@ -1667,6 +1688,10 @@ cdef int _memcpy(object dst, object src, object nbytes, object stream, bint peer
                     exit_device(&scope)
         finally:
             st._unuse()
+        if streams_flag_get(_checking) != 0:
+            op = "memcpy_peer_async" if peer else "memcpy_async"
+            _check_span(&s, n, st, False, op + " (src)")
+            _check_span(&d, n, st, True, op + " (dst)")
     finally:
         release_span(&s)
         release_span(&d)
@@ -1760,6 +1785,8 @@ cdef int _memset(object dst, object value, object nbytes, object stream,
                     exit_device(&scope)
         finally:
             st._unuse()
+        if streams_flag_get(_checking) != 0:
+            _check_span(&d, n, st, True, "memset_async")
     finally:
         release_span(&d)
     return 0
@@ -1853,6 +1880,12 @@ def memcpy_batch_async(copies, stream=None, *, wait_producers=True):
             raise NotImplementedError(
                 "memcpy_batch_async needs CUDA 12.8 or newer (cudaMemcpyBatchAsync); this "
                 f"build of streams uses the CUDA {runtime_version()} runtime")
+        if streams_flag_get(_checking) != 0:
+            for i in range(n):
+                _check_span(&spans[2 * i + 1], sizes[i], st, False,
+                            f"memcpy_batch_async (copies[{i}] src)")
+                _check_span(&spans[2 * i], sizes[i], st, True,
+                            f"memcpy_batch_async (copies[{i}] dst)")
     finally:
         for i in range(done):
             release_span(&spans[i])

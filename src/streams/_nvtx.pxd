@@ -43,3 +43,12 @@ cdef enum TracedCall:
 cdef const int* trace_switch() noexcept nogil
 cdef void trace_push(int call) noexcept nogil
 cdef void trace_pop() noexcept nogil
+
+
+# The race checker's switch (streams.checker): like trace_switch, read at
+# import by each module with checked operations and tested with
+# streams_flag_get; while on, each calls the checker's hooks (check_hooks(),
+# a Python object set once before the switch first goes on, never replaced)
+# with the GIL held, after the operation was enqueued.
+cdef const int* check_switch() noexcept nogil
+cdef object check_hooks()

@@ -343,6 +343,31 @@ def trace_calls(enabled):
     return was
 
 
+cdef int _checking = 0                # the race checker's switch
+# Set once, under _lock, before the switch first goes on, never replaced: a
+# thread that sees the switch on sees it, and it is never freed under one.
+cdef object _check_hooks = None
+
+
+cdef const int* check_switch() noexcept nogil:
+    return &_checking
+
+
+cdef object check_hooks():
+    return _check_hooks
+
+
+def _set_checking(hooks, bint on):
+    """streams.checker's switch: ``hooks`` (the first one given stays) and on or off."""
+    global _check_hooks
+    with _lock:
+        if _check_hooks is None:
+            _check_hooks = hooks
+        elif hooks is not _check_hooks:
+            raise RuntimeError("the race checker's hooks are set already")
+        streams_flag_set(&_checking, 1 if on else 0)
+
+
 def tracing_calls():
     """Whether ``trace_calls`` is on."""
     return streams_flag_get(&_tracing) != 0

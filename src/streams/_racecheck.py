@@ -16,17 +16,25 @@ record, one for what the host has seen complete):
   wait (a later record does not move it), as ``cudaStreamWaitEvent`` does;
   an event never recorded orders nothing.
 
-Each buffer keeps its last write and, per stream, its last read since.  A
-write conflicts with that write and those reads, a read with that write,
-where the accessing stream is not ordered after the other access's stream
-position: the report names both operations, their streams and where each
-was enqueued.  An allocation and a free count as writes (a stream-ordered
-allocation used from another stream without a wait, a free on one stream
-while another still reads).  Accesses on one stream never conflict.
+Each buffer keeps the accesses that a later one could still race with,
+each with the byte range it touched (the whole buffer unless given).  An
+access conflicts with an earlier one of an overlapping range, one of them a
+write, where the accessing stream is not ordered after the other access's
+stream position: the report names both operations, their streams and where
+each was enqueued.  An allocation and a free count as writes of the whole
+buffer (a stream-ordered allocation used from another stream without a
+wait, a free on one stream while another still reads).  Accesses on one
+stream never conflict.  An access the host has seen complete (a
+synchronize) is forgotten: everything enqueued later is ordered after it.
+So is one a later write covers, or a later read of the same stream.
 
 The keys of streams, events and buffers are any hashable value (the
-package's hooks will pass handles); ``HOST`` is the host's own accesses
-(synchronous copies) and ``LEGACY`` the legacy default stream.  Not yet
+package's hooks pass stream ids, event handles and buffer addresses);
+``HOST`` stands for the host's own accesses, complete when their call
+returns (a ``cudaFree``), and ``LEGACY`` for the legacy default stream, one
+for all devices (a program on several devices may then see more order
+than CUDA gives: a race missed, never one made up).  Streams and events
+are never forgotten: the clocks grow with the streams a program has used.  Not yet
 fed by the package's operations: tests/racecheck/ drive it directly.
 Thread-safe: one lock around the model (free-threaded CPython too).
 """
@@ -35,6 +43,10 @@ import traceback
 import warnings
 
 __all__ = ["HOST", "LEGACY", "Model", "Race", "RaceError", "RaceWarning"]
+
+# Files whose frames are left out of where an access was made: the model's
+# own, and its callers' inside the package (streams.checker adds itself).
+SKIP_FILES = {__file__}
 
 
 class _Key:
@@ -63,18 +75,21 @@ class RaceWarning(RuntimeWarning):
 
 class Access:
     """One operation on a buffer: what, on which stream, where enqueued."""
-    __slots__ = ("op", "stream", "write", "stack")
+    __slots__ = ("op", "stream", "write", "stack", "lo", "hi")
 
-    def __init__(self, op, stream, write, stack):
+    def __init__(self, op, stream, write, stack, lo=0, hi=None):
         self.op = op
         self.stream = stream
         self.write = write
         self.stack = stack
+        self.lo = lo            # the byte range touched: [lo, hi), hi None: to the end
+        self.hi = hi
 
     def __repr__(self):
         where = self.stack[-1] if self.stack else None
         at = f" at {where.filename}:{where.lineno}" if where is not None else ""
-        return f"{self.op} ({'write' if self.write else 'read'}) on {self.stream!r}{at}"
+        part = "" if (self.lo, self.hi) == (0, None) else f" of bytes [{self.lo}, {self.hi})"
+        return f"{self.op} ({'write' if self.write else 'read'}{part}) on {self.stream!r}{at}"
 
 
 class Race:
@@ -101,12 +116,18 @@ class Race:
     __repr__ = __str__
 
 
-class _Uses:
-    __slots__ = ("write", "reads")
+# At most this many accesses are kept per buffer (the oldest go first): a
+# program of many small disjoint accesses between synchronizations.
+MAX_ACCESSES = 256
 
-    def __init__(self):
-        self.write = None       # (stream, position, Access) of the last write
-        self.reads = {}         # stream -> (position, Access): its last read since
+
+def _overlap(a, b):
+    return ((a.hi is None or b.lo < a.hi) and (b.hi is None or a.lo < b.hi))
+
+
+def _covers(outer, inner):
+    return outer.lo <= inner.lo and (outer.hi is None or (inner.hi is not None
+                                                          and inner.hi <= outer.hi))
 
 
 def _join(into, other):
@@ -125,6 +146,8 @@ class Model:
     def __init__(self, mode="collect", stack_depth=8):
         if mode not in ("collect", "warn", "raise"):
             raise ValueError(f"mode must be 'collect', 'warn' or 'raise', not {mode!r}")
+        if not isinstance(stack_depth, int) or isinstance(stack_depth, bool) or stack_depth < 0:
+            raise ValueError(f"stack_depth must be an int >= 0, not {stack_depth!r}")
         self.mode = mode
         self.stack_depth = stack_depth
         self.races = []
@@ -132,7 +155,7 @@ class Model:
         self._clocks = {HOST: {}}   # stream -> vector clock (stream -> position)
         self._blocking = set()      # streams ordered with the legacy default stream
         self._events = {}           # event -> clock of its last record
-        self._buffers = {}          # buffer -> _Uses
+        self._buffers = {}          # buffer -> [(position, Access)] a later access may race
 
     # ---- ordering -------------------------------------------------------------------------
 
@@ -171,10 +194,22 @@ class Model:
             vc = self._step(s)
             _join(vc, self._events.get(event, {}))
 
-    def sync_stream(self, s):
-        """The host waited for stream ``s``'s work so far."""
+    def wait_stream(self, s, other):
+        """Stream ``s`` waits for the work enqueued on ``other`` so far
+        (``cudaStreamWaitEvent`` of an event recorded there now)."""
         with self._lock:
-            _join(self._clocks[HOST], self._clocks.get(s, {}))
+            at = dict(self._step(other))
+            _join(self._step(s), at)
+
+    def sync_stream(self, s):
+        """The host waited for stream ``s``'s work so far (the legacy
+        stream's: also every blocking stream's)."""
+        with self._lock:
+            host = self._clocks[HOST]
+            _join(host, self._clocks.get(s, {}))
+            if s is LEGACY:
+                for t in self._blocking:
+                    _join(host, self._clocks.get(t, {}))
 
     def sync_event(self, event):
         """The host waited for ``event``'s last record."""
@@ -195,50 +230,53 @@ class Model:
         if not self.stack_depth:
             return []
         frames = traceback.extract_stack(limit=self.stack_depth + 4)
-        return [f for f in frames if f.filename != __file__][-self.stack_depth:]
+        return [f for f in frames if f.filename not in SKIP_FILES][-self.stack_depth:]
 
-    def read(self, buffer, s, op="read"):
-        """``op`` on stream ``s`` (or HOST) reads ``buffer``."""
-        return self._access(buffer, s, False, op)
+    def read(self, buffer, s, op="read", lo=0, hi=None):
+        """``op`` on stream ``s`` (or HOST) reads bytes [lo, hi) of
+        ``buffer`` (hi None: to its end)."""
+        return self._access(buffer, s, False, op, lo, hi)
 
-    def write(self, buffer, s, op="write"):
-        """``op`` on stream ``s`` (or HOST) writes ``buffer``."""
-        return self._access(buffer, s, True, op)
+    def write(self, buffer, s, op="write", lo=0, hi=None):
+        """``op`` on stream ``s`` (or HOST) writes bytes [lo, hi) of ``buffer``."""
+        return self._access(buffer, s, True, op, lo, hi)
 
     def alloc(self, buffer, s, op="allocation"):
         """``buffer`` allocated in stream order on ``s`` (HOST: at once):
-        what was known of an earlier buffer under the same key goes."""
-        with self._lock:
-            self._buffers.pop(buffer, None)
-        return self._access(buffer, s, True, op)
+        what was known of an earlier buffer under the same key goes, in
+        the same step."""
+        return self._access(buffer, s, True, op, fresh=True)
 
     def free(self, buffer, s, op="free"):
-        """``buffer`` freed in stream order on ``s`` (HOST: at once)."""
-        found = self._access(buffer, s, True, op)
-        with self._lock:
-            self._buffers.pop(buffer, None)
-        return found
+        """``buffer`` freed in stream order on ``s`` (HOST: at once).  The
+        free stays, as a write of the whole buffer, until an allocation
+        under the same key: a use after it not ordered after it is a race."""
+        return self._access(buffer, s, True, op)
 
-    def _access(self, buffer, s, write, op):
-        access = Access(op, s, write, self._stack())
+    def _access(self, buffer, s, write, op, lo=0, hi=None, fresh=False):
+        if lo < 0 or (hi is not None and hi < lo):
+            raise ValueError(f"the byte range [{lo}, {hi}) is not a range")
+        try:
+            hash(buffer)
+        except TypeError:
+            raise TypeError(f"buffer must be a hashable key, not {type(buffer).__name__}") from None
+        access = Access(op, s, write, self._stack(), lo, hi)
         found = []
         with self._lock:
             vc = self._step(s)
-            pos = vc[s]
-            uses = self._buffers.get(buffer)
-            if uses is None:
-                uses = self._buffers[buffer] = _Uses()
-            w = uses.write
-            if w is not None and w[0] != s and vc.get(w[0], 0) < w[1]:
-                found.append(Race(buffer, w[2], access))
-            if write:
-                for rs, (rpos, racc) in uses.reads.items():
-                    if rs != s and vc.get(rs, 0) < rpos:
-                        found.append(Race(buffer, racc, access))
-                uses.write = (s, pos, access)
-                uses.reads = {}
-            else:
-                uses.reads[s] = (pos, access)
+            host = self._clocks[HOST]
+            kept = []
+            for pos, acc in (() if fresh else self._buffers.get(buffer, ())):
+                if host.get(acc.stream, 0) >= pos:
+                    continue        # the host saw it complete: ordered before all to come
+                if (acc.stream != s and (write or acc.write) and _overlap(acc, access)
+                        and vc.get(acc.stream, 0) < pos):
+                    found.append(Race(buffer, acc, access))
+                if _covers(access, acc) and (write or (acc.stream == s and not acc.write)):
+                    continue        # anything racing with it races with this one too
+                kept.append((pos, acc))
+            kept.append((vc[s], access))
+            self._buffers[buffer] = kept[-MAX_ACCESSES:]
             self.races.extend(found)
         for race in found:
             if self.mode == "warn":

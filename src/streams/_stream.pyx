@@ -52,6 +52,9 @@ cdef object _tls = _threading.local()   # .current: {device: Stream}, .stack: [.
 # traced operations (one load and one branch while off;
 # tests/nvtx/test_nvtx_cpu.py, the per-call ranges).
 cdef const int* _tracing = nvtx.trace_switch()
+# streams.checker: the race checker's switch (one load and one branch while
+# off); its hooks run after the operation was enqueued.
+cdef const int* _checking = nvtx.check_switch()
 
 
 # ---- enums -------------------------------------------------------------------------
@@ -850,6 +853,8 @@ cdef class Stream(Waitable):
             done = self._done_now()
             if not done:
                 done = wait_until_done(self, timeout_ns)
+            if done == 1 and streams_flag_get(_checking) != 0:
+                nvtx.check_hooks().sync_stream(self)
             if self._errors is not None:
                 self._errors.raise_pending("host callback")
             if self._watch is not None:
@@ -877,6 +882,8 @@ cdef class Stream(Waitable):
             else:
                 ev = as_event(event, "event")
             _record(self, ev)
+            if streams_flag_get(_checking) != 0:
+                nvtx.check_hooks().record(ev, self)
             return ev
         finally:
             if traced:
@@ -912,6 +919,8 @@ cdef class Stream(Waitable):
             ev = <Event>event
             if not external:
                 _wait_event(self, ev)
+                if streams_flag_get(_checking) != 0:
+                    nvtx.check_hooks().wait(self, ev)
                 return
             self._use()
             try:
@@ -924,6 +933,8 @@ cdef class Stream(Waitable):
                     ev._unuse()
             finally:
                 self._unuse()
+            if streams_flag_get(_checking) != 0:
+                nvtx.check_hooks().wait(self, ev)
         finally:
             if traced:
                 nvtx.trace_pop()
@@ -955,6 +966,8 @@ cdef class Stream(Waitable):
             o = <Stream>other
             with nogil:
                 self.c_wait_stream(o)
+            if streams_flag_get(_checking) != 0:
+                nvtx.check_hooks().wait_stream(self, o)
         finally:
             if traced:
                 nvtx.trace_pop()
@@ -1619,6 +1632,8 @@ cdef class Event(Waitable):
                 _check_same_device(self._device, s._device)
             if not external:
                 _record(s, self)
+                if streams_flag_get(_checking) != 0:
+                    nvtx.check_hooks().record(self, s)
                 return self
             s._use()
             try:
@@ -1632,6 +1647,8 @@ cdef class Event(Waitable):
                     self._unuse()
             finally:
                 s._unuse()
+            if streams_flag_get(_checking) != 0:
+                nvtx.check_hooks().record(self, s)
             return self
         finally:
             if traced:
@@ -1649,6 +1666,8 @@ cdef class Event(Waitable):
             nvtx.trace_push(nvtx.CALL_EVENT_SYNCHRONIZE)
         try:
             done = self._done_now() == 1 or wait_until_done(self, timeout_ns) == 1
+            if done and streams_flag_get(_checking) != 0:
+                nvtx.check_hooks().sync_event(self)
             if self._watch is not None:
                 check_deadline(self)
             return done
@@ -1660,6 +1679,7 @@ cdef class Event(Waitable):
         """Make ``stream`` (default: the current stream; any stream
         :func:`as_stream` takes) wait for this event."""
         cdef uintptr_t h
+        cdef Stream s
         cdef bint traced = streams_flag_get(_tracing) != 0
         if traced:
             nvtx.trace_push(nvtx.CALL_WAIT_EVENT)
@@ -1668,7 +1688,10 @@ cdef class Event(Waitable):
                 foreign_stream(stream, "stream", &h, False)
                 _enqueue_raw(RAW_WAIT, self, <void*>h, 0)
                 return self
-            _wait_event(as_stream(stream, "stream"), self)
+            s = as_stream(stream, "stream")
+            _wait_event(s, self)
+            if streams_flag_get(_checking) != 0:
+                nvtx.check_hooks().wait(s, self)
             return self
         finally:
             if traced:

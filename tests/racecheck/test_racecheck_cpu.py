@@ -2,6 +2,7 @@
 program is written twice, once with the ordering CUDA needs and once
 without it; the checker must report the second (naming both operations)
 and stay silent on the first."""
+import threading
 import warnings
 
 import pytest
@@ -205,3 +206,116 @@ def test_threads_with_their_own_streams_and_buffers_report_nothing():
     # The same with the consumer's wait left out in one thread: reported.
     m.write("b0", "p0")
     assert len(m.read("b0", "c0")) == 1
+
+
+def test_disjoint_byte_ranges_of_one_buffer_do_not_conflict():
+    m = _model(S1, S2)
+    m.write(BUF, S1, "first half", 0, 512)
+    assert m.write(BUF, S2, "second half", 512, 1024) == []
+    (race,) = m.read(BUF, S2, "last bytes of the first half", 500, 600)
+    assert race.first.op == "first half" and "[500, 600)" in str(race)
+    # The whole buffer (hi None) overlaps every range.
+    assert [r.first.op for r in m.write(BUF, S3, "memset")] == [
+        "first half", "second half", "last bytes of the first half"]
+
+
+def test_a_bad_byte_range_is_refused():
+    m = _model(S1)
+    with pytest.raises(ValueError, match="range"):
+        m.read(BUF, S1, "x", 10, 5)
+    with pytest.raises(ValueError, match="range"):
+        m.read(BUF, S1, "x", -1, 5)
+
+
+def test_what_the_host_saw_complete_is_forgotten():
+    m = _model(S1, S2)
+    m.write(BUF, S1, "fill")
+    m.sync_stream(S1)
+    assert m.read(BUF, S2) == []
+    # Only the read on S2 is left to race with.
+    assert [a.op for _, a in m._buffers[BUF]] == ["read"]
+
+
+def test_accesses_kept_per_buffer_are_bounded():
+    from streams._racecheck import MAX_ACCESSES
+    m = _model(S1, nonblocking=(S2,))
+    for i in range(MAX_ACCESSES + 50):
+        m.read(BUF, S1 if i % 2 else S2, "read", i, i + 1)
+    assert len(m._buffers[BUF]) == MAX_ACCESSES
+    # A write over all of them on a third stream still sees the newest.
+    assert len(m.write(BUF, S3, "memset")) == MAX_ACCESSES
+
+
+def test_a_covering_write_replaces_what_it_covers():
+    m = _model(S1, S2)
+    for i in range(10):
+        m.write(BUF, S1, "part", 100 * i, 100 * i + 100)
+    m.write(BUF, S1, "all")
+    assert [a.op for _, a in m._buffers[BUF]] == ["all"]
+    (race,) = m.read(BUF, S2, "read", 0, 10)
+    assert race.first.op == "all"
+
+
+def test_synchronizing_the_legacy_stream_waits_for_blocking_streams():
+    m = _model(S1, LEGACY, nonblocking=(S2,))
+    m.write(BUF, S1)
+    m.write(OTHER, S2)
+    m.sync_stream(LEGACY)
+    assert m.read(BUF, S3) == []                      # S1 is blocking: waited for
+    assert [r.kind for r in m.read(OTHER, S3)] == ["read after write"]   # S2 is not
+
+
+def test_a_use_after_a_free_not_ordered_after_it_is_reported():
+    m = _model(S1, S2)
+    m.alloc(BUF, S1)
+    m.sync_stream(S1)
+    m.free(BUF, S1)
+    (race,) = m.read(BUF, S2, "late read")
+    assert (race.first.op, race.second.op) == ("free", "late read")
+    # A new allocation under the same key starts afresh.
+    m.alloc(BUF, S2)
+    assert m.read(BUF, S2) == []
+
+
+def test_the_state_after_a_raised_race_is_the_state_after_a_collected_one():
+    runs = []
+    for mode in ("collect", "raise"):
+        m = Model(mode)
+        m.stream(S1), m.stream(S2)
+        m.alloc(BUF, S1)
+        try:
+            m.free(BUF, S2)
+        except RaceError:
+            pass
+        runs.append([(a.op, a.stream) for _, a in m._buffers[BUF]])
+    assert runs[0] == runs[1] == [("free", S2)]
+
+
+def test_an_allocation_or_a_free_is_one_step_under_the_lock():
+    # Two steps (the history dropped, then the access) would let another
+    # thread's allocation of the same address in between be dropped.
+    class Counting:
+        def __init__(self):
+            self.lock, self.taken = threading.Lock(), 0
+
+        def __enter__(self):
+            self.lock.acquire()
+            self.taken += 1
+
+        def __exit__(self, *exc):
+            self.lock.release()
+
+    m = _model(S1, S2)
+    m._lock = Counting()
+    m.alloc(BUF, S1)
+    assert m._lock.taken == 1
+    m.free(BUF, S1)
+    assert m._lock.taken == 2
+
+
+def test_bad_arguments_are_named():
+    for bad in (2.5, "8", -1, True):
+        with pytest.raises(ValueError, match="stack_depth"):
+            Model(stack_depth=bad)
+    with pytest.raises(TypeError, match="buffer must be a hashable key, not list"):
+        _model(S1).read([1], S1)

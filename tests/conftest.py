@@ -78,6 +78,28 @@ def pytest_runtest_call(item):
         timer.cancel()
 
 
+# STREAMS_RACECHECK=collect (ci/run-gpu-tests ... -- with it set): each GPU
+# test runs with the race checker on, from a fresh start, and fails on a
+# race it reports unless marked ``races`` (a test that races on purpose:
+# a no-wait control, a hostile program).
+_RACECHECK = os.environ.get("STREAMS_RACECHECK", "") not in ("", "0")
+
+
+@pytest.fixture(autouse=True)
+def no_reported_races(request):
+    if not _RACECHECK or "gpu" not in request.keywords:
+        yield
+        return
+    from streams import checker
+    checker.enable("collect", stack_depth=4)
+    yield
+    found = checker.races()
+    checker.enable("collect", stack_depth=4)        # the next test starts afresh
+    if found and "races" not in request.keywords:
+        pytest.fail(f"{len(found)} race(s) reported by streams.checker in "
+                    f"{request.node.name}:\n" + "\n".join(str(r) for r in found[:5]))
+
+
 @pytest.fixture(autouse=True)
 def no_leaked_handles(request):
     """Every GPU test must give back the handles and callback payloads it made."""

@@ -44,18 +44,19 @@ cdef const int* _tracing = nvtx.trace_switch()
 cdef const int* _checking = nvtx.check_switch()
 
 
-cdef int _check_span(Span* span, size_t n, Stream st, bint write, str op) except -1:
-    # What the race checker hears of an access: only streams buffers.
+cdef object _checked(list items, Span* span, size_t n, bint write, str op):
+    # One access for the race checker: only streams buffers are tracked.
     if span.user != NULL:
-        nvtx.check_hooks().access(<object>span.user, st, write, op, n)
-    return 0
+        items.append((<uintptr_t>span.ptr, n, write, op))
+    return items
 
 
 cdef void _check_free(void* ptr, Stream st) noexcept:
-    # A free in stream order (st None: at once, on the host).  Never
-    # raises (noexcept): it runs from __dealloc__ too, and an error (a
-    # RaceError in "raise" mode) goes to sys.unraisablehook.
-    nvtx.check_hooks().free(<uintptr_t>ptr, st)
+    # A free in stream order on `st` (closed: on the legacy stream after its
+    # tail; None: at once, on the host).  Never raises (noexcept): it runs
+    # from __dealloc__ too, and an error (a RaceError in "raise" mode) goes
+    # to sys.unraisablehook.
+    nvtx.check_hooks().free(<uintptr_t>ptr, st, st is not None and st.closed)
 
 
 # ---- DLPack -----------------------------------------------------------------------------
@@ -1013,6 +1014,8 @@ cdef class _HostBuffer(_Buffer):
 
     cdef void _release_memory(self) noexcept:
         rt.count(rt.STREAMS_CNT_BUFFER_FREED)
+        if self._ptr != NULL and streams_flag_get(_checking) != 0:
+            _check_free(self._ptr, None)
         if self._ptr != NULL:
             rt.release_handle(self._kind, self._ptr)
             self._ptr = NULL
@@ -1047,6 +1050,8 @@ cdef class PinnedBuffer(_HostBuffer):
         except BaseException:
             self._init_abandoned()
             raise
+        if p != NULL and streams_flag_get(_checking) != 0:
+            nvtx.check_hooks().alloc(<uintptr_t>p, None)     # on the host, at once
 
     def __dlpack_device__(self):
         return (_kDLCUDAHost, 0)
@@ -1093,6 +1098,8 @@ cdef class ManagedBuffer(_HostBuffer):
         except BaseException:
             self._init_abandoned()
             raise
+        if p != NULL and streams_flag_get(_checking) != 0:
+            nvtx.check_hooks().alloc(<uintptr_t>p, None)     # on the host, at once
 
     @property
     def stream(self):
@@ -1690,8 +1697,8 @@ cdef int _memcpy(object dst, object src, object nbytes, object stream, bint peer
             st._unuse()
         if streams_flag_get(_checking) != 0:
             op = "memcpy_peer_async" if peer else "memcpy_async"
-            _check_span(&s, n, st, False, op + " (src)")
-            _check_span(&d, n, st, True, op + " (dst)")
+            items = _checked([], &s, n, False, op + " (src)")
+            nvtx.check_hooks().accesses(st, _checked(items, &d, n, True, op + " (dst)"))
     finally:
         release_span(&s)
         release_span(&d)
@@ -1786,7 +1793,7 @@ cdef int _memset(object dst, object value, object nbytes, object stream,
         finally:
             st._unuse()
         if streams_flag_get(_checking) != 0:
-            _check_span(&d, n, st, True, "memset_async")
+            nvtx.check_hooks().accesses(st, _checked([], &d, n, True, "memset_async"))
     finally:
         release_span(&d)
     return 0
@@ -1881,11 +1888,13 @@ def memcpy_batch_async(copies, stream=None, *, wait_producers=True):
                 "memcpy_batch_async needs CUDA 12.8 or newer (cudaMemcpyBatchAsync); this "
                 f"build of streams uses the CUDA {runtime_version()} runtime")
         if streams_flag_get(_checking) != 0:
+            items = []
             for i in range(n):
-                _check_span(&spans[2 * i + 1], sizes[i], st, False,
-                            f"memcpy_batch_async (copies[{i}] src)")
-                _check_span(&spans[2 * i], sizes[i], st, True,
-                            f"memcpy_batch_async (copies[{i}] dst)")
+                _checked(items, &spans[2 * i + 1], sizes[i], False,
+                         f"memcpy_batch_async (copies[{i}] src)")
+                _checked(items, &spans[2 * i], sizes[i], True,
+                         f"memcpy_batch_async (copies[{i}] dst)")
+            nvtx.check_hooks().accesses(st, items)
     finally:
         for i in range(done):
             release_span(&spans[i])

@@ -49,6 +49,7 @@ cdef void trace_pop() noexcept nogil
 # import by each module with checked operations and tested with
 # streams_flag_get; while on, each calls the checker's hooks (check_hooks(),
 # a Python object set once before the switch first goes on, never replaced)
-# with the GIL held, after the operation was enqueued.
+# with the GIL held: after the operation was enqueued, or for a buffer's
+# free, as the free is made (or deferred).
 cdef const int* check_switch() noexcept nogil
 cdef object check_hooks()

@@ -360,6 +360,8 @@ cdef object check_hooks():
 def _set_checking(hooks, bint on):
     """streams.checker's switch: ``hooks`` (the first one given stays) and on or off."""
     global _check_hooks
+    if hooks is None:
+        raise TypeError("hooks must be the race checker's hooks, not None")
     with _lock:
         if _check_hooks is None:
             _check_hooks = hooks

@@ -34,8 +34,9 @@ package's hooks pass stream ids, event handles and buffer addresses);
 returns (a ``cudaFree``), and ``LEGACY`` for the legacy default stream, one
 for all devices (a program on several devices may then see more order
 than CUDA gives: a race missed, never one made up).  Streams and events
-are never forgotten: the clocks grow with the streams a program has used.  Not yet
-fed by the package's operations: tests/racecheck/ drive it directly.
+are never forgotten: the clocks grow with the streams a program has used.
+Fed by the package's operations through streams.checker, and driven
+directly by tests/racecheck/.
 Thread-safe: one lock around the model (free-threaded CPython too).
 """
 import threading
@@ -116,8 +117,9 @@ class Race:
     __repr__ = __str__
 
 
-# At most this many accesses are kept per buffer (the oldest go first): a
-# program of many small disjoint accesses between synchronizations.
+# At most this many accesses are kept per buffer (the oldest go first, so a
+# race with one of them is then missed): a program of many small disjoint
+# accesses between synchronizations.
 MAX_ACCESSES = 256
 
 
@@ -253,14 +255,19 @@ class Model:
         under the same key: a use after it not ordered after it is a race."""
         return self._access(buffer, s, True, op)
 
-    def _access(self, buffer, s, write, op, lo=0, hi=None, fresh=False):
+    def _access(self, buffer, s, write, op, lo=0, hi=None, fresh=False, defer=False,
+                stack=None):
+        # fresh: an allocation (what was known under the key goes); defer:
+        # found races are returned, not raised (the caller raises once it
+        # has recorded the rest of its operation); stack: where it was
+        # enqueued, when taken earlier.
         if lo < 0 or (hi is not None and hi < lo):
             raise ValueError(f"the byte range [{lo}, {hi}) is not a range")
         try:
             hash(buffer)
         except TypeError:
             raise TypeError(f"buffer must be a hashable key, not {type(buffer).__name__}") from None
-        access = Access(op, s, write, self._stack(), lo, hi)
+        access = Access(op, s, write, self._stack() if stack is None else stack, lo, hi)
         found = []
         with self._lock:
             vc = self._step(s)
@@ -281,6 +288,6 @@ class Model:
         for race in found:
             if self.mode == "warn":
                 warnings.warn(str(race), RaceWarning, stacklevel=3)
-            elif self.mode == "raise":
+            elif self.mode == "raise" and not defer:
                 raise RaceError(race)
         return found

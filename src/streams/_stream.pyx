@@ -439,6 +439,12 @@ cdef class Waitable(HandleOwner):
             done = _query_call(self._kind == rt.HANDLE_STREAM, self._handle)
         self._unuse()
         _pass_on(done)
+        if done == 1 and streams_flag_get(_checking) != 0:
+            # Seen complete: as a synchronize for the race checker.
+            if self._kind == rt.HANDLE_STREAM:
+                nvtx.check_hooks().sync_stream(self)
+            else:
+                nvtx.check_hooks().sync_event(self)
         return done == 1
 
     @property

@@ -11,21 +11,11 @@ operations and where each was enqueued::
         fill(s1, buf)
         streams.memcpy_async(host, buf, stream=s2)     # RaceError: s2 never waited for s1
 
-What it sees: ``memcpy_async``, ``memcpy_peer_async``, ``memcpy_batch_async``
-and ``memset_async`` (the destination written, the source read), kernel
-launches from Python (``Stream.launch``, ``PreparedLaunch.launch``: every
-buffer argument counts as written unless :func:`declare` says which are
-only read), ``DeviceBuffer`` and pool allocations and their stream-ordered
-frees, ``record``/``wait_event``/``wait_stream``/``Event.wait``, and the
-synchronizes of streams, events and devices.  Only streams buffers passed
-as such are tracked, each over the bytes an operation touches from its
-start.  Not seen: raw addresses and other libraries' arrays, host reads
-through the buffer protocol (numpy views), graph launches, host functions,
-stream memory operations, other libraries' streams and events, and the
-``nogil`` C-level API.  The order of two threads' operations is the order
-their hooks ran in.  Off by default; off, each checked operation costs one
-load and one branch.
+What it sees, what it does not, and what can make it report a race CUDA
+orders: docs/checker.rst.  Off by default; off, each checked operation
+costs one load and one branch.
 """
+import collections as _collections
 import os as _os
 import threading as _threading
 import weakref as _weakref
@@ -44,13 +34,20 @@ _PER_THREAD = 2             # cudaStreamPerThread; 0 and 1 (cudaStreamLegacy): t
 
 
 class _Hooks:
-    """What streams' operations call while the switch is on (streams._nvtx)."""
+    """What streams' operations call while the switch is on (streams._nvtx).
+
+    Each hook reads ``model`` once (an enable or disable in another thread
+    meanwhile is harmless).  A free heard while this thread is inside a
+    hook (the garbage collector freeing a buffer during one) is queued and
+    applied by the next hook: taking the model's lock again there would
+    wait for itself (tests/racecheck/test_checker_cpu.py)."""
 
     def __init__(self):
         self.model = None
         self._lock = _threading.Lock()
-        self._keys = _weakref.WeakKeyDictionary()      # Stream -> its key in the model
-        self._kernels = _weakref.WeakKeyDictionary()   # Kernel -> indices of written arguments
+        self._tls = _threading.local()      # .depth: hooks running; .token: per-thread stream
+        self._pending = _collections.deque()    # queued frees: (model, ptr, stream, closed, stack)
+        self._kernels = {}                  # kernel function handle -> written argument indices
 
     # ---- keys ---------------------------------------------------------------------------
 
@@ -59,98 +56,225 @@ class _Hooks:
         if h in (0, 1):
             return LEGACY
         if h == _PER_THREAD:
-            key = ("per-thread stream of thread", _threading.get_ident())
-            model.stream(key, blocking=True)
-            return key
+            # One per thread for the thread's life (a thread ident is reused).
+            token = getattr(self._tls, "token", None)
+            if token is None:
+                token = self._tls.token = _PerThread()
+            model.stream(token, blocking=True)
+            return token
+        keys = model.stream_keys
         with self._lock:
-            key = self._keys.get(s)
+            key = keys.get(s)
         if key is None:
             # cudaStreamGetId: one id per CUDA stream for the life of the
             # process, whatever wrapper, and never reused as handles are.
             try:
                 key = _StreamKey(s.id, h)
                 blocking = not s.non_blocking
-            except (ValueError, CudaError):
-                # Closed before the checker first saw it (a buffer's free on
-                # its closed stream): a stream of its own, never waited for.
-                return ("closed stream", h)
+            except (ValueError, RuntimeError, CudaError):
+                # Closed before the checker first saw it, or first seen
+                # inside a host callback (no CUDA there): a stream of its own.
+                return ("stream", h)
             model.stream(key, blocking=blocking)
             with self._lock:
-                self._keys[s] = key
+                keys[s] = key
         return key
 
     @staticmethod
     def _event(ev):
         return ("event", ev.handle)
 
+    @staticmethod
+    def _capturing(s):
+        # Work enqueued during a capture runs when (and where) the graph is
+        # launched: not heard.
+        try:
+            return s.is_capturing()
+        except (ValueError, RuntimeError, CudaError):
+            return False
+
+    def _enter(self):
+        m = self.model
+        if m is None:
+            return None
+        self._tls.depth = getattr(self._tls, "depth", 0) + 1
+        try:
+            self._drain()
+        except BaseException:
+            self._tls.depth -= 1
+            raise
+        return m
+
+    def _leave(self):
+        self._tls.depth -= 1
+
+    def _drain(self):
+        # Under _enter: the queued frees, in the order they were heard.
+        found = []
+        while True:
+            try:
+                m, ptr, s, closed, stack = self._pending.popleft()
+            except IndexError:
+                break
+            found += self._free_now(m, ptr, s, closed, stack)
+        if found and self.model is not None and self.model.mode == "raise":
+            raise RaceError(found[0])
+
     # ---- ordering -----------------------------------------------------------------------
 
     def record(self, ev, s):
-        m = self.model
-        if m is not None:
-            m.record(self._event(ev), self._stream(m, s))
+        m = self._enter()
+        if m is None:
+            return
+        try:
+            if not self._capturing(s):
+                m.record(self._event(ev), self._stream(m, s))
+        finally:
+            self._leave()
 
     def wait(self, s, ev):
-        m = self.model
-        if m is not None:
-            m.wait(self._stream(m, s), self._event(ev))
+        m = self._enter()
+        if m is None:
+            return
+        try:
+            if not self._capturing(s):
+                m.wait(self._stream(m, s), self._event(ev))
+        finally:
+            self._leave()
 
     def wait_stream(self, s, other):
-        m = self.model
-        if m is not None:
-            m.wait_stream(self._stream(m, s), self._stream(m, other))
+        m = self._enter()
+        if m is None:
+            return
+        try:
+            if not self._capturing(s):
+                m.wait_stream(self._stream(m, s), self._stream(m, other))
+        finally:
+            self._leave()
 
     def sync_stream(self, s):
-        m = self.model
-        if m is not None:
+        m = self._enter()
+        if m is None:
+            return
+        try:
             m.sync_stream(self._stream(m, s))
+        finally:
+            self._leave()
 
     def sync_event(self, ev):
-        m = self.model
-        if m is not None:
+        m = self._enter()
+        if m is None:
+            return
+        try:
             m.sync_event(self._event(ev))
+        finally:
+            self._leave()
 
     def sync_device(self):
-        m = self.model
-        if m is not None:
+        m = self._enter()
+        if m is None:
+            return
+        try:
             m.sync_device()
+        finally:
+            self._leave()
 
     # ---- accesses -----------------------------------------------------------------------
 
-    def access(self, buf, s, write, op, nbytes=None):
-        """``op`` on ``s`` reads or writes the first ``nbytes`` (None: all)
-        of streams buffer ``buf``."""
-        m = self.model
-        if m is not None and buf.ptr:
-            m._access(("buffer", buf.ptr), self._stream(m, s), write, op, 0, nbytes)
+    def accesses(self, s, items):
+        """One operation on ``s``: ``items`` of (buffer address, nbytes or
+        None, write, op).  All are recorded before a race is raised."""
+        m = self._enter()
+        if m is None:
+            return
+        try:
+            if self._capturing(s):
+                return
+            key = self._stream(m, s)
+            found = []
+            for ptr, nbytes, write, op in items:
+                if ptr:
+                    found += m._access(("buffer", ptr), key, write, op, 0, nbytes, defer=True)
+            if found and m.mode == "raise":
+                raise RaceError(found[0])
+        finally:
+            self._leave()
 
     def launch(self, kernel, s, args):
         m = self.model
         if m is None:
             return
         from streams._memory import _Buffer
-        with self._lock:
-            written = self._kernels.get(kernel)
-        key = self._stream(m, s)
+        written = self._kernels.get(_kernel_key(kernel))
         name = getattr(kernel, "name", None) or "kernel"
+        items = []
         for i, a in enumerate(args):
-            if isinstance(a, _Buffer) and a.ptr:
-                w = written is None or i in written
-                m._access(("buffer", a.ptr), key, w, f"launch of {name} (argument {i})")
+            if isinstance(a, _Buffer):
+                try:
+                    ptr = a.ptr
+                except ValueError:
+                    continue    # closed since (a prepared launch keeps its memory)
+                items.append((ptr, None, written is None or i in written,
+                              f"launch of {name} (argument {i})"))
+        if items:
+            self.accesses(s, items)
 
     def alloc(self, ptr, s):
-        m = self.model
-        if m is not None and ptr:
-            m.alloc(("buffer", ptr), HOST if s is None else self._stream(m, s))
+        m = self._enter()
+        if m is None:
+            return
+        try:
+            if ptr and (s is None or not self._capturing(s)):
+                m.alloc(("buffer", ptr), HOST if s is None else self._stream(m, s))
+        finally:
+            self._leave()
 
-    def free(self, ptr, s):
+    def free(self, ptr, s, closed=False):
+        """A free of ``ptr`` on ``s`` (None: on the host, at once); with
+        ``closed``, ``s`` was closed and the free goes on the legacy stream
+        after where ``s``'s work ended."""
         m = self.model
-        if m is not None and ptr:
-            m.free(("buffer", ptr), HOST if s is None else self._stream(m, s))
+        if m is None or not ptr:
+            return
+        stack = m._stack()
+        if getattr(self._tls, "depth", 0):
+            self._pending.append((m, ptr, s, closed, stack))
+            return
+        self._tls.depth = getattr(self._tls, "depth", 0) + 1
+        try:
+            self._drain()
+            found = self._free_now(m, ptr, s, closed, stack)
+        finally:
+            self._tls.depth -= 1
+        if found and m.mode == "raise":
+            raise RaceError(found[0])
+
+    def _free_now(self, m, ptr, s, closed, stack):
+        if s is None:
+            on = HOST
+        elif closed:
+            m.wait_stream(LEGACY, self._stream(m, s))
+            on = LEGACY
+        else:
+            on = self._stream(m, s)
+        return m._access(("buffer", ptr), on, True, "free", defer=True, stack=stack)
 
     def declare(self, kernel, written):
         with self._lock:
-            self._kernels[kernel] = written
+            self._kernels[_kernel_key(kernel)] = written
+
+
+def _kernel_key(kernel):
+    # The kernel's function: every Kernel object of one module function
+    # (Module.get_kernel makes a new one each call) is one kernel.
+    return ("kernel", kernel.handle)
+
+
+class _PerThread:
+    __slots__ = ("__weakref__",)
+
+    def __repr__(self):
+        return f"<per-thread default stream 0x{id(self):x}>"
 
 
 class _StreamKey:
@@ -174,6 +298,20 @@ _hooks = _Hooks()
 _switch = _threading.Lock()
 
 
+def _fresh(mode, stack_depth):
+    if not isinstance(stack_depth, int) or isinstance(stack_depth, bool) or stack_depth < 0:
+        raise ValueError(f"stack_depth must be an int >= 0, not {stack_depth!r}")
+    model = Model(mode, stack_depth)        # ValueError for a bad mode
+    model.stream_keys = _weakref.WeakKeyDictionary()    # Stream -> its key, for this model
+    return model
+
+
+def _turn(model):
+    # Under _switch: `model` on (None: off).
+    _nvtx._set_checking(_hooks, model is not None)
+    _hooks.model = model
+
+
 def enable(mode="warn", *, stack_depth=8):
     """Start checking, with no history: from now on each race is kept
     (:func:`races`) and, by ``mode``, warned (``"warn"``: a
@@ -181,20 +319,19 @@ def enable(mode="warn", *, stack_depth=8):
     :class:`RaceError`, after that operation was enqueued) or only kept
     (``"collect"``).  ``stack_depth`` frames of where each operation was
     enqueued are kept (0: none).  Returns the races of a run still on."""
-    if not isinstance(stack_depth, int) or isinstance(stack_depth, bool) or stack_depth < 0:
-        raise ValueError(f"stack_depth must be an int >= 0, not {stack_depth!r}")
-    model = Model(mode, stack_depth)        # ValueError for a bad mode
+    model = _fresh(mode, stack_depth)
     with _switch:
-        old, _hooks.model = _hooks.model, model
-        _nvtx._set_checking(_hooks, True)
+        old = _hooks.model
+        _turn(model)
     return [] if old is None else list(old.races)
 
 
 def disable():
     """Stop checking; returns the races found since :func:`enable`."""
+    _settle()
     with _switch:
-        old, _hooks.model = _hooks.model, None
-        _nvtx._set_checking(_hooks, False)
+        old = _hooks.model
+        _turn(None)
     return [] if old is None else list(old.races)
 
 
@@ -203,16 +340,30 @@ def enabled():
     return _hooks.model is not None
 
 
+def _settle():
+    # Frees the garbage collector queued during a hook, applied now.
+    # A race among them is kept in races() whatever the mode.
+    if _hooks._pending and not getattr(_hooks._tls, "depth", 0):
+        try:
+            m = _hooks._enter()
+        except RaceError:
+            return
+        if m is not None:
+            _hooks._leave()
+
+
 def races():
     """The races found since :func:`enable` (empty while off)."""
+    _settle()
     m = _hooks.model
     return [] if m is None else list(m.races)
 
 
 def declare(kernel, *, writes):
-    """Say which arguments of ``kernel`` (a :class:`streams.Kernel`) it
-    writes: ``writes``, their indices; its other buffer arguments are only
-    read.  Undeclared, a kernel writes every buffer it is given."""
+    """Say which arguments of ``kernel`` (a :class:`streams.Kernel`; every
+    Kernel object of the same function) it writes: ``writes``, their
+    indices; its other buffer arguments are only read.  Undeclared, a
+    kernel writes every buffer it is given."""
     from streams._launch import Kernel
     if not isinstance(kernel, Kernel):
         raise TypeError(f"kernel must be a streams.Kernel, not {type(kernel).__name__}")
@@ -229,27 +380,44 @@ def declare(kernel, *, writes):
 class checking:
     """``with checking(mode="raise"):`` checks the block, then restores
     what was on before; ``as`` gives the list the races found are added to
-    at the end of the block."""
+    at the end of the block.  Blocks nest in one thread; a block that
+    another thread's ``enable`` or block replaced restores nothing."""
 
     def __init__(self, mode="raise", *, stack_depth=8):
-        self._args = (mode, stack_depth)
+        self._model = _fresh(mode, stack_depth)
         self.races = []
 
     def __enter__(self):
         with _switch:
             self._before = _hooks.model
-        enable(*self._args[:1], stack_depth=self._args[1])
+            _turn(self._model)
         return self.races
 
     def __exit__(self, *exc):
+        _settle()
         with _switch:
-            mine, _hooks.model = _hooks.model, self._before
-            _nvtx._set_checking(_hooks, self._before is not None)
-        if mine is not None:
-            self.races.extend(mine.races)
+            before = self._before
+            while before in _ended:         # a block that ended while replaced
+                before = _ended.pop(before)
+            if _hooks.model is self._model:
+                _turn(before)
+            else:
+                # Replaced (another thread's block or enable): whoever would
+                # restore this block's model restores what came before it.
+                _ended[self._model] = before
+        self.races.extend(self._model.races)
         return False
+
+
+# Models of checking blocks that ended while replaced -> what to restore
+# instead (under _switch).
+_ended = _weakref.WeakKeyDictionary()
 
 
 _env = _os.environ.get("STREAMS_RACECHECK", "")
 if _env not in ("", "0"):
-    enable("warn" if _env == "1" else _env)
+    _mode = "warn" if _env == "1" else _env.lower()
+    if _mode not in ("warn", "raise", "collect"):
+        raise ValueError(f"STREAMS_RACECHECK={_env!r}: it must be warn (or 1), raise, collect, "
+                         "or 0 (off)")
+    enable(_mode)

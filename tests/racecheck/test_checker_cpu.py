@@ -62,7 +62,7 @@ def test_declare_checks_its_arguments():
         with pytest.raises(ValueError, match="writes: .* is not an argument index"):
             checker.declare(k, writes=bad)
     checker.declare(k, writes=[1, 0])
-    assert checker._hooks._kernels[k] == {0, 1}
+    assert checker._hooks._kernels[("kernel", k.handle)] == {0, 1}
 
 
 def test_the_hooks_object_is_set_once():
@@ -91,10 +91,15 @@ def test_checking_restores_what_was_on():
 # ---- the adapter, with stand-ins -------------------------------------------------------------
 
 class FakeStream:
-    """What the adapter reads of a Stream: handle, id, non_blocking."""
+    """What the adapter reads of a Stream: handle, id, non_blocking,
+    is_capturing()."""
 
-    def __init__(self, handle, sid, non_blocking=True):
+    def __init__(self, handle, sid, non_blocking=True, capturing=False):
         self.handle, self.id, self.non_blocking = handle, sid, non_blocking
+        self.capturing = capturing
+
+    def is_capturing(self):
+        return self.capturing
 
 
 class FakeEvent:
@@ -169,3 +174,128 @@ def test_the_environment_switch():
     out = run_python("import streams; print(streams.checker.enabled())",
                      extra_env={"STREAMS_RACECHECK": "0"}, timeout=60)
     assert out.stdout.split() == ["False"]
+
+
+def test_a_free_heard_inside_a_hook_is_queued_not_a_deadlock():
+    # The garbage collector may free a DeviceBuffer (its __dealloc__ calls
+    # the free hook) while this thread is inside a hook holding the
+    # model's lock: the free waits in a queue for the next hook.
+    code = textwrap.dedent("""
+        import faulthandler, gc
+        from streams import checker
+
+        faulthandler.dump_traceback_later(60, exit=True)
+
+        class S:
+            def __init__(self, h, i):
+                self.handle, self.id, self.non_blocking = h, i, True
+            def is_capturing(self):
+                return False
+
+        class InCycle:
+            def __init__(self, ptr, s):
+                self.ptr, self.s, self.me = ptr, s, self
+            def __del__(self):
+                checker._hooks.free(self.ptr, self.s)
+
+        checker.enable("collect", stack_depth=0)
+        s1, s2 = S(0x100, 1), S(0x200, 2)
+        gc.set_threshold(50)
+        for i in range(20000):
+            InCycle(0x10000 + i, s1)
+            checker._hooks.alloc(0x900000 + (i % 7), s2)
+        gc.collect()
+        print("done", len(checker.races()), len(checker._hooks._pending))
+    """)
+    out = run_python(code, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["done", "0", "0"]
+
+
+def test_a_queued_free_is_applied_in_order_by_the_next_hook():
+    h = checker._hooks
+    checker.enable("collect")
+    s1, s2 = FakeStream(0x100, 1), FakeStream(0x200, 2)
+    h.alloc(0x7000, s1)
+    h._tls.depth = 1                    # as inside a hook
+    try:
+        h.free(0x7000, s2)
+    finally:
+        h._tls.depth = 0
+    assert len(h._pending) == 1 and checker._hooks.model.races == []
+    assert [r.second.op for r in checker.races()] == ["free"]     # races() applies it
+    assert not h._pending
+
+
+def test_a_second_run_keeps_what_it_knows_of_blocking_streams():
+    h = checker._hooks
+    blocking = FakeStream(0x100, 1, non_blocking=False)
+    legacy = FakeStream(0, 0)
+    for _ in range(2):
+        with checker.checking("collect") as found:
+            h.alloc(0x7000, blocking)
+            h.free(0x7000, legacy)      # the legacy stream waits for blocking streams
+        assert found == []
+
+
+def test_captured_work_is_not_heard():
+    h = checker._hooks
+    checker.enable("collect")
+    s1, s2 = FakeStream(0x100, 1), FakeStream(0x200, 2, capturing=True)
+    h.alloc(0x7000, s1)
+    h.accesses(s2, [(0x7000, None, True, "memset_async")])
+    h.record(FakeEvent(1), s2)
+    assert checker.races() == []
+
+
+def test_a_free_on_a_closed_stream_is_on_the_legacy_stream_after_its_work():
+    h = checker._hooks
+    checker.enable("collect")
+    s1 = FakeStream(0x100, 1)
+    s2 = FakeStream(0x200, 2, non_blocking=False)
+    h.alloc(0x7000, s1)
+    h.wait_stream(s2, s1)
+    h.accesses(s2, [(0x7000, None, True, "memset_async")])
+    h.free(0x7000, s1, closed=True)     # CUDA: legacy after s1's tail, and after blocking s2
+    assert checker.races() == []
+
+
+def test_in_raise_mode_every_access_of_the_operation_is_recorded_first():
+    h = checker._hooks
+    checker.enable("raise")
+    s1, s2, s3 = FakeStream(0x100, 1), FakeStream(0x200, 2), FakeStream(0x300, 3)
+    h.accesses(s1, [(0xA000, None, True, "fill a")])
+    with pytest.raises(RaceError):
+        h.accesses(s2, [(0xA000, None, False, "memcpy (src)"),
+                        (0xB000, None, True, "memcpy (dst)")])
+    # The destination was recorded although the source raised.
+    with pytest.raises(RaceError) as info:
+        h.accesses(s3, [(0xB000, None, False, "memcpy (src)")])
+    assert info.value.race.first.op == "memcpy (dst)"
+
+
+def test_overlapping_blocks_of_two_threads_leave_the_checker_as_found():
+    from _support import in_thread
+    outer = checker.checking("collect")
+    outer.__enter__()
+    inner = checker.checking("collect")
+    in_thread(inner.__enter__)
+    outer.__exit__(None, None, None)    # replaced by the other thread's block: restores nothing
+    assert checker._hooks.model is inner._model
+    in_thread(lambda: inner.__exit__(None, None, None))
+    assert not checker.enabled()
+
+
+def test_a_bad_environment_value_names_the_variable():
+    out = run_python("import streams", extra_env={"STREAMS_RACECHECK": "yes"}, timeout=60)
+    assert out.returncode != 0
+    assert "STREAMS_RACECHECK='yes'" in out.stderr
+    out = run_python("import streams; print(streams.checker._hooks.model.mode)",
+                     extra_env={"STREAMS_RACECHECK": "RAISE"}, timeout=60)
+    assert out.stdout.split() == ["raise"]
+
+
+def test_the_switch_refuses_no_hooks():
+    with pytest.raises(TypeError, match="not None"):
+        _nvtx._set_checking(None, True)
+    assert not checker.enabled()

@@ -170,26 +170,16 @@ def test_memset_and_batches_are_seen(two):
     s1, s2 = two
     a, b = DeviceBuffer(NBYTES, stream=s1), DeviceBuffer(NBYTES, stream=s1)
     s1.synchronize()
-    with checker.checking("collect") as found:
-        streams.memset_async(a, 3, stream=s1)
-        try:
-            streams.memcpy_batch_async([(b, a, NBYTES)], stream=s2)
-        except NotImplementedError:
-            pytest.skip("memcpy_batch_async needs CUDA 12.8")
-    assert [(r.first.op, r.second.op) for r in found] == [
-        ("memset_async", "memcpy_batch_async (copies[0] src)")]
-    streams.synchronize_device()
-    a.close(), b.close()
-
-
-def test_nothing_is_heard_while_off(kernels, two):
-    s1, s2 = two
-    buf = DeviceBuffer(NBYTES, stream=s1)
-    host = np.zeros(N, dtype=np.uint32)
-    slow_fill(s1, kernels, buf, 7, 20 * MS)
-    streams.memcpy_async(host, buf, stream=s2)
-    checker.enable("collect")
-    assert checker.races() == []
-    streams.synchronize_device()
-    buf.close()
-    assert checker.disable() == []
+    try:
+        with checker.checking("collect") as found:
+            streams.memset_async(a, 3, stream=s1)
+            try:
+                streams.memcpy_batch_async([(b, a, NBYTES)], stream=s2)
+            except NotImplementedError:
+                pytest.skip("memcpy_batch_async needs CUDA 12.8")
+        assert [(r.first.op, r.second.op) for r in found] == [
+            ("memset_async", "memcpy_batch_async (copies[0] src)")]
+    finally:
+        streams.synchronize_device()
+        a.close()
+        b.close()

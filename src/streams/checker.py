@@ -261,7 +261,10 @@ class _Hooks:
 
     def declare(self, kernel, written):
         with self._lock:
-            self._kernels[_kernel_key(kernel)] = written
+            if written is None:
+                self._kernels.pop(_kernel_key(kernel), None)
+            else:
+                self._kernels[_kernel_key(kernel)] = written
 
 
 def _kernel_key(kernel):
@@ -362,11 +365,15 @@ def races():
 def declare(kernel, *, writes):
     """Say which arguments of ``kernel`` (a :class:`streams.Kernel`; every
     Kernel object of the same function) it writes: ``writes``, their
-    indices; its other buffer arguments are only read.  Undeclared, a
-    kernel writes every buffer it is given."""
+    indices; its other buffer arguments are only read.  Undeclared (or
+    ``writes=None``, which forgets a declaration), a kernel writes every
+    buffer it is given.  A declaration holds until the process ends."""
     from streams._launch import Kernel
     if not isinstance(kernel, Kernel):
         raise TypeError(f"kernel must be a streams.Kernel, not {type(kernel).__name__}")
+    if writes is None:
+        _hooks.declare(kernel, None)
+        return
     try:
         written = frozenset(writes)
     except TypeError:

@@ -63,6 +63,8 @@ def test_declare_checks_its_arguments():
             checker.declare(k, writes=bad)
     checker.declare(k, writes=[1, 0])
     assert checker._hooks._kernels[("kernel", k.handle)] == {0, 1}
+    checker.declare(k, writes=None)
+    assert ("kernel", k.handle) not in checker._hooks._kernels
 
 
 def test_the_hooks_object_is_set_once():

@@ -47,6 +47,7 @@ class _Hooks:
         self._lock = _threading.Lock()
         self._tls = _threading.local()      # .depth: hooks running; .token: per-thread stream
         self._pending = _collections.deque()    # queued frees: (model, ptr, stream, closed, stack)
+        self._drain_lock = _threading.Lock()
         self._kernels = {}                  # kernel function handle -> written argument indices
 
     # ---- keys ---------------------------------------------------------------------------
@@ -109,16 +110,19 @@ class _Hooks:
         self._tls.depth -= 1
 
     def _drain(self):
-        # Under _enter: the queued frees, in the order they were heard.
-        found = []
-        while True:
-            try:
+        # With this thread's depth raised: the queued frees, each in the
+        # model it was heard in, in the order they were heard.  Under one
+        # lock from pop to model, so that a hook of another thread (an
+        # allocation at the same address) waits for a free already popped.
+        # A free's race is kept (and warned), never raised.  Only the
+        # outermost hook of a thread drains (a nested one, from a warning's
+        # handler say, would wait for its own lock).
+        if self._tls.depth > 1:
+            return
+        with self._drain_lock:
+            while self._pending:
                 m, ptr, s, closed, stack = self._pending.popleft()
-            except IndexError:
-                break
-            found += self._free_now(m, ptr, s, closed, stack)
-        if found and self.model is not None and self.model.mode == "raise":
-            raise RaceError(found[0])
+                self._free_now(m, ptr, s, closed, stack)
 
     # ---- ordering -----------------------------------------------------------------------
 
@@ -230,41 +234,42 @@ class _Hooks:
             self._leave()
 
     def free(self, ptr, s, closed=False):
-        """A free of ``ptr`` on ``s`` (None: on the host, at once); with
-        ``closed``, ``s`` was closed and the free goes on the legacy stream
-        after where ``s``'s work ended."""
+        """A free of ``ptr`` on ``s`` (None: on the host, once the device is
+        idle, as cudaFree and cudaFreeHost wait for it); with ``closed``,
+        ``s`` was closed and the free goes on the legacy stream after where
+        ``s``'s work ended.  Its race is kept (and warned), never raised:
+        a free runs in __dealloc__ too."""
         m = self.model
         if m is None or not ptr:
             return
         stack = m._stack()
+        self._pending.append((m, ptr, s, closed, stack))
         if getattr(self._tls, "depth", 0):
-            self._pending.append((m, ptr, s, closed, stack))
-            return
+            return      # inside a hook (the GC freed it there): the next hook applies it
         self._tls.depth = getattr(self._tls, "depth", 0) + 1
         try:
             self._drain()
-            found = self._free_now(m, ptr, s, closed, stack)
         finally:
             self._tls.depth -= 1
-        if found and m.mode == "raise":
-            raise RaceError(found[0])
 
     def _free_now(self, m, ptr, s, closed, stack):
         if s is None:
+            m.sync_device()
             on = HOST
         elif closed:
             m.wait_stream(LEGACY, self._stream(m, s))
             on = LEGACY
         else:
             on = self._stream(m, s)
-        return m._access(("buffer", ptr), on, True, "free", defer=True, stack=stack)
+        m._access(("buffer", ptr), on, True, "free", defer=True, stack=stack)
 
     def declare(self, kernel, written):
+        key = _kernel_key(kernel)       # outside the lock: nothing allocated under it
         with self._lock:
             if written is None:
-                self._kernels.pop(_kernel_key(kernel), None)
+                self._kernels.pop(key, None)
             else:
-                self._kernels[_kernel_key(kernel)] = written
+                self._kernels[key] = written
 
 
 def _kernel_key(kernel):
@@ -323,18 +328,24 @@ def enable(mode="warn", *, stack_depth=8):
     (``"collect"``).  ``stack_depth`` frames of where each operation was
     enqueued are kept (0: none).  Returns the races of a run still on."""
     model = _fresh(mode, stack_depth)
-    with _switch:
-        old = _hooks.model
-        _turn(model)
+    try:
+        _settle()
+    finally:
+        with _switch:
+            old = _hooks.model
+            _turn(model)
     return [] if old is None else list(old.races)
 
 
 def disable():
     """Stop checking; returns the races found since :func:`enable`."""
-    _settle()
-    with _switch:
-        old = _hooks.model
-        _turn(None)
+    try:
+        _settle()
+    finally:
+        with _switch:
+            old = _hooks.model
+            _turn(None)
+        _settle()       # frees heard meanwhile: into their own run, nothing kept
     return [] if old is None else list(old.races)
 
 
@@ -344,15 +355,14 @@ def enabled():
 
 
 def _settle():
-    # Frees the garbage collector queued during a hook, applied now.
-    # A race among them is kept in races() whatever the mode.
+    # Frees the garbage collector queued during a hook, applied now (each
+    # into the run it was heard in; off or on).
     if _hooks._pending and not getattr(_hooks._tls, "depth", 0):
+        _hooks._tls.depth = getattr(_hooks._tls, "depth", 0) + 1
         try:
-            m = _hooks._enter()
-        except RaceError:
-            return
-        if m is not None:
-            _hooks._leave()
+            _hooks._drain()
+        finally:
+            _hooks._tls.depth -= 1
 
 
 def races():
@@ -401,7 +411,14 @@ class checking:
         return self.races
 
     def __exit__(self, *exc):
-        _settle()
+        try:
+            _settle()
+        finally:
+            self._restore()
+        self.races.extend(self._model.races)
+        return False
+
+    def _restore(self):
         with _switch:
             before = self._before
             while before in _ended:         # a block that ended while replaced
@@ -412,8 +429,6 @@ class checking:
                 # Replaced (another thread's block or enable): whoever would
                 # restore this block's model restores what came before it.
                 _ended[self._model] = before
-        self.races.extend(self._model.races)
-        return False
 
 
 # Models of checking blocks that ended while replaced -> what to restore

@@ -301,3 +301,68 @@ def test_the_switch_refuses_no_hooks():
     with pytest.raises(TypeError, match="not None"):
         _nvtx._set_checking(None, True)
     assert not checker.enabled()
+
+
+def test_a_queued_free_that_races_never_raises_from_another_hook():
+    h = checker._hooks
+    checker.enable("raise")
+    s1, s2 = FakeStream(0x100, 1), FakeStream(0x200, 2)
+    ev = FakeEvent(0x300)
+    h.accesses(s1, [(0xA000, None, True, "kernel")])
+    h._tls.depth = 1                    # as inside a hook: the free is queued
+    try:
+        h.free(0xA000, s2)              # races with the kernel on s1
+    finally:
+        h._tls.depth = 0
+    h.accesses(s1, [(0xB000, None, True, "kernel writes B")])
+    h.record(ev, s1)                    # applies the queued free, raises nothing
+    h.wait(s2, ev)
+    h.accesses(s2, [(0xB000, None, False, "memcpy reads B")])   # ordered by the event
+    assert [(r.first.op, r.second.op) for r in checker.races()] == [("kernel", "free")]
+
+
+def test_a_host_free_waits_for_the_device():
+    h = checker._hooks
+    checker.enable("collect")
+    s = FakeStream(0x100, 1)
+    h.alloc(0xC000, None)               # a ManagedBuffer
+    h.accesses(s, [(0xC000, None, True, "memset_async")])
+    h.free(0xC000, None)                # cudaFree waits for the device first
+    assert checker.races() == []
+
+
+def test_off_leaves_no_queued_free_and_keeps_no_run():
+    import gc
+    import weakref
+    h = checker._hooks
+    checker.enable("collect")
+    run = weakref.ref(h.model)
+    h._tls.depth = 1
+    try:
+        h.free(0xD000, FakeStream(0x100, 1))
+    finally:
+        h._tls.depth = 0
+    assert len(h._pending) == 1
+    checker.disable()
+    assert not h._pending
+    gc.collect()
+    assert run() is None
+
+
+def test_a_block_restores_even_when_its_last_warning_is_an_error():
+    import warnings
+    h = checker._hooks
+    s1, s2 = FakeStream(0x100, 1), FakeStream(0x200, 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RaceWarning)
+        block = checker.checking("warn")
+        block.__enter__()
+        h.accesses(s1, [(0xE000, None, True, "kernel")])
+        h._tls.depth = 1
+        try:
+            h.free(0xE000, s2)
+        finally:
+            h._tls.depth = 0
+        with pytest.raises(RaceWarning):
+            block.__exit__(None, None, None)
+    assert not checker.enabled()

@@ -875,12 +875,13 @@ cdef dict _states_after_update(object source, Graph other):
     # known, changes of arguments are refused (never guessed).
     try:
         lock = _graph_lock(src)
-        if not lock.acquire(True, _SOURCE_LOCK_WAIT):
-            src._unuse()
-            return {}
+        got = lock.acquire(True, _SOURCE_LOCK_WAIT)
     except BaseException:
         src._unuse()
         raise
+    if not got:
+        src._unuse()
+        return {}
     try:
         return _paired_kernel_states(src, other) or {}
     except CudaError:

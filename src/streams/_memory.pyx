@@ -53,9 +53,9 @@ cdef object _checked(list items, Span* span, size_t n, bint write, str op):
 
 cdef void _check_free(void* ptr, Stream st) noexcept:
     # A free in stream order on `st` (closed: on the legacy stream after its
-    # tail; None: at once, on the host).  Never raises (noexcept): it runs
-    # from __dealloc__ too, and an error (a RaceError in "raise" mode) goes
-    # to sys.unraisablehook.
+    # tail; None: on the host).  Never raises (noexcept): it runs from
+    # __dealloc__ too; the checker keeps a free's race and never raises it,
+    # and any other error goes to sys.unraisablehook.
     nvtx.check_hooks().free(<uintptr_t>ptr, st, st is not None and st.closed)
 
 

@@ -258,9 +258,10 @@ class Model:
     def _access(self, buffer, s, write, op, lo=0, hi=None, fresh=False, defer=False,
                 stack=None):
         # fresh: an allocation (what was known under the key goes); defer:
-        # found races are returned, not raised (the caller raises once it
-        # has recorded the rest of its operation); stack: where it was
-        # enqueued, when taken earlier.
+        # found races are returned, neither warned nor raised (the caller
+        # reports them once it has recorded the rest of its operation and
+        # let go of its locks); stack: where it was enqueued, when taken
+        # earlier.
         if lo < 0 or (hi is not None and hi < lo):
             raise ValueError(f"the byte range [{lo}, {hi}) is not a range")
         try:
@@ -285,9 +286,11 @@ class Model:
             kept.append((vc[s], access))
             self._buffers[buffer] = kept[-MAX_ACCESSES:]
             self.races.extend(found)
+        if defer:
+            return found
         for race in found:
             if self.mode == "warn":
                 warnings.warn(str(race), RaceWarning, stacklevel=3)
-            elif self.mode == "raise" and not defer:
+            elif self.mode == "raise":
                 raise RaceError(race)
         return found

@@ -18,6 +18,7 @@ costs one load and one branch.
 import collections as _collections
 import os as _os
 import threading as _threading
+import warnings as _warnings
 import weakref as _weakref
 
 from streams import _nvtx
@@ -37,16 +38,20 @@ class _Hooks:
     """What streams' operations call while the switch is on (streams._nvtx).
 
     Each hook reads ``model`` once (an enable or disable in another thread
-    meanwhile is harmless).  A free heard while this thread is inside a
-    hook (the garbage collector freeing a buffer during one) is queued and
-    applied by the next hook: taking the model's lock again there would
-    wait for itself (tests/racecheck/test_checker_cpu.py)."""
+    meanwhile is harmless) and runs its operation through ``_run``: in a
+    thread already inside a hook (the garbage collector freeing a buffer,
+    or a finalizer or warning handler calling streams, during one) the
+    operation is queued, since taking the model's lock again there would
+    wait for itself; the next outermost hook of any thread applies the
+    queue first, in order, from pop to model under one lock.  Warnings are
+    issued once every lock is let go; a queued operation's race is kept
+    and warned, never raised (tests/racecheck/test_checker_cpu.py)."""
 
     def __init__(self):
         self.model = None
         self._lock = _threading.Lock()
         self._tls = _threading.local()      # .depth: hooks running; .token: per-thread stream
-        self._pending = _collections.deque()    # queued frees: (model, ptr, stream, closed, stack)
+        self._pending = _collections.deque()    # queued: (model, op, args)
         self._drain_lock = _threading.Lock()
         self._kernels = {}                  # kernel function handle -> written argument indices
 
@@ -94,115 +99,96 @@ class _Hooks:
         except (ValueError, RuntimeError, CudaError):
             return False
 
-    def _enter(self):
+    # ---- running an operation -----------------------------------------------------------
+
+    def _run(self, op, *args, raises=True):
         m = self.model
         if m is None:
-            return None
-        self._tls.depth = getattr(self._tls, "depth", 0) + 1
+            return
+        if getattr(self._tls, "depth", 0):
+            self._pending.append((m, op, args))
+            return
+        self._tls.depth = 1
         try:
-            self._drain()
-        except BaseException:
-            self._tls.depth -= 1
-            raise
-        return m
-
-    def _leave(self):
-        self._tls.depth -= 1
+            queued = self._drain()
+            found = op(m, *args) or []
+        finally:
+            self._tls.depth = 0
+        # Every lock let go: a warning's handler may call streams again.
+        _report(m, queued, raising=False)
+        _report(m, found, raising=raises)
 
     def _drain(self):
-        # With this thread's depth raised: the queued frees, each in the
-        # model it was heard in, in the order they were heard.  Under one
-        # lock from pop to model, so that a hook of another thread (an
-        # allocation at the same address) waits for a free already popped.
-        # A free's race is kept (and warned), never raised.  Only the
-        # outermost hook of a thread drains (a nested one, from a warning's
-        # handler say, would wait for its own lock).
-        if self._tls.depth > 1:
-            return
+        # The queued operations, each into the run it was heard in; their
+        # races, to be reported once the lock is let go.
+        found = []
         with self._drain_lock:
             while self._pending:
-                m, ptr, s, closed, stack = self._pending.popleft()
-                self._free_now(m, ptr, s, closed, stack)
+                m, op, args = self._pending.popleft()
+                found += [(m, r) for r in (op(m, *args) or [])]
+        return found
 
     # ---- ordering -----------------------------------------------------------------------
 
     def record(self, ev, s):
-        m = self._enter()
-        if m is None:
-            return
-        try:
-            if not self._capturing(s):
-                m.record(self._event(ev), self._stream(m, s))
-        finally:
-            self._leave()
+        self._run(self._record, ev, s)
+
+    def _record(self, m, ev, s):
+        if not self._capturing(s):
+            m.record(self._event(ev), self._stream(m, s))
 
     def wait(self, s, ev):
-        m = self._enter()
-        if m is None:
-            return
-        try:
-            if not self._capturing(s):
-                m.wait(self._stream(m, s), self._event(ev))
-        finally:
-            self._leave()
+        self._run(self._wait, s, ev)
+
+    def _wait(self, m, s, ev):
+        if not self._capturing(s):
+            m.wait(self._stream(m, s), self._event(ev))
 
     def wait_stream(self, s, other):
-        m = self._enter()
-        if m is None:
-            return
-        try:
-            if not self._capturing(s):
-                m.wait_stream(self._stream(m, s), self._stream(m, other))
-        finally:
-            self._leave()
+        self._run(self._wait_stream, s, other)
+
+    def _wait_stream(self, m, s, other):
+        if not self._capturing(s):
+            m.wait_stream(self._stream(m, s), self._stream(m, other))
 
     def sync_stream(self, s):
-        m = self._enter()
-        if m is None:
-            return
-        try:
-            m.sync_stream(self._stream(m, s))
-        finally:
-            self._leave()
+        self._run(self._sync_stream, s)
+
+    def _sync_stream(self, m, s):
+        m.sync_stream(self._stream(m, s))
 
     def sync_event(self, ev):
-        m = self._enter()
-        if m is None:
-            return
-        try:
-            m.sync_event(self._event(ev))
-        finally:
-            self._leave()
+        self._run(self._sync_event, ev)
+
+    def _sync_event(self, m, ev):
+        m.sync_event(self._event(ev))
 
     def sync_device(self):
-        m = self._enter()
-        if m is None:
-            return
-        try:
-            m.sync_device()
-        finally:
-            self._leave()
+        self._run(_Hooks._sync_device)
+
+    @staticmethod
+    def _sync_device(m):
+        m.sync_device()
 
     # ---- accesses -----------------------------------------------------------------------
 
     def accesses(self, s, items):
         """One operation on ``s``: ``items`` of (buffer address, nbytes or
         None, write, op).  All are recorded before a race is raised."""
-        m = self._enter()
-        if m is None:
-            return
-        try:
-            if self._capturing(s):
-                return
-            key = self._stream(m, s)
-            found = []
-            for ptr, nbytes, write, op in items:
-                if ptr:
-                    found += m._access(("buffer", ptr), key, write, op, 0, nbytes, defer=True)
-            if found and m.mode == "raise":
-                raise RaceError(found[0])
-        finally:
-            self._leave()
+        m = self.model
+        if m is not None:
+            self._run(self._accesses, s, items, m._stack())
+
+    def _accesses(self, m, s, items, stack):
+        if self._capturing(s):
+            return []
+        key = self._stream(m, s)
+        found = []
+        for ptr, nbytes, write, op in items:
+            if ptr:
+                found += m._access(("buffer", ptr), key, write, op, 0, nbytes, defer=True,
+                                   stack=stack)
+        return found
 
     def launch(self, kernel, s, args):
         m = self.model
@@ -224,14 +210,19 @@ class _Hooks:
             self.accesses(s, items)
 
     def alloc(self, ptr, s):
-        m = self._enter()
-        if m is None:
-            return
-        try:
-            if ptr and (s is None or not self._capturing(s)):
-                m.alloc(("buffer", ptr), HOST if s is None else self._stream(m, s))
-        finally:
-            self._leave()
+        m = self.model
+        if m is not None and ptr:
+            self._run(self._alloc, ptr, s, m._stack())
+
+    def _alloc(self, m, ptr, s, stack):
+        if s is None:
+            on = HOST
+        elif self._capturing(s):
+            return []
+        else:
+            on = self._stream(m, s)
+        return m._access(("buffer", ptr), on, True, "allocation", fresh=True, defer=True,
+                         stack=stack)
 
     def free(self, ptr, s, closed=False):
         """A free of ``ptr`` on ``s`` (None: on the host, once the device is
@@ -240,19 +231,10 @@ class _Hooks:
         ``s``'s work ended.  Its race is kept (and warned), never raised:
         a free runs in __dealloc__ too."""
         m = self.model
-        if m is None or not ptr:
-            return
-        stack = m._stack()
-        self._pending.append((m, ptr, s, closed, stack))
-        if getattr(self._tls, "depth", 0):
-            return      # inside a hook (the GC freed it there): the next hook applies it
-        self._tls.depth = getattr(self._tls, "depth", 0) + 1
-        try:
-            self._drain()
-        finally:
-            self._tls.depth -= 1
+        if m is not None and ptr:
+            self._run(self._free, ptr, s, closed, m._stack(), raises=False)
 
-    def _free_now(self, m, ptr, s, closed, stack):
+    def _free(self, m, ptr, s, closed, stack):
         if s is None:
             m.sync_device()
             on = HOST
@@ -261,7 +243,7 @@ class _Hooks:
             on = LEGACY
         else:
             on = self._stream(m, s)
-        m._access(("buffer", ptr), on, True, "free", defer=True, stack=stack)
+        return m._access(("buffer", ptr), on, True, "free", defer=True, stack=stack)
 
     def declare(self, kernel, written):
         key = _kernel_key(kernel)       # outside the lock: nothing allocated under it
@@ -270,6 +252,26 @@ class _Hooks:
                 self._kernels.pop(key, None)
             else:
                 self._kernels[key] = written
+
+
+def _report(model, found, raising):
+    """Warn of, or raise, the races of one operation (``found``: races, or
+    (model, race) pairs of queued ones), by the mode of the run each was
+    found in; called with no lock held.  ``raising`` False: never raised,
+    not even as a warning turned into an error (a free, a queued
+    operation: the race stays in races())."""
+    for item in found:
+        m, race = item if isinstance(item, tuple) else (model, item)
+        if m.mode == "raise" and raising:
+            raise RaceError(race)
+        if m.mode == "warn":
+            if raising:
+                _warnings.warn(str(race), RaceWarning, stacklevel=4)
+            else:
+                try:
+                    _warnings.warn(str(race), RaceWarning, stacklevel=4)
+                except Exception:           # noqa: BLE001 - kept in races() all the same
+                    pass
 
 
 def _kernel_key(kernel):
@@ -355,14 +357,15 @@ def enabled():
 
 
 def _settle():
-    # Frees the garbage collector queued during a hook, applied now (each
-    # into the run it was heard in; off or on).
+    # What was queued during a hook, applied now (each into the run it was
+    # heard in; off or on).  Never raises.
     if _hooks._pending and not getattr(_hooks._tls, "depth", 0):
-        _hooks._tls.depth = getattr(_hooks._tls, "depth", 0) + 1
+        _hooks._tls.depth = 1
         try:
-            _hooks._drain()
+            queued = _hooks._drain()
         finally:
-            _hooks._tls.depth -= 1
+            _hooks._tls.depth = 0
+        _report(None, queued, raising=False)
 
 
 def races():

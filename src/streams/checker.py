@@ -45,7 +45,9 @@ class _Hooks:
     wait for itself; the next outermost hook of any thread applies the
     queue first, in order, from pop to model under one lock.  Warnings are
     issued once every lock is let go; a queued operation's race is kept
-    and warned, never raised (tests/racecheck/test_checker_cpu.py)."""
+    and warned, never raised.  Streams and events are read when the hook
+    is called, in its thread: a queued operation is applied with what they
+    were then (tests/racecheck/test_checker_cpu.py)."""
 
     def __init__(self):
         self.model = None
@@ -55,35 +57,50 @@ class _Hooks:
         self._drain_lock = _threading.Lock()
         self._kernels = {}                  # kernel function handle -> written argument indices
 
-    # ---- keys ---------------------------------------------------------------------------
+    # ---- what an operation is heard with --------------------------------------------------
+    # Taken when the hook is called, in its thread (a queued operation is
+    # applied later, maybe by another thread, when the objects may have
+    # changed: an event closed, a capture ended, a stream closed).
 
-    def _stream(self, model, s):
+    def _snap(self, s):
+        """A stream as heard now: (key, blocking, capturing)."""
         h = s.handle
+        capturing = self._capturing(s)
         if h in (0, 1):
-            return LEGACY
+            return (LEGACY, True, capturing)
         if h == _PER_THREAD:
             # One per thread for the thread's life (a thread ident is reused).
             token = getattr(self._tls, "token", None)
             if token is None:
                 token = self._tls.token = _PerThread()
-            model.stream(token, blocking=True)
-            return token
-        keys = model.stream_keys
-        with self._lock:
-            key = keys.get(s)
-        if key is None:
+            return (token, True, capturing)
+        m = self.model
+        # The run's cache, only outside any hook of this thread (its lock may
+        # be held by the hook the garbage collector interrupted).
+        cached = None
+        if m is not None and not getattr(self._tls, "depth", 0):
+            with self._lock:
+                cached = m.stream_keys.get(s)
+        if cached is None:
             # cudaStreamGetId: one id per CUDA stream for the life of the
             # process, whatever wrapper, and never reused as handles are.
             try:
-                key = _StreamKey(s.id, h)
-                blocking = not s.non_blocking
+                cached = (_StreamKey(s.id, h), not s.non_blocking)
             except (ValueError, RuntimeError, CudaError):
                 # Closed before the checker first saw it, or first seen
                 # inside a host callback (no CUDA there): a stream of its own.
-                return ("stream", h)
-            model.stream(key, blocking=blocking)
-            with self._lock:
-                keys[s] = key
+                return (("stream", h), False, capturing)
+            if m is not None and not getattr(self._tls, "depth", 0):
+                with self._lock:
+                    m.stream_keys[s] = cached
+        return (cached[0], cached[1], capturing)
+
+    @staticmethod
+    def _key(m, snap):
+        # The model's key of a snapped stream, declared with its kind.
+        key, blocking, _ = snap
+        if key is not LEGACY:
+            m.stream(key, blocking=blocking)
         return key
 
     @staticmethod
@@ -104,6 +121,8 @@ class _Hooks:
     def _run(self, op, *args, raises=True):
         m = self.model
         if m is None:
+            if self._pending and not getattr(self._tls, "depth", 0):
+                _settle()       # what was queued before the switch went off
             return
         if getattr(self._tls, "depth", 0):
             self._pending.append((m, op, args))
@@ -120,48 +139,53 @@ class _Hooks:
 
     def _drain(self):
         # The queued operations, each into the run it was heard in; their
-        # races, to be reported once the lock is let go.
+        # races, to be reported once the lock is let go.  Never raises: an
+        # operation that cannot be applied is dropped.
         found = []
         with self._drain_lock:
             while self._pending:
                 m, op, args = self._pending.popleft()
-                found += [(m, r) for r in (op(m, *args) or [])]
+                try:
+                    found += [(m, r) for r in (op(m, *args) or [])]
+                except Exception:               # noqa: BLE001 - a queued op, never raised
+                    pass
         return found
 
     # ---- ordering -----------------------------------------------------------------------
 
     def record(self, ev, s):
-        self._run(self._record, ev, s)
+        self._run(self._record, self._event(ev), self._snap(s))
 
     def _record(self, m, ev, s):
-        if not self._capturing(s):
-            m.record(self._event(ev), self._stream(m, s))
+        if not s[2]:
+            m.record(ev, self._key(m, s))
 
     def wait(self, s, ev):
-        self._run(self._wait, s, ev)
+        self._run(self._wait, self._snap(s), self._event(ev))
 
     def _wait(self, m, s, ev):
-        if not self._capturing(s):
-            m.wait(self._stream(m, s), self._event(ev))
+        if not s[2]:
+            m.wait(self._key(m, s), ev)
 
     def wait_stream(self, s, other):
-        self._run(self._wait_stream, s, other)
+        self._run(self._wait_stream, self._snap(s), self._snap(other))
 
     def _wait_stream(self, m, s, other):
-        if not self._capturing(s):
-            m.wait_stream(self._stream(m, s), self._stream(m, other))
+        if not s[2]:
+            m.wait_stream(self._key(m, s), self._key(m, other))
 
     def sync_stream(self, s):
-        self._run(self._sync_stream, s)
+        self._run(self._sync_stream, self._snap(s))
 
     def _sync_stream(self, m, s):
-        m.sync_stream(self._stream(m, s))
+        m.sync_stream(self._key(m, s))
 
     def sync_event(self, ev):
-        self._run(self._sync_event, ev)
+        self._run(self._sync_event, self._event(ev))
 
-    def _sync_event(self, m, ev):
-        m.sync_event(self._event(ev))
+    @staticmethod
+    def _sync_event(m, ev):
+        m.sync_event(ev)
 
     def sync_device(self):
         self._run(_Hooks._sync_device)
@@ -177,12 +201,12 @@ class _Hooks:
         None, write, op).  All are recorded before a race is raised."""
         m = self.model
         if m is not None:
-            self._run(self._accesses, s, items, m._stack())
+            self._run(self._accesses, self._snap(s), items, m._stack())
 
     def _accesses(self, m, s, items, stack):
-        if self._capturing(s):
+        if s[2]:
             return []
-        key = self._stream(m, s)
+        key = self._key(m, s)
         found = []
         for ptr, nbytes, write, op in items:
             if ptr:
@@ -212,15 +236,15 @@ class _Hooks:
     def alloc(self, ptr, s):
         m = self.model
         if m is not None and ptr:
-            self._run(self._alloc, ptr, s, m._stack())
+            self._run(self._alloc, ptr, None if s is None else self._snap(s), m._stack())
 
     def _alloc(self, m, ptr, s, stack):
         if s is None:
             on = HOST
-        elif self._capturing(s):
+        elif s[2]:
             return []
         else:
-            on = self._stream(m, s)
+            on = self._key(m, s)
         return m._access(("buffer", ptr), on, True, "allocation", fresh=True, defer=True,
                          stack=stack)
 
@@ -232,17 +256,18 @@ class _Hooks:
         a free runs in __dealloc__ too."""
         m = self.model
         if m is not None and ptr:
-            self._run(self._free, ptr, s, closed, m._stack(), raises=False)
+            self._run(self._free, ptr, None if s is None else self._snap(s), closed,
+                      m._stack(), raises=False)
 
     def _free(self, m, ptr, s, closed, stack):
         if s is None:
             m.sync_device()
             on = HOST
         elif closed:
-            m.wait_stream(LEGACY, self._stream(m, s))
+            m.wait_stream(LEGACY, self._key(m, s))
             on = LEGACY
         else:
-            on = self._stream(m, s)
+            on = self._key(m, s)
         return m._access(("buffer", ptr), on, True, "free", defer=True, stack=stack)
 
     def declare(self, kernel, written):
@@ -262,16 +287,18 @@ def _report(model, found, raising):
     operation: the race stays in races())."""
     for item in found:
         m, race = item if isinstance(item, tuple) else (model, item)
-        if m.mode == "raise" and raising:
-            raise RaceError(race)
-        if m.mode == "warn":
-            if raising:
+        if m.mode == "collect":
+            continue
+        if raising:
+            if m.mode == "raise":
+                raise RaceError(race)
+            _warnings.warn(str(race), RaceWarning, stacklevel=4)
+        else:
+            # Warned in mode "raise" too.
+            try:
                 _warnings.warn(str(race), RaceWarning, stacklevel=4)
-            else:
-                try:
-                    _warnings.warn(str(race), RaceWarning, stacklevel=4)
-                except Exception:           # noqa: BLE001 - kept in races() all the same
-                    pass
+            except Exception:               # noqa: BLE001 - kept in races() all the same
+                pass
 
 
 def _kernel_key(kernel):
@@ -305,14 +332,16 @@ class _StreamKey:
 
 
 _hooks = _Hooks()
-_switch = _threading.Lock()
+# Reentrant: the garbage collector may run a finalizer that turns the
+# checker while this thread holds it.
+_switch = _threading.RLock()
 
 
 def _fresh(mode, stack_depth):
     if not isinstance(stack_depth, int) or isinstance(stack_depth, bool) or stack_depth < 0:
         raise ValueError(f"stack_depth must be an int >= 0, not {stack_depth!r}")
     model = Model(mode, stack_depth)        # ValueError for a bad mode
-    model.stream_keys = _weakref.WeakKeyDictionary()    # Stream -> its key, for this model
+    model.stream_keys = _weakref.WeakKeyDictionary()    # Stream -> (key, blocking), this run
     return model
 
 
@@ -418,6 +447,7 @@ class checking:
             _settle()
         finally:
             self._restore()
+        _settle()       # heard meanwhile: into their own run
         self.races.extend(self._model.races)
         return False
 

@@ -314,8 +314,9 @@ def test_a_queued_free_that_races_never_raises_from_another_hook():
         h.free(0xA000, s2)              # races with the kernel on s1
     finally:
         h._tls.depth = 0
-    h.accesses(s1, [(0xB000, None, True, "kernel writes B")])
-    h.record(ev, s1)                    # applies the queued free, raises nothing
+    with pytest.warns(RaceWarning, match="free"):      # warned, in mode "raise" too
+        h.accesses(s1, [(0xB000, None, True, "kernel writes B")])   # applies the free
+    h.record(ev, s1)
     h.wait(s2, ev)
     h.accesses(s2, [(0xB000, None, False, "memcpy reads B")])   # ordered by the event
     assert [(r.first.op, r.second.op) for r in checker.races()] == [("kernel", "free")]
@@ -385,3 +386,69 @@ def test_a_hook_called_by_a_finalizer_inside_a_hook_is_queued_in_order():
         h._tls.depth = 0
     h.accesses(s2, [(0xF000, None, False, "memcpy")])   # applies both first: ordered
     assert checker.races() == [] and not h._pending
+
+
+def test_a_queued_operation_is_applied_with_what_its_objects_were_when_heard():
+    # A finalizer inside a hook records an event, waits for it, closes it:
+    # applied later, the event is read as it was (a closed event's handle
+    # raises), and the wait still orders the read after the write.
+    class ClosingEvent(FakeEvent):
+        closed = False
+
+        @property
+        def handle(self):
+            if self.closed:
+                raise ValueError("operation on a closed Event")
+            return self._h
+
+        def __init__(self, h):
+            self._h = h
+
+    h = checker._hooks
+    checker.enable("raise")
+    s1, s2 = FakeStream(0x100, 1), FakeStream(0x200, 2)
+    ev = ClosingEvent(0x300)
+    h._tls.depth = 1
+    try:
+        h.accesses(s1, [(0xA000, None, True, "kernel")])
+        h.record(ev, s1)
+        h.wait(s2, ev)
+        ev.closed = True
+    finally:
+        h._tls.depth = 0
+    h.accesses(s2, [(0xA000, None, False, "memcpy")])   # applies the three first: ordered
+    assert checker.races() == []
+
+
+def test_a_queued_operation_keeps_its_capture_state():
+    h = checker._hooks
+    checker.enable("collect")
+    s1, s2 = FakeStream(0x100, 1), FakeStream(0x200, 2, capturing=True)
+    h._tls.depth = 1
+    try:
+        h.accesses(s2, [(0xA000, None, True, "captured memset")])
+    finally:
+        h._tls.depth = 0
+    s2.capturing = False                # the capture ended before the queue is applied
+    h.accesses(s1, [(0xA000, None, False, "read")])
+    assert checker.races() == []
+
+
+def test_a_queued_per_thread_operation_stays_its_threads():
+    from _support import in_thread
+    h = checker._hooks
+    checker.enable("collect")
+    per_thread = FakeStream(2, 0)
+
+    def other_thread():
+        h.alloc(0xA000, per_thread)
+        h.accesses(per_thread, [(0xA000, None, True, "kernel")])
+        h._tls.depth = 1
+        try:
+            h.free(0xA000, per_thread)  # queued, applied by this thread's next hook
+        finally:
+            h._tls.depth = 0
+
+    in_thread(other_thread)
+    h.sync_device()                     # applies it here: still the other thread's stream
+    assert checker.races() == []

@@ -76,6 +76,43 @@ static inline cudaError_t streams_cudaMemcpyBatchAsync(void **dsts, void **srcs,
 #endif
 }
 
+/* Prefetch and advice to a location (a device, the host, a host NUMA
+ * node): CUDA 12.2 added them as _v2, CUDA 13 folded them into the base
+ * names.  The batched prefetch and discard came with CUDA 13.0; older
+ * runtimes report cudaErrorNotSupported, which the caller turns into an
+ * error that names the version needed. */
+#if CUDART_VERSION >= 13000
+#define streams_cudaMemPrefetchAsync cudaMemPrefetchAsync
+#define streams_cudaMemAdvise cudaMemAdvise
+#else
+#define streams_cudaMemPrefetchAsync cudaMemPrefetchAsync_v2
+#define streams_cudaMemAdvise cudaMemAdvise_v2
+#endif
+#define STREAMS_HAVE_MEM_BATCH (CUDART_VERSION >= 13000)
+static inline cudaError_t streams_cudaMemPrefetchBatchAsync(
+        void **dptrs, size_t *sizes, size_t count, struct cudaMemLocation *locs,
+        size_t *loc_idxs, size_t nlocs, int discard, cudaStream_t stream) {
+#if STREAMS_HAVE_MEM_BATCH
+    if (discard)
+        return cudaMemDiscardAndPrefetchBatchAsync(dptrs, sizes, count, locs, loc_idxs, nlocs,
+                                                   0, stream);
+    return cudaMemPrefetchBatchAsync(dptrs, sizes, count, locs, loc_idxs, nlocs, 0, stream);
+#else
+    (void)dptrs; (void)sizes; (void)count; (void)locs; (void)loc_idxs; (void)nlocs;
+    (void)discard; (void)stream;
+    return cudaErrorNotSupported;
+#endif
+}
+static inline cudaError_t streams_cudaMemDiscardBatchAsync(void **dptrs, size_t *sizes,
+                                                           size_t count, cudaStream_t stream) {
+#if STREAMS_HAVE_MEM_BATCH
+    return cudaMemDiscardBatchAsync(dptrs, sizes, count, 0, stream);
+#else
+    (void)dptrs; (void)sizes; (void)count; (void)stream;
+    return cudaErrorNotSupported;
+#endif
+}
+
 /* A driver entry point through the runtime, so that the package never
  * links libcuda: cudaGetDriverEntryPointByVersion from CUDA 12.5 (asking
  * for the CUDA 12.0 ABI of the symbol), cudaGetDriverEntryPoint before. */

@@ -23,8 +23,9 @@ from streams._stream import (AccessPolicyWindow, AccessProperty, CaptureMode, Ca
                              reset_persisting_l2_cache)
 from streams import _hostcall  # noqa: F401  (registers the host-callback paths)
 from streams._memory import (DeviceBuffer, IpcBufferDescriptor, ManagedBuffer, MemoryPool,
-                             PinnedBuffer, memcpy_async, memcpy_batch_async, memcpy_peer_async,
-                             memset_async)
+                             PinnedBuffer, advise, discard, discard_and_prefetch,
+                             managed_range_info, memcpy_async, memcpy_batch_async,
+                             memcpy_peer_async, memset_async, prefetch)
 from streams._launch import (CompileError, ConditionHandle, Kernel, LaunchConfig, Module,
                              PreparedLaunch, builtin_kernel, builtin_ptx)
 from streams._graph import (CaptureInfo, Graph, GraphAllocation, GraphExec,

@@ -234,6 +234,17 @@ cdef int memset_async(void* p, int value, size_t n, cudaStream_t s) except -1 no
 cdef int memcpy_async(void* dst, const void* src, size_t n, cudaStream_t s) except -1 nogil
 # 0, or -2 when this build's runtime is older than CUDA 12.8 (no batched copies).
 cdef int memcpy_batch_async(void** dsts, void** srcs, size_t* sizes, size_t count, cudaStream_t s) except -1 nogil
+# Prefetch (one range, to `loc`) and advice (cudaMemoryAdvise `advice`,
+# about `loc`), in the runtime's location form.
+cdef int mem_prefetch_async(void* p, size_t n, cudaMemLocation loc, cudaStream_t s) except -1 nogil
+cdef int mem_advise(void* p, size_t n, int advice, cudaMemLocation loc) except -1 nogil
+# Batches: every range to locs[0] (nlocs 1), discarding first with `discard`;
+# or discarded only.  0, or -2 when this build's runtime is older than
+# CUDA 13.0 (no batched prefetch or discard).
+cdef int mem_prefetch_batch_async(void** ps, size_t* ns, size_t count, cudaMemLocation* locs, bint discard, cudaStream_t s) except -1 nogil
+cdef int mem_discard_batch_async(void** ps, size_t* ns, size_t count, cudaStream_t s) except -1 nogil
+# An int-valued cudaMemRangeAttribute of a managed range.
+cdef int mem_range_attribute(int* out, int attribute, void* p, size_t n) except -1 nogil
 # The driver's cuStreamWaitValue32/64 and cuStreamWriteValue32/64.
 cdef int stream_wait_value(cudaStream_t s, unsigned long long addr, unsigned long long value, unsigned int flags, bint wide) except -1 nogil
 cdef int stream_write_value(cudaStream_t s, unsigned long long addr, unsigned long long value, unsigned int flags, bint wide) except -1 nogil

@@ -138,6 +138,18 @@ cdef extern from "cuda_versions.h" nogil:
                                          const cudaGraphNode_t* deps, size_t n,
                                          cudaGraphNodeParams* params)
     bint STREAMS_HAVE_MEMCPY_BATCH
+    bint STREAMS_HAVE_MEM_BATCH
+    cudaError_t streams_cudaMemPrefetchAsync(const void* p, size_t n, cudaMemLocation location,
+                                             unsigned int flags, cudaStream_t stream)
+    cudaError_t streams_cudaMemAdvise(const void* p, size_t n, int advice,
+                                      cudaMemLocation location)
+    cudaError_t streams_cudaMemPrefetchBatchAsync(void** dptrs, size_t* sizes, size_t count,
+                                                  cudaMemLocation* locs, size_t* loc_idxs,
+                                                  size_t nlocs, int discard, cudaStream_t stream)
+    cudaError_t streams_cudaMemDiscardBatchAsync(void** dptrs, size_t* sizes, size_t count,
+                                                 cudaStream_t stream)
+    cudaError_t cudaMemRangeGetAttribute(void* data, size_t data_size, int attribute,
+                                         const void* p, size_t n)
     cudaError_t streams_cudaMemcpyBatchAsync(void** dsts, void** srcs, size_t* sizes,
                                              size_t count, cudaStream_t stream)
     cudaError_t streams_get_driver_entry(const char* symbol, void** fn)

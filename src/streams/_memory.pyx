@@ -2003,6 +2003,236 @@ cdef int _value_op(Stream stream, object address, object value, unsigned int fla
     return 0
 
 
+# ---- prefetch, discard, advice (managed memory) --------------------------------------------
+
+cdef dict _ADVICE = {
+    "read_mostly": 1, "unset_read_mostly": 2,               # cudaMemoryAdvise values
+    "preferred_location": 3, "unset_preferred_location": 4,
+    "accessed_by": 5, "unset_accessed_by": 6,
+}
+
+
+cdef int _location(object location, cudaMemLocation* loc, str argname) except -1:
+    """A device (a streams.Device or an ordinal), "host", "host_numa_current",
+    or ("host_numa", node)."""
+    loc.id = 0
+    if isinstance(location, str):
+        if location == "host":
+            loc.type = cudaMemLocationTypeHost
+        elif location == "host_numa_current":
+            loc.type = cudaMemLocationTypeHostNumaCurrent
+        else:
+            raise ValueError(f"{argname} must be a device, 'host', 'host_numa_current' or "
+                             f"('host_numa', node), not {location!r}")
+        return 0
+    if isinstance(location, tuple):
+        if len(location) != 2 or location[0] != "host_numa":
+            raise ValueError(f"{argname}: a tuple location is ('host_numa', node), not "
+                             f"{location!r}")
+        node = location[1]
+        if isinstance(node, bool) or not isinstance(node, int) or node < 0 or node > 0x7fffffff:
+            raise ValueError(f"{argname}: a host NUMA node is an int >= 0, not {node!r}")
+        loc.type = cudaMemLocationTypeHostNuma
+        loc.id = node
+        return 0
+    if location is None:
+        raise TypeError(f"{argname} must be a device, 'host', 'host_numa_current' or "
+                        "('host_numa', node), not None")
+    loc.type = cudaMemLocationTypeDevice
+    loc.id = resolve_device(location, argname)
+    return 0
+
+
+cdef list _ranges(object memory, str argname):
+    """One memory object, an (memory, nbytes) pair, or a list or tuple of
+    them (a pair is a tuple whose second item is an int)."""
+    if isinstance(memory, list) or (isinstance(memory, tuple) and not (
+            len(memory) == 2 and isinstance(memory[1], int) and not isinstance(memory[1], bool))):
+        items = list(memory)
+        if not items:
+            raise ValueError(f"{argname} is empty")
+        return items
+    return [memory]
+
+
+cdef int _memory_op(int kind, object memory, object location, object stream) except -1:
+    # kind 0 prefetch, 1 discard, 2 discard and prefetch.
+    cdef cudaMemLocation loc
+    cdef Stream st
+    cdef list items = _ranges(memory, "buffers")
+    cdef Py_ssize_t n = len(items), i, done = 0
+    cdef Span* spans = NULL
+    cdef void** ps = NULL
+    cdef size_t* ns = NULL
+    cdef DeviceScope scope
+    cdef int r = 0
+    if kind != 1:
+        _location(location, &loc, "location")
+    st = as_stream(stream, "stream")
+    spans = <Span*>malloc(n * sizeof(Span))
+    ps = <void**>malloc(n * sizeof(void*))
+    ns = <size_t*>malloc(n * sizeof(size_t))
+    try:
+        if spans == NULL or ps == NULL or ns == NULL:
+            raise MemoryError()
+        for i in range(n):
+            item = items[i]
+            argname = "buffers" if n == 1 else f"buffers[{i}]"
+            nbytes = None
+            if (isinstance(item, tuple) and len(item) == 2 and isinstance(item[1], int)
+                    and not isinstance(item[1], bool)):
+                item, nbytes = item
+            init_span(&spans[i])
+            done = i + 1
+            resolve_span(item, &spans[i], SPAN_HOST_OK, st, argname)
+            ns[i] = _span_length(nbytes, &spans[i], argname)
+            if ns[i] == <size_t>-1:
+                raise ValueError(f"{argname}: the length of a raw address is not known: pass "
+                                 "(address, nbytes)")
+            ps[i] = spans[i].ptr
+        st._use()
+        try:
+            with nogil:
+                enter_device(&scope, st._device)
+                try:
+                    if kind == 1:
+                        r = rt.mem_discard_batch_async(ps, ns, <size_t>n,
+                                                       <cudaStream_t>st._handle)
+                    elif kind == 0 and n == 1:
+                        r = rt.mem_prefetch_async(ps[0], ns[0], loc, <cudaStream_t>st._handle)
+                    else:
+                        r = rt.mem_prefetch_batch_async(ps, ns, <size_t>n, &loc, kind == 2,
+                                                        <cudaStream_t>st._handle)
+                        if r == -2 and kind == 0:
+                            # One call per range where the runtime has no batch.
+                            for i in range(n):
+                                rt.mem_prefetch_async(ps[i], ns[i], loc,
+                                                      <cudaStream_t>st._handle)
+                            r = 0
+                finally:
+                    exit_device(&scope)
+        finally:
+            st._unuse()
+        if r == -2:
+            from streams._cudart import runtime_version
+            raise NotImplementedError(
+                f"{'discard' if kind == 1 else 'discard_and_prefetch'} needs CUDA 13.0 or newer "
+                "(cudaMemDiscardBatchAsync, cudaMemDiscardAndPrefetchBatchAsync); this build of "
+                f"streams uses the CUDA {runtime_version()} runtime")
+    finally:
+        for i in range(done):
+            release_span(&spans[i])
+        free(spans)
+        free(ps)
+        free(ns)
+    return 0
+
+
+def prefetch(buffers, location, stream=None):
+    """Migrate managed memory to ``location`` in stream order
+    (``cudaMemPrefetchAsync``; several ranges in one
+    ``cudaMemPrefetchBatchAsync`` where the runtime is CUDA 13).
+
+    ``buffers``: a buffer (a ``ManagedBuffer``, or any memory
+    :func:`memcpy_async` takes), an ``(address, nbytes)`` pair, or a list
+    of them.  ``location``: a device (a :class:`Device` or an ordinal),
+    ``"host"``, ``"host_numa_current"`` or ``("host_numa", node)``.  Memory
+    that is not managed (nor, with HMM, system memory) is refused by CUDA
+    (:class:`CudaError`)."""
+    _memory_op(0, buffers, location, stream)
+
+
+def discard(buffers, stream=None):
+    """Tell CUDA the contents of managed ``buffers`` are no longer needed,
+    in stream order (``cudaMemDiscardBatchAsync``): their pages may be
+    dropped instead of migrated, and a read before the next write returns
+    unspecified values.  Needs CUDA 13.0 (``NotImplementedError`` before)."""
+    _memory_op(1, buffers, None, stream)
+
+
+def discard_and_prefetch(buffers, location, stream=None):
+    """:func:`discard`, then :func:`prefetch` to ``location``, in one call
+    (``cudaMemDiscardAndPrefetchBatchAsync``): the pages are made resident
+    at ``location`` without copying their old contents.  Needs CUDA 13.0."""
+    _memory_op(2, buffers, location, stream)
+
+
+def advise(buffer, advice, location=None):
+    """Advise CUDA about managed memory (``cudaMemAdvise``).
+
+    ``advice``: ``"read_mostly"``, ``"unset_read_mostly"``,
+    ``"preferred_location"``, ``"unset_preferred_location"``,
+    ``"accessed_by"`` or ``"unset_accessed_by"``.  ``"preferred_location"``
+    and the two ``accessed_by`` forms name a ``location`` (as
+    :func:`prefetch` takes it); the read-mostly forms take none, and
+    ``"unset_preferred_location"`` needs none.
+    ``buffer`` as :func:`prefetch` takes one range."""
+    cdef cudaMemLocation loc
+    cdef Span span
+    cdef size_t n
+    cdef int code
+    if not isinstance(advice, str) or advice not in _ADVICE:
+        raise ValueError(f"advice must be one of {', '.join(_ADVICE)}, not {advice!r}")
+    code = _ADVICE[advice]
+    if code <= 2 or (code == 4 and location is None):
+        if code <= 2 and location is not None:
+            raise ValueError(f"advice {advice!r} takes no location")
+        loc.type = cudaMemLocationTypeDevice
+        loc.id = 0
+    else:
+        _location(location, &loc, "location")
+    nbytes = None
+    if (isinstance(buffer, tuple) and len(buffer) == 2 and isinstance(buffer[1], int)
+            and not isinstance(buffer[1], bool)):
+        buffer, nbytes = buffer
+    init_span(&span)
+    try:
+        resolve_span(buffer, &span, SPAN_HOST_OK | SPAN_NO_WAIT, None, "buffer")
+        n = _span_length(nbytes, &span, "buffer")
+        if n == <size_t>-1:
+            raise ValueError("buffer: the length of a raw address is not known: pass "
+                             "(address, nbytes)")
+        with nogil:
+            rt.mem_advise(span.ptr, n, code, loc)
+    finally:
+        release_span(&span)
+
+
+def managed_range_info(buffer):
+    """What CUDA knows of a managed range (``cudaMemRangeGetAttribute``): a
+    dict of ``read_mostly`` (bool), ``preferred_location`` and
+    ``last_prefetch_location`` (a device ordinal, ``"host"``, or None when
+    none is set or the range's pages disagree).  ``buffer`` as
+    :func:`advise` takes it."""
+    cdef Span span
+    cdef size_t n
+    cdef int mostly = 0, preferred = 0, last = 0
+    nbytes = None
+    if (isinstance(buffer, tuple) and len(buffer) == 2 and isinstance(buffer[1], int)
+            and not isinstance(buffer[1], bool)):
+        buffer, nbytes = buffer
+    init_span(&span)
+    try:
+        resolve_span(buffer, &span, SPAN_HOST_OK | SPAN_NO_WAIT, None, "buffer")
+        n = _span_length(nbytes, &span, "buffer")
+        if n == <size_t>-1:
+            raise ValueError("buffer: the length of a raw address is not known: pass "
+                             "(address, nbytes)")
+        with nogil:
+            rt.mem_range_attribute(&mostly, 1, span.ptr, n)      # ReadMostly
+            rt.mem_range_attribute(&preferred, 2, span.ptr, n)   # PreferredLocation
+            rt.mem_range_attribute(&last, 4, span.ptr, n)        # LastPrefetchLocation
+    finally:
+        release_span(&span)
+    return {"read_mostly": bool(mostly), "preferred_location": _where(preferred),
+            "last_prefetch_location": _where(last)}
+
+
+cdef object _where(int dev):
+    # cudaCpuDeviceId (-1): the host; cudaInvalidDeviceId (-2): none or mixed.
+    return "host" if dev == -1 else (None if dev < 0 else dev)
+
+
 def _stream_wait_value(Stream stream not None, address, value, op, flush, width):
     if not isinstance(op, str) or op.lower() not in _WAIT_OPS:
         raise ValueError(f"op must be 'geq', 'eq', 'and' or 'nor', got {op!r}")

@@ -358,6 +358,9 @@ cdef extern from "cuda_runtime_api.h" nogil:
         cudaMemPoolAttrUsedMemHigh
     enum cudaMemLocationType:
         cudaMemLocationTypeDevice
+        cudaMemLocationTypeHost
+        cudaMemLocationTypeHostNuma
+        cudaMemLocationTypeHostNumaCurrent
     cdef struct cudaMemLocation:
         cudaMemLocationType type
         int id

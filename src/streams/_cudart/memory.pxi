@@ -43,6 +43,37 @@ cdef int memcpy_batch_async(void** dsts, void** srcs, size_t* sizes, size_t coun
     return check(streams_cudaMemcpyBatchAsync(dsts, srcs, sizes, count, s))
 
 
+cdef int mem_prefetch_async(void* p, size_t n, cudaMemLocation loc, cudaStream_t s) except -1 nogil:
+    guard()
+    return check(streams_cudaMemPrefetchAsync(p, n, loc, 0, s))
+
+
+cdef int mem_advise(void* p, size_t n, int advice, cudaMemLocation loc) except -1 nogil:
+    guard()
+    return check(streams_cudaMemAdvise(p, n, advice, loc))
+
+
+cdef int mem_prefetch_batch_async(void** ps, size_t* ns, size_t count, cudaMemLocation* locs,
+                                  bint discard, cudaStream_t s) except -1 nogil:
+    cdef size_t first = 0      # every range goes to locs[0]
+    guard()
+    if not STREAMS_HAVE_MEM_BATCH:
+        return -2
+    return check(streams_cudaMemPrefetchBatchAsync(ps, ns, count, locs, &first, 1, discard, s))
+
+
+cdef int mem_discard_batch_async(void** ps, size_t* ns, size_t count, cudaStream_t s) except -1 nogil:
+    guard()
+    if not STREAMS_HAVE_MEM_BATCH:
+        return -2
+    return check(streams_cudaMemDiscardBatchAsync(ps, ns, count, s))
+
+
+cdef int mem_range_attribute(int* out, int attribute, void* p, size_t n) except -1 nogil:
+    guard()
+    return check(cudaMemRangeGetAttribute(out, sizeof(int), attribute, p, n))
+
+
 # ---- stream memory operations (the driver's, through its entry points) -------------------
 
 # The driver functions reached through the entry-point table, in the order

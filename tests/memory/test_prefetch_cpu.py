@@ -1,0 +1,42 @@
+"""prefetch, discard, discard_and_prefetch, advise and managed_range_info
+without a GPU: each argument is checked, and named, before any CUDA call
+(tests/memory/test_prefetch_gpu.py moves the pages)."""
+import pytest
+
+import streams
+
+RANGE = (0x10000, 4096)     # a raw (address, nbytes) range: never reached without a GPU
+
+
+@pytest.mark.parametrize("location, error, match", [
+    ("gpu", ValueError, "location must be a device, 'host'"),
+    (("host_numa",), ValueError, r"a tuple location is \('host_numa', node\)"),
+    (("numa", 0), ValueError, r"a tuple location is \('host_numa', node\)"),
+    (("host_numa", -1), ValueError, "a host NUMA node is an int >= 0"),
+    (("host_numa", True), ValueError, "a host NUMA node is an int >= 0"),
+    (("host_numa", 1.0), ValueError, "a host NUMA node is an int >= 0"),
+    (None, TypeError, "location must be a device, 'host'.*not None"),
+])
+def test_a_bad_location_is_named(location, error, match):
+    with pytest.raises(error, match=match):
+        streams.prefetch(RANGE, location)
+    with pytest.raises(error, match=match):
+        streams.discard_and_prefetch(RANGE, location)
+    with pytest.raises(error, match=match):
+        streams.advise(RANGE, "preferred_location", location)
+
+
+def test_a_bad_advice_is_named():
+    for advice in ("mostly_read", None, 1):
+        with pytest.raises(ValueError, match="advice must be one of read_mostly"):
+            streams.advise(RANGE, advice)
+    with pytest.raises(ValueError, match="advice 'read_mostly' takes no location"):
+        streams.advise(RANGE, "read_mostly", 0)
+
+
+def test_an_empty_batch_is_refused():
+    for op in (lambda b: streams.prefetch(b, "host"), streams.discard,
+               lambda b: streams.discard_and_prefetch(b, "host")):
+        for empty in ([], ()):
+            with pytest.raises(ValueError, match="buffers is empty"):
+                op(empty)

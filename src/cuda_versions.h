@@ -78,9 +78,10 @@ static inline cudaError_t streams_cudaMemcpyBatchAsync(void **dsts, void **srcs,
 
 /* Prefetch and advice to a location (a device, the host, a host NUMA
  * node): CUDA 12.2 added them as _v2, CUDA 13 folded them into the base
- * names.  The batched prefetch and discard came with CUDA 13.0; older
- * runtimes report cudaErrorNotSupported, which the caller turns into an
- * error that names the version needed. */
+ * names.  The batched prefetch and discard came with CUDA 13.0: the call
+ * layer does not call them before (STREAMS_HAVE_MEM_BATCH), and the
+ * caller raises an error that names the version needed; the shims below
+ * only keep an older build compiling. */
 #if CUDART_VERSION >= 13000
 #define streams_cudaMemPrefetchAsync cudaMemPrefetchAsync
 #define streams_cudaMemAdvise cudaMemAdvise

@@ -33,6 +33,8 @@ from streams._stream cimport (Event, Stream, as_stream, drop_dependent, note_dep
                               settle_dependent, stream_tail, wait_until_done)
 from streams.cudart cimport *
 
+import operator as _operator
+
 from streams._cudart import CudaError as rt_CudaError
 
 # streams.nvtx.trace_calls: the switch of the ranges around this module's
@@ -2013,41 +2015,52 @@ cdef dict _ADVICE = {
 
 
 cdef int _location(object location, cudaMemLocation* loc, str argname) except -1:
-    """A device (a streams.Device or an ordinal), "host", "host_numa_current",
-    or ("host_numa", node)."""
+    """A device (a streams.Device, an ordinal or 'cuda:N'), "host",
+    "host_numa_current", or ("host_numa", node)."""
     loc.id = 0
-    if isinstance(location, str):
-        if location == "host":
-            loc.type = cudaMemLocationTypeHost
-        elif location == "host_numa_current":
-            loc.type = cudaMemLocationTypeHostNumaCurrent
-        else:
-            raise ValueError(f"{argname} must be a device, 'host', 'host_numa_current' or "
-                             f"('host_numa', node), not {location!r}")
-        return 0
-    if isinstance(location, tuple):
-        if len(location) != 2 or location[0] != "host_numa":
-            raise ValueError(f"{argname}: a tuple location is ('host_numa', node), not "
-                             f"{location!r}")
-        node = location[1]
-        if isinstance(node, bool) or not isinstance(node, int) or node < 0 or node > 0x7fffffff:
-            raise ValueError(f"{argname}: a host NUMA node is an int >= 0, not {node!r}")
-        loc.type = cudaMemLocationTypeHostNuma
-        loc.id = node
-        return 0
     if location is None:
         raise TypeError(f"{argname} must be a device, 'host', 'host_numa_current' or "
                         "('host_numa', node), not None")
+    if isinstance(location, str) and location in ("host", "host_numa_current"):
+        loc.type = (cudaMemLocationTypeHost if location == "host"
+                    else cudaMemLocationTypeHostNumaCurrent)
+        return 0
+    if isinstance(location, tuple):
+        if not (len(location) == 2 and isinstance(location[0], str)
+                and location[0] == "host_numa"):
+            raise ValueError(f"{argname}: a tuple location is ('host_numa', node), not "
+                             f"{location!r}")
+        node = location[1]
+        if not _is_count(node) or _operator.index(node) > 0x7fffffff:
+            raise ValueError(f"{argname}: a host NUMA node is an int >= 0, not {node!r}")
+        loc.type = cudaMemLocationTypeHostNuma
+        loc.id = _operator.index(node)
+        return 0
     loc.type = cudaMemLocationTypeDevice
-    loc.id = resolve_device(location, argname)
+    try:
+        loc.id = resolve_device(location, argname)
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"{argname} must be a device, 'host', 'host_numa_current' or "
+                        f"('host_numa', node): {exc}") from None
     return 0
+
+
+cdef bint _is_count(object x):
+    # An int >= 0 (numpy integers too), not memory: the second item of an
+    # (memory, nbytes) pair.
+    if isinstance(x, bool) or hasattr(x, "__cuda_array_interface__") or hasattr(x, "__dlpack__"):
+        return False
+    try:
+        return _operator.index(x) >= 0
+    except TypeError:
+        return False
 
 
 cdef list _ranges(object memory, str argname):
     """One memory object, an (memory, nbytes) pair, or a list or tuple of
-    them (a pair is a tuple whose second item is an int)."""
+    them (a pair: a tuple of two whose second item is a count)."""
     if isinstance(memory, list) or (isinstance(memory, tuple) and not (
-            len(memory) == 2 and isinstance(memory[1], int) and not isinstance(memory[1], bool))):
+            len(memory) == 2 and _is_count(memory[1]))):
         items = list(memory)
         if not items:
             raise ValueError(f"{argname} is empty")
@@ -2055,8 +2068,38 @@ cdef list _ranges(object memory, str argname):
     return [memory]
 
 
+cdef tuple _range(object item):
+    # (memory, nbytes or None)
+    if isinstance(item, tuple) and len(item) == 2 and _is_count(item[1]):
+        return (item[0], _operator.index(item[1]))
+    return (item, None)
+
+
+cdef int _mem_batch(int kind, void** ps, size_t* ns, size_t n, cudaMemLocation* loc,
+                    cudaStream_t s) except -1 nogil:
+    # The batched prefetch and discard refuse the legacy stream (the CUDA 13
+    # headers).  On it (handle 0 or 1), the batch runs on the calling
+    # thread's per-thread default stream between two waits that keep the
+    # legacy stream's order, as memcpy_batch_async's (_batch_on).
+    cdef int dev = 0
+    cdef int r
+    cdef bint legacy = s == NULL or s == cudaStreamLegacy
+    if legacy:
+        dev = rt.get_device()
+        rt.stream_wait_stream(cudaStreamPerThread, cudaStreamLegacy, dev)
+        s = cudaStreamPerThread
+    if kind == 1:
+        r = rt.mem_discard_batch_async(ps, ns, n, s)
+    else:
+        r = rt.mem_prefetch_batch_async(ps, ns, n, loc, kind == 2, s)
+    if legacy and r == 0:
+        rt.stream_wait_stream(cudaStreamLegacy, cudaStreamPerThread, dev)
+    return r
+
+
 cdef int _memory_op(int kind, object memory, object location, object stream) except -1:
-    # kind 0 prefetch, 1 discard, 2 discard and prefetch.
+    # kind 0 prefetch, 1 discard, 2 discard and prefetch.  Every argument is
+    # checked before the stream is looked at or any memory resolved.
     cdef cudaMemLocation loc
     cdef Stream st
     cdef list items = _ranges(memory, "buffers")
@@ -2066,8 +2109,19 @@ cdef int _memory_op(int kind, object memory, object location, object stream) exc
     cdef size_t* ns = NULL
     cdef DeviceScope scope
     cdef int r = 0
+    # Discarding changes the contents: only writable memory.
+    cdef int flags = SPAN_HOST_OK | (SPAN_WRITABLE if kind != 0 else 0)
+    cdef list pairs = []
+    cdef str op = ("prefetch", "discard", "discard_and_prefetch")[kind]
     if kind != 1:
         _location(location, &loc, "location")
+    for i in range(n):
+        argname = "buffers" if n == 1 else f"buffers[{i}]"
+        obj, nbytes = _range(items[i])
+        _check_memory_arg(obj, flags, argname)
+        if nbytes is not None:
+            as_nbytes(nbytes, argname + " nbytes")
+        pairs.append((obj, nbytes, argname))
     st = as_stream(stream, "stream")
     spans = <Span*>malloc(n * sizeof(Span))
     ps = <void**>malloc(n * sizeof(void*))
@@ -2076,33 +2130,24 @@ cdef int _memory_op(int kind, object memory, object location, object stream) exc
         if spans == NULL or ps == NULL or ns == NULL:
             raise MemoryError()
         for i in range(n):
-            item = items[i]
-            argname = "buffers" if n == 1 else f"buffers[{i}]"
-            nbytes = None
-            if (isinstance(item, tuple) and len(item) == 2 and isinstance(item[1], int)
-                    and not isinstance(item[1], bool)):
-                item, nbytes = item
+            obj, nbytes, argname = pairs[i]
             init_span(&spans[i])
             done = i + 1
-            resolve_span(item, &spans[i], SPAN_HOST_OK, st, argname)
-            ns[i] = _span_length(nbytes, &spans[i], argname)
-            if ns[i] == <size_t>-1:
+            resolve_span(obj, &spans[i], flags, st, argname)
+            if nbytes is None and spans[i].nbytes == <size_t>-1:
                 raise ValueError(f"{argname}: the length of a raw address is not known: pass "
                                  "(address, nbytes)")
+            ns[i] = _span_length(nbytes, &spans[i], argname)
             ps[i] = spans[i].ptr
         st._use()
         try:
             with nogil:
                 enter_device(&scope, st._device)
                 try:
-                    if kind == 1:
-                        r = rt.mem_discard_batch_async(ps, ns, <size_t>n,
-                                                       <cudaStream_t>st._handle)
-                    elif kind == 0 and n == 1:
-                        r = rt.mem_prefetch_async(ps[0], ns[0], loc, <cudaStream_t>st._handle)
+                    if kind == 0 and n == 1:
+                        rt.mem_prefetch_async(ps[0], ns[0], loc, <cudaStream_t>st._handle)
                     else:
-                        r = rt.mem_prefetch_batch_async(ps, ns, <size_t>n, &loc, kind == 2,
-                                                        <cudaStream_t>st._handle)
+                        r = _mem_batch(kind, ps, ns, <size_t>n, &loc, <cudaStream_t>st._handle)
                         if r == -2 and kind == 0:
                             # One call per range where the runtime has no batch.
                             for i in range(n):
@@ -2116,9 +2161,14 @@ cdef int _memory_op(int kind, object memory, object location, object stream) exc
         if r == -2:
             from streams._cudart import runtime_version
             raise NotImplementedError(
-                f"{'discard' if kind == 1 else 'discard_and_prefetch'} needs CUDA 13.0 or newer "
-                "(cudaMemDiscardBatchAsync, cudaMemDiscardAndPrefetchBatchAsync); this build of "
-                f"streams uses the CUDA {runtime_version()} runtime")
+                f"{op} needs CUDA 13.0 or newer (cudaMemDiscardBatchAsync, "
+                "cudaMemDiscardAndPrefetchBatchAsync); this build of streams uses the CUDA "
+                f"{runtime_version()} runtime")
+        if kind != 0 and streams_flag_get(_checking) != 0:
+            checked = []
+            for i in range(n):
+                _checked(checked, &spans[i], ns[i], True, op)
+            nvtx.check_hooks().accesses(st, checked)
     finally:
         for i in range(done):
             release_span(&spans[i])
@@ -2133,20 +2183,25 @@ def prefetch(buffers, location, stream=None):
     (``cudaMemPrefetchAsync``; several ranges in one
     ``cudaMemPrefetchBatchAsync`` where the runtime is CUDA 13).
 
-    ``buffers``: a buffer (a ``ManagedBuffer``, or any memory
-    :func:`memcpy_async` takes), an ``(address, nbytes)`` pair, or a list
-    of them.  ``location``: a device (a :class:`Device` or an ordinal),
-    ``"host"``, ``"host_numa_current"`` or ``("host_numa", node)``.  Memory
-    that is not managed (nor, with HMM, system memory) is refused by CUDA
-    (:class:`CudaError`)."""
+    ``buffers``: a range, or a list (or tuple) of ranges; a range is memory
+    as :func:`memcpy_async` takes it (all of it) or ``(memory, nbytes)``
+    (a tuple of two whose second item is an int).  ``location``: a device
+    (a :class:`Device`, an ordinal or ``"cuda:N"``), ``"host"``,
+    ``"host_numa_current"`` or ``("host_numa", node)``.  On the legacy
+    default stream, which CUDA refuses for a batch, the batch runs on the
+    per-thread default stream, ordered after the legacy stream's work and
+    before its later work.  Memory that is not managed (nor, with HMM,
+    system memory) is refused by CUDA (:class:`CudaError`)."""
     _memory_op(0, buffers, location, stream)
 
 
 def discard(buffers, stream=None):
-    """Tell CUDA the contents of managed ``buffers`` are no longer needed,
-    in stream order (``cudaMemDiscardBatchAsync``): their pages may be
-    dropped instead of migrated, and a read before the next write returns
-    unspecified values.  Needs CUDA 13.0 (``NotImplementedError`` before)."""
+    """Tell CUDA the contents of managed ``buffers`` (ranges, as
+    :func:`prefetch` takes them; writable memory only) are no longer
+    needed, in stream order (``cudaMemDiscardBatchAsync``): their pages may
+    be dropped instead of migrated, and a read before the next write
+    returns unspecified values.  Needs CUDA 13.0 (``NotImplementedError``
+    before)."""
     _memory_op(1, buffers, None, stream)
 
 
@@ -2165,8 +2220,8 @@ def advise(buffer, advice, location=None):
     ``"accessed_by"`` or ``"unset_accessed_by"``.  ``"preferred_location"``
     and the two ``accessed_by`` forms name a ``location`` (as
     :func:`prefetch` takes it); the read-mostly forms take none, and
-    ``"unset_preferred_location"`` needs none.
-    ``buffer`` as :func:`prefetch` takes one range."""
+    ``"unset_preferred_location"`` needs none.  ``buffer``: one range, as
+    :func:`prefetch` takes it."""
     cdef cudaMemLocation loc
     cdef Span span
     cdef size_t n
@@ -2181,56 +2236,88 @@ def advise(buffer, advice, location=None):
         loc.id = 0
     else:
         _location(location, &loc, "location")
-    nbytes = None
-    if (isinstance(buffer, tuple) and len(buffer) == 2 and isinstance(buffer[1], int)
-            and not isinstance(buffer[1], bool)):
-        buffer, nbytes = buffer
+    obj, nbytes = _range(buffer)
+    _check_memory_arg(obj, SPAN_HOST_OK, "buffer")
     init_span(&span)
     try:
-        resolve_span(buffer, &span, SPAN_HOST_OK | SPAN_NO_WAIT, None, "buffer")
-        n = _span_length(nbytes, &span, "buffer")
-        if n == <size_t>-1:
-            raise ValueError("buffer: the length of a raw address is not known: pass "
-                             "(address, nbytes)")
+        resolve_span(obj, &span, SPAN_HOST_OK | SPAN_NO_WAIT, None, "buffer")
+        n = _one_length(nbytes, &span)
         with nogil:
             rt.mem_advise(span.ptr, n, code, loc)
     finally:
         release_span(&span)
 
 
+cdef size_t _one_length(object nbytes, Span* span) except? 0:
+    if nbytes is None and span.nbytes == <size_t>-1:
+        raise ValueError("buffer: the length of a raw address is not known: pass "
+                         "(address, nbytes)")
+    return _span_length(nbytes, span, "buffer")
+
+
+# cudaMemRangeAttribute values: ReadMostly, AccessedBy, and the location
+# type and id of the preferred location and of the last prefetch.
+cdef enum:
+    _RANGE_READ_MOSTLY = 1
+    _RANGE_ACCESSED_BY = 3
+    _RANGE_PREFERRED_TYPE = 5
+    _RANGE_PREFERRED_ID = 6
+    _RANGE_LAST_PREFETCH_TYPE = 7
+    _RANGE_LAST_PREFETCH_ID = 8
+
+
 def managed_range_info(buffer):
-    """What CUDA knows of a managed range (``cudaMemRangeGetAttribute``): a
+    """What CUDA keeps of a managed range (``cudaMemRangeGetAttribute``): a
     dict of ``read_mostly`` (bool), ``preferred_location`` and
-    ``last_prefetch_location`` (a device ordinal, ``"host"``, or None when
-    none is set or the range's pages disagree).  ``buffer`` as
-    :func:`advise` takes it."""
+    ``last_prefetch_location`` (a location as :func:`prefetch` takes it:
+    a device ordinal, ``"host"``, ``("host_numa", node)`` or
+    ``"host_numa_current"``; None when none is set, or when the range's
+    pages disagree), and ``accessed_by`` (the devices advised so, as
+    ordinals).  ``buffer``: one range, as :func:`prefetch` takes it."""
     cdef Span span
     cdef size_t n
-    cdef int mostly = 0, preferred = 0, last = 0
-    nbytes = None
-    if (isinstance(buffer, tuple) and len(buffer) == 2 and isinstance(buffer[1], int)
-            and not isinstance(buffer[1], bool)):
-        buffer, nbytes = buffer
+    cdef int mostly = 0, ptype = 0, pid = 0, ltype = 0, lid = 0
+    cdef int ndev = 0
+    cdef int* devs = NULL
+    obj, nbytes = _range(buffer)
+    _check_memory_arg(obj, SPAN_HOST_OK, "buffer")
     init_span(&span)
     try:
-        resolve_span(buffer, &span, SPAN_HOST_OK | SPAN_NO_WAIT, None, "buffer")
-        n = _span_length(nbytes, &span, "buffer")
-        if n == <size_t>-1:
-            raise ValueError("buffer: the length of a raw address is not known: pass "
-                             "(address, nbytes)")
+        resolve_span(obj, &span, SPAN_HOST_OK | SPAN_NO_WAIT, None, "buffer")
+        n = _one_length(nbytes, &span)
         with nogil:
-            rt.mem_range_attribute(&mostly, 1, span.ptr, n)      # ReadMostly
-            rt.mem_range_attribute(&preferred, 2, span.ptr, n)   # PreferredLocation
-            rt.mem_range_attribute(&last, 4, span.ptr, n)        # LastPrefetchLocation
+            ndev = rt.get_device_count()
+        devs = <int*>malloc((ndev if ndev > 0 else 1) * sizeof(int))
+        if devs == NULL:
+            raise MemoryError()
+        with nogil:
+            rt.mem_range_attribute(&mostly, sizeof(int), _RANGE_READ_MOSTLY, span.ptr, n)
+            rt.mem_range_attribute(&ptype, sizeof(int), _RANGE_PREFERRED_TYPE, span.ptr, n)
+            rt.mem_range_attribute(&pid, sizeof(int), _RANGE_PREFERRED_ID, span.ptr, n)
+            rt.mem_range_attribute(&ltype, sizeof(int), _RANGE_LAST_PREFETCH_TYPE, span.ptr, n)
+            rt.mem_range_attribute(&lid, sizeof(int), _RANGE_LAST_PREFETCH_ID, span.ptr, n)
+            if ndev > 0:
+                rt.mem_range_attribute(devs, ndev * sizeof(int), _RANGE_ACCESSED_BY,
+                                       span.ptr, n)
+        accessed = [devs[i] for i in range(ndev) if devs[i] >= 0]
     finally:
+        free(devs)
         release_span(&span)
-    return {"read_mostly": bool(mostly), "preferred_location": _where(preferred),
-            "last_prefetch_location": _where(last)}
+    return {"read_mostly": bool(mostly), "preferred_location": _where(ptype, pid),
+            "last_prefetch_location": _where(ltype, lid), "accessed_by": accessed}
 
 
-cdef object _where(int dev):
-    # cudaCpuDeviceId (-1): the host; cudaInvalidDeviceId (-2): none or mixed.
-    return "host" if dev == -1 else (None if dev < 0 else dev)
+cdef object _where(int kind, int ident):
+    # A cudaMemLocation as prefetch takes it; None for cudaMemLocationTypeInvalid.
+    if kind == cudaMemLocationTypeDevice:
+        return ident
+    if kind == cudaMemLocationTypeHost:
+        return "host"
+    if kind == cudaMemLocationTypeHostNuma:
+        return ("host_numa", ident)
+    if kind == cudaMemLocationTypeHostNumaCurrent:
+        return "host_numa_current"
+    return None
 
 
 def _stream_wait_value(Stream stream not None, address, value, op, flush, width):

@@ -76,11 +76,13 @@ class _Hooks:
             return (token, True, capturing)
         m = self.model
         # The run's cache, only outside any hook of this thread (its lock may
-        # be held by the hook the garbage collector interrupted).
+        # be held by the hook the garbage collector interrupted), and with
+        # the depth raised while the lock is held: a free the collector makes
+        # there (the cache's weak references allocate) is queued.
+        outside = m is not None and not getattr(self._tls, "depth", 0)
         cached = None
-        if m is not None and not getattr(self._tls, "depth", 0):
-            with self._lock:
-                cached = m.stream_keys.get(s)
+        if outside:
+            cached = self._cache(m, s, None)
         if cached is None:
             # cudaStreamGetId: one id per CUDA stream for the life of the
             # process, whatever wrapper, and never reused as handles are.
@@ -90,10 +92,21 @@ class _Hooks:
                 # Closed before the checker first saw it, or first seen
                 # inside a host callback (no CUDA there): a stream of its own.
                 return (("stream", h), False, capturing)
-            if m is not None and not getattr(self._tls, "depth", 0):
-                with self._lock:
-                    m.stream_keys[s] = cached
+            if outside:
+                self._cache(m, s, cached)
         return (cached[0], cached[1], capturing)
+
+    def _cache(self, m, s, value):
+        # The run's (key, blocking) of `s`: read (value None) or written.
+        self._tls.depth = 1
+        try:
+            with self._lock:
+                if value is None:
+                    return m.stream_keys.get(s)
+                m.stream_keys[s] = value
+                return value
+        finally:
+            self._tls.depth = 0
 
     @staticmethod
     def _key(m, snap):

@@ -9,7 +9,8 @@ RANGE = (0x10000, 4096)     # a raw (address, nbytes) range: never reached witho
 
 
 @pytest.mark.parametrize("location, error, match", [
-    ("gpu", ValueError, "location must be a device, 'host'"),
+    ("nowhere", ValueError, "location must be a device, 'host'"),
+    (2.5, TypeError, "location must be a device, 'host'"),
     (("host_numa",), ValueError, r"a tuple location is \('host_numa', node\)"),
     (("numa", 0), ValueError, r"a tuple location is \('host_numa', node\)"),
     (("host_numa", -1), ValueError, "a host NUMA node is an int >= 0"),
@@ -40,3 +41,27 @@ def test_an_empty_batch_is_refused():
         for empty in ([], ()):
             with pytest.raises(ValueError, match="buffers is empty"):
                 op(empty)
+
+
+def test_memory_is_checked_before_the_stream_or_cuda():
+    with pytest.raises(TypeError, match="buffers must be memory"):
+        streams.discard(None)
+    with pytest.raises(TypeError, match=r"buffers\[1\] must be memory"):
+        streams.prefetch([RANGE, None], "host")
+
+
+def test_a_discard_needs_writable_memory():
+    # A discard makes the contents unspecified: read-only memory is refused.
+    for op in (streams.discard, lambda b: streams.discard_and_prefetch(b, "host")):
+        with pytest.raises(TypeError, match="writable"):
+            op(b"abcd")
+
+
+def test_a_numpy_count_makes_a_pair():
+    # (memory, nbytes) with a numpy integer is one range (named "buffers"),
+    # not two (named "buffers[0]" and "buffers[1]").
+    np = pytest.importorskip("numpy")
+    with pytest.raises(TypeError, match=r"^buffers must be memory"):
+        streams.prefetch((None, np.int64(8)), "host")
+    with pytest.raises(TypeError, match=r"^buffers\[0\] must be memory"):
+        streams.prefetch((None, np.int64(-8)), "host")     # not a count: two items

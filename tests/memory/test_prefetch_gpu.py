@@ -36,10 +36,18 @@ def test_a_prefetch_moves_the_range_where_it_says(stream):
         streams.prefetch(buf, "host", stream=stream)
         stream.synchronize()
         assert streams.managed_range_info(buf)["last_prefetch_location"] == "host"
-        # Part of it: only that part's record changes.
-        streams.prefetch((buf, 4096), streams.Device(0), stream=stream)
+    finally:
+        buf.close()
+
+
+def test_a_part_prefetched_elsewhere_makes_the_whole_range_mixed(stream):
+    half = 2 << 20                      # whole large pages either side
+    buf = ManagedBuffer(2 * half)
+    try:
+        streams.prefetch(buf, "host", stream=stream)
+        streams.prefetch((buf, half), streams.Device(0), stream=stream)
         stream.synchronize()
-        assert streams.managed_range_info((buf, 4096))["last_prefetch_location"] == 0
+        assert streams.managed_range_info((buf, half))["last_prefetch_location"] == 0
         assert streams.managed_range_info(buf)["last_prefetch_location"] is None   # mixed
     finally:
         buf.close()
@@ -65,18 +73,42 @@ def test_advice_is_kept_and_undone():
     try:
         info = streams.managed_range_info(buf)
         assert info["read_mostly"] is False and info["preferred_location"] is None
+        assert info["accessed_by"] == []
         streams.advise(buf, "read_mostly")
         streams.advise(buf, "preferred_location", 0)
         streams.advise(buf, "accessed_by", 0)
         info = streams.managed_range_info(buf)
         assert info["read_mostly"] is True and info["preferred_location"] == 0
+        assert info["accessed_by"] == [0]
+        streams.advise(buf, "preferred_location", "host")
+        assert streams.managed_range_info(buf)["preferred_location"] == "host"
         streams.advise(buf, "unset_read_mostly")
         streams.advise(buf, "unset_preferred_location")
         streams.advise(buf, "unset_accessed_by", 0)
         info = streams.managed_range_info(buf)
         assert info["read_mostly"] is False and info["preferred_location"] is None
+        assert info["accessed_by"] == []
     finally:
         buf.close()
+
+
+def test_batches_on_the_legacy_stream_keep_its_order():
+    # CUDA refuses the legacy stream for a batch: it runs on the per-thread
+    # stream between two waits.  Data written after it on the legacy stream.
+    bufs = [ManagedBuffer(NBYTES) for _ in range(2)]
+    legacy = Stream.legacy
+    try:
+        streams.prefetch(bufs, 0)                   # the default stream: legacy
+        if _cuda13():
+            streams.discard_and_prefetch(bufs, 0)
+            streams.discard(bufs)
+        for b in bufs:
+            fill_u32(legacy, b, 6, N)
+        assert all((to_host(b, legacy) == 6).all() for b in bufs)
+    finally:
+        legacy.synchronize()
+        for b in bufs:
+            b.close()
 
 
 def test_discard_and_prefetch_then_write_gives_the_written_values(stream):

@@ -452,3 +452,38 @@ def test_a_queued_per_thread_operation_stays_its_threads():
     in_thread(other_thread)
     h.sync_device()                     # applies it here: still the other thread's stream
     assert checker.races() == []
+
+
+def test_a_hook_run_while_the_stream_cache_is_locked_is_queued():
+    # The cache lookup hashes the stream under the hooks' lock, and the
+    # garbage collector may run a finalizer there: here the hash itself
+    # calls a free hook, as such a finalizer would.
+    code = textwrap.dedent("""
+        import faulthandler
+        from streams import checker
+
+        faulthandler.dump_traceback_later(30, exit=True)
+        h = checker._hooks
+
+        class S:
+            reenter = False
+            def __init__(self, handle, sid):
+                self.handle, self.id, self.non_blocking = handle, sid, True
+            def is_capturing(self):
+                return False
+            def __hash__(self):
+                if S.reenter:
+                    S.reenter = False
+                    h.free(0x9000, S(0x500, 5))
+                return self.id
+
+        checker.enable("collect")
+        s = S(0x100, 1)
+        h.alloc(0x7000, s)
+        S.reenter = True
+        h.alloc(0x8000, s)
+        print("done", len(h._pending), len(checker.races()))
+    """)
+    out = run_python(code, timeout=60)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["done", "0", "0"]     # applied by the alloc's own hook

@@ -69,9 +69,10 @@ cdef int mem_discard_batch_async(void** ps, size_t* ns, size_t count, cudaStream
     return check(streams_cudaMemDiscardBatchAsync(ps, ns, count, s))
 
 
-cdef int mem_range_attribute(int* out, int attribute, void* p, size_t n) except -1 nogil:
+cdef int mem_range_attribute(void* out, size_t size, int attribute, void* p,
+                             size_t n) except -1 nogil:
     guard()
-    return check(cudaMemRangeGetAttribute(out, sizeof(int), attribute, p, n))
+    return check(cudaMemRangeGetAttribute(out, size, attribute, p, n))
 
 
 # ---- stream memory operations (the driver's, through its entry points) -------------------

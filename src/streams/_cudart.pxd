@@ -243,6 +243,8 @@ cdef int mem_advise(void* p, size_t n, int advice, cudaMemLocation loc) except -
 # CUDA 13.0 (no batched prefetch or discard).
 cdef int mem_prefetch_batch_async(void** ps, size_t* ns, size_t count, cudaMemLocation* locs, bint discard, cudaStream_t s) except -1 nogil
 cdef int mem_discard_batch_async(void** ps, size_t* ns, size_t count, cudaStream_t s) except -1 nogil
+# Whether this build's runtime has the batched prefetch and discard (13.0).
+cdef bint mem_batch_available() noexcept nogil
 # A cudaMemRangeAttribute of a managed range into `size` bytes at `out`.
 cdef int mem_range_attribute(void* out, size_t size, int attribute, void* p, size_t n) except -1 nogil
 # The driver's cuStreamWaitValue32/64 and cuStreamWriteValue32/64.

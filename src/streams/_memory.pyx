@@ -2084,6 +2084,8 @@ cdef int _mem_batch(int kind, void** ps, size_t* ns, size_t n, cudaMemLocation* 
     cdef int dev = 0
     cdef int r
     cdef bint legacy = s == NULL or s == cudaStreamLegacy
+    if not rt.mem_batch_available():
+        return -2       # before any wait: nothing is left behind
     if legacy:
         dev = rt.get_device()
         rt.stream_wait_stream(cudaStreamPerThread, cudaStreamLegacy, dev)
@@ -2273,7 +2275,7 @@ def managed_range_info(buffer):
     a device ordinal, ``"host"``, ``("host_numa", node)`` or
     ``"host_numa_current"``; None when none is set, or when the range's
     pages disagree), and ``accessed_by`` (the devices advised so, as
-    ordinals).  ``buffer``: one range, as :func:`prefetch` takes it."""
+    ordinals, and ``"host"``).  ``buffer``: one range, as :func:`prefetch` takes it."""
     cdef Span span
     cdef size_t n
     cdef int mostly = 0, ptype = 0, pid = 0, ltype = 0, lid = 0
@@ -2287,7 +2289,8 @@ def managed_range_info(buffer):
         n = _one_length(nbytes, &span)
         with nogil:
             ndev = rt.get_device_count()
-        devs = <int*>malloc((ndev if ndev > 0 else 1) * sizeof(int))
+        # One slot more than the devices: the host may be advised too.
+        devs = <int*>malloc((ndev + 1) * sizeof(int))
         if devs == NULL:
             raise MemoryError()
         with nogil:
@@ -2296,10 +2299,11 @@ def managed_range_info(buffer):
             rt.mem_range_attribute(&pid, sizeof(int), _RANGE_PREFERRED_ID, span.ptr, n)
             rt.mem_range_attribute(&ltype, sizeof(int), _RANGE_LAST_PREFETCH_TYPE, span.ptr, n)
             rt.mem_range_attribute(&lid, sizeof(int), _RANGE_LAST_PREFETCH_ID, span.ptr, n)
-            if ndev > 0:
-                rt.mem_range_attribute(devs, ndev * sizeof(int), _RANGE_ACCESSED_BY,
-                                       span.ptr, n)
-        accessed = [devs[i] for i in range(ndev) if devs[i] >= 0]
+            rt.mem_range_attribute(devs, (ndev + 1) * sizeof(int), _RANGE_ACCESSED_BY,
+                                   span.ptr, n)
+        # Device ordinals; cudaCpuDeviceId (-1): the host; -2: an empty slot.
+        accessed = [("host" if devs[i] == -1 else devs[i]) for i in range(ndev + 1)
+                    if devs[i] >= -1]
     finally:
         free(devs)
         release_span(&span)

@@ -98,7 +98,8 @@ class _Hooks:
 
     def _cache(self, m, s, value):
         # The run's (key, blocking) of `s`: read (value None) or written.
-        self._tls.depth = 1
+        depth = getattr(self._tls, "depth", 0)
+        self._tls.depth = depth + 1
         try:
             with self._lock:
                 if value is None:
@@ -106,7 +107,7 @@ class _Hooks:
                 m.stream_keys[s] = value
                 return value
         finally:
-            self._tls.depth = 0
+            self._tls.depth = depth
 
     @staticmethod
     def _key(m, snap):

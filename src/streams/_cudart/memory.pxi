@@ -69,6 +69,10 @@ cdef int mem_discard_batch_async(void** ps, size_t* ns, size_t count, cudaStream
     return check(streams_cudaMemDiscardBatchAsync(ps, ns, count, s))
 
 
+cdef bint mem_batch_available() noexcept nogil:
+    return STREAMS_HAVE_MEM_BATCH
+
+
 cdef int mem_range_attribute(void* out, size_t size, int attribute, void* p,
                              size_t n) except -1 nogil:
     guard()

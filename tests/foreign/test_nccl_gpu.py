@@ -12,7 +12,7 @@ import os
 import pytest
 
 import streams
-from streams import DeviceBuffer, Stream
+from streams import DeviceBuffer
 from streams.testing import fill_u32, spin
 
 from _support import MS, N, to_host
@@ -38,14 +38,6 @@ def comm():
     c = nccl.Communicator.init(1, 0, nccl.get_unique_id())
     yield nccl, c
     c.destroy()
-
-
-@pytest.fixture
-def stream():
-    s = Stream(non_blocking=True)
-    yield s
-    s.synchronize()
-    s.close()
 
 
 def test_an_allreduce_runs_in_a_streams_stream_order(comm, stream):

@@ -15,14 +15,6 @@ np = pytest.importorskip("numpy", reason="the prefetch tests check data with num
 NBYTES = 4 * N
 
 
-@pytest.fixture
-def stream():
-    s = Stream(non_blocking=True)
-    yield s
-    s.synchronize()
-    s.close()
-
-
 def _cuda13():
     return streams.runtime_version() >= 13000
 

@@ -2056,11 +2056,15 @@ cdef bint _is_count(object x):
         return False
 
 
+cdef bint _is_pair(object x):
+    # An (memory, nbytes) range: a tuple of two whose second item is a count.
+    return isinstance(x, tuple) and len(x) == 2 and _is_count(x[1])
+
+
 cdef list _ranges(object memory, str argname):
-    """One memory object, an (memory, nbytes) pair, or a list or tuple of
-    them (a pair: a tuple of two whose second item is a count)."""
-    if isinstance(memory, list) or (isinstance(memory, tuple) and not (
-            len(memory) == 2 and _is_count(memory[1]))):
+    """One range (memory, or an (memory, nbytes) pair), or a list or tuple
+    of them."""
+    if isinstance(memory, list) or (isinstance(memory, tuple) and not _is_pair(memory)):
         items = list(memory)
         if not items:
             raise ValueError(f"{argname} is empty")
@@ -2070,7 +2074,7 @@ cdef list _ranges(object memory, str argname):
 
 cdef tuple _range(object item):
     # (memory, nbytes or None)
-    if isinstance(item, tuple) and len(item) == 2 and _is_count(item[1]):
+    if _is_pair(item):
         return (item[0], _operator.index(item[1]))
     return (item, None)
 
@@ -2238,19 +2242,21 @@ def advise(buffer, advice, location=None):
         loc.id = 0
     else:
         _location(location, &loc, "location")
-    obj, nbytes = _range(buffer)
-    _check_memory_arg(obj, SPAN_HOST_OK, "buffer")
     init_span(&span)
     try:
-        resolve_span(obj, &span, SPAN_HOST_OK | SPAN_NO_WAIT, None, "buffer")
-        n = _one_length(nbytes, &span)
+        n = _one_range(buffer, &span)
         with nogil:
             rt.mem_advise(span.ptr, n, code, loc)
     finally:
         release_span(&span)
 
 
-cdef size_t _one_length(object nbytes, Span* span) except? 0:
+cdef size_t _one_range(object buffer, Span* span) except? 0:
+    # `buffer` (one range) resolved into `span` (the caller releases it):
+    # its length.  Checked before any CUDA call.
+    obj, nbytes = _range(buffer)
+    _check_memory_arg(obj, SPAN_HOST_OK, "buffer")
+    resolve_span(obj, span, SPAN_HOST_OK | SPAN_NO_WAIT, None, "buffer")
     if nbytes is None and span.nbytes == <size_t>-1:
         raise ValueError("buffer: the length of a raw address is not known: pass "
                          "(address, nbytes)")
@@ -2281,12 +2287,9 @@ def managed_range_info(buffer):
     cdef int mostly = 0, ptype = 0, pid = 0, ltype = 0, lid = 0
     cdef int ndev = 0
     cdef int* devs = NULL
-    obj, nbytes = _range(buffer)
-    _check_memory_arg(obj, SPAN_HOST_OK, "buffer")
     init_span(&span)
     try:
-        resolve_span(obj, &span, SPAN_HOST_OK | SPAN_NO_WAIT, None, "buffer")
-        n = _one_length(nbytes, &span)
+        n = _one_range(buffer, &span)
         with nogil:
             ndev = rt.get_device_count()
         # One slot more than the devices: the host may be advised too.

@@ -583,6 +583,7 @@ cdef inline int _enqueue_counted(Stream stream, Event event, bint wait) except -
 
 
 cdef inline int _record(Stream stream, Event event) except -1:
+    # Stream.record and Event.record (not external); the race checker hears it.
     with nogil:
         _enqueue_counted(stream, event, False)
     if stream._watch is not None or event._watch is not None:
@@ -590,12 +591,17 @@ cdef inline int _record(Stream stream, Event event) except -1:
         # (test_deadline_gpu.py, test_an_event_of_a_watched_stream_raises).
         with cython.critical_section(event):
             event._watch = stream._watch
+    if streams_flag_get(_checking) != 0:
+        nvtx.check_hooks().record(event, stream)
     return 0
 
 
 cdef inline int _wait_event(Stream stream, Event event) except -1:
+    # Stream.wait_event and Event.wait (not external); the checker hears it.
     with nogil:
         _enqueue_counted(stream, event, True)
+    if streams_flag_get(_checking) != 0:
+        nvtx.check_hooks().wait(stream, event)
     return 0
 
 
@@ -888,8 +894,6 @@ cdef class Stream(Waitable):
             else:
                 ev = as_event(event, "event")
             _record(self, ev)
-            if streams_flag_get(_checking) != 0:
-                nvtx.check_hooks().record(ev, self)
             return ev
         finally:
             if traced:
@@ -925,8 +929,6 @@ cdef class Stream(Waitable):
             ev = <Event>event
             if not external:
                 _wait_event(self, ev)
-                if streams_flag_get(_checking) != 0:
-                    nvtx.check_hooks().wait(self, ev)
                 return
             self._use()
             try:
@@ -1638,8 +1640,6 @@ cdef class Event(Waitable):
                 _check_same_device(self._device, s._device)
             if not external:
                 _record(s, self)
-                if streams_flag_get(_checking) != 0:
-                    nvtx.check_hooks().record(self, s)
                 return self
             s._use()
             try:
@@ -1685,7 +1685,6 @@ cdef class Event(Waitable):
         """Make ``stream`` (default: the current stream; any stream
         :func:`as_stream` takes) wait for this event."""
         cdef uintptr_t h
-        cdef Stream s
         cdef bint traced = streams_flag_get(_tracing) != 0
         if traced:
             nvtx.trace_push(nvtx.CALL_WAIT_EVENT)
@@ -1694,10 +1693,7 @@ cdef class Event(Waitable):
                 foreign_stream(stream, "stream", &h, False)
                 _enqueue_raw(RAW_WAIT, self, <void*>h, 0)
                 return self
-            s = as_stream(stream, "stream")
-            _wait_event(s, self)
-            if streams_flag_get(_checking) != 0:
-                nvtx.check_hooks().wait(s, self)
+            _wait_event(as_stream(stream, "stream"), self)
             return self
         finally:
             if traced:

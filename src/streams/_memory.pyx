@@ -1885,10 +1885,9 @@ def memcpy_batch_async(copies, stream=None, *, wait_producers=True):
         finally:
             st._unuse()
         if r == -2:
-            from streams._cudart import runtime_version
             raise NotImplementedError(
                 "memcpy_batch_async needs CUDA 12.8 or newer (cudaMemcpyBatchAsync); this "
-                f"build of streams uses the CUDA {runtime_version()} runtime")
+                f"build of streams uses the CUDA {_runtime_text()} runtime")
         if streams_flag_get(_checking) != 0:
             items = []
             for i in range(n):
@@ -2103,6 +2102,19 @@ cdef int _mem_batch(int kind, void** ps, size_t* ns, size_t n, cudaMemLocation* 
     return r
 
 
+cdef str _runtime_text():
+    from streams._cudart import runtime_version
+    v = runtime_version()
+    return f"{v // 1000}.{v % 1000 // 10}"
+
+
+cdef int _no_batch(str op) except -1:
+    raise NotImplementedError(
+        f"{op} needs CUDA 13.0 or newer (cudaMemDiscardBatchAsync, "
+        "cudaMemDiscardAndPrefetchBatchAsync); this build of streams uses the CUDA "
+        f"{_runtime_text()} runtime")
+
+
 cdef int _memory_op(int kind, object memory, object location, object stream) except -1:
     # kind 0 prefetch, 1 discard, 2 discard and prefetch.  Every argument is
     # checked before the stream is looked at or any memory resolved.
@@ -2128,6 +2140,10 @@ cdef int _memory_op(int kind, object memory, object location, object stream) exc
         if nbytes is not None:
             as_nbytes(nbytes, argname + " nbytes")
         pairs.append((obj, nbytes, argname))
+    if kind != 0 and not rt.mem_batch_available():
+        # Before the stream or any array is looked at: resolving an array
+        # may already make the stream wait for its producer.
+        _no_batch(op)
     st = as_stream(stream, "stream")
     spans = <Span*>malloc(n * sizeof(Span))
     ps = <void**>malloc(n * sizeof(void*))
@@ -2165,11 +2181,7 @@ cdef int _memory_op(int kind, object memory, object location, object stream) exc
         finally:
             st._unuse()
         if r == -2:
-            from streams._cudart import runtime_version
-            raise NotImplementedError(
-                f"{op} needs CUDA 13.0 or newer (cudaMemDiscardBatchAsync, "
-                "cudaMemDiscardAndPrefetchBatchAsync); this build of streams uses the CUDA "
-                f"{runtime_version()} runtime")
+            _no_batch(op)
         if kind != 0 and streams_flag_get(_checking) != 0:
             checked = []
             for i in range(n):
@@ -2253,7 +2265,9 @@ def advise(buffer, advice, location=None):
 
 cdef size_t _one_range(object buffer, Span* span) except? 0:
     # `buffer` (one range) resolved into `span` (the caller releases it):
-    # its length.  Checked before any CUDA call.
+    # its length.  Its type is checked before any CUDA call; a raw address
+    # is looked up (cudaPointerGetAttributes) before a missing length is
+    # refused.
     obj, nbytes = _range(buffer)
     _check_memory_arg(obj, SPAN_HOST_OK, "buffer")
     resolve_span(obj, span, SPAN_HOST_OK | SPAN_NO_WAIT, None, "buffer")

@@ -39,6 +39,7 @@ Fed by the package's operations through streams.checker, and driven
 directly by tests/racecheck/.
 Thread-safe: one lock around the model (free-threaded CPython too).
 """
+import sys
 import threading
 import traceback
 import warnings
@@ -76,19 +77,26 @@ class RaceWarning(RuntimeWarning):
 
 class Access:
     """One operation on a buffer: what, on which stream, where enqueued."""
-    __slots__ = ("op", "stream", "write", "stack", "lo", "hi")
+    __slots__ = ("op", "stream", "write", "_frames", "lo", "hi")
 
-    def __init__(self, op, stream, write, stack, lo=0, hi=None):
+    def __init__(self, op, stream, write, frames, lo=0, hi=None):
         self.op = op
         self.stream = stream
         self.write = write
-        self.stack = stack
+        self._frames = frames   # (filename, line, function), outermost first
         self.lo = lo            # the byte range touched: [lo, hi), hi None: to the end
         self.hi = hi
 
+    @property
+    def stack(self):
+        """Where it was enqueued: traceback.FrameSummary list, innermost
+        last (source lines read only when asked for)."""
+        return [traceback.FrameSummary(f, n, name, lookup_line=False)
+                for f, n, name in self._frames]
+
     def __repr__(self):
-        where = self.stack[-1] if self.stack else None
-        at = f" at {where.filename}:{where.lineno}" if where is not None else ""
+        where = self._frames[-1] if self._frames else None
+        at = f" at {where[0]}:{where[1]}" if where is not None else ""
         part = "" if (self.lo, self.hi) == (0, None) else f" of bytes [{self.lo}, {self.hi})"
         return f"{self.op} ({'write' if self.write else 'read'}{part}) on {self.stream!r}{at}"
 
@@ -228,11 +236,18 @@ class Model:
     # ---- accesses -------------------------------------------------------------------------
 
     def _stack(self):
-        # The caller's frames, the model's own left out.
-        if not self.stack_depth:
-            return []
-        frames = traceback.extract_stack(limit=self.stack_depth + 4)
-        return [f for f in frames if f.filename not in SKIP_FILES][-self.stack_depth:]
+        # The caller's innermost frames, the checker's own left out: plain
+        # tuples (traceback.extract_stack reads each source line, about
+        # 10 us; benchmarks/probes/checker_cost.py).
+        frames = []
+        f = sys._getframe(1) if self.stack_depth else None
+        while f is not None and len(frames) < self.stack_depth:
+            code = f.f_code
+            if code.co_filename not in SKIP_FILES:
+                frames.append((code.co_filename, f.f_lineno, code.co_name))
+            f = f.f_back
+        frames.reverse()
+        return tuple(frames)
 
     def read(self, buffer, s, op="read", lo=0, hi=None):
         """``op`` on stream ``s`` (or HOST) reads bytes [lo, hi) of

@@ -65,3 +65,15 @@ def test_a_numpy_count_makes_a_pair():
         streams.prefetch((None, np.int64(8)), "host")
     with pytest.raises(TypeError, match=r"^buffers\[0\] must be memory"):
         streams.prefetch((None, np.int64(-8)), "host")     # not a count: two items
+
+
+@pytest.mark.skipif(streams.runtime_version() >= 13000,
+                    reason="a CUDA 13 build has the batched discard (the cuda12 row runs this)")
+def test_a_discard_without_the_batch_api_is_refused_before_any_stream():
+    # The CUDA 12 build: refused before the stream is looked at or an array
+    # resolved (which could leave a wait on the stream for its producer),
+    # so with no driver too.
+    for op in (streams.discard, lambda b: streams.discard_and_prefetch(b, "host")):
+        with pytest.raises(NotImplementedError, match=r"needs CUDA 13\.0 or newer.*"
+                                                      r"uses the CUDA 12\.\d runtime"):
+            op(bytearray(8))

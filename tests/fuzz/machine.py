@@ -3391,6 +3391,27 @@ def settle_memory():
     streams.synchronize_device()
 
 
+def _print_checker_races():
+    # STREAMS_RACECHECK=collect: what streams.checker reported over the run,
+    # by kind and pair of operations, each with where its second access was
+    # enqueued.  Not asserted here: the machine also orders work in ways the
+    # checker does not see (docs/checker.rst), which a reader sorts out.
+    from streams import checker
+    if not checker.enabled():
+        return
+    found = checker.races()
+    groups = collections.Counter()
+    where = {}
+    for r in found:
+        key = (r.kind, r.first.op, r.second.op)
+        groups[key] += 1
+        frames = r.second.stack
+        where.setdefault(key, f"{frames[-1].filename}:{frames[-1].lineno}" if frames else "?")
+    print(f"fuzz: checker: {len(found)} race(s) reported", flush=True)
+    for (kind, a, b), n in groups.most_common(12):
+        print(f"fuzz: checker: {n} x {kind}: {b} after {a} (at {where[kind, a, b]})", flush=True)
+
+
 def main():
     seed = int(os.environ.get("STREAMS_FUZZ_SEED") or random.SystemRandom().randrange(2**32))
     report = os.environ.get("STREAMS_FUZZ_REPORT")
@@ -3482,6 +3503,7 @@ def main():
         print(line, flush=True)
         for rule_name, why in NOTES.items():
             print(f"fuzz: {rule_name} did nothing: {why}", flush=True)
+        _print_checker_races()
         if report:
             Path(report).write_text(line + "\n")
     return 0

@@ -145,43 +145,43 @@ def test_kernel_arguments_are_written_unless_declared(kernels, two):
     src = DeviceBuffer(NBYTES, stream=s1)
     s3 = Stream(non_blocking=True)
     mod = streams.testing.builtin_module()
-    copy = mod.get_kernel("streams_fill_u32", signature="pointer, uint32, uint64")
-    s1.synchronize()
-    # Two streams at once, each given `src`: written unless declared, so
-    # the second is reported.  (The fill kernel does write it; the checker
-    # goes by what it is told.)
-    with checker.checking("collect") as found:
-        s1.launch(copy, GRID, BLOCK, src, 1, N)
-        s2.launch(copy, GRID, BLOCK, src, 1, N)
-    assert [r.kind for r in found] == ["write after write"]
-    s1.synchronize(), s2.synchronize()
-    # Declared for the function: every Kernel object of it (`twin`, got
-    # again from the same module), until forgotten.
-    twin = mod.get_kernel("streams_fill_u32", signature="pointer, uint32, uint64")
-    checker.declare(copy, writes=())
     try:
+        copy = mod.get_kernel("streams_fill_u32", signature="pointer, uint32, uint64")
+        s1.synchronize()
+        # Two streams at once, each given `src`: written unless declared, so
+        # the second is reported.  (The fill kernel does write it; the
+        # checker goes by what it is told.)
         with checker.checking("collect") as found:
             s1.launch(copy, GRID, BLOCK, src, 1, N)
-            s2.launch(twin, GRID, BLOCK, src, 1, N)
-            p = copy.prepare(GRID, BLOCK, src, 1, N)
-            p.launch(s1)
-            # A write of it on a stream that waited for neither: reported twice.
-            streams.memset_async(src, 0, stream=s3)
-        assert sorted(r.kind for r in found) == ["write after read"] * 2
-        streams.synchronize_device()
-        # The same function loaded by another module is another kernel:
-        # undeclared, it writes.
-        with checker.checking("collect") as found:
-            s1.launch(copy, GRID, BLOCK, src, 1, N)
-            s2.launch(kernels.fill, GRID, BLOCK, src, 1, N)
-        assert [r.kind for r in found] == ["write after read"]
+            s2.launch(copy, GRID, BLOCK, src, 1, N)
+        assert [r.kind for r in found] == ["write after write"]
+        s1.synchronize(), s2.synchronize()
+        # Declared for the function: every Kernel object of it (`twin`, got
+        # again from the same module), until forgotten.
+        twin = mod.get_kernel("streams_fill_u32", signature="pointer, uint32, uint64")
+        checker.declare(copy, writes=())
+        try:
+            with checker.checking("collect") as found:
+                s1.launch(copy, GRID, BLOCK, src, 1, N)
+                s2.launch(twin, GRID, BLOCK, src, 1, N)
+                copy.prepare(GRID, BLOCK, src, 1, N).launch(s1)
+                # A write of it on a stream that waited for neither: reported twice.
+                streams.memset_async(src, 0, stream=s3)
+            assert sorted(r.kind for r in found) == ["write after read"] * 2
+            streams.synchronize_device()
+            # The same function loaded by another module is another kernel:
+            # undeclared, it writes.
+            with checker.checking("collect") as found:
+                s1.launch(copy, GRID, BLOCK, src, 1, N)
+                s2.launch(kernels.fill, GRID, BLOCK, src, 1, N)
+            assert [r.kind for r in found] == ["write after read"]
+        finally:
+            checker.declare(copy, writes=None)
     finally:
-        checker.declare(copy, writes=None)
-    streams.synchronize_device()
-    del p, copy, twin
-    mod.close()
-    src.close()
-    s3.close()
+        streams.synchronize_device()
+        mod.close()
+        src.close()
+        s3.close()
 
 
 @pytest.mark.races   # on purpose: what the checker must report

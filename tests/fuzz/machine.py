@@ -3118,6 +3118,121 @@ class GpuObjectGraph(RuleBasedStateMachine):
         other.close()
         flag.close()
 
+    # ---- timeline semaphores and deadlines ---------------------------------------------------
+
+    @precondition(lambda self: self.heavy["semaphore"] < 2)
+    @rule(path=st.sampled_from(["memops", "kernel"]), how=st.sampled_from(["gpu", "host", "abandon"]),
+          value=st.integers(1, 2**40))
+    def semaphore_handoff(self, path, how, value):
+        """A TimelineSemaphore between two streams: a fill waits on one for
+        ``value``, which the other signals after a spin (or the host
+        signals, or abandon() releases).  The fill does not run before; its
+        data is then on the GPU; value and host waits agree; a wait for a
+        value already reached passes at once; after abandon() a host wait
+        raises SemaphoreAbandoned."""
+        if launches_wait_for_kernels():
+            note("semaphore_handoff", "kernel launches wait for their kernel here "
+                 "(compute-sanitizer): a launch behind a semaphore wait would block")
+            return
+        try:
+            sem = streams.TimelineSemaphore(0, path=path)
+        except NotImplementedError as exc:
+            note("semaphore_handoff", f"no {path} path here: {exc}")
+            return
+        self.heavy["semaphore"] += 1
+        prod, cons = Stream(non_blocking=True), Stream(non_blocking=True)
+        buf = DeviceBuffer(NBYTES, stream=cons)
+        try:
+            with hang_watchdog(30, "semaphore_handoff"):
+                streams.memset_async(buf, 0, stream=cons)
+                sem.wait(cons, value)
+                streams.testing.fill_u32(cons, buf, 5, N)
+                assert cons.query() is False, "a fill behind an unsignalled semaphore wait ran"
+                if how == "gpu":
+                    streams.testing.spin(prod, 2000)
+                    sem.signal(prod, value)
+                elif how == "host":
+                    sem.signal_host(value)
+                else:
+                    sem.abandon("fuzz")
+                assert cons.synchronize(timeout=30) is True
+                got = np.empty(N, dtype=np.uint32)
+                streams.memcpy_async(got, buf, stream=cons)
+                assert cons.synchronize(timeout=30) is True
+                assert (got == 5).all(), f"the fill behind the semaphore wait wrote {got[0]}"
+                if how == "abandon":
+                    try:
+                        sem.wait_host(value, timeout=5)
+                    except streams.SemaphoreAbandoned:
+                        pass
+                    else:
+                        raise AssertionError("wait_host after abandon() did not raise")
+                else:
+                    assert sem.wait_host(value, timeout=5) is True
+                    assert sem.value == value, (sem.value, value)
+                    sem.wait(cons, max(1, value - 1))       # reached: passes at once
+                    assert cons.synchronize(timeout=30) is True
+            self.trace(f"semaphore {path}: {how} to {value}")
+        finally:
+            if sem.abandoned is None:
+                sem.abandon("rule end")     # nothing may stay blocked past the rule
+            prod.synchronize(timeout=30)
+            cons.synchronize(timeout=30)
+            buf.close()
+            sem.close()
+            prod.close()
+            cons.close()
+
+    @precondition(lambda self: self.heavy["deadline"] < 2)
+    @rule(miss=st.sampled_from([False, False, False, True]), replay=st.booleans())
+    def deadline_round(self, miss, replay):
+        """A deadline on a stream's work (a scope) or on a graph replay
+        (``deadline=``): met when the work is quick, and the wait after it
+        returns True; missed when a spin outlasts it, and the next
+        synchronize raises DeadlineExceeded naming the stream while the
+        spin still runs, the one after returns True."""
+        if launches_wait_for_kernels():
+            note("deadline_round", "kernel launches wait for their kernel here "
+                 "(compute-sanitizer): a missed deadline is missed on the host")
+            return
+        self.heavy["deadline"] += 1
+        s = Stream(non_blocking=True)
+        g = ex = None
+        try:
+            with hang_watchdog(30, "deadline_round"):
+                if miss:
+                    # 10x the deadline: the watchdog (5 ms ticks) sees it
+                    # missed long before the spin ends, even on a busy host.
+                    streams.testing.spin(s, 500_000)
+                seconds = 0.05 if miss else 30.0
+                if replay:
+                    g = Graph()
+                    g.add_kernel_node(streams._launch.builtin_kernel("empty"), 1, 1)
+                    ex = g.instantiate()
+                    ex.launch(s, deadline=seconds)
+                else:
+                    with streams.deadline(s, seconds, what="fuzz"):
+                        streams.testing.launch_empty(s)
+                if miss:
+                    try:
+                        s.synchronize(timeout=30)
+                    except streams.DeadlineExceeded as e:
+                        assert e.stream is s, (e.stream, s)
+                    else:
+                        raise AssertionError("a missed deadline did not raise in synchronize")
+                assert s.synchronize(timeout=30) is True
+            self.trace(f"deadline: {'missed' if miss else 'met'}, "
+                       f"{'replay' if replay else 'scope'}")
+        finally:
+            try:
+                s.synchronize(timeout=30)
+            except streams.DeadlineExceeded:
+                s.synchronize(timeout=30)
+            for x in (ex, g):
+                if x is not None:
+                    x.close()
+            s.close()
+
     @rule()
     def sync_all(self):
         """A check point: everything done, every buffer as the model says,
@@ -3366,6 +3481,13 @@ def warm_up():
     # moves (a graph launch into a capture is a counted enqueue).
     launches_wait_for_kernels()
     graph_launch_capturable()
+    # The deadline markers' first page lives as long as the process: made
+    # here, before any example's leak check counts it.
+    s = Stream(non_blocking=True)
+    with streams.deadline(s, 30.0):
+        streams.testing.launch_empty(s)
+    s.synchronize(timeout=30)
+    s.close()
     streams.synchronize_device()
 
 

@@ -30,7 +30,10 @@ used outside the capture (foreign_producer_capturing); closes while
 another thread is inside the object (close_with_user_inside); green
 contexts closed with work queued (green_close_under_work); and a
 host-released ``wait_value`` behind enqueues of every kind, where a hang
-ends the run as a finding (host_released_wait, hang_watchdog).  Each runs
+ends the run as a finding (host_released_wait, hang_watchdog); a timeline
+semaphore between two streams, released by the GPU, the host or abandon()
+(semaphore_handoff); and deadlines met and missed on a scope and a graph
+replay (deadline_round).  Each runs
 a bounded number of times per example; one that cannot run here (no green
 contexts, launches that wait for their kernel) says so at the end.
 
@@ -480,6 +483,15 @@ class _DL:
 
 
 _PROBES = {}
+
+
+def semaphore_memops():
+    """Whether a TimelineSemaphore here takes the memops path (64-bit stream
+    memory operations), asked once."""
+    if "sem_memops" not in _PROBES:
+        with streams.TimelineSemaphore() as t:
+            _PROBES["sem_memops"] = t.path == "memops"
+    return _PROBES["sem_memops"]
 
 
 def launches_wait_for_kernels():
@@ -3134,14 +3146,23 @@ class GpuObjectGraph(RuleBasedStateMachine):
             note("semaphore_handoff", "kernel launches wait for their kernel here "
                  "(compute-sanitizer): a launch behind a semaphore wait would block")
             return
-        try:
-            sem = streams.TimelineSemaphore(0, path=path)
-        except NotImplementedError as exc:
-            note("semaphore_handoff", f"no {path} path here: {exc}")
+        if path == "memops" and not semaphore_memops():
+            note("semaphore_handoff", "no 64-bit stream memory operations here: "
+                 "the memops path is not drawn")
             return
         self.heavy["semaphore"] += 1
         prod, cons = Stream(non_blocking=True), Stream(non_blocking=True)
         buf = DeviceBuffer(NBYTES, stream=cons)
+        sem = streams.TimelineSemaphore(0, path=path)
+        # Nothing may synchronize the device implicitly while `cons` waits
+        # for a signal this thread sends (a collected pinned buffer's free,
+        # a module's unload: docs/coordinating-processes.rst): everything
+        # released earlier is released now, and no collection runs until
+        # the rule ends.
+        streams.synchronize_device()
+        streams._cudart._drain_deferred()
+        gc.collect()
+        gc.disable()
         try:
             with hang_watchdog(30, "semaphore_handoff"):
                 streams.memset_async(buf, 0, stream=cons)
@@ -3174,6 +3195,7 @@ class GpuObjectGraph(RuleBasedStateMachine):
                     assert cons.synchronize(timeout=30) is True
             self.trace(f"semaphore {path}: {how} to {value}")
         finally:
+            gc.enable()
             if sem.abandoned is None:
                 sem.abandon("rule end")     # nothing may stay blocked past the rule
             prod.synchronize(timeout=30)
@@ -3200,18 +3222,20 @@ class GpuObjectGraph(RuleBasedStateMachine):
         g = ex = None
         try:
             with hang_watchdog(30, "deadline_round"):
-                if miss:
-                    # 10x the deadline: the watchdog (5 ms ticks) sees it
-                    # missed long before the spin ends, even on a busy host.
-                    streams.testing.spin(s, 500_000)
                 seconds = 0.05 if miss else 30.0
+                # A miss: 20x the deadline, enqueued just before the replay
+                # or inside the scope (the clock starts there), so the
+                # watchdog (5 ms ticks) sees it long before the spin ends.
+                spin_us = 1_000_000 if miss else 0
                 if replay:
                     g = Graph()
                     g.add_kernel_node(streams._launch.builtin_kernel("empty"), 1, 1)
                     ex = g.instantiate()
+                    streams.testing.spin(s, spin_us)
                     ex.launch(s, deadline=seconds)
                 else:
                     with streams.deadline(s, seconds, what="fuzz"):
+                        streams.testing.spin(s, spin_us)
                         streams.testing.launch_empty(s)
                 if miss:
                     try:
@@ -3481,6 +3505,7 @@ def warm_up():
     # moves (a graph launch into a capture is a counted enqueue).
     launches_wait_for_kernels()
     graph_launch_capturable()
+    semaphore_memops()
     # The deadline markers' first page lives as long as the process: made
     # here, before any example's leak check counts it.
     s = Stream(non_blocking=True)

@@ -43,7 +43,8 @@ def test_fuzzer_is_well_formed():
                      "compile_module", "new_green_stream", "change_captured_kernel_args",
                      "long_capture", "capture_info_node_keeps", "capture_info_node",
                      "kernel_node_changes", "foreign_producer_capturing",
-                     "close_with_user_inside", "green_close_under_work", "host_released_wait"):
+                     "close_with_user_inside", "green_close_under_work", "host_released_wait",
+                     "semaphore_handoff", "deadline_round"):
         assert expected in names, expected
     for r in rules:
         for strategy in r.arguments_strategies.values():

@@ -190,8 +190,8 @@ def test_two_processes_allreduce_on_streams_streams(tmp_path):
     procs, files = [], []
     try:
         for rank in (0, 1):
-            out = open(tmp_path / f"rank{rank}.out", "w+")
-            err = open(tmp_path / f"rank{rank}.err", "w+")
+            out = open(tmp_path / f"rank{rank}.out", "w")
+            err = open(tmp_path / f"rank{rank}.err", "w")
             files += [out, err]
             procs.append(subprocess.Popen(
                 **child_python(["-c", RANK, str(rank), uid, str(N)],
@@ -208,12 +208,10 @@ def test_two_processes_allreduce_on_streams_streams(tmp_path):
                 p.kill()
                 p.wait()
         for f in files:
-            f.flush()
+            f.close()
     for rank, p in enumerate(procs):
         out = (tmp_path / f"rank{rank}.out").read_text()
         err = (tmp_path / f"rank{rank}.err").read_text()
         assert p.returncode == 0, f"rank {rank} exited with {p.returncode}:\n{err[-3000:]}"
         lines = [line[7:] for line in out.splitlines() if line.startswith("RESULT ")]
         assert lines == ["[30]"], (rank, out[-2000:], err[-2000:])
-    for f in files:
-        f.close()

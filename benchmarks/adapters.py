@@ -14,8 +14,9 @@ import platform
 
 from benchmarks.builders import CY_MODULE, read
 from benchmarks.ops import (ARG_KERNELS, COPIES, COPY_BYTES, DEADLINE_OPS, ENQUEUES,
-                            GRAPH_KERNELS, GRAPH_OPS, HOST_FUNC_OPS, KERNEL_OPS, NO_FLOOR,
-                            OP_BY_NAME, PRODUCERS, floor_op)
+                            GRAPH_KERNELS, GRAPH_OPS, GRAPH_SIZES, HOST_FUNC_EVERY, HOST_FUNC_OPS,
+                            KERNEL_OPS, LOADER_COPIES, NO_FLOOR, OP_BY_NAME, PIPELINE_ARGS,
+                            PIPELINE_KERNELS, PIPELINE_OPS, PRODUCERS, floor_op, graph_nodes)
 from benchmarks.timing import (Case, NotAvailable, close_quietly, describe, make_loop,
                                make_stmt, producers)
 from benchmarks.under_test import streams_facts
@@ -109,19 +110,24 @@ class Adapter:
                 "graph_launch_sync_deadline": "graph_launch_deadline"}.get(op, op)
         if base in HOST_FUNC_OPS and base != "host_func_native_round_trip":
             base = "host_func_enqueue"
-        if base not in self.stmts:
+        # Every graph size is launched by graph_launch's statement.
+        key = "graph_launch" if base in GRAPH_SIZES else base
+        if key not in self.stmts:
             raise NotAvailable(f"no {OP_BY_NAME[op].label} in this library")
-        if op in ARG_KERNELS:
-            self.ptx(ARG_KERNELS[op][0])    # n/a before anything is set up
+        if op in ARG_KERNELS or op in PIPELINE_OPS:
+            # n/a before anything is set up
+            self.ptx(ARG_KERNELS[PIPELINE_ARGS if op in PIPELINE_OPS else op][0])
         env = self.env(op)
         closers = env.pop("_closers", [])
-        stmt = self.stmts[base]
-        for key, text in env.pop("_fill", {}).items():
-            stmt = stmt.replace("{" + key + "}", text)
-        note = self.notes.get(op) or self.notes.get(base)
+        stmt = self.stmts[key]
+        for name, text in env.pop("_fill", {}).items():
+            stmt = stmt.replace("{" + name + "}", text)
+        note = self.notes.get(op) or self.notes.get(base) or self.notes.get(key)
         try:
             if op in HOST_FUNC_OPS:
                 case = _host_func_case(op, stmt, self.sync, env, self.busy_stream(env))
+            elif op in PIPELINE_OPS:
+                case = _pipeline_case(op, stmt, self.sync, env)
             elif base != op:
                 case = Case(make_loop(stmt + "\n" + self.sync, **env))
             else:
@@ -146,8 +152,11 @@ def _bind_args(op, env, values):
 
 
 def _callbacks(env):
-    """Callbacks that count their runs into env['box'][0] (1-arg and 3-arg)."""
+    """Callbacks that count their runs into env['box'][0] (0-, 1- and 3-arg)."""
     box = [0]
+
+    def cb0():
+        box[0] += 1
 
     def cb(arg):
         box[0] += 1
@@ -155,8 +164,38 @@ def _callbacks(env):
     def cb3(stream, status, arg):
         box[0] += 1
 
-    env.update(box=box, cb=cb, cb3=cb3)
+    env.update(box=box, cb0=cb0, cb=cb, cb3=cb3)
     return env
+
+
+def _pipeline_env(env):
+    """The names every pipeline step uses besides the library's: ``r8``
+    (the inference step's kernels), ``step`` (the steps since the last host
+    function: a local of the timed loop, 0 at each batch's start), ``every``
+    and ``nb`` (each copy's size)."""
+    env.update(r8=range(PIPELINE_KERNELS), step=0, every=HOST_FUNC_EVERY, nb=COPY_BYTES)
+    return env
+
+
+def _pipeline_case(op, stmt, sync_src, env):
+    """A pipeline row: ``stmt``, one step, once per call.  After each batch,
+    untimed, both streams are synchronized and pipeline_inference's host
+    functions counted: one every HOST_FUNC_EVERY steps of each batch, all run
+    by then."""
+    syncs = [make_stmt(sync_src, **env), make_stmt(sync_src, **dict(env, s=env["other"]))]
+    box = env.get("box")
+    expected = [0]
+
+    def after(n, ns):
+        for sync in syncs:
+            sync()
+        if op == "pipeline_inference":
+            expected[0] += n // HOST_FUNC_EVERY
+            if box[0] != expected[0]:
+                raise RuntimeError(f"{expected[0]} host functions enqueued but {box[0]} ran "
+                                   "by the synchronize")
+
+    return Case(make_loop(stmt, **env), after=after)
 
 
 def _native_callback(env, st):
@@ -247,6 +286,14 @@ class StreamsPy(Adapter):
                                       "cx.close()\ncg.close()"),
         "memcpy_loop_8": "for d, src in pairs:\n    memcpy_async(d, src, nb, s)",
         "memcpy_batch_8": "memcpy_batch_async(batch, s)",
+        "pipeline_inference": ("for _ in r8:\n    s.launch(kx, 1, 1, {args})\nex.launch(s)\n"
+                               "s.record(ev)\nother.wait_event(ev)\n"
+                               "memcpy_async(host, dev, nb, other)\n"
+                               "step += 1\nif step == every:\n    step = 0\n"
+                               "    other.launch_host_func(cb, None)"),
+        "pipeline_data_loader": ("for dst, src in loads:\n    memcpy_async(dst, src, nb, other)\n"
+                                 "other.record(ev)\ns.wait_event(ev)\n"
+                                 "s.launch(kx, 1, 1, {args})"),
     }
     notes = {
         "kernel_launch_args4": "Stream.launch(k, 1, 1, *args) of Module.from_ptx, with "
@@ -254,6 +301,11 @@ class StreamsPy(Adapter):
         "kernel_launch_args16": "Stream.launch(k, 1, 1, *args) of Module.from_ptx, with "
                                 "get_kernel(signature=...); pointers: DeviceBuffers",
         "prepared_launch": "PreparedLaunch.launch(s) of Kernel.prepare(1, 1)",
+        "pipeline_inference": "Stream.launch(k, 1, 1, *args) (DeviceBuffers, int, float), "
+                              "GraphExec.launch, Stream.record, wait_event, memcpy_async "
+                              "into a PinnedBuffer, launch_host_func of a Python callback",
+        "pipeline_data_loader": "memcpy_async from PinnedBuffers into DeviceBuffers, "
+                                "Stream.record, wait_event, Stream.launch(k, 1, 1, *args)",
         "event_record_torch_stream": "Event.record(torch.cuda.Stream()); its target is "
                                      "to event record's Stream.record(Event): both record "
                                      "through the same code once the stream is known",
@@ -278,6 +330,13 @@ class StreamsPy(Adapter):
             na.update(dict.fromkeys(GRAPH_OPS, "not available yet: streams has no Graph API"))
         if not hasattr(streams, "deadline"):
             na.update(dict.fromkeys(DEADLINE_OPS, "not available yet: streams has no deadlines"))
+        if not hasattr(streams, "PinnedBuffer"):
+            na.update(dict.fromkeys(PIPELINE_OPS, "not available yet: streams has no PinnedBuffer"))
+        if not self.has_launch:
+            na.update(dict.fromkeys(PIPELINE_OPS,
+                                    "not available yet: streams has no Module/Stream.launch"))
+        if not self.has_graphs:
+            na["pipeline_inference"] = "not available yet: streams has no Graph API"
         if not hasattr(streams, "memcpy_batch_async"):
             na["memcpy_batch_8"] = "not available yet: streams has no memcpy_batch_async"
         elif streams.runtime_version() < 12080:
@@ -353,30 +412,51 @@ class StreamsPy(Adapter):
             p = env["p"] = self._module(env).get_kernel("streams_empty").prepare(1, 1)
             p.launch(s)
             s.synchronize()
+        elif op in PIPELINE_OPS:
+            name, signature = ARG_KERNELS[PIPELINE_ARGS]
+            env["kx"] = self._module(env, name).get_kernel(name, signature=signature)
+            devs = [st.DeviceBuffer(COPY_BYTES, s) for _ in range(LOADER_COPIES)]
+            hosts = [st.PinnedBuffer(COPY_BYTES) for _ in range(LOADER_COPIES)]
+            env["_closers"].extend(b.close for b in devs + hosts)
+            _bind_args(PIPELINE_ARGS, env, {"pointer": devs[0], "uint64": 1, "uint32": 1,
+                                            "float32": 1.0, "float64": 1.0})
+            env.update(a1=devs[1], dev=devs[0], host=hosts[0], loads=list(zip(devs, hosts)),
+                       memcpy_async=st.memcpy_async)
+            _pipeline_env(env)
+            if op == "pipeline_inference":
+                _, launch, _ = self._launcher(s, env)
+                env["ex"] = self._graph(s, env, launch, GRAPH_KERNELS)
+            s.synchronize()
         elif op in KERNEL_OPS or op in GRAPH_OPS:
             stmt, launch, note = self._launcher(s, env)
             env["_fill"] = {"kernel": stmt}
             self.notes = dict(self.notes, kernel_launch=note, graph_capture_instantiate=(
                 f"begin_capture('thread_local'), end_capture, instantiate, close; kernels: {note}"))
             if op in ("graph_launch", "graph_launch_sync", "graph_launch_deadline",
-                      "graph_launch_sync_deadline"):
-                s.begin_capture()
-                try:
-                    for _ in range(GRAPH_KERNELS):
-                        launch(s)
-                finally:
-                    g = s.end_capture()
-                env["_closers"].append(getattr(g, "close", lambda: None))
-                ex = env["ex"] = g.instantiate()
-                env["_closers"].append(getattr(ex, "close", lambda: None))
-                if hasattr(ex, "upload"):
-                    ex.upload(s)
-                s.synchronize()
+                      "graph_launch_sync_deadline", *GRAPH_SIZES):
+                env["ex"] = self._graph(s, env, launch, graph_nodes(op))
                 self.notes["graph_launch"] = ("GraphExec.launch(s) of Stream.begin_capture/"
                                               f"end_capture + Graph.instantiate; kernels: {note}")
         if op == "host_func_native_round_trip":
             return _native_callback(env, st)
         return _callbacks(env)
+
+    def _graph(self, s, env, launch, nodes):
+        """The executable graph of ``nodes`` captured launches of ``launch``
+        on ``s``, uploaded; closed with the case."""
+        s.begin_capture()
+        try:
+            for _ in range(nodes):
+                launch(s)
+        finally:
+            g = s.end_capture()
+        env["_closers"].append(getattr(g, "close", lambda: None))
+        ex = g.instantiate()
+        env["_closers"].append(getattr(ex, "close", lambda: None))
+        if hasattr(ex, "upload"):
+            ex.upload(s)
+        s.synchronize()
+        return ex
 
     def _torch_stream(self, env):
         """Bind ``ts`` to a PyTorch stream (on device 0, where ``ev`` is), and
@@ -405,6 +485,9 @@ class StreamsPy(Adapter):
 class StreamsCy(Adapter):
     """The nogil C-level methods, timed by benchmarks/cy_bench.pyx itself."""
 
+    na = dict.fromkeys(PIPELINE_OPS, "streams has no C-level (cimport) copy: the step's "
+                                     "memcpy_async is Python-level")
+
     def setup(self):
         import streams
         if not self.cy_module:
@@ -421,6 +504,8 @@ class StreamsCy(Adapter):
                              "cython_installed": Cython.__version__}}
 
     def make_case(self, op):
+        if op in self.na:
+            raise NotAvailable(self.na[op])
         if op not in self.mod.OPS:
             raise NotAvailable(self.mod.NA.get(op, "no C-level (cimport) API for this operation"))
         kernel_name, signature = ARG_KERNELS.get(op, ("streams_empty", None))
@@ -440,10 +525,10 @@ class StreamsCy(Adapter):
                 prepared = kernel.prepare(1, 1) if signature is None else None
                 note = ("PreparedLaunch.c_launch of Kernel.prepare(1, 1)" if signature is None
                         else "Kernel.c_launch with the arguments packed by the caller")
-            if op in ("graph_launch", "graph_launch_sync"):
+            if op in ("graph_launch", "graph_launch_sync", *GRAPH_SIZES):
                 s.begin_capture()
                 try:
-                    for _ in range(GRAPH_KERNELS):
+                    for _ in range(graph_nodes(op)):
                         prepared.launch(s)
                 finally:
                     g = s.end_capture()
@@ -451,7 +536,7 @@ class StreamsCy(Adapter):
                 graph = g.instantiate()
                 closers.append(graph.close)
                 graph.upload(s)
-                note = "GraphExec.c_launch; 10 captured PreparedLaunch kernels"
+                note = f"GraphExec.c_launch; {graph_nodes(op)} captured PreparedLaunch kernels"
             elif prepared is not None:
                 prepared.launch(s)
             s.synchronize()
@@ -487,6 +572,15 @@ class Cupy(Adapter):
         "graph_launch": "g.launch(s)",
         "graph_capture_instantiate": ("s.begin_capture(tl)\nfor _ in r10:\n"
                                       "    k(g1, g1, (), 0, s)\ns.end_capture()"),
+        "pipeline_inference": ("for _ in r8:\n    kx(g1, g1, ({args}), 0, s)\ng.launch(s)\n"
+                               "s.record(ev)\nother.wait_event(ev)\n"
+                               "dev.copy_to_host_async(host, nb, other)\n"
+                               "step += 1\nif step == every:\n    step = 0\n"
+                               "    other.launch_host_func(cb, None)"),
+        "pipeline_data_loader": ("for dst, src in loads:\n"
+                                 "    dst.copy_from_host_async(src, nb, other)\n"
+                                 "other.record(ev)\ns.wait_event(ev)\n"
+                                 "kx(g1, g1, ({args}), 0, s)"),
     }
     na = {"stream_wait_stream": "CuPy streams have no wait_stream (only wait_event)"}
     notes = {
@@ -499,6 +593,12 @@ class Cupy(Adapter):
         "graph_launch": "begin_capture/end_capture, Graph.launch(s)",
         "graph_capture_instantiate": "begin_capture(thread-local mode), end_capture (which "
                                      "instantiates); the Graph is destroyed when dropped",
+        "pipeline_inference": "Function of the shared PTX (cupy arrays, numpy scalars), "
+                              "Graph.launch, Stream.record, wait_event, "
+                              "MemoryPointer.copy_to_host_async into alloc_pinned_memory, "
+                              "launch_host_func of a Python callback",
+        "pipeline_data_loader": "MemoryPointer.copy_from_host_async from alloc_pinned_memory, "
+                                "Stream.record, wait_event, Function of the shared PTX",
     }
 
     def setup(self):
@@ -525,27 +625,38 @@ class Cupy(Adapter):
                "S": cp.cuda.Stream, "g1": (1,), "r10": range(GRAPH_KERNELS),
                # cudaStreamCaptureModeThreadLocal, where cupy does not name it
                "tl": getattr(cp.cuda.runtime, "streamCaptureModeThreadLocal", 1)}
-        if op in KERNEL_OPS or op in GRAPH_OPS:
-            name = ARG_KERNELS.get(op, ("streams_empty",))[0]
+        if op in KERNEL_OPS or op in GRAPH_OPS or op in PIPELINE_OPS:
+            name = ARG_KERNELS.get(PIPELINE_ARGS if op in PIPELINE_OPS else op,
+                                   ("streams_empty",))[0]
             mod = cp.cuda.function.Module()
             mod.load(self.ptx(name))
-            k = env["k"] = env["kx"] = mod.get_function(name)
+            env["kx"] = mod.get_function(name)
+            k = env["k"] = mod.get_function("streams_empty")
             env["mod"] = mod
-            if op in ARG_KERNELS:
+            if op in ARG_KERNELS or op in PIPELINE_OPS:
                 import numpy
-                _bind_args(op, env, {"pointer": cp.empty(64, cp.uint8),
-                                     "uint64": numpy.uint64(1), "uint32": numpy.uint32(1),
-                                     "float32": numpy.float32(1), "float64": numpy.float64(1)})
-            if op in ("graph_launch", "graph_launch_sync"):
+                devs = [cp.empty(COPY_BYTES, cp.uint8) for _ in range(LOADER_COPIES)]
+                _bind_args(PIPELINE_ARGS if op in PIPELINE_OPS else op, env,
+                           {"pointer": devs[0], "uint64": numpy.uint64(1),
+                            "uint32": numpy.uint32(1), "float32": numpy.float32(1),
+                            "float64": numpy.float64(1)})
+            if op in PIPELINE_OPS:
+                import ctypes
+                pins = [cp.cuda.alloc_pinned_memory(COPY_BYTES) for _ in range(LOADER_COPIES)]
+                hosts = [ctypes.c_void_p(p.ptr) for p in pins]
+                env.update(a1=devs[1], pins=pins, dev=devs[0].data, host=hosts[0],
+                           loads=[(d.data, h) for d, h in zip(devs, hosts)])
+                _pipeline_env(env)
+            if op in ("graph_launch", "graph_launch_sync", "pipeline_inference", *GRAPH_SIZES):
                 s.begin_capture()
                 try:
-                    for _ in range(GRAPH_KERNELS):
+                    for _ in range(graph_nodes(op)):
                         k((1,), (1,), (), 0, s)
                 finally:
                     g = s.end_capture()
                 g.upload(s)
-                s.synchronize()
                 env["g"] = g
+            s.synchronize()
         return _callbacks(env)
 
     def busy_stream(self, env):
@@ -574,10 +685,15 @@ class Torch(Adapter):
         "graph_capture_instantiate": ("cg = G()\n"
                                       'cg.capture_begin(capture_error_mode="thread_local")\n'
                                       "for _ in r10:\n    k(a)\ncg.capture_end()\ncg.reset()"),
+        # Copies and kernels go to the current stream.
+        "pipeline_data_loader": ("set_stream(other)\nfor dst, src in loads:\n"
+                                 "    dst.copy_(src, non_blocking=True)\n"
+                                 "other.record_event(ev)\ns.wait_event(ev)\nset_stream(s)\nk(a)"),
     }
     na = dict({op: "PyTorch has no host-function API" for op in HOST_FUNC_OPS},
               **{op: "PyTorch launches only its own kernels" for op in ARG_KERNELS},
-              prepared_launch="PyTorch has no prepared launches")
+              prepared_launch="PyTorch has no prepared launches",
+              pipeline_inference="PyTorch has no host-function API (the step's host function)")
     notes = {
         "event_create_destroy": "Event() + record(s) + drop: torch creates the CUDA "
                                 "event lazily, at the first record",
@@ -587,6 +703,9 @@ class Torch(Adapter):
                                "(round-robin over 32 streams per priority, never given back)",
         "stream_create_destroy": "torch.cuda.Stream() takes a stream from torch's pool: "
                                  "no cudaStreamCreate/Destroy",
+        "pipeline_data_loader": "Tensor.copy_(pinned, non_blocking=True) with the copy stream "
+                                "current (torch.cuda.set_stream), Stream.record_event, "
+                                "wait_event; a kernel of torch's with the compute stream current",
     }
 
     def setup(self):
@@ -611,7 +730,7 @@ class Torch(Adapter):
         other.synchronize()
         env = {"s": s, "other": other, "ev": ev, "done": done, "E": t.cuda.Event,
                "S": t.cuda.Stream, "G": t.cuda.CUDAGraph, "r10": range(GRAPH_KERNELS)}
-        if op in KERNEL_OPS or op in GRAPH_OPS:
+        if op in KERNEL_OPS or op in GRAPH_OPS or op == "pipeline_data_loader":
             sleep = getattr(t.cuda, "_sleep", None)
             if sleep is not None:
                 env["k"], env["a"] = sleep, 0
@@ -624,14 +743,24 @@ class Torch(Adapter):
             if op == "graph_capture_instantiate":
                 label = ("CUDAGraph capture_begin (thread-local mode), capture_end (which "
                          f"instantiates), reset(); kernels: {label}")
+            elif op == "pipeline_data_loader":
+                devs = [t.empty(COPY_BYTES, dtype=t.uint8, device="cuda")
+                        for _ in range(LOADER_COPIES)]
+                hosts = [t.empty(COPY_BYTES, dtype=t.uint8, pin_memory=True)
+                         for _ in range(LOADER_COPIES)]
+                env.update(loads=list(zip(devs, hosts)), set_stream=t.cuda.set_stream)
+                t.cuda.synchronize()
+                label = ("Tensor.copy_(pinned, non_blocking=True) with the copy stream "
+                         "current (torch.cuda.set_stream), Stream.record_event, wait_event; "
+                         f"the kernel: {label}, with the compute stream current")
             elif op.startswith("graph"):
                 g = t.cuda.CUDAGraph()
                 with t.cuda.graph(g):
-                    for _ in range(GRAPH_KERNELS):
+                    for _ in range(graph_nodes(op)):
                         env["k"](env["a"])
                 t.cuda.set_stream(s)
                 env["g"] = g
-                label = f"CUDAGraph.replay() of 10 captured {label}"
+                label = f"CUDAGraph.replay() of {graph_nodes(op)} captured {label}"
             self.notes = dict(self.notes, **{op: label})
         return env
 
@@ -656,6 +785,12 @@ class CudaCore(Adapter):
                                       "for _ in r10:\n    L(gb, cfg, k)\n"
                                       "gb.end_building()\ncg = gb.complete()\n"
                                       "cg.close()\ngb.close()"),
+        "pipeline_inference": ("for _ in r8:\n    L(s, cfg, kx, {args})\ng.launch(s)\n"
+                               "s.record(ev)\nother.wait(ev)\nhost.copy_from(dev, stream=other)\n"
+                               "step += 1\nif step == every:\n    step = 0\n"
+                               "    HL(other, cb0)"),
+        "pipeline_data_loader": ("for dst, src in loads:\n    dst.copy_from(src, stream=other)\n"
+                                 "other.record(ev)\ns.wait(ev)\nL(s, cfg, kx, {args})"),
     }
     sync = "s.sync()"
     na = {op: "cuda.core has no host-function API on streams" for op in HOST_FUNC_OPS}
@@ -669,6 +804,12 @@ class CudaCore(Adapter):
         "graph_launch": "GraphBuilder capture, Graph.launch(s)",
         "graph_capture_instantiate": "GraphBuilder begin_building (thread-local mode), "
                                      "end_building, complete (instantiates), close",
+        "pipeline_inference": "launch() (Buffers, numpy scalars), Graph.launch of a "
+                              "GraphBuilder capture, Stream.record, wait, Buffer.copy_from "
+                              "into LegacyPinnedMemoryResource memory, host_launch of a "
+                              "Python callable",
+        "pipeline_data_loader": "Buffer.copy_from of LegacyPinnedMemoryResource memory, "
+                                "Stream.record, wait, launch() (Buffers, numpy scalars)",
     }
 
     def setup(self):
@@ -686,6 +827,14 @@ class CudaCore(Adapter):
             self.stmts = dict(self.stmts, stream_query="s.is_done")
         else:
             self.na = dict(self.na, stream_query="cuda.core.Stream has no query")
+        # Host functions on a stream (host_launch) and a pinned memory
+        # resource came in later versions.
+        if not hasattr(cc, "LegacyPinnedMemoryResource"):
+            self.na = dict(self.na, **dict.fromkeys(
+                PIPELINE_OPS, "this cuda.core has no LegacyPinnedMemoryResource (pinned memory)"))
+        if not hasattr(cc, "host_launch"):
+            self.na = dict(self.na, pipeline_inference="this cuda.core has no host-function API "
+                                                       "on streams (no cuda.core.host_launch)")
 
     def info(self):
         ver = getattr(self.cc, "__version__", None) or _dist_version("cuda-core")
@@ -700,25 +849,36 @@ class CudaCore(Adapter):
         closers = [s.close, other.close, ev.close, done.close]
         env = {"s": s, "other": other, "ev": ev, "done": done, "d": d,
                "r10": range(GRAPH_KERNELS), "_closers": closers}
-        if op in KERNEL_OPS or op in GRAPH_OPS:
-            name = ARG_KERNELS.get(op, ("streams_empty",))[0]
+        if op in KERNEL_OPS or op in GRAPH_OPS or op in PIPELINE_OPS:
+            name = ARG_KERNELS.get(PIPELINE_ARGS if op in PIPELINE_OPS else op,
+                                   ("streams_empty",))[0]
             oc_cls = self.cc.ObjectCode
             ptx = self.ptx(name)
             oc = oc_cls.from_ptx(ptx) if hasattr(oc_cls, "from_ptx") else oc_cls(ptx, "ptx")
-            k = oc.get_kernel(name)
+            kx = oc.get_kernel(name)
+            k = oc.get_kernel("streams_empty") if op in PIPELINE_OPS else kx
             cfg = self.cc.LaunchConfig(grid=1, block=1)
-            env.update(L=self.cc.launch, cfg=cfg, k=k, kx=k, oc=oc)
-            if op in ARG_KERNELS:
+            env.update(L=self.cc.launch, cfg=cfg, k=k, kx=kx, oc=oc)
+            if op in ARG_KERNELS or op in PIPELINE_OPS:
                 import numpy
-                buf = d.allocate(64, stream=s)
-                closers.append(buf.close)
-                _bind_args(op, env, {"pointer": buf, "uint64": numpy.uint64(1),
-                                     "uint32": numpy.uint32(1), "float32": numpy.float32(1),
-                                     "float64": numpy.float64(1)})
-            if op in ("graph_launch", "graph_launch_sync"):
+                devs = [d.allocate(COPY_BYTES, stream=s) for _ in range(LOADER_COPIES)]
+                closers.extend(b.close for b in devs)
+                _bind_args(PIPELINE_ARGS if op in PIPELINE_OPS else op, env,
+                           {"pointer": devs[0], "uint64": numpy.uint64(1),
+                            "uint32": numpy.uint32(1), "float32": numpy.float32(1),
+                            "float64": numpy.float64(1)})
+            if op in PIPELINE_OPS:
+                pinned = self.cc.LegacyPinnedMemoryResource()
+                hosts = [pinned.allocate(COPY_BYTES) for _ in range(LOADER_COPIES)]
+                closers.extend(b.close for b in hosts)
+                env.update(a1=devs[1], dev=devs[0], host=hosts[0], loads=list(zip(devs, hosts)),
+                           HL=getattr(self.cc, "host_launch", None))
+                _callbacks(_pipeline_env(env))
+                s.sync()
+            if op in ("graph_launch", "graph_launch_sync", "pipeline_inference", *GRAPH_SIZES):
                 gb = s.create_graph_builder()
                 gb.begin_building()
-                for _ in range(GRAPH_KERNELS):
+                for _ in range(graph_nodes(op)):
                     self.cc.launch(gb, cfg, k)
                 gb.end_building()
                 g = gb.complete()
@@ -752,6 +912,17 @@ class CudaBindings(Adapter):
             "    e, = L(k, 1, 1, 1, 1, 1, 1, 0, s, None, 0)\n    if e: fail(e)\n"
             "e, cg = endc(s)\nif e: fail(e)\ne, cx = gi(cg, 0)\nif e: fail(e)\n"
             "e, = gxd(cx)\nif e: fail(e)\ne, = gd(cg)\nif e: fail(e)"),
+        "pipeline_inference": (
+            "for _ in r8:\n    e, = L(kx, 1, 1, 1, 1, 1, 1, 0, s, kp, 0)\n    if e: fail(e)\n"
+            "e, = GL(ex, s)\nif e: fail(e)\ne, = rec(ev, s)\nif e: fail(e)\n"
+            "e, = w(other, ev, 0)\nif e: fail(e)\n"
+            "e, = cp(host, dev, nb, dflt, other)\nif e: fail(e)\n"
+            "step += 1\nif step == every:\n    step = 0\n"
+            "    e, = LH(other, h, None)\n    if e: fail(e)"),
+        "pipeline_data_loader": (
+            "for dst, src in loads:\n    e, = cp(dst, src, nb, dflt, other)\n    if e: fail(e)\n"
+            "e, = rec(ev, other)\nif e: fail(e)\ne, = w(s, ev, 0)\nif e: fail(e)\n"
+            "e, = L(kx, 1, 1, 1, 1, 1, 1, 0, s, kp, 0)\nif e: fail(e)"),
     }
     sync = "e, = sy(s)\nif e: fail(e)"
     notes = {
@@ -762,10 +933,15 @@ class CudaBindings(Adapter):
         "kernel_launch_args4": "driver cuLaunchKernel, kernelParams as (values, ctypes types)",
         "kernel_launch_args16": "driver cuLaunchKernel, kernelParams as (values, ctypes types)",
         "host_func_enqueue": "cudaLaunchHostFunc of a ctypes CFUNCTYPE callback",
-        "graph_launch": "cudaGraphLaunch of cudaStreamBeginCapture + 10 cuLaunchKernel",
+        "graph_launch": "cudaGraphLaunch of cudaStreamBeginCapture + cuLaunchKernel launches",
         "graph_capture_instantiate": "cudaStreamBeginCapture (thread-local mode), 10 "
                                      "cuLaunchKernel, cudaStreamEndCapture, "
                                      "cudaGraphInstantiateWithFlags, both destroys",
+        "pipeline_inference": "driver cuLaunchKernel, cudaGraphLaunch, cudaEventRecord, "
+                              "cudaStreamWaitEvent, cudaMemcpyAsync into cudaMallocHost "
+                              "memory, cudaLaunchHostFunc of a ctypes callback",
+        "pipeline_data_loader": "cudaMemcpyAsync from cudaMallocHost memory, cudaEventRecord, "
+                                "cudaStreamWaitEvent, driver cuLaunchKernel",
     }
 
     def setup(self):
@@ -819,30 +995,41 @@ class CudaBindings(Adapter):
                "fl": rt.cudaEventDisableTiming, "sc": rt.cudaStreamCreateWithFlags,
                "sd": rt.cudaStreamDestroy, "sf": rt.cudaStreamDefault,
                "GL": rt.cudaGraphLaunch, "LH": rt.cudaLaunchHostFunc,
-               "L": drv.cuLaunchKernel}
-        if op in KERNEL_OPS or op in GRAPH_OPS:
-            name = ARG_KERNELS.get(op, ("streams_empty",))[0]
+               "L": drv.cuLaunchKernel, "cp": rt.cudaMemcpyAsync,
+               "dflt": rt.cudaMemcpyKind.cudaMemcpyDefault}
+        if op in KERNEL_OPS or op in GRAPH_OPS or op in PIPELINE_OPS:
+            args_op = PIPELINE_ARGS if op in PIPELINE_OPS else op
+            name = ARG_KERNELS.get(args_op, ("streams_empty",))[0]
             lib = ck(drv.cuLibraryLoadData(self.ptx(name), None, None, 0, None, None, 0))
             closers.append(lambda: drv.cuLibraryUnload(lib))
             # As a CUfunction, which cuLaunchKernel accepts for a CUkernel: the
             # binding then takes its fast path instead of converting per call.
             k = env["k"] = env["kx"] = drv.CUfunction(
                 int(ck(drv.cuLibraryGetKernel(lib, name.encode()))))
-            if op in ARG_KERNELS:
+            if op in PIPELINE_OPS:
+                k = env["k"] = drv.CUfunction(
+                    int(ck(drv.cuLibraryGetKernel(lib, b"streams_empty"))))
+            if args_op in ARG_KERNELS:
                 import ctypes
-                ptr = int(ck(rt.cudaMalloc(64)))
-                closers.append(lambda: rt.cudaFree(ptr))
+                devs = [int(ck(rt.cudaMalloc(COPY_BYTES))) for _ in range(LOADER_COPIES)]
+                closers.extend(functools.partial(rt.cudaFree, p) for p in devs)
                 types = {"pointer": ctypes.c_void_p, "uint64": ctypes.c_uint64,
                          "uint32": ctypes.c_uint32, "float32": ctypes.c_float,
                          "float64": ctypes.c_double}
-                values = {"pointer": ptr, "uint64": 1, "uint32": 1, "float32": 1.0,
+                values = {"pointer": devs[0], "uint64": 1, "uint32": 1, "float32": 1.0,
                           "float64": 1.0}
-                kinds = ARG_KERNELS[op][1]
+                kinds = ARG_KERNELS[args_op][1]
                 env["kp"] = (tuple(values[t] for t in kinds), tuple(types[t] for t in kinds))
-            if op in ("graph_launch", "graph_launch_sync"):
+            if op in PIPELINE_OPS:
+                hosts = [int(ck(rt.cudaMallocHost(COPY_BYTES))) for _ in range(LOADER_COPIES)]
+                closers.extend(functools.partial(rt.cudaFreeHost, p) for p in hosts)
+                env["kp"] = ((devs[0], devs[1]) + env["kp"][0][2:], env["kp"][1])
+                env.update(dev=devs[0], host=hosts[0], loads=list(zip(devs, hosts)))
+                _pipeline_env(env)
+            if op in ("graph_launch", "graph_launch_sync", "pipeline_inference", *GRAPH_SIZES):
                 ck(rt.cudaStreamBeginCapture(s, mode))
                 try:
-                    for _ in range(GRAPH_KERNELS):
+                    for _ in range(graph_nodes(op)):
                         ck(drv.cuLaunchKernel(k, 1, 1, 1, 1, 1, 1, 0, s, None, 0))
                 finally:
                     graph = ck(rt.cudaStreamEndCapture(s))
@@ -851,7 +1038,7 @@ class CudaBindings(Adapter):
                             lambda: rt.cudaGraphExecDestroy(ex)]
                 ck(rt.cudaGraphUpload(ex, s))
                 ck(rt.cudaStreamSynchronize(s))
-        if op in HOST_FUNC_OPS:
+        if op in HOST_FUNC_OPS or op == "pipeline_inference":
             import ctypes
             _callbacks(env)
             box = env["box"]
@@ -884,6 +1071,10 @@ class NumbaCuda(Adapter):
     na = dict({op: "numba.cuda has no graph API" for op in GRAPH_OPS},
               **{op: "numba.cuda launches the kernels it compiles, whose array arguments "
                      "are several parameters each" for op in ARG_KERNELS},
+              pipeline_inference="numba.cuda has no graph API (the step's graph replay)",
+              pipeline_data_loader="numba.cuda launches the kernels it compiles, whose array "
+                                   "arguments are several parameters each (the step's "
+                                   "kernel takes two pointers and two scalars)",
               stream_query="numba.cuda streams have no query",
               stream_wait_stream="numba.cuda streams have no wait_stream")
     notes = {

@@ -26,7 +26,8 @@ _CODES = {"stream_query": 0, "stream_synchronize": 1, "event_record": 2, "event_
           "stream_wait_event": 4, "kernel_launch": 5, "prepared_launch": 5,
           "kernel_launch_sync": 6, "graph_launch": 7, "graph_launch_sync": 8,
           "event_record_query": 9, "stream_wait_stream": 10, "kernel_launch_args4": 11,
-          "kernel_launch_args16": 11}
+          "kernel_launch_args16": 11, "graph_launch_1": 7, "graph_launch_100": 7,
+          "graph_launch_1000": 7}
 #: Operations whose C-level API this build of streams lacks, with why.
 NA = {} if KERNEL_C_LAUNCH else dict.fromkeys(
     ("kernel_launch_args4", "kernel_launch_args16"), "this build of streams has no Kernel.c_launch")

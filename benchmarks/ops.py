@@ -5,7 +5,10 @@ _PY_CY = {"streams-py": 1.25, "streams-cy": 1.05}
 GRAPH_KERNELS = 10
 PRODUCERS = 8       # threads of host_func_throughput_8threads
 COPIES = 8          # copies of memcpy_loop_8 and memcpy_batch_8 (src/floor.h)
-COPY_BYTES = 4096
+COPY_BYTES = 4096   # each copy's size, the pipelines' copies too
+PIPELINE_KERNELS = 8    # kernels of a pipeline_inference step (src/floor.h)
+HOST_FUNC_EVERY = 16    # pipeline_inference steps per host function
+LOADER_COPIES = 2       # host-to-device copies of a pipeline_data_loader step
 
 #: A streams cell this far below its in-process floor, which makes the same
 #: CUDA calls without any wrapper, measured something else: it is flagged
@@ -28,9 +31,9 @@ def times(op, ratio):
 
 
 class Op:
-    __slots__ = ("name", "label", "iters", "targets", "about", "only")
+    __slots__ = ("name", "label", "iters", "targets", "about", "only", "nodes")
 
-    def __init__(self, name, label, iters, targets, about, only=None):
+    def __init__(self, name, label, iters, targets, about, only=None, nodes=None):
         self.name = name
         self.label = label
         self.iters = iters          # calls per batch in a full run
@@ -39,6 +42,10 @@ class Op:
         self.targets = targets
         self.about = about
         self.only = only            # (contenders that run it, why the others do not)
+        # The kernel nodes of the graph a graph-launch row launches: the rows
+        # with nodes form the graph-size series, whose cells get a cost per
+        # node (results.py: the slope from the smallest graph's row).
+        self.nodes = nodes
 
 
 OPS = (
@@ -104,7 +111,8 @@ OPS = (
        f"N host functions enqueued on one stream by {PRODUCERS} threads at once, "
        "until all have run; ns per callback"),
     Op("graph_launch", "10-kernel graph launch", 50, {"streams-py": 1.05},
-       "cudaGraphLaunch of a graph captured from 10 empty-kernel launches"),
+       "cudaGraphLaunch of a graph captured from 10 empty-kernel launches",
+       nodes=GRAPH_KERNELS),
     Op("graph_launch_sync", "10-kernel graph launch + sync", 50, {},
        "graph launch, then synchronize the stream"),
     # Deadlines (docs/deadlines.rst): the same work with a progress marker
@@ -127,12 +135,33 @@ OPS = (
     Op("graph_capture_instantiate", "10-kernel capture + instantiate", 20, {},
        "capture 10 empty-kernel launches (thread-local mode), instantiate the graph, "
        "destroy both"),
+    # Graph launch against graph size: these and graph_launch launch graphs
+    # of 1, 10, 100 and 1000 empty-kernel nodes (Op.nodes).
+    Op("graph_launch_1", "1-kernel graph launch", 50, {},
+       "cudaGraphLaunch of a graph captured from 1 empty-kernel launch", nodes=1),
+    Op("graph_launch_100", "100-kernel graph launch", 50, {},
+       "cudaGraphLaunch of a graph captured from 100 empty-kernel launches", nodes=100),
+    Op("graph_launch_1000", "1000-kernel graph launch", 20, {},
+       "cudaGraphLaunch of a graph captured from 1000 empty-kernel launches", nodes=1000),
     Op("memcpy_loop_8", "8 copies, a call each", 200, {},
        f"{COPIES} cudaMemcpyAsync of {COPY_BYTES // 1024} KiB device to device, one call each "
        "(streams: a Python loop of memcpy_async)"),
     Op("memcpy_batch_8", "8 copies, one batched call", 200, {},
        f"one cudaMemcpyBatchAsync of the same {COPIES} copies (CUDA 12.8 or newer; streams: "
        "memcpy_batch_async)"),
+    # Steps of an application's loop, each a mix of the calls above, timed
+    # as one: what a wrapper adds over a whole step (ns per step).
+    Op("pipeline_inference", "inference step", 20, {"streams-py": 1.10},
+       f"one step of an inference loop on two streams: {PIPELINE_KERNELS} launches of a "
+       f"4-parameter kernel and a {GRAPH_KERNELS}-kernel graph replay on the compute stream, "
+       "an event recorded there that the output stream waits for, a "
+       f"{COPY_BYTES // 1024} KiB device-to-host copy into pinned memory on the output "
+       f"stream, and there a host function every {HOST_FUNC_EVERY} steps; ns per step"),
+    Op("pipeline_data_loader", "data-loader step", 50, {"streams-py": 1.10},
+       f"one step of a data loader: {LOADER_COPIES} copies of {COPY_BYTES // 1024} KiB "
+       "from pinned memory to the device on a copy stream, an event recorded there, the "
+       "compute stream waiting for it, a 4-parameter kernel on the compute stream (its "
+       "pointers: the copies' destinations); ns per step"),
     # The interop rule: another library's stream is taken at the boundary
     # without a wrapper, so it costs little more than streams' own.  Last: its
     # set-up imports torch into the streams worker, where it then stays, and
@@ -162,19 +191,44 @@ def floor_op(op):
     return FLOOR_OF.get(op, op)
 
 
+# The graph-launch rows by size (Op.nodes): the same launch, of a graph of
+# so many empty-kernel nodes.
+GRAPH_SIZES = {op.name: op.nodes for op in OPS if op.nodes}
+PIPELINE_OPS = ("pipeline_inference", "pipeline_data_loader")
+#: The kernel of the pipelines' launches (its parameters: ARG_KERNELS).
+PIPELINE_ARGS = "kernel_launch_args4"
+
+#: The CUDA runtime calls of one step of each pipeline row: src/floor.h
+#: makes them, and so does every contender's step (pipeline_inference's
+#: host function: one every HOST_FUNC_EVERY steps).
+STEP_CALLS = {
+    "pipeline_inference": {"cudaLaunchKernel": PIPELINE_KERNELS, "cudaGraphLaunch": 1,
+                           "cudaEventRecord": 1, "cudaStreamWaitEvent": 1,
+                           "cudaMemcpyAsync": 1, "cudaLaunchHostFunc": 1 / HOST_FUNC_EVERY},
+    "pipeline_data_loader": {"cudaMemcpyAsync": LOADER_COPIES, "cudaEventRecord": 1,
+                             "cudaStreamWaitEvent": 1, "cudaLaunchKernel": 1},
+}
+
+
+def graph_nodes(op):
+    """The kernel nodes of the graph that ``op`` launches, replays or captures."""
+    return GRAPH_SIZES.get(op, GRAPH_KERNELS)
+
+
 # Operations that leave work on the stream: each batch is followed by an
 # untimed synchronize, so that no batch waits for a full launch queue
 # (which would time the GPU, not the call).
 ENQUEUES = {"event_record", "event_record_torch_stream", "event_record_query", "stream_wait_event", "stream_wait_stream",
             "kernel_launch", "kernel_launch_args4", "kernel_launch_args16", "prepared_launch",
             "graph_launch", "memcpy_loop_8", "memcpy_batch_8", "kernel_launch_deadline",
-            "graph_launch_deadline"}
+            "graph_launch_deadline", *GRAPH_SIZES, *PIPELINE_OPS}
 HOST_FUNC_OPS = ("host_func_enqueue", "host_func_round_trip", "host_func_native_round_trip",
                  "host_func_throughput", "host_func_throughput_8threads")
 KERNEL_OPS = ("kernel_launch", "kernel_launch_sync", "kernel_launch_args4",
               "kernel_launch_args16", "prepared_launch", "kernel_launch_deadline")
 GRAPH_OPS = ("graph_launch", "graph_launch_sync", "graph_capture_instantiate",
-             "graph_launch_deadline", "graph_launch_sync_deadline")
+             "graph_launch_deadline", "graph_launch_sync_deadline", "graph_launch_1",
+             "graph_launch_100", "graph_launch_1000")
 DEADLINE_OPS = ("kernel_launch_deadline", "graph_launch_deadline", "graph_launch_sync_deadline")
 
 # The kernels of the argument rows, with their parameters as

@@ -15,6 +15,10 @@ def _fmt_ns(x):
     return f"{x:.0f}" if x < 1e6 else f"{x / 1e3:.0f}k"
 
 
+def _fmt_per_node(x):
+    return f"{x:.1f}" if abs(x) >= 10 else f"{x:.2f}"
+
+
 def _ordered(configured, present, chosen=None):
     """The names in ``present``, in the configured order (others after),
     only the ``chosen`` ones when given."""
@@ -39,7 +43,8 @@ def render_table(doc, ops=None, contenders=None):
     is the median ns per call, ±half the p10-p90 spread, ``/`` the median of
     the in-process floor measured in the same process, the ratio to it, and
     ok/MISS against the promised ratio (SUSPECT: a streams cell below its
-    floor, which is a measurement problem)."""
+    floor, which is a measurement problem); on the graph-size rows, the cost
+    of one more node (``/node``)."""
     cols = _columns(doc, contenders)
     rows = _rows(doc, ops)
     notes = []
@@ -70,6 +75,8 @@ def render_table(doc, ops=None, contenders=None):
                 if cell.get("ratio") is not None:
                     text += f" {cell['ratio']:.2f}x"
                 text += _VERDICT_TEXT.get(cell.get("verdict"), "")
+                if cell.get("per_node_ns") is not None:
+                    text += f" {_fmt_per_node(cell['per_node_ns'])}/node"
                 if "over_ns" in cell and "times" in cell["target"]:
                     ref = cell["target"]["of"]
                     text += footnote(
@@ -144,6 +151,14 @@ def render_table(doc, ops=None, contenders=None):
                    "ok/MISS against the target")
     out.append(f"SUSPECT: a streams cell below {SUSPECT_BELOW:g}x of its floor, which is "
                "a measurement problem, never a win")
+    if any(cell.get("per_node_ns") is not None
+           for op in rows for cell in doc["results"][op].values()):
+        sizes = {op: doc["ops"][op]["nodes"] for op in doc["ops"]
+                 if op in doc["results"] and doc["ops"][op].get("nodes")}
+        base = min(sizes, key=sizes.get)
+        out.append(f"N/node: a graph of more nodes costs N ns per launch and node more than "
+                   f"the same column's {doc['ops'][base].get('label', base)} (the slope of "
+                   "the medians)")
     out.append("")
     out.append(fmt(header))
     out.append(fmt(["-" * w for w in widths]))

@@ -53,10 +53,17 @@ def new_doc(config):
         "contenders": {c: {"label": CONTENDER_BY_NAME[c].label,
                            "about": CONTENDER_BY_NAME[c].about, "status": "ok"}
                        for c in config.contenders},
-        "ops": {op: {"label": OP_BY_NAME[op].label, "about": OP_BY_NAME[op].about,
-                     "targets": dict(OP_BY_NAME[op].targets)} for op in config.ops},
+        "ops": {op: _op_entry(OP_BY_NAME[op]) for op in config.ops},
         "results": {op: {} for op in config.ops},
     }
+
+
+def _op_entry(op):
+    """An operation's entry in ``ops``: what the table needs of it."""
+    entry = {"label": op.label, "about": op.about, "targets": dict(op.targets)}
+    if op.nodes:
+        entry["nodes"] = op.nodes
+    return entry
 
 
 def _derive(cell, c_median, legacy):
@@ -111,6 +118,27 @@ def _verdict(contender, cell, target, results):
     return "pass" if ratio <= target else "miss"
 
 
+def _per_node(doc):
+    """The graph-size series (the rows whose ``ops`` entry has ``nodes``):
+    each cell's cost of one more node, the slope from the same contender's
+    cell on the series' smallest graph in this document: ``per_node_ns`` from
+    the two medians, ``floor_per_node_ns`` from the two in-process floors'."""
+    sizes = {op: meta["nodes"] for op, meta in doc["ops"].items()
+             if op in doc["results"] and isinstance(meta, dict) and meta.get("nodes")}
+    base = min(sizes, key=sizes.get) if sizes else None
+    for op, nodes in sizes.items():
+        for c, cell in doc["results"][op].items():
+            cell.pop("per_node_ns", None)
+            cell.pop("floor_per_node_ns", None)
+            ref = doc["results"][base].get(c, {})
+            if nodes == sizes[base]:
+                continue
+            for key, stats in (("per_node_ns", "stats"), ("floor_per_node_ns", "floor_stats")):
+                if cell.get(stats) and ref.get(stats):
+                    cell[key] = ((cell[stats]["median"] - ref[stats]["median"])
+                                 / (nodes - sizes[base]))
+
+
 def finalize(doc):
     """Recompute every derived number from the raw per-batch values.
 
@@ -127,6 +155,7 @@ def finalize(doc):
             c_median = summarize(base["ns"])["median"]
         for c, cell in row.items():
             _derive(cell, c_median if c != "c" else None, legacy)
+    _per_node(doc)
     # Verdicts once every cell has its numbers: a target may refer to another row.
     for op, row in doc["results"].items():
         targets = doc["ops"].get(op, {}).get("targets", {})
@@ -216,6 +245,10 @@ def validate_result(doc):
             p.append(f"ops.{op}.targets must map contenders to ratios > 0 or to "
                      '{"of": another operation, "plus_ns": ns >= 0} or '
                      '{"of": another operation, "times": ratio > 0}')
+        elif "nodes" in entry and not (isinstance(entry["nodes"], int)
+                                       and not isinstance(entry["nodes"], bool)
+                                       and entry["nodes"] >= 1):
+            p.append(f"ops.{op}.nodes must be an integer >= 1 (a graph's kernel nodes)")
     for op, row in doc["results"].items():
         if op not in doc["ops"]:
             p.append(f"results.{op}: not in ops")

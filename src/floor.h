@@ -33,6 +33,11 @@
 /* The copies of memcpy_loop_8 and memcpy_batch_8: 8 of 4 KiB, device to device. */
 #define STREAMS_FLOOR_COPIES 8
 #define STREAMS_FLOOR_COPY_BYTES 4096
+/* A pipeline_inference step: 8 kernels, a host function every 16 steps;
+ * a pipeline_data_loader step: 2 copies (benchmarks/ops.py, STEP_CALLS). */
+#define STREAMS_FLOOR_PIPELINE_KERNELS 8
+#define STREAMS_FLOOR_HOST_FUNC_EVERY 16
+#define STREAMS_FLOOR_LOADER_COPIES 2
 /* Untimed calls on a batch's fresh handles before its timing: the
  * contenders' handles have served earlier batches already. */
 #define STREAMS_FLOOR_WARMUP 4
@@ -60,8 +65,13 @@ enum {
     STREAMS_FLOOR_GRAPH_LAUNCH,
     STREAMS_FLOOR_GRAPH_LAUNCH_SYNC,
     STREAMS_FLOOR_GRAPH_CAPTURE_INSTANTIATE,
+    STREAMS_FLOOR_GRAPH_LAUNCH_1,
+    STREAMS_FLOOR_GRAPH_LAUNCH_100,
+    STREAMS_FLOOR_GRAPH_LAUNCH_1000,
     STREAMS_FLOOR_MEMCPY_LOOP_8,
     STREAMS_FLOOR_MEMCPY_BATCH_8,
+    STREAMS_FLOOR_PIPELINE_INFERENCE,
+    STREAMS_FLOOR_PIPELINE_DATA_LOADER,
     STREAMS_FLOOR_OP_COUNT
 };
 
@@ -89,8 +99,13 @@ static const char *const streams_floor_op_names[STREAMS_FLOOR_OP_COUNT] = {
     "graph_launch",
     "graph_launch_sync",
     "graph_capture_instantiate",
+    "graph_launch_1",
+    "graph_launch_100",
+    "graph_launch_1000",
     "memcpy_loop_8",
     "memcpy_batch_8",
+    "pipeline_inference",
+    "pipeline_data_loader",
 };
 
 /* What failed: `err` is cudaSuccess where it was not a CUDA call. */
@@ -105,6 +120,7 @@ typedef struct {
     cudaEvent_t ev;      /* recorded by the timed calls */
     cudaEvent_t done_ev; /* recorded on `other` and complete: queried, waited on */
     cudaKernel_t kernel, spin;
+    cudaKernel_t empty;  /* the nodes of pipeline_inference's graph */
     void **kernel_args;  /* NULL for a kernel without parameters, as streams passes */
     void *args[STREAMS_FLOOR_MAX_ARGS];
     unsigned long long slots[STREAMS_FLOOR_MAX_ARGS];
@@ -113,6 +129,7 @@ typedef struct {
     void *copy_mem;      /* the copies' sources and destinations, one allocation */
     void *copy_dst[STREAMS_FLOOR_COPIES], *copy_src[STREAMS_FLOOR_COPIES];
     size_t copy_size[STREAMS_FLOOR_COPIES];
+    void *pinned;        /* the pipelines' host side: STREAMS_FLOOR_LOADER_COPIES slots */
     unsigned long long callbacks; /* host functions that have run (atomic) */
     unsigned long long enqueued;
     streams_floor_error_t *error;
@@ -127,7 +144,30 @@ static int streams_floor_find_op(const char *name) {
 
 static int streams_floor_uses_kernels(int op) {
     return (op >= STREAMS_FLOOR_KERNEL_LAUNCH && op <= STREAMS_FLOOR_HOST_FUNC_ENQUEUE)
-           || (op >= STREAMS_FLOOR_GRAPH_LAUNCH && op <= STREAMS_FLOOR_GRAPH_CAPTURE_INSTANTIATE);
+           || (op >= STREAMS_FLOOR_GRAPH_LAUNCH && op <= STREAMS_FLOOR_GRAPH_LAUNCH_1000)
+           || op == STREAMS_FLOOR_PIPELINE_INFERENCE || op == STREAMS_FLOOR_PIPELINE_DATA_LOADER;
+}
+
+static int streams_floor_is_pipeline(int op) {
+    return op == STREAMS_FLOOR_PIPELINE_INFERENCE || op == STREAMS_FLOOR_PIPELINE_DATA_LOADER;
+}
+
+/* The kernel nodes of the graph that `op` launches (0: none). */
+static int streams_floor_graph_nodes(int op) {
+    switch (op) {
+    case STREAMS_FLOOR_GRAPH_LAUNCH_1:
+        return 1;
+    case STREAMS_FLOOR_GRAPH_LAUNCH_100:
+        return 100;
+    case STREAMS_FLOOR_GRAPH_LAUNCH_1000:
+        return 1000;
+    case STREAMS_FLOOR_GRAPH_LAUNCH:
+    case STREAMS_FLOOR_GRAPH_LAUNCH_SYNC:
+    case STREAMS_FLOOR_PIPELINE_INFERENCE:
+        return STREAMS_FLOOR_GRAPH_KERNELS;
+    default:
+        return 0;
+    }
 }
 
 static int streams_floor_fail(streams_floor_error_t *error, const char *what, cudaError_t e) {
@@ -192,12 +232,14 @@ static void CUDART_CB streams_floor_count(void *p) {
     __atomic_fetch_add((unsigned long long *)p, 1ULL, __ATOMIC_RELAXED);
 }
 
-/* Capture STREAMS_FLOOR_GRAPH_KERNELS launches of the kernel on b->s. */
-static int streams_floor_capture(streams_floor_batch_t *b, cudaGraph_t *graph) {
+/* Capture `nodes` launches of `kernel` (no parameters) on b->s. */
+static int streams_floor_capture(streams_floor_batch_t *b, cudaKernel_t kernel, int nodes,
+                                 cudaGraph_t *graph) {
     int i;
     STREAMS_FLOOR_CK(b, cudaStreamBeginCapture(b->s, cudaStreamCaptureModeThreadLocal));
-    for (i = 0; i < STREAMS_FLOOR_GRAPH_KERNELS; i++) {
-        cudaError_t e = streams_floor_launch(b);
+    for (i = 0; i < nodes; i++) {
+        cudaError_t e = cudaLaunchKernel((const void *)kernel, streams_floor_one,
+                                         streams_floor_one, NULL, 0, b->s);
         if (e != cudaSuccess) {
             cudaGraph_t g = NULL;
             cudaStreamEndCapture(b->s, &g); /* leave capture mode either way */
@@ -218,7 +260,7 @@ static int streams_floor_capture_instantiate(streams_floor_batch_t *b) {
     cudaGraphExec_t x = NULL;
     cudaError_t e, e_graph;
     const char *what = "cudaGraphInstantiateWithFlags";
-    if (streams_floor_capture(b, &g)) return -1;
+    if (streams_floor_capture(b, b->kernel, STREAMS_FLOOR_GRAPH_KERNELS, &g)) return -1;
     e = cudaGraphInstantiateWithFlags(&x, g, 0);
     if (e == cudaSuccess) {
         e = cudaGraphExecDestroy(x);
@@ -232,7 +274,7 @@ static int streams_floor_capture_instantiate(streams_floor_batch_t *b) {
 
 static int streams_floor_setup(streams_floor_batch_t *b, const char *ptx) {
     const char *kernel = NULL;
-    int i, nargs = 0;
+    int i, nargs = 0, nodes = streams_floor_graph_nodes(b->op);
     /* The calls streams.Stream() and streams.Event() make by default. */
     STREAMS_FLOOR_CK(b, cudaStreamCreate(&b->s));
     STREAMS_FLOOR_CK(b, cudaStreamCreate(&b->other));
@@ -240,7 +282,7 @@ static int streams_floor_setup(streams_floor_batch_t *b, const char *ptx) {
     STREAMS_FLOOR_CK(b, cudaEventCreateWithFlags(&b->done_ev, cudaEventDisableTiming));
     STREAMS_FLOOR_CK(b, cudaEventRecord(b->done_ev, b->other));
     STREAMS_FLOOR_CK(b, cudaStreamSynchronize(b->other));
-    if (b->op == STREAMS_FLOOR_KERNEL_LAUNCH_ARGS4) {
+    if (b->op == STREAMS_FLOOR_KERNEL_LAUNCH_ARGS4 || streams_floor_is_pipeline(b->op)) {
         kernel = "streams_args4";
         nargs = 4;
     } else if (b->op == STREAMS_FLOOR_KERNEL_LAUNCH_ARGS16) {
@@ -252,6 +294,9 @@ static int streams_floor_setup(streams_floor_batch_t *b, const char *ptx) {
         kernel = "streams_empty";
     }
     if (kernel && streams_floor_kernel(ptx, kernel, &b->kernel, b->error)) return -1;
+    if (b->op == STREAMS_FLOOR_PIPELINE_INFERENCE
+        && streams_floor_kernel(ptx, "streams_empty", &b->empty, b->error))
+        return -1;
     /* Zero for every parameter: an empty kernel reads none, and what a
      * launch costs does not depend on the values. */
     for (i = 0; i < nargs; i++) b->args[i] = &b->slots[i];
@@ -267,8 +312,29 @@ static int streams_floor_setup(streams_floor_batch_t *b, const char *ptx) {
             b->copy_size[i] = STREAMS_FLOOR_COPY_BYTES;
         }
     }
-    if (b->op == STREAMS_FLOOR_GRAPH_LAUNCH || b->op == STREAMS_FLOOR_GRAPH_LAUNCH_SYNC) {
-        if (streams_floor_capture(b, &b->graph)) return -1;
+    if (streams_floor_is_pipeline(b->op)) {
+        /* Device and pinned slots of 4 KiB: the inference step copies the
+         * first device slot into the first pinned one, the data loader each
+         * pinned slot into its device slot. */
+        char *dev, *host;
+        STREAMS_FLOOR_CK(b, cudaMalloc(&b->copy_mem,
+                                       STREAMS_FLOOR_LOADER_COPIES * STREAMS_FLOOR_COPY_BYTES));
+        STREAMS_FLOOR_CK(b, cudaMallocHost(&b->pinned,
+                                           STREAMS_FLOOR_LOADER_COPIES * STREAMS_FLOOR_COPY_BYTES));
+        dev = (char *)b->copy_mem;
+        host = (char *)b->pinned;
+        for (i = 0; i < STREAMS_FLOOR_LOADER_COPIES; i++) {
+            int load = b->op == STREAMS_FLOOR_PIPELINE_DATA_LOADER;
+            char *d = dev + (size_t)i * STREAMS_FLOOR_COPY_BYTES;
+            char *h = host + (size_t)i * STREAMS_FLOOR_COPY_BYTES;
+            b->copy_src[i] = load ? h : d;
+            b->copy_dst[i] = load ? d : h;
+            b->copy_size[i] = STREAMS_FLOOR_COPY_BYTES;
+        }
+    }
+    if (nodes) {
+        cudaKernel_t node = b->op == STREAMS_FLOOR_PIPELINE_INFERENCE ? b->empty : b->kernel;
+        if (streams_floor_capture(b, node, nodes, &b->graph)) return -1;
         STREAMS_FLOOR_CK(b, cudaGraphInstantiateWithFlags(&b->exec, b->graph, 0));
         STREAMS_FLOOR_CK(b, cudaGraphUpload(b->exec, b->s));
         STREAMS_FLOOR_CK(b, cudaStreamSynchronize(b->s));
@@ -281,6 +347,7 @@ done:
 static void streams_floor_teardown(streams_floor_batch_t *b) {
     /* First: host functions still queued write into *b. */
     if (b->s) cudaStreamSynchronize(b->s);
+    if (b->other) cudaStreamSynchronize(b->other);
     if (b->exec) cudaGraphExecDestroy(b->exec);
     if (b->graph) cudaGraphDestroy(b->graph);
     if (b->ev) cudaEventDestroy(b->ev);
@@ -288,6 +355,7 @@ static void streams_floor_teardown(streams_floor_batch_t *b) {
     if (b->s) cudaStreamDestroy(b->s);
     if (b->other) cudaStreamDestroy(b->other);
     if (b->copy_mem) cudaFree(b->copy_mem);
+    if (b->pinned) cudaFreeHost(b->pinned);
     cudaGetLastError();
 }
 
@@ -371,6 +439,9 @@ static int streams_floor_calls(streams_floor_batch_t *b, long n) {
         STREAMS_FLOOR_CK(b, cudaStreamSynchronize(s));
         break;
     case STREAMS_FLOOR_GRAPH_LAUNCH:
+    case STREAMS_FLOOR_GRAPH_LAUNCH_1:
+    case STREAMS_FLOOR_GRAPH_LAUNCH_100:
+    case STREAMS_FLOOR_GRAPH_LAUNCH_1000:
         for (i = 0; i < n; i++) STREAMS_FLOOR_CK(b, cudaGraphLaunch(b->exec, s));
         break;
     case STREAMS_FLOOR_GRAPH_LAUNCH_SYNC:
@@ -400,6 +471,38 @@ static int streams_floor_calls(streams_floor_batch_t *b, long n) {
                                                              b->copy_size, STREAMS_FLOOR_COPIES,
                                                              s),
                                 cudaSuccess);
+        break;
+    case STREAMS_FLOOR_PIPELINE_INFERENCE:
+        /* Compute on s (kernels, the graph), the output stream waits for it,
+         * copies the result out and, every 16th step, runs a host function. */
+        for (i = 0; i < n; i++) {
+            int j;
+            for (j = 0; j < STREAMS_FLOOR_PIPELINE_KERNELS; j++) STREAMS_FLOOR_CK_LAUNCH(b);
+            STREAMS_FLOOR_CK(b, cudaGraphLaunch(b->exec, s));
+            STREAMS_FLOOR_CK(b, cudaEventRecord(b->ev, s));
+            STREAMS_FLOOR_CK(b, cudaStreamWaitEvent(b->other, b->ev, 0));
+            STREAMS_FLOOR_CK(b, cudaMemcpyAsync(b->copy_dst[0], b->copy_src[0], b->copy_size[0],
+                                                cudaMemcpyDefault, b->other));
+            if ((i + 1) % STREAMS_FLOOR_HOST_FUNC_EVERY == 0) {
+                STREAMS_FLOOR_CK(b, cudaLaunchHostFunc(b->other, streams_floor_count,
+                                                       &b->callbacks));
+                b->enqueued++;
+            }
+        }
+        break;
+    case STREAMS_FLOOR_PIPELINE_DATA_LOADER:
+        /* Copies in on the copy stream (`other`), the compute stream (s)
+         * waits for them and launches a kernel on what they brought. */
+        for (i = 0; i < n; i++) {
+            int j;
+            for (j = 0; j < STREAMS_FLOOR_LOADER_COPIES; j++)
+                STREAMS_FLOOR_CK(b, cudaMemcpyAsync(b->copy_dst[j], b->copy_src[j],
+                                                    b->copy_size[j], cudaMemcpyDefault,
+                                                    b->other));
+            STREAMS_FLOOR_CK(b, cudaEventRecord(b->ev, b->other));
+            STREAMS_FLOOR_CK(b, cudaStreamWaitEvent(s, b->ev, 0));
+            STREAMS_FLOOR_CK_LAUNCH(b);
+        }
         break;
     default:
         b->error->err = cudaSuccess;
@@ -527,12 +630,13 @@ done:
     return -1;
 }
 
-/* Untimed, after a run: drain the stream, so that no run waits for a full
- * launch queue (that would time the GPU, not the calls), and check that
- * every host function enqueued has run. */
+/* Untimed, after a run: drain both streams, so that no run waits for a
+ * full launch queue (that would time the GPU, not the calls), and check
+ * that every host function enqueued has run. */
 static int streams_floor_settle(streams_floor_batch_t *b) {
     unsigned long long ran;
     STREAMS_FLOOR_CK(b, cudaStreamSynchronize(b->s));
+    STREAMS_FLOOR_CK(b, cudaStreamSynchronize(b->other));
     ran = __atomic_load_n(&b->callbacks, __ATOMIC_RELAXED);
     if (ran != b->enqueued) {
         b->error->err = cudaSuccess;

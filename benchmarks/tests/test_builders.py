@@ -43,7 +43,9 @@ def test_targets_as_promised():
     assert t["graph_launch_deadline"] == {"streams-py": {"of": "graph_launch", "times": 1.05}}
     assert t["graph_launch_sync_deadline"] == {"streams-py": {"of": "graph_launch_sync",
                                                               "times": 1.05}}
-    assert sum(len(v) for v in t.values()) == 4 * 2 + 11
+    # A pipeline step from Python: at most 10% over the same calls from C.
+    assert t["pipeline_inference"] == t["pipeline_data_loader"] == {"streams-py": 1.10}
+    assert sum(len(v) for v in t.values()) == 4 * 2 + 13
     assert ops.SUSPECT_BELOW == 0.95
 
 
@@ -104,6 +106,8 @@ def test_cython_contender_builds_and_checks(tmp_path):
                           ("kernel_launch", "needs a PreparedLaunch"),
                           ("prepared_launch", "needs a PreparedLaunch"),
                           ("graph_launch", "needs a GraphExec"),
+                          ("graph_launch_1000", "needs a GraphExec"),
+                          ("pipeline_inference", "no C-level API"),
                           ("stream_wait_stream", "needs the other Stream"),
                           ("kernel_launch_args16", "needs a Kernel")):
         with pytest.raises(ValueError, match=complaint):

@@ -1,8 +1,9 @@
 """The floor, checked without a GPU: ``streams._cudart.floor_batch`` knows
 every operation and refuses bad arguments before calling CUDA, and the C
 loops of src/floor.h run, through bench.c, against a stand-in
-cudart (fake_cudart.c) that counts every handle: each operation makes its
-calls and leaves nothing alive, failures included.
+cudart (fake_cudart.c) that counts every handle and every call: each
+operation makes its calls, those of a pipeline step or a graph launch as
+benchmarks/ops.py says, and leaves nothing alive, failures included.
 """
 import json
 import os
@@ -16,7 +17,8 @@ from benchmarks import builders, ops
 from benchmarks.under_test import builtin_ptx
 
 FLOOR_H = os.path.join(ROOT, "src", "floor.h")
-NOTHING_LIVE = "fake-cudart live: streams=0 events=0 graphs=0 execs=0 memory=0 unrun=0"
+NOTHING_LIVE = ("fake-cudart live: streams=0 events=0 graphs=0 execs=0 memory=0 pinned=0 "
+                "unrun=0")
 
 
 # The operations that make CUDA calls, each with a floor loop, in ops.py's order.
@@ -98,13 +100,37 @@ def fake_bench(tmp_path_factory):
     return _build_fake(tmp_path_factory.mktemp("fake"), builtin_ptx() + extra)
 
 
-def _bench(exe, *args, fail=None):
+def _bench(exe, *args, fail=None, calls=False):
     env = dict(os.environ)
     env.pop("FAKE_CUDART_FAIL", None)
+    env.pop("FAKE_CUDART_CALLS", None)
     if fail:
         env["FAKE_CUDART_FAIL"] = fail
+    if calls:
+        env["FAKE_CUDART_CALLS"] = "1"
     proc = subprocess.run([exe, *args], capture_output=True, text=True, env=env, timeout=60)
     return json.loads(proc.stdout), proc.stderr.strip()
+
+
+def _calls(exe, op, n):
+    """The stand-in's count of each function's calls in one batch of ``n``
+    calls of ``op`` (set-up, warm-up and clean-up included)."""
+    answer, err = _bench(exe, op, str(n), "1", "0", calls=True)
+    assert answer["ok"], answer
+    live, calls = err.splitlines()
+    assert live == NOTHING_LIVE
+    assert calls.startswith("fake-cudart calls: ")
+    return {name: int(count) for name, count in
+            (item.split("=") for item in calls.split(": ", 1)[1].split())}
+
+
+def _per_call(exe, op, n=32):
+    """What one more call of ``op`` makes: the calls of a batch of 2n calls
+    less those of a batch of n, over n (the set-up, the warm-up and the
+    clean-up are the same in both)."""
+    few, many = _calls(exe, op, n), _calls(exe, op, 2 * n)
+    diff = {name: (many.get(name, 0) - few.get(name, 0)) / n for name in set(few) | set(many)}
+    return {name: d for name, d in diff.items() if d}
 
 
 @pytest.mark.parametrize("op", FLOORED)
@@ -130,6 +156,13 @@ def test_every_floor_loop_runs_and_leaves_nothing(fake_bench, op):
     ("memcpy_loop_8", "cudaMemcpyAsync"),
     ("memcpy_loop_8", "cudaMalloc"),
     ("memcpy_batch_8", "cudaMemcpyBatchAsync"),
+    ("graph_launch_1000", "cudaGraphLaunch"),
+    ("pipeline_inference", "cudaMallocHost"),
+    ("pipeline_inference", "cudaLaunchHostFunc"),
+    ("pipeline_inference", "cudaMemcpyAsync"),
+    ("pipeline_inference", "cudaGraphUpload"),
+    ("pipeline_data_loader", "cudaStreamWaitEvent"),
+    ("pipeline_data_loader", "cudaLaunchKernel"),
 ])
 def test_a_failed_call_is_reported_and_cleaned_up(fake_bench, op, fail):
     answer, live = _bench(fake_bench, op, "40", "2", "1", fail=fail)
@@ -168,3 +201,37 @@ def test_an_aliased_floor_is_the_loop_of_its_operation(fake_bench, monkeypatch, 
     assert row["noop"] == {"status": "n/a", "ratio": None, "ratio_to_c": None, "target": None,
                            "verdict": None, "reason": row["noop"]["reason"]}
     assert row["noop"]["reason"].startswith("only streams-py, streams-py-baseline: ")
+
+
+@pytest.mark.parametrize("op", ops.PIPELINE_OPS)
+def test_a_pipeline_step_makes_the_calls_of_ops_py(fake_bench, op):
+    """One step of each pipeline, in C, makes the CUDA calls that
+    ops.STEP_CALLS lists (every contender's step makes the same:
+    test_pipeline.py), and nothing else: the host function of the inference
+    step once every HOST_FUNC_EVERY steps, its graph of GRAPH_KERNELS nodes."""
+    step = _per_call(fake_bench, op)
+    expected = dict(ops.STEP_CALLS[op])
+    if op == "pipeline_inference":
+        expected["graph_nodes"] = ops.GRAPH_KERNELS
+    assert step == expected
+    assert ops.STEP_CALLS["pipeline_inference"]["cudaLaunchHostFunc"] == 1 / 16
+    assert ops.STEP_CALLS["pipeline_inference"]["cudaLaunchKernel"] == 8
+
+
+@pytest.mark.parametrize("op", sorted(ops.GRAPH_SIZES, key=ops.GRAPH_SIZES.get))
+def test_a_graph_launch_runs_a_graph_of_its_size(fake_bench, op):
+    assert _per_call(fake_bench, op) == {"cudaGraphLaunch": 1,
+                                         "graph_nodes": ops.GRAPH_SIZES[op]}
+
+
+def test_the_graph_sizes_are_those_of_the_issue():
+    assert sorted(ops.GRAPH_SIZES.values()) == [1, 10, 100, 1000]
+    assert ops.GRAPH_SIZES["graph_launch"] == ops.GRAPH_KERNELS == 10
+    assert set(ops.GRAPH_SIZES) <= set(ops.GRAPH_OPS) and set(ops.GRAPH_SIZES) <= ops.ENQUEUES
+
+
+def test_a_capture_makes_its_ten_launches(fake_bench):
+    assert _per_call(fake_bench, "graph_capture_instantiate") == {
+        "cudaStreamBeginCapture": 1, "cudaLaunchKernel": ops.GRAPH_KERNELS,
+        "cudaStreamEndCapture": 1, "cudaGraphInstantiateWithFlags": 1,
+        "cudaGraphExecDestroy": 1, "cudaGraphDestroy": 1}

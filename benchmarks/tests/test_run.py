@@ -96,6 +96,42 @@ def test_list(capsys):
     assert "noop" not in out
 
 
+def test_list_says_what_a_pipeline_step_and_a_graph_size_are(capsys):
+    assert run.main(["--list"]) == 0
+    lines = {ln.split()[0]: ln for ln in capsys.readouterr().out.splitlines()
+             if ln.startswith("  ")}
+    inference, loader = lines["pipeline_inference"], lines["pipeline_data_loader"]
+    assert "8 launches of a 4-parameter kernel and a 10-kernel graph replay" in inference
+    assert "a host function every 16 steps; ns per step [target Py<=1.1]" in inference
+    assert "2 copies of 4 KiB from pinned memory to the device" in loader
+    assert loader.endswith("ns per step [target Py<=1.1]")
+    for op, nodes in ops.GRAPH_SIZES.items():
+        assert f"captured from {nodes} empty-kernel launch" in lines[op]
+
+
+def test_dry_run_renders_the_pipeline_and_graph_size_rows(example_path):
+    out = io.StringIO()
+    rows = ["graph_launch_1", "graph_launch_100", "graph_launch_1000", "pipeline_inference",
+            "pipeline_data_loader"]
+    assert run.main(["--dry-run", example_path, "--ops", ",".join(rows)], out=out) == 0
+    lines = out.getvalue().splitlines()
+    doc = results.load_result(example_path)
+
+    def row(op):
+        return next(ln for ln in lines if ln.startswith(ops.OP_BY_NAME[op].label + "  "))
+
+    for op in rows:
+        cell = doc["results"][op]["streams-py"]
+        assert f" /{cell['floor_stats']['median']:.0f} {cell['ratio']:.2f}x" in row(op)
+    assert "/node" not in row("graph_launch_1")
+    for op in ("graph_launch_100", "graph_launch_1000"):
+        assert row(op).count("/node") == 7       # every column with numbers
+    assert " ok" in row("pipeline_inference") and "Py<=1.1 " in row("pipeline_inference")
+    assert row("pipeline_inference").count("n/a[") == 3
+    assert any(ln.startswith("N/node: ") for ln in lines)
+    assert any("PyTorch: PyTorch has no host-function API" in ln for ln in lines)
+
+
 def test_dry_run_cli(tmp_path, example_path):
     out = io.StringIO()
     copy_path = tmp_path / "again.json"

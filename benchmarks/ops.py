@@ -151,7 +151,9 @@ OPS = (
        "memcpy_batch_async)"),
     # Steps of an application's loop, each a mix of the calls above, timed
     # as one: what a wrapper adds over a whole step (ns per step).
-    Op("pipeline_inference", "inference step", 20, {"streams-py": 1.10},
+    # Steps a batch: a multiple of HOST_FUNC_EVERY at the full and the quick
+    # scale, so that every batch has its share of host functions.
+    Op("pipeline_inference", "inference step", 80, {"streams-py": 1.10},
        f"one step of an inference loop on two streams: {PIPELINE_KERNELS} launches of a "
        f"4-parameter kernel and a {GRAPH_KERNELS}-kernel graph replay on the compute stream, "
        "an event recorded there that the output stream waits for, a "

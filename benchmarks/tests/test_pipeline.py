@@ -250,6 +250,13 @@ def test_a_graph_size_must_be_a_count(example):
         results.validate_result(example)
 
 
+def test_every_inference_batch_has_its_share_of_host_functions():
+    from benchmarks import harness
+    for config in (harness.Config(), harness.Config(quick=True)):
+        steps = config.iters("pipeline_inference")
+        assert steps >= ops.HOST_FUNC_EVERY and steps % ops.HOST_FUNC_EVERY == 0
+
+
 def test_a_result_says_each_graph_rows_size():
     from benchmarks import harness
     doc = results.new_doc(harness.Config(ops=["graph_launch_1000", "pipeline_inference"]))

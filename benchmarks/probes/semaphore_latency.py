@@ -15,10 +15,10 @@ machine's minutes.
   say: whether the record it sees done is the new one.
 * ``host callback``: ``stream.launch_host_func(f)``, f stores the counter;
   the peer spins on it.
-* ``semaphore, host only``: ``signal_host`` and ``wait_host``: no GPU, the
+* ``semaphore host side``: ``signal_host`` and ``wait_host``: no GPU, the
   floor of the semaphore's host side.
 
-    python -m benchmarks.probes.semaphore_latency [--trips 2000] [--rounds 5]
+    python -m benchmarks.probes.semaphore_latency [--trips 2000] [--rounds 5] [--modes M,...]
 """
 import argparse
 import multiprocessing as mp
@@ -26,7 +26,7 @@ import statistics
 import time
 from multiprocessing import shared_memory
 
-MODES = ("semaphore", "ipc event", "host callback", "semaphore, host only")
+MODES = ("semaphore", "ipc event", "host callback", "semaphore host side")
 TIMEOUT_S = 20.0
 
 
@@ -52,10 +52,10 @@ class Side:
     """One process's half: ``me`` 0 (parent) or 1 (child).  Index ``me``
     of the pairs is what this side signals, ``1 - me`` what it waits for."""
 
-    def __init__(self, me, sems, events, flags):
+    def __init__(self, me, sems, events, flags, gpu):
         import streams
         self.me, self.sems, self.events, self.flags = me, sems, events, flags
-        self.stream = streams.Stream(non_blocking=True)
+        self.stream = streams.Stream(non_blocking=True) if gpu else None
 
     def _set_flag(self, arg):
         self.flags[arg[0]] = arg[1]
@@ -74,7 +74,7 @@ class Side:
 
     def hop_in(self, mode, i):
         other, flags = 1 - self.me, self.flags
-        if mode in ("semaphore", "semaphore, host only"):
+        if mode in ("semaphore", "semaphore host side"):
             _wait(self.sems[other], i)
         elif mode == "ipc event":
             _spin(lambda: flags[other] == i, "counter")
@@ -84,8 +84,13 @@ class Side:
             _spin(lambda: flags[other] == i, "callback")
 
     def close(self):
-        self.stream.synchronize()
-        self.stream.close()
+        if self.stream is not None:
+            self.stream.synchronize()
+            self.stream.close()
+
+
+def _gpu(modes):
+    return any(m != "semaphore host side" for m in modes)
 
 
 def child(conn, sem_descs, ev_handles, shm_name):
@@ -97,7 +102,7 @@ def child(conn, sem_descs, ev_handles, shm_name):
         flags = np.ndarray(2, dtype=np.int64, buffer=shm.buf)
         sems = [streams.TimelineSemaphore.import_(d) for d in sem_descs]
         events = [streams.Event.from_ipc_handle(h) for h in ev_handles]
-        side = Side(1, sems, events, flags)
+        side = Side(1, sems, events, flags, bool(ev_handles))
         try:
             while True:
                 msg = conn.recv()
@@ -108,7 +113,8 @@ def child(conn, sem_descs, ev_handles, shm_name):
                 for i in range(base + 1, base + n + 1):
                     side.hop_in(mode, i)
                     side.hop_out(mode, i)
-                side.stream.synchronize()
+                if side.stream is not None:
+                    side.stream.synchronize()
                 conn.send("done")
         finally:
             side.close()
@@ -124,7 +130,7 @@ def child(conn, sem_descs, ev_handles, shm_name):
         shm.close()
 
 
-def run(trips, rounds):
+def run(trips, rounds, modes=MODES):
     import numpy as np
 
     import streams
@@ -132,18 +138,20 @@ def run(trips, rounds):
     flags = np.ndarray(2, dtype=np.int64, buffer=shm.buf)
     flags[:] = 0
     sems = [streams.TimelineSemaphore(), streams.TimelineSemaphore()]
-    events = [streams.Event(interprocess=True), streams.Event(interprocess=True)]
-    side = Side(0, sems, events, flags)
-    for sem in sems:     # register the page before any wait can depend on it
-        sem.wait(side.stream, 0)
-    side.stream.synchronize()
+    gpu = _gpu(modes)
+    events = [streams.Event(interprocess=True) for _ in range(2)] if gpu else []
+    side = Side(0, sems, events, flags, gpu)
+    if gpu:
+        for sem in sems:     # register the page before any wait can depend on it
+            sem.wait(side.stream, 0)
+        side.stream.synchronize()
     ctx = mp.get_context("spawn")
     conn, child_conn = ctx.Pipe()
     proc = ctx.Process(target=child, args=(child_conn, [x.export() for x in sems],
                                            [e.ipc_handle() for e in events], shm.name))
     proc.start()
     base = 0
-    times = {m: [] for m in MODES}
+    times = {m: [] for m in modes}
 
     def one(mode, n):
         nonlocal base
@@ -167,10 +175,10 @@ def run(trips, rounds):
         return (t1 - t0) / (2 * n)
 
     try:
-        for mode in MODES:       # warm-up: the first GPU ops, the callback thread
+        for mode in modes:       # warm-up: the first GPU ops, the callback thread
             one(mode, 50)
         for r in range(rounds):
-            order = MODES[r % len(MODES):] + MODES[:r % len(MODES)]
+            order = modes[r % len(modes):] + modes[:r % len(modes)]
             for mode in order:
                 times[mode].append(one(mode, trips))
         conn.send(None)
@@ -180,7 +188,7 @@ def run(trips, rounds):
             proc.kill()
             proc.join()
         side.close()
-        path = sems[0].path
+        path = sems[0].path if gpu else None
         for e in events:
             e.close()
         for sem in sems:
@@ -189,14 +197,14 @@ def run(trips, rounds):
         shm.close()
         shm.unlink()
     med = {m: statistics.median(v) for m, v in times.items()}
-    dev = streams.Device()
-    print(f"device: {dev.name}; semaphore GPU path: {path}; {trips} round trips x {rounds} "
-          f"rounds, median per hop")
-    print(f"{'mode':24s} {'us per hop':>11s} {'min':>8s} {'max':>8s} {'vs semaphore':>13s}")
-    for m in MODES:
+    where = f"device: {streams.Device().name}; semaphore GPU path: {path}" if gpu else "host only"
+    print(f"{where}; {trips} round trips x {rounds} rounds, median per hop")
+    ref = "semaphore" if "semaphore" in med else modes[0]
+    print(f"{'mode':24s} {'us per hop':>11s} {'min':>8s} {'max':>8s} {'vs ' + ref:>13s}")
+    for m in modes:
         v = times[m]
         print(f"{m:24s} {med[m] / 1e3:11.2f} {min(v) / 1e3:8.2f} {max(v) / 1e3:8.2f} "
-              f"{med[m] / med['semaphore']:12.2f}x")
+              f"{med[m] / med[ref]:12.2f}x")
     print(f"child exit code: {proc.exitcode}")
     return med
 
@@ -207,8 +215,14 @@ def main(argv=None):
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trips", type=int, default=2000, help="round trips per round (2000)")
     ap.add_argument("--rounds", type=int, default=5, help="rounds (5)")
+    ap.add_argument("--modes", default=",".join(MODES),
+                    help="a comma-separated subset of: " + ", ".join(MODES))
     a = ap.parse_args(argv)
-    run(a.trips, a.rounds)
+    modes = tuple(m.strip() for m in a.modes.split(",") if m.strip())
+    bad = [m for m in modes if m not in MODES]
+    if bad or not modes:
+        ap.error(f"unknown mode(s) {bad}; choose from: {', '.join(MODES)}")
+    return run(a.trips, a.rounds, modes)
 
 
 if __name__ == "__main__":

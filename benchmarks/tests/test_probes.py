@@ -89,3 +89,27 @@ def test_the_collector_is_off_while_timing_and_restored():
     assert gc.isenabled()
     timing.batches_ns(lambda n: states.append(gc.isenabled()) or 1, 1, 2)
     assert states == [False, False] and gc.isenabled()
+
+
+def test_semaphore_latency_plays_ping_pong_between_two_processes():
+    # The host side needs no GPU: a real second process, every value
+    # waited for and answered, the child's exit code printed.
+    pytest.importorskip("streams")
+    from _support import run_python_args
+    out = run_python_args(["-m", "benchmarks.probes.semaphore_latency", "--modes",
+                           "semaphore host side", "--trips", "200", "--rounds", "2"],
+                          cwd=ROOT, timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "host only; 200 round trips x 2 rounds, median per hop"
+    row = lines[2].split()
+    assert row[:3] == ["semaphore", "host", "side"] and float(row[3]) > 0, lines
+    assert row[-1] == "1.00x" and lines[-1] == "child exit code: 0"
+
+
+def test_semaphore_latency_refuses_an_unknown_mode(capsys):
+    from benchmarks.probes import semaphore_latency
+    with pytest.raises(SystemExit) as exc:
+        semaphore_latency.main(["--modes", "carrier pigeon"])
+    assert exc.value.code == 2
+    assert "unknown mode(s) ['carrier pigeon']" in capsys.readouterr().err

@@ -218,6 +218,10 @@ def _extension(name):
         # ones (the shim of the call layer, the floor, the counters' names),
         # built with the package and never shipped.
         include_dirs=[os.path.join(HERE, "include"), os.path.join(HERE, "src")],
+        # The checkout's headers it compiles: Cython regenerates the C when
+        # a .pyx, .pxi or .pxd changes, but only these make the C compiler
+        # run again when a header changes.
+        depends=streams_build.module_headers(HERE, name),
         # NVTX3 loads a tool with dlopen.
         libraries=["rt", "dl", "pthread"] if owner else ["dl"] if full == NVTX_LAYER else [],
         extra_compile_args=["-O2", "-std=gnu11", "-Wno-unused-function"],

@@ -224,3 +224,80 @@ def test_metadata_names_the_license_the_urls_and_the_status():
     assert project["authors"]
     status = [c for c in project["classifiers"] if c.startswith("Development Status :: ")]
     assert len(status) == 1, status
+
+
+def _setup_extensions():
+    """{extension name: its depends}, as setup.py declares them (read in a
+    child: setup.py puts tools/build on sys.path)."""
+    import json
+    import subprocess
+    import sys
+    code = ("import json, sys\nfrom setuptools import distutils\n"
+            "from distutils.core import run_setup\n"
+            "dist = run_setup(sys.argv[1], stop_after='init')\n"
+            "print(json.dumps({e.name: e.depends for e in dist.ext_modules}))\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(ROOT / "setup.py")],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+def _compiled_headers(c_file):
+    """The checkout's headers that the C compiler reads for ``c_file``: its
+    ``#include "..."`` lines and theirs, looked up as the compiler does
+    (beside the including file, then -I include/ and src/)."""
+    import re
+    include = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
+    dirs = [ROOT / "include", ROOT / "src"]
+    found, todo = set(), [(name, c_file.parent) for name in include.findall(c_file.read_text())]
+    while todo:
+        name, beside = todo.pop()
+        path = next((d / name for d in [beside, *dirs] if (d / name).is_file()), None)
+        if path is None or path.resolve() in found:
+            continue
+        found.add(path.resolve())
+        todo += [(n, path.parent) for n in include.findall(path.read_text())]
+    return sorted(str(p.relative_to(ROOT)) for p in found)
+
+
+def test_every_extension_depends_on_the_headers_it_compiles():
+    """A build in place recompiles a module whose header changed only where
+    the header is in its depends: each module's are exactly the checkout's
+    headers its generated C includes (the in-place build's .c files)."""
+    depends = _setup_extensions()
+    assert "src/floor.h" in depends["streams._cudart"]
+    assert "src/cuda_versions.h" in depends["streams._cudart"]
+    checked = 0
+    for name, declared in depends.items():
+        c_file = ROOT / "src" / "streams" / (name.split(".")[1] + ".c")
+        if not c_file.is_file():
+            continue
+        assert declared == _compiled_headers(c_file), name
+        checked += 1
+    if not checked:
+        pytest.skip("no generated C here (build in place first)")
+
+
+def test_a_modules_headers_are_found_through_its_parts_and_cimports(build_config, tmp_path):
+    """module_headers follows what Cython follows (included parts, the .pxd
+    of cimported package modules) to the headers declared there, and then
+    the C includes of those headers; other headers are not the checkout's."""
+    pkg = tmp_path / "src" / "streams"
+    (pkg / "_a").mkdir(parents=True)
+    (tmp_path / "include" / "streams").mkdir(parents=True)
+    (pkg / "_a.pyx").write_text('from streams._b cimport x\ninclude "_a/part.pxi"\n'
+                                'cdef extern from "Python.h":\n    pass\n')
+    (pkg / "_a" / "part.pxi").write_text('cdef extern from "one.h" nogil:\n    pass\n')
+    (pkg / "_b.pxd").write_text('cimport streams._c\ncdef extern from "streams/pub.h":\n'
+                                '    int x\n')
+    (pkg / "_c.pxd").write_text('cdef extern from "sub/two.h":\n    pass\n')
+    (tmp_path / "src" / "one.h").write_text('#include "streams/pub.h"\n#include <stdio.h>\n')
+    (tmp_path / "src" / "sub").mkdir()
+    (tmp_path / "src" / "sub" / "two.h").write_text('#include "three.h"\n')
+    (tmp_path / "src" / "sub" / "three.h").write_text("\n")
+    (tmp_path / "src" / "unused.h").write_text("\n")
+    (tmp_path / "include" / "streams" / "pub.h").write_text('#include "cuda_runtime_api.h"\n')
+    assert build_config.module_headers(str(tmp_path), "_a") == [
+        "include/streams/pub.h", "src/one.h", "src/sub/three.h", "src/sub/two.h"]
+    assert build_config.module_headers(str(tmp_path), "_c") == [
+        "src/sub/three.h", "src/sub/two.h"]

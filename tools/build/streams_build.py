@@ -12,6 +12,7 @@ static list and keeps the CUDA 13 inputs; a CUDA 12 build environment gets
 those too, unused (``setup.py`` looks only at the major it builds for).
 """
 import os
+import re
 
 from setuptools import build_meta as _setuptools
 from setuptools.build_meta import (  # noqa: F401  (PEP 517 hooks, unchanged)
@@ -28,6 +29,7 @@ __all__ = [
     "get_requires_for_build_sdist", "get_requires_for_build_wheel",
     "prepare_metadata_for_build_editable", "prepare_metadata_for_build_wheel",
     "cuda_major", "CudaMajorError", "DISTRIBUTION", "MARKER", "debug_info_flags",
+    "module_headers",
 ]
 
 DEFAULT_MAJOR = "13"
@@ -82,6 +84,67 @@ def debug_info_flags(environ=None):
     if value == "1":
         return ["-g"], []
     return ["-g0"], ["-Wl,--strip-debug"]
+
+
+# What a module's Cython sources name: the parts it includes, the .pxd of
+# each module of the package it cimports, the C headers it declares from.
+_PXI = re.compile(r'^[ \t]*include[ \t]+"([^"]+)"', re.M)
+_CIMPORT = re.compile(
+    r"^[ \t]*(?:from[ \t]+streams\.(\w+)[ \t]+cimport\b|cimport[ \t]+streams\.(\w+))", re.M)
+_CIMPORT_PACKAGE = re.compile(r"^[ \t]*from[ \t]+streams[ \t]+cimport\b", re.M)
+_EXTERN = re.compile(r'^[ \t]*cdef[ \t]+extern[ \t]+from[ \t]+"([^"]+)"', re.M)
+_C_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.M)
+
+
+def _read(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def module_headers(root, name):
+    """The headers of the checkout (``src/``, ``include/``) that extension
+    ``streams.<name>`` compiles, as paths relative to ``root``, sorted: those
+    its Cython sources (its .pyx with the parts it includes, its .pxd, the
+    .pxd of every package module it cimports, transitively) declare from
+    with ``cdef extern from``, and every header those include in turn with
+    ``#include "..."``.  The C compiler reads them, Cython does not: they
+    are the extension's ``depends``, without which a build in place keeps a
+    module compiled from an older header.  Headers found elsewhere (Python's,
+    CUDA's) are not the checkout's and are left out."""
+    package = os.path.join(root, "src", "streams")
+    include_dirs = [os.path.join(root, "include"), os.path.join(root, "src")]
+    sources, headers = set(), set()
+    todo = [os.path.join(package, name + ".pyx"), os.path.join(package, name + ".pxd")]
+    named = []
+    while todo:
+        path = os.path.normpath(todo.pop())
+        if path in sources or not os.path.isfile(path):
+            continue
+        sources.add(path)
+        text = _read(path)
+        here = os.path.dirname(path)
+        for part in _PXI.findall(text):
+            beside = os.path.join(here, part)
+            todo.append(beside if os.path.isfile(beside) else os.path.join(package, part))
+        for m in _CIMPORT.finditer(text):
+            todo.append(os.path.join(package, (m.group(1) or m.group(2)) + ".pxd"))
+        if _CIMPORT_PACKAGE.search(text):
+            todo.append(os.path.join(package, "__init__.pxd"))
+        named += [(h, None) for h in _EXTERN.findall(text)]
+    while named:
+        header, beside = named.pop()
+        # As the C compiler looks: beside the including header, then -I.
+        for d in ([beside] if beside else []) + include_dirs:
+            path = os.path.normpath(os.path.join(d, header))
+            if os.path.isfile(path):
+                break
+        else:
+            continue
+        if path in headers:
+            continue
+        headers.add(path)
+        named += [(h, os.path.dirname(path)) for h in _C_INCLUDE.findall(_read(path))]
+    return sorted(os.path.relpath(h, root).replace(os.sep, "/") for h in headers)
 
 
 def _extra(config_settings=None):

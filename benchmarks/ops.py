@@ -210,6 +210,20 @@ STEP_CALLS = {
     "pipeline_data_loader": {"cudaMemcpyAsync": LOADER_COPIES, "cudaEventRecord": 1,
                              "cudaStreamWaitEvent": 1, "cudaLaunchKernel": 1},
 }
+#: The stream of each call of a step, in src/floor.h and every contender's
+#: step: the inference step computes on ``s`` and copies out on ``other``,
+#: the data loader copies in on ``other`` and computes on ``s``.
+STEP_STREAMS = {
+    "pipeline_inference": {"cudaLaunchKernel": "s", "cudaGraphLaunch": "s",
+                           "cudaEventRecord": "s", "cudaStreamWaitEvent": "other",
+                           "cudaMemcpyAsync": "other", "cudaLaunchHostFunc": "other"},
+    "pipeline_data_loader": {"cudaMemcpyAsync": "other", "cudaEventRecord": "other",
+                             "cudaStreamWaitEvent": "s", "cudaLaunchKernel": "s"},
+}
+#: The direction of a step's copies: device to pinned memory (D2H; the
+#: first device buffer into the first pinned one) or pinned memory to the
+#: device (H2D; each pinned buffer into the device buffer of its index).
+STEP_COPIES = {"pipeline_inference": "D2H", "pipeline_data_loader": "H2D"}
 
 
 def graph_nodes(op):

@@ -6,7 +6,12 @@
  * first call of cudart function NAME fail with cudaErrorUnknown.
  * FAKE_CUDART_CALLS=1 adds a line "fake-cudart calls: NAME=N ..." of every
  * function called, with the kernel nodes that graph launches ran as
- * "graph_nodes=N".  Only benchmarks/tests/test_floor.py builds it. */
+ * "graph_nodes=N", and a line "fake-cudart on streams: NAME@S=N ..." of the
+ * calls that take a stream, by stream: S is the number of streams alive
+ * when that one was made (a batch of the floor makes `s` first, 0, then
+ * `other`, 1), and a copy's key ends in its direction, ":D2H", ":H2D",
+ * ":D2D" or ":H2H" (D: memory of cudaMalloc, H: of cudaMallocHost; P for
+ * any other).  Only benchmarks/tests/test_floor.py builds it. */
 #define _GNU_SOURCE
 #include <cuda_runtime_api.h>
 #include <pthread.h>
@@ -16,8 +21,11 @@
 
 #define MAX_QUEUED 100000
 #define MAX_NAMES 64
+#define MAX_KEYS 256
+#define MAX_ALLOCS 1024
 
 struct CUstream_st {
+    int id; /* streams alive when it was made */
     int capturing, captured;
     int queued;
     cudaHostFn_t fns[MAX_QUEUED];
@@ -49,6 +57,64 @@ static void count_call(const char *name, long n) {
     pthread_mutex_unlock(&calls_lock);
 }
 
+/* Calls by stream (and a copy's direction), in the order of their first call. */
+static char *key_names[MAX_KEYS];
+static long key_counts[MAX_KEYS];
+
+static void count_on(const char *name, cudaStream_t s, const char *dir) {
+    char key[96];
+    int i;
+    if (s) snprintf(key, sizeof key, "%s@%d%s%s", name, s->id, dir ? ":" : "", dir ? dir : "");
+    else snprintf(key, sizeof key, "%s@null%s%s", name, dir ? ":" : "", dir ? dir : "");
+    pthread_mutex_lock(&calls_lock);
+    for (i = 0; i < MAX_KEYS && key_names[i] && strcmp(key_names[i], key) != 0; i++) {}
+    if (i < MAX_KEYS) {
+        if (!key_names[i]) key_names[i] = strdup(key);
+        key_counts[i]++;
+    }
+    pthread_mutex_unlock(&calls_lock);
+}
+
+/* The live allocations, so that a copy knows its direction. */
+static struct { const char *base; size_t size; char kind; } allocs[MAX_ALLOCS];
+
+static void track(void *p, size_t n, char kind) {
+    int i;
+    pthread_mutex_lock(&calls_lock);
+    for (i = 0; i < MAX_ALLOCS && allocs[i].base; i++) {}
+    if (i < MAX_ALLOCS) {
+        allocs[i].base = p;
+        allocs[i].size = n;
+        allocs[i].kind = kind;
+    }
+    pthread_mutex_unlock(&calls_lock);
+}
+
+static void untrack(void *p) {
+    int i;
+    pthread_mutex_lock(&calls_lock);
+    for (i = 0; i < MAX_ALLOCS; i++)
+        if (allocs[i].base == p) allocs[i].base = NULL;
+    pthread_mutex_unlock(&calls_lock);
+}
+
+static char kind_of(const void *p) {
+    const char *c = p;
+    char kind = 'P';
+    int i;
+    pthread_mutex_lock(&calls_lock);
+    for (i = 0; i < MAX_ALLOCS; i++)
+        if (allocs[i].base && c >= allocs[i].base && c < allocs[i].base + allocs[i].size)
+            kind = allocs[i].kind;
+    pthread_mutex_unlock(&calls_lock);
+    return kind;
+}
+
+static void count_copy(const char *name, void *dst, const void *src, cudaStream_t s) {
+    char dir[4] = {kind_of(src), '2', kind_of(dst), 0};
+    count_on(name, s, dir);
+}
+
 static void report(void) {
     int i;
     fprintf(stderr,
@@ -59,6 +125,9 @@ static void report(void) {
     fprintf(stderr, "fake-cudart calls:");
     for (i = 0; i < MAX_NAMES && call_names[i]; i++)
         fprintf(stderr, " %s=%ld", call_names[i], call_counts[i]);
+    fprintf(stderr, "\nfake-cudart on streams:");
+    for (i = 0; i < MAX_KEYS && key_names[i]; i++)
+        fprintf(stderr, " %s=%ld", key_names[i], key_counts[i]);
     fprintf(stderr, "\n");
 }
 
@@ -102,18 +171,26 @@ cudaError_t cudaMalloc(void **p, size_t n) {
     FAIL_IF_ASKED();
     REQUIRE(n > 0);
     *p = make(n, &live_memory);
+    track(*p, n, 'D');
     return cudaSuccess;
 }
 /* cudaFree(NULL) is how bench.c makes the context: nothing to free. */
-cudaError_t cudaFree(void *p) { return p ? unmake(p, &live_memory) : cudaSuccess; }
+cudaError_t cudaFree(void *p) {
+    if (!p) return cudaSuccess;
+    FAIL_IF_ASKED();
+    untrack(p);
+    return unmake(p, &live_memory);
+}
 cudaError_t cudaMallocHost(void **p, size_t n) {
     FAIL_IF_ASKED();
     REQUIRE(n > 0);
     *p = make(n, &live_pinned);
+    track(*p, n, 'H');
     return cudaSuccess;
 }
 cudaError_t cudaFreeHost(void *p) {
     FAIL_IF_ASKED();
+    untrack(p);
     return unmake(p, &live_pinned);
 }
 cudaError_t cudaGetDevice(int *d) {
@@ -139,8 +216,11 @@ cudaError_t cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr a, int d) {
 }
 
 cudaError_t cudaStreamCreate(cudaStream_t *s) {
+    int id;
     FAIL_IF_ASKED();
+    id = (int)__atomic_load_n(&live_streams, __ATOMIC_SEQ_CST);
     *s = make(sizeof **s, &live_streams);
+    (*s)->id = id;
     return cudaSuccess;
 }
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
@@ -151,12 +231,14 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
 cudaError_t cudaStreamQuery(cudaStream_t s) {
     FAIL_IF_ASKED();
     REQUIRE(s);
+    count_on(__func__, s, NULL);
     return s->queued ? cudaErrorNotReady : cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     int i, n;
     FAIL_IF_ASKED();
     REQUIRE(s && !s->capturing);
+    count_on(__func__, s, NULL);
     pthread_mutex_lock(&lock);
     n = s->queued;
     s->queued = 0;
@@ -168,11 +250,13 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s) {
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flags) {
     FAIL_IF_ASKED();
     REQUIRE(s && e && e->recorded && flags == 0);
+    count_on(__func__, s, NULL);
     return cudaSuccess;
 }
 cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void *data) {
     FAIL_IF_ASKED();
     REQUIRE(s && fn && !s->capturing);
+    count_on(__func__, s, NULL);
     pthread_mutex_lock(&lock);
     if (s->queued == MAX_QUEUED) {
         pthread_mutex_unlock(&lock);
@@ -198,6 +282,7 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
     FAIL_IF_ASKED();
     REQUIRE(e && s && !s->capturing);
+    count_on(__func__, s, NULL);
     e->recorded = 1;
     return cudaSuccess;
 }
@@ -236,6 +321,7 @@ cudaError_t cudaLaunchKernel(const void *func, dim3 grid, dim3 block, void **arg
     takes = strcmp(k->name, "streams_spin") == 0 ? 1 : strcmp(k->name, "streams_args4") == 0
             ? 4 : strcmp(k->name, "streams_args16") == 0 ? 16 : 0;
     if ((takes == 0) != (args == NULL)) return last_error = cudaErrorInvalidValue;
+    if (!s->capturing) count_on(__func__, s, NULL);
     s->captured += s->capturing;
     return cudaSuccess;
 }
@@ -279,6 +365,7 @@ cudaError_t cudaGraphUpload(cudaGraphExec_t x, cudaStream_t s) {
 cudaError_t cudaGraphLaunch(cudaGraphExec_t x, cudaStream_t s) {
     FAIL_IF_ASKED();
     REQUIRE(x && s && !s->capturing);
+    count_on(__func__, s, NULL);
     count_call("graph_nodes", x->nodes);
     return cudaSuccess;
 }
@@ -287,6 +374,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcp
                             cudaStream_t s) {
     FAIL_IF_ASKED();
     REQUIRE(dst && src && s && kind == cudaMemcpyDefault);
+    count_copy(__func__, dst, src, s);
     memcpy(dst, src, n);
     return cudaSuccess;
 }
@@ -305,7 +393,10 @@ cudaError_t cudaMemcpyBatchAsync(void **dsts, void **srcs, size_t *sizes, size_t
     FAIL_IF_ASKED();
     REQUIRE(s && count > 0 && num_attrs == 1 && attrs_idxs[0] == 0
             && attrs->srcAccessOrder == cudaMemcpySrcAccessOrderStream);
-    for (i = 0; i < count; i++) memcpy(dsts[i], srcs[i], sizes[i]);
+    for (i = 0; i < count; i++) {
+        count_copy(__func__, dsts[i], srcs[i], s);
+        memcpy(dsts[i], srcs[i], sizes[i]);
+    }
     return cudaSuccess;
 }
 #endif

@@ -112,23 +112,27 @@ def _bench(exe, *args, fail=None, calls=False):
     return json.loads(proc.stdout), proc.stderr.strip()
 
 
-def _calls(exe, op, n):
+def _calls(exe, op, n, by_stream=False):
     """The stand-in's count of each function's calls in one batch of ``n``
-    calls of ``op`` (set-up, warm-up and clean-up included)."""
+    calls of ``op`` (set-up, warm-up and clean-up included); ``by_stream``:
+    of the calls that take a stream, by stream and copy direction
+    (``cudaMemcpyAsync@1:D2H``: fake_cudart.c says how streams are named)."""
     answer, err = _bench(exe, op, str(n), "1", "0", calls=True)
     assert answer["ok"], answer
-    live, calls = err.splitlines()
+    live, calls, on_streams = err.splitlines()
     assert live == NOTHING_LIVE
     assert calls.startswith("fake-cudart calls: ")
+    assert on_streams.startswith("fake-cudart on streams: ")
+    line = on_streams if by_stream else calls
     return {name: int(count) for name, count in
-            (item.split("=") for item in calls.split(": ", 1)[1].split())}
+            (item.split("=") for item in line.split(": ", 1)[1].split())}
 
 
-def _per_call(exe, op, n=32):
+def _per_call(exe, op, n=32, by_stream=False):
     """What one more call of ``op`` makes: the calls of a batch of 2n calls
     less those of a batch of n, over n (the set-up, the warm-up and the
     clean-up are the same in both)."""
-    few, many = _calls(exe, op, n), _calls(exe, op, 2 * n)
+    few, many = _calls(exe, op, n, by_stream), _calls(exe, op, 2 * n, by_stream)
     diff = {name: (many.get(name, 0) - few.get(name, 0)) / n for name in set(few) | set(many)}
     return {name: d for name, d in diff.items() if d}
 
@@ -218,10 +222,37 @@ def test_a_pipeline_step_makes_the_calls_of_ops_py(fake_bench, op):
     assert ops.STEP_CALLS["pipeline_inference"]["cudaLaunchKernel"] == 8
 
 
+# The stand-in names a stream by the streams alive when it was made: a
+# batch makes its `s` first, then its `other`.
+STREAM_ID = {"s": 0, "other": 1}
+
+
+def test_the_stand_in_names_each_batchs_streams_in_the_order_made(fake_bench):
+    """stream_wait_stream records on `other` and waits on `s`; the copies of
+    memcpy_loop_8 go device to device on `s`."""
+    assert _per_call(fake_bench, "stream_wait_stream", by_stream=True) == {
+        "cudaEventRecord@1": 1, "cudaStreamWaitEvent@0": 1}
+    assert _per_call(fake_bench, "memcpy_loop_8", by_stream=True) == {
+        "cudaMemcpyAsync@0:D2D": ops.COPIES}
+
+
+@pytest.mark.parametrize("op", ops.PIPELINE_OPS)
+def test_a_pipeline_step_makes_each_call_on_the_stream_of_ops_py(fake_bench, op):
+    """Each call of one step on the stream that ops.STEP_STREAMS names (the
+    table every contender's step is held to: test_pipeline.py), its copies
+    in the direction of ops.STEP_COPIES, between device and pinned memory."""
+    expected = {}
+    for call, per_step in ops.STEP_CALLS[op].items():
+        key = f"{call}@{STREAM_ID[ops.STEP_STREAMS[op][call]]}"
+        expected[key + (":" + ops.STEP_COPIES[op] if call == "cudaMemcpyAsync" else "")] = per_step
+    assert _per_call(fake_bench, op, by_stream=True) == expected
+
+
 @pytest.mark.parametrize("op", sorted(ops.GRAPH_SIZES, key=ops.GRAPH_SIZES.get))
 def test_a_graph_launch_runs_a_graph_of_its_size(fake_bench, op):
     assert _per_call(fake_bench, op) == {"cudaGraphLaunch": 1,
                                          "graph_nodes": ops.GRAPH_SIZES[op]}
+    assert _per_call(fake_bench, op, by_stream=True) == {"cudaGraphLaunch@0": 1}
 
 
 def test_the_graph_sizes_are_those_of_the_issue():

@@ -58,7 +58,9 @@ class Adapter:
     synchronizes ``s``.  The "+ sync" operations and the host-function
     operations are derived from these, the same way for every library.
     ``{name}`` in a statement is filled from ``env(op)["_fill"]`` (the
-    kernel or the arguments that set-up chose).
+    kernel or the arguments that set-up chose).  An adapter makes its names
+    in ``make_env(op, closers)``, which puts on ``closers`` how to undo each
+    thing it makes as soon as it is made.
     """
 
     stmts = {}
@@ -77,6 +79,20 @@ class Adapter:
         return {}
 
     def env(self, op):
+        """The names of ``op``'s statement (:meth:`make_env`), with
+        ``_closers``: what undoes, newest last, what set-up made.  A set-up
+        that fails part way has what it made so far undone here, before its
+        error goes on."""
+        closers = []
+        try:
+            env = self.make_env(op, closers)
+        except BaseException:
+            close_quietly(closers)
+            raise
+        env["_closers"] = closers
+        return env
+
+    def make_env(self, op, closers):
         raise NotImplementedError
 
     def busy_stream(self, env):
@@ -140,6 +156,13 @@ class Adapter:
         case.closers = closers
         case.note = note
         return case
+
+
+def _kept(closers, obj, close=None):
+    """``obj``, with ``close`` (by default its own ``close``) put on
+    ``closers`` at once."""
+    closers.append(close or obj.close)
+    return obj
 
 
 def _bind_args(op, env, values):
@@ -374,28 +397,23 @@ class StreamsPy(Adapter):
         s.synchronize()
         return "launch(s)", launch, fallback + "streams.testing.launch_empty(s)"
 
-    def env(self, op):
+    def make_env(self, op, closers):
         st = self.streams
-        s, other, ev, done = st.Stream(), st.Stream(), st.Event(), st.Event()
+        s, other, ev, done = (_kept(closers, make())
+                              for make in (st.Stream, st.Stream, st.Event, st.Event))
         other.record(done)
         other.synchronize()
         env = {"s": s, "other": other, "ev": ev, "done": done, "Event": st.Event,
                "Stream": st.Stream, "r10": range(GRAPH_KERNELS),
-               "deadline": getattr(st, "deadline", None),
-               "_closers": [s.close, other.close, ev.close, done.close]}
+               "deadline": getattr(st, "deadline", None), "_closers": closers}
         if op in ("stream_pool_acquire", "event_pool_acquire"):
-            pool = st.StreamPool() if op == "stream_pool_acquire" else st.EventPool()
+            pool = _kept(closers, st.StreamPool() if op == "stream_pool_acquire"
+                         else st.EventPool())
             env["spool" if op == "stream_pool_acquire" else "epool"] = pool
-            env["_closers"].append(pool.close)
         if op == "event_record_torch_stream":
-            try:
-                self._torch_stream(env)
-            except BaseException:       # n/a included: what env made goes now
-                close_quietly(env["_closers"])
-                raise
+            self._torch_stream(env)
         if op in ("memcpy_loop_8", "memcpy_batch_8"):
-            bufs = [st.DeviceBuffer(COPY_BYTES, s) for _ in range(2 * COPIES)]
-            env["_closers"].extend(b.close for b in bufs)
+            bufs = [_kept(closers, st.DeviceBuffer(COPY_BYTES, s)) for _ in range(2 * COPIES)]
             env["pairs"] = list(zip(bufs[COPIES:], bufs[:COPIES]))
             env["batch"] = [(d, src, COPY_BYTES) for d, src in env["pairs"]]
             env.update(nb=COPY_BYTES, memcpy_async=st.memcpy_async,
@@ -404,8 +422,7 @@ class StreamsPy(Adapter):
         elif op in ARG_KERNELS:
             name, signature = ARG_KERNELS[op]
             env["kx"] = self._module(env, name).get_kernel(name, signature=signature)
-            buf = st.DeviceBuffer(64, s)
-            env["_closers"].append(buf.close)
+            buf = _kept(closers, st.DeviceBuffer(64, s))
             _bind_args(op, env, {"pointer": buf, "uint64": 1, "uint32": 1, "float32": 1.0,
                                  "float64": 1.0})
         elif op == "prepared_launch":
@@ -415,9 +432,9 @@ class StreamsPy(Adapter):
         elif op in PIPELINE_OPS:
             name, signature = ARG_KERNELS[PIPELINE_ARGS]
             env["kx"] = self._module(env, name).get_kernel(name, signature=signature)
-            devs = [st.DeviceBuffer(COPY_BYTES, s) for _ in range(LOADER_COPIES)]
-            hosts = [st.PinnedBuffer(COPY_BYTES) for _ in range(LOADER_COPIES)]
-            env["_closers"].extend(b.close for b in devs + hosts)
+            devs = [_kept(closers, st.DeviceBuffer(COPY_BYTES, s))
+                    for _ in range(LOADER_COPIES)]
+            hosts = [_kept(closers, st.PinnedBuffer(COPY_BYTES)) for _ in range(LOADER_COPIES)]
             _bind_args(PIPELINE_ARGS, env, {"pointer": devs[0], "uint64": 1, "uint32": 1,
                                             "float32": 1.0, "float64": 1.0})
             env.update(a1=devs[1], dev=devs[0], host=hosts[0], loads=list(zip(devs, hosts)),
@@ -615,7 +632,8 @@ class Cupy(Adapter):
                              "driver": rt.driverGetVersion()},
                 "device": _decode(rt.getDeviceProperties(0).get("name"))}
 
-    def env(self, op):
+    def make_env(self, op, closers):
+        # CuPy's objects are destroyed when dropped: nothing on closers.
         cp = self.cp
         s, other = cp.cuda.Stream(), cp.cuda.Stream()
         ev, done = cp.cuda.Event(disable_timing=True), cp.cuda.Event(disable_timing=True)
@@ -721,7 +739,8 @@ class Torch(Adapter):
         return {"versions": {"torch": t.__version__, "cuda": t.version.cuda},
                 "device": t.cuda.get_device_name(0)}
 
-    def env(self, op):
+    def make_env(self, op, closers):
+        # PyTorch's objects are given back when dropped: nothing on closers.
         t = self.torch
         s, other = t.cuda.Stream(), t.cuda.Stream()
         t.cuda.set_stream(s)    # kernels and graph replays go to the current stream
@@ -840,15 +859,15 @@ class CudaCore(Adapter):
         ver = getattr(self.cc, "__version__", None) or _dist_version("cuda-core")
         return {"versions": {"cuda.core": ver}, "device": getattr(self.dev, "name", None)}
 
-    def env(self, op):
+    def make_env(self, op, closers):
         d = self.dev
-        s, other = d.create_stream(), d.create_stream()
-        ev = d.create_event()
-        done = other.record()
+        s = _kept(closers, d.create_stream())
+        other = _kept(closers, d.create_stream())
+        ev = _kept(closers, d.create_event())
+        done = _kept(closers, other.record())
         other.sync()
-        closers = [s.close, other.close, ev.close, done.close]
         env = {"s": s, "other": other, "ev": ev, "done": done, "d": d,
-               "r10": range(GRAPH_KERNELS), "_closers": closers}
+               "r10": range(GRAPH_KERNELS)}
         if op in KERNEL_OPS or op in GRAPH_OPS or op in PIPELINE_OPS:
             name = ARG_KERNELS.get(PIPELINE_ARGS if op in PIPELINE_OPS else op,
                                    ("streams_empty",))[0]
@@ -861,31 +880,31 @@ class CudaCore(Adapter):
             env.update(L=self.cc.launch, cfg=cfg, k=k, kx=kx, oc=oc)
             if op in ARG_KERNELS or op in PIPELINE_OPS:
                 import numpy
-                devs = [d.allocate(COPY_BYTES, stream=s) for _ in range(LOADER_COPIES)]
-                closers.extend(b.close for b in devs)
+                devs = [_kept(closers, d.allocate(COPY_BYTES, stream=s))
+                        for _ in range(LOADER_COPIES)]
                 _bind_args(PIPELINE_ARGS if op in PIPELINE_OPS else op, env,
                            {"pointer": devs[0], "uint64": numpy.uint64(1),
                             "uint32": numpy.uint32(1), "float32": numpy.float32(1),
                             "float64": numpy.float64(1)})
             if op in PIPELINE_OPS:
                 pinned = self.cc.LegacyPinnedMemoryResource()
-                hosts = [pinned.allocate(COPY_BYTES) for _ in range(LOADER_COPIES)]
-                closers.extend(b.close for b in hosts)
+                hosts = [_kept(closers, pinned.allocate(COPY_BYTES))
+                         for _ in range(LOADER_COPIES)]
                 env.update(a1=devs[1], dev=devs[0], host=hosts[0], loads=list(zip(devs, hosts)),
                            HL=getattr(self.cc, "host_launch", None))
                 _callbacks(_pipeline_env(env))
                 s.sync()
             if op in ("graph_launch", "graph_launch_sync", "pipeline_inference", *GRAPH_SIZES):
-                gb = s.create_graph_builder()
+                gb = _kept(closers, s.create_graph_builder())
                 gb.begin_building()
-                for _ in range(graph_nodes(op)):
-                    self.cc.launch(gb, cfg, k)
-                gb.end_building()
-                g = gb.complete()
+                try:
+                    for _ in range(graph_nodes(op)):
+                        self.cc.launch(gb, cfg, k)
+                finally:
+                    gb.end_building()
+                g = env["g"] = _kept(closers, gb.complete())
                 g.upload(s)
                 s.sync()
-                env["g"] = g
-                closers += [gb.close, g.close]
         return env
 
 
@@ -968,23 +987,28 @@ class CudaBindings(Adapter):
                              "cuda_runtime": self.ck(rt.cudaRuntimeGetVersion()),
                              "driver": self.ck(rt.cudaDriverGetVersion())}}
 
-    def env(self, op):
+    def make_env(self, op, closers):
         rt, drv, ck = self.rt, self.drv, self.ck
-        s = ck(rt.cudaStreamCreateWithFlags(rt.cudaStreamDefault))
-        other = ck(rt.cudaStreamCreateWithFlags(rt.cudaStreamDefault))
-        ev = ck(rt.cudaEventCreateWithFlags(rt.cudaEventDisableTiming))
-        done = ck(rt.cudaEventCreateWithFlags(rt.cudaEventDisableTiming))
+
+        def made(result, destroy):
+            """What a creating call made, its destroy put on closers."""
+            x = ck(result)
+            closers.append(functools.partial(destroy, x))
+            return x
+
+        s = made(rt.cudaStreamCreateWithFlags(rt.cudaStreamDefault), rt.cudaStreamDestroy)
+        other = made(rt.cudaStreamCreateWithFlags(rt.cudaStreamDefault), rt.cudaStreamDestroy)
+        ev = made(rt.cudaEventCreateWithFlags(rt.cudaEventDisableTiming), rt.cudaEventDestroy)
+        done = made(rt.cudaEventCreateWithFlags(rt.cudaEventDisableTiming), rt.cudaEventDestroy)
         ck(rt.cudaEventRecord(done, other))
         ck(rt.cudaStreamSynchronize(other))
 
         def fail(e):
             raise RuntimeError(f"CUDA error {e!r}")
 
-        closers = [lambda: rt.cudaStreamDestroy(s), lambda: rt.cudaStreamDestroy(other),
-                   lambda: rt.cudaEventDestroy(ev), lambda: rt.cudaEventDestroy(done)]
         mode = rt.cudaStreamCaptureMode.cudaStreamCaptureModeThreadLocal
         env = {"s": s, "other": other, "ev": ev, "done": done, "fail": fail,
-               "_closers": closers, "r10": range(GRAPH_KERNELS), "tl": mode,
+               "r10": range(GRAPH_KERNELS), "tl": mode,
                "nr": rt.cudaError_t.cudaErrorNotReady,
                "bc": rt.cudaStreamBeginCapture, "endc": rt.cudaStreamEndCapture,
                "gi": rt.cudaGraphInstantiateWithFlags, "gxd": rt.cudaGraphExecDestroy,
@@ -1000,8 +1024,8 @@ class CudaBindings(Adapter):
         if op in KERNEL_OPS or op in GRAPH_OPS or op in PIPELINE_OPS:
             args_op = PIPELINE_ARGS if op in PIPELINE_OPS else op
             name = ARG_KERNELS.get(args_op, ("streams_empty",))[0]
-            lib = ck(drv.cuLibraryLoadData(self.ptx(name), None, None, 0, None, None, 0))
-            closers.append(lambda: drv.cuLibraryUnload(lib))
+            lib = made(drv.cuLibraryLoadData(self.ptx(name), None, None, 0, None, None, 0),
+                       drv.cuLibraryUnload)
             # As a CUfunction, which cuLaunchKernel accepts for a CUkernel: the
             # binding then takes its fast path instead of converting per call.
             k = env["k"] = env["kx"] = drv.CUfunction(
@@ -1011,8 +1035,8 @@ class CudaBindings(Adapter):
                     int(ck(drv.cuLibraryGetKernel(lib, b"streams_empty"))))
             if args_op in ARG_KERNELS:
                 import ctypes
-                devs = [int(ck(rt.cudaMalloc(COPY_BYTES))) for _ in range(LOADER_COPIES)]
-                closers.extend(functools.partial(rt.cudaFree, p) for p in devs)
+                devs = [int(made(rt.cudaMalloc(COPY_BYTES), rt.cudaFree))
+                        for _ in range(LOADER_COPIES)]
                 types = {"pointer": ctypes.c_void_p, "uint64": ctypes.c_uint64,
                          "uint32": ctypes.c_uint32, "float32": ctypes.c_float,
                          "float64": ctypes.c_double}
@@ -1021,8 +1045,8 @@ class CudaBindings(Adapter):
                 kinds = ARG_KERNELS[args_op][1]
                 env["kp"] = (tuple(values[t] for t in kinds), tuple(types[t] for t in kinds))
             if op in PIPELINE_OPS:
-                hosts = [int(ck(rt.cudaMallocHost(COPY_BYTES))) for _ in range(LOADER_COPIES)]
-                closers.extend(functools.partial(rt.cudaFreeHost, p) for p in hosts)
+                hosts = [int(made(rt.cudaMallocHost(COPY_BYTES), rt.cudaFreeHost))
+                         for _ in range(LOADER_COPIES)]
                 env["kp"] = ((devs[0], devs[1]) + env["kp"][0][2:], env["kp"][1])
                 env.update(dev=devs[0], host=hosts[0], loads=list(zip(devs, hosts)))
                 _pipeline_env(env)
@@ -1032,10 +1056,8 @@ class CudaBindings(Adapter):
                     for _ in range(graph_nodes(op)):
                         ck(drv.cuLaunchKernel(k, 1, 1, 1, 1, 1, 1, 0, s, None, 0))
                 finally:
-                    graph = ck(rt.cudaStreamEndCapture(s))
-                ex = env["ex"] = ck(rt.cudaGraphInstantiate(graph, 0))
-                closers += [lambda: rt.cudaGraphDestroy(graph),
-                            lambda: rt.cudaGraphExecDestroy(ex)]
+                    graph = made(rt.cudaStreamEndCapture(s), rt.cudaGraphDestroy)
+                ex = env["ex"] = made(rt.cudaGraphInstantiate(graph, 0), rt.cudaGraphExecDestroy)
                 ck(rt.cudaGraphUpload(ex, s))
                 ck(rt.cudaStreamSynchronize(s))
         if op in HOST_FUNC_OPS or op == "pipeline_inference":
@@ -1105,7 +1127,8 @@ class NumbaCuda(Adapter):
                              "cuda_runtime": list(rt) if rt else None},
                 "device": _decode(getattr(cuda.get_current_device(), "name", None))}
 
-    def env(self, op):
+    def make_env(self, op, closers):
+        # numba's objects go to its deallocation queue when dropped.
         cuda = self.cuda
         s, other = cuda.stream(), cuda.stream()
         ev, done = cuda.event(timing=False), cuda.event(timing=False)

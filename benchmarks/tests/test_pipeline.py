@@ -74,6 +74,7 @@ class Lib:
         self.queued = {}
         self.current = None
         self.live = {}
+        self.ever = 0           # things made that need closing
         self.count = itertools.count(0x7F00_0000_0000, 0x10000)
         self.made = {}
         self.ptrs = {}
@@ -89,6 +90,7 @@ class Lib:
             setattr(obj, k, v)
         if closable:
             self.live[obj] = kind
+            self.ever += 1
         return obj
 
     def buffer(self, where, kind, closable=True):
@@ -107,6 +109,7 @@ class Lib:
         ptr = next(self.count)
         self.ptrs[ptr] = f"{prefix}{next(index)}"
         self.live[ptr] = prefix
+        self.ever += 1
         return ptr
 
     def close(self, obj):
@@ -391,6 +394,27 @@ def test_each_step_makes_the_calls_of_the_floor(contender, op, tmp_path):
     for close in case.closers:
         close()
     assert not lib.live, "what the set-up made is closed with the case"
+
+
+@pytest.mark.parametrize("contender, op, fail", [
+    ("streams-py", "pipeline_inference", "stream.record"),
+    ("streams-py", "pipeline_inference", "graph.instantiate"),
+    ("streams-py", "graph_launch_100", "graph_exec.upload"),
+    ("cuda-core", "pipeline_inference", "graph.upload"),
+    ("cuda-core", "pipeline_data_loader", "pinned_resource.allocate"),
+    ("cuda-bindings", "pipeline_inference", "cudaGraphUpload"),
+    ("cuda-bindings", "pipeline_data_loader", "cudaMallocHost"),
+])
+def test_a_set_up_that_fails_part_way_closes_what_it_made(contender, op, fail, tmp_path):
+    """The cell is an error, and what env() had made by then (streams,
+    events, modules, buffers, graphs) is closed, not left for the rest of
+    the run."""
+    adapter, lib = _adapter(contender, tmp_path)
+    lib.fail = fail
+    with pytest.raises(RuntimeError, match=f"asked to fail {fail}"):
+        adapter.make_case(op)
+    assert lib.ever >= 4
+    assert not lib.live
 
 
 def test_a_host_function_that_did_not_run_fails_the_batch(tmp_path):

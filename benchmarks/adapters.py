@@ -14,9 +14,10 @@ import platform
 
 from benchmarks.builders import CY_MODULE, read
 from benchmarks.ops import (ARG_KERNELS, COPIES, COPY_BYTES, DEADLINE_OPS, ENQUEUES,
-                            GRAPH_KERNELS, GRAPH_OPS, GRAPH_SIZES, HOST_FUNC_EVERY, HOST_FUNC_OPS,
-                            KERNEL_OPS, LOADER_COPIES, NO_FLOOR, OP_BY_NAME, PIPELINE_ARGS,
-                            PIPELINE_KERNELS, PIPELINE_OPS, PRODUCERS, floor_op, graph_nodes)
+                            GRAPH_KERNELS, GRAPH_OPS, GRAPH_SIZES, HOST_FUNC_AT, HOST_FUNC_EVERY,
+                            HOST_FUNC_OPS, KERNEL_OPS, LOADER_COPIES, NO_FLOOR, OP_BY_NAME,
+                            PIPELINE_ARGS, PIPELINE_KERNELS, PIPELINE_OPS, PRODUCERS, floor_op,
+                            graph_nodes, host_funcs)
 from benchmarks.timing import (Case, NotAvailable, close_quietly, describe, make_loop,
                                make_stmt, producers)
 from benchmarks.under_test import streams_facts
@@ -193,17 +194,19 @@ def _callbacks(env):
 
 def _pipeline_env(env):
     """The names every pipeline step uses besides the library's: ``r8``
-    (the inference step's kernels), ``step`` (the steps since the last host
-    function: a local of the timed loop, 0 at each batch's start), ``every``
-    and ``nb`` (each copy's size)."""
-    env.update(r8=range(PIPELINE_KERNELS), step=0, every=HOST_FUNC_EVERY, nb=COPY_BYTES)
+    (the inference step's kernels), ``step`` (the step's number in its
+    period of ``every``: a local of the timed loop, 0 at each batch's
+    start), ``at`` (the step of each period that enqueues the host
+    function) and ``nb`` (each copy's size)."""
+    env.update(r8=range(PIPELINE_KERNELS), step=0, every=HOST_FUNC_EVERY, at=HOST_FUNC_AT,
+               nb=COPY_BYTES)
     return env
 
 
 def _pipeline_case(op, stmt, sync_src, env):
     """A pipeline row: ``stmt``, one step, once per call.  After each batch,
     untimed, both streams are synchronized and pipeline_inference's host
-    functions counted: one every HOST_FUNC_EVERY steps of each batch, all run
+    functions counted: those the batch enqueued (ops.host_funcs), all run
     by then."""
     syncs = [make_stmt(sync_src, **env), make_stmt(sync_src, **dict(env, s=env["other"]))]
     box = env.get("box")
@@ -213,7 +216,7 @@ def _pipeline_case(op, stmt, sync_src, env):
         for sync in syncs:
             sync()
         if op == "pipeline_inference":
-            expected[0] += n // HOST_FUNC_EVERY
+            expected[0] += host_funcs(n)
             if box[0] != expected[0]:
                 raise RuntimeError(f"{expected[0]} host functions enqueued but {box[0]} ran "
                                    "by the synchronize")
@@ -312,8 +315,8 @@ class StreamsPy(Adapter):
         "pipeline_inference": ("for _ in r8:\n    s.launch(kx, 1, 1, {args})\nex.launch(s)\n"
                                "s.record(ev)\nother.wait_event(ev)\n"
                                "memcpy_async(host, dev, nb, other)\n"
-                               "step += 1\nif step == every:\n    step = 0\n"
-                               "    other.launch_host_func(cb, None)"),
+                               "if step == at:\n    other.launch_host_func(cb, None)\n"
+                               "step += 1\nif step == every:\n    step = 0"),
         "pipeline_data_loader": ("for dst, src in loads:\n    memcpy_async(dst, src, nb, other)\n"
                                  "other.record(ev)\ns.wait_event(ev)\n"
                                  "s.launch(kx, 1, 1, {args})"),
@@ -592,8 +595,8 @@ class Cupy(Adapter):
         "pipeline_inference": ("for _ in r8:\n    kx(g1, g1, ({args}), 0, s)\ng.launch(s)\n"
                                "s.record(ev)\nother.wait_event(ev)\n"
                                "dev.copy_to_host_async(host, nb, other)\n"
-                               "step += 1\nif step == every:\n    step = 0\n"
-                               "    other.launch_host_func(cb, None)"),
+                               "if step == at:\n    other.launch_host_func(cb, None)\n"
+                               "step += 1\nif step == every:\n    step = 0"),
         "pipeline_data_loader": ("for dst, src in loads:\n"
                                  "    dst.copy_from_host_async(src, nb, other)\n"
                                  "other.record(ev)\ns.wait_event(ev)\n"
@@ -806,8 +809,8 @@ class CudaCore(Adapter):
                                       "cg.close()\ngb.close()"),
         "pipeline_inference": ("for _ in r8:\n    L(s, cfg, kx, {args})\ng.launch(s)\n"
                                "s.record(ev)\nother.wait(ev)\nhost.copy_from(dev, stream=other)\n"
-                               "step += 1\nif step == every:\n    step = 0\n"
-                               "    HL(other, cb0)"),
+                               "if step == at:\n    HL(other, cb0)\n"
+                               "step += 1\nif step == every:\n    step = 0"),
         "pipeline_data_loader": ("for dst, src in loads:\n    dst.copy_from(src, stream=other)\n"
                                  "other.record(ev)\ns.wait(ev)\nL(s, cfg, kx, {args})"),
     }
@@ -936,8 +939,8 @@ class CudaBindings(Adapter):
             "e, = GL(ex, s)\nif e: fail(e)\ne, = rec(ev, s)\nif e: fail(e)\n"
             "e, = w(other, ev, 0)\nif e: fail(e)\n"
             "e, = cp(host, dev, nb, dflt, other)\nif e: fail(e)\n"
-            "step += 1\nif step == every:\n    step = 0\n"
-            "    e, = LH(other, h, None)\n    if e: fail(e)"),
+            "if step == at:\n    e, = LH(other, h, None)\n    if e: fail(e)\n"
+            "step += 1\nif step == every:\n    step = 0"),
         "pipeline_data_loader": (
             "for dst, src in loads:\n    e, = cp(dst, src, nb, dflt, other)\n    if e: fail(e)\n"
             "e, = rec(ev, other)\nif e: fail(e)\ne, = w(s, ev, 0)\nif e: fail(e)\n"

@@ -8,6 +8,10 @@ COPIES = 8          # copies of memcpy_loop_8 and memcpy_batch_8 (src/floor.h)
 COPY_BYTES = 4096   # each copy's size, the pipelines' copies too
 PIPELINE_KERNELS = 8    # kernels of a pipeline_inference step (src/floor.h)
 HOST_FUNC_EVERY = 16    # pipeline_inference steps per host function
+# The step of each HOST_FUNC_EVERY (from 0) that enqueues it: mid-period, so
+# that the callback runs inside the batch in a quick run and a full one
+# alike, never after the timing has stopped.
+HOST_FUNC_AT = 7
 LOADER_COPIES = 2       # host-to-device copies of a pipeline_data_loader step
 
 #: A streams cell this far below its in-process floor, which makes the same
@@ -224,6 +228,12 @@ STEP_STREAMS = {
 #: first device buffer into the first pinned one) or pinned memory to the
 #: device (H2D; each pinned buffer into the device buffer of its index).
 STEP_COPIES = {"pipeline_inference": "D2H", "pipeline_data_loader": "H2D"}
+
+
+def host_funcs(steps):
+    """The host functions that a batch of ``steps`` pipeline_inference steps
+    enqueues (the step count starts from 0 at each batch)."""
+    return steps // HOST_FUNC_EVERY + (steps % HOST_FUNC_EVERY > HOST_FUNC_AT)
 
 
 def graph_nodes(op):

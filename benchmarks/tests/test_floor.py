@@ -222,6 +222,19 @@ def test_a_pipeline_step_makes_the_calls_of_ops_py(fake_bench, op):
     assert ops.STEP_CALLS["pipeline_inference"]["cudaLaunchKernel"] == 8
 
 
+def test_the_inference_step_enqueues_its_host_function_mid_period(fake_bench):
+    """The step numbered HOST_FUNC_AT of each HOST_FUNC_EVERY (from 0, at
+    each batch's start) enqueues the host function: a batch's last step
+    never does, so none is left to run after the timing.  (A batch of n
+    steps follows a warm-up of min(n, 4), which enqueues none.)"""
+    sizes = (ops.HOST_FUNC_AT, ops.HOST_FUNC_AT + 1, ops.HOST_FUNC_EVERY,
+             ops.HOST_FUNC_EVERY + ops.HOST_FUNC_AT, ops.HOST_FUNC_EVERY + ops.HOST_FUNC_AT + 1)
+    assert [ops.host_funcs(n) for n in sizes] == [0, 1, 1, 1, 2]
+    for n in sizes:
+        calls = _calls(fake_bench, "pipeline_inference", n)
+        assert calls.get("cudaLaunchHostFunc", 0) == ops.host_funcs(n), n
+
+
 # The stand-in names a stream by the streams alive when it was made: a
 # batch makes its `s` first, then its `other`.
 STREAM_ID = {"s": 0, "other": 1}

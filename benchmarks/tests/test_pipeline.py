@@ -417,6 +417,27 @@ def test_a_set_up_that_fails_part_way_closes_what_it_made(contender, op, fail, t
     assert not lib.live
 
 
+@pytest.mark.parametrize("contender", [c for c, op in STEPS if op == "pipeline_inference"])
+def test_the_host_function_is_enqueued_mid_period(contender, tmp_path):
+    """As the floor's (test_floor.py): by the step numbered HOST_FUNC_AT of
+    each HOST_FUNC_EVERY, from 0 at each batch's start, after that step's
+    copy; so a batch's last step never leaves one to run after the timing,
+    and a batch of part of a period is counted right."""
+    adapter, lib = _adapter(contender, tmp_path)
+    case = adapter.make_case("pipeline_inference")
+    every, at = ops.HOST_FUNC_EVERY, ops.HOST_FUNC_AT
+    lib.recording = True
+    for n in (at, at + 1, every + at, every + at + 1, 2 * every):
+        lib.calls.clear()
+        ns = case.timed(n)
+        whats = [what for what, _, _ in lib.calls]
+        # Each host function's step: the copies before it (one a step).
+        steps = [whats[:i].count(C) - 1 for i, what in enumerate(whats) if what == H]
+        assert steps == [k * every + at for k in range(ops.host_funcs(n))]
+        case.after(n, ns)       # every one of them ran by the synchronize
+    assert not lib.queued
+
+
 def test_a_host_function_that_did_not_run_fails_the_batch(tmp_path):
     adapter, lib = _adapter("streams-py", tmp_path)
     case = adapter.make_case("pipeline_inference")

@@ -271,7 +271,11 @@ class Config:
                 self.contenders.insert(self.contenders.index(of) + 1, name)
 
     def iters(self, op):
-        return max(1, int(round(OP_BY_NAME[op].iters * self.scale)))
+        spec = OP_BY_NAME[op]
+        n = max(1, int(round(spec.iters * self.scale)))
+        if spec.period:
+            n = max(1, int(round(n / spec.period))) * spec.period
+        return n
 
     def as_dict(self):
         return {"quick": self.quick, "rounds": self.rounds, "batches": self.batches,

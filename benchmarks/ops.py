@@ -14,6 +14,13 @@ HOST_FUNC_EVERY = 16    # pipeline_inference steps per host function
 HOST_FUNC_AT = 7
 LOADER_COPIES = 2       # host-to-device copies of a pipeline_data_loader step
 
+#: Launches that CUDA keeps queued behind one busy stream before an enqueue
+#: waits for room (docs/safety.rst: benchmarks/probes/queue_depth.py on an
+#: H100, driver 580).  A pipeline batch queues at most a third of that on
+#: either stream, so that a call never waits for the GPU even where the GPU
+#: has run none of the batch yet.
+QUEUE_DEPTH = 1021
+
 #: A streams cell this far below its in-process floor, which makes the same
 #: CUDA calls without any wrapper, measured something else: it is flagged
 #: "suspect", never counted as a pass.
@@ -35,12 +42,15 @@ def times(op, ratio):
 
 
 class Op:
-    __slots__ = ("name", "label", "iters", "targets", "about", "only", "nodes")
+    __slots__ = ("name", "label", "iters", "targets", "about", "only", "nodes", "period")
 
-    def __init__(self, name, label, iters, targets, about, only=None, nodes=None):
+    def __init__(self, name, label, iters, targets, about, only=None, nodes=None, period=None):
         self.name = name
         self.label = label
         self.iters = iters          # calls per batch in a full run
+        # Calls per batch are a whole number of these, at least one, at any
+        # scale (pipeline_inference: its host function's period).
+        self.period = period
         # contender -> the promise: a ratio to the floor, at most (a number),
         # or at most so many ns more than another row (over())
         self.targets = targets
@@ -145,7 +155,7 @@ OPS = (
        "cudaGraphLaunch of a graph captured from 1 empty-kernel launch", nodes=1),
     Op("graph_launch_100", "100-kernel graph launch", 50, {},
        "cudaGraphLaunch of a graph captured from 100 empty-kernel launches", nodes=100),
-    Op("graph_launch_1000", "1000-kernel graph launch", 20, {},
+    Op("graph_launch_1000", "1000-kernel graph launch", 10, {},
        "cudaGraphLaunch of a graph captured from 1000 empty-kernel launches", nodes=1000),
     Op("memcpy_loop_8", "8 copies, a call each", 200, {},
        f"{COPIES} cudaMemcpyAsync of {COPY_BYTES // 1024} KiB device to device, one call each "
@@ -155,14 +165,16 @@ OPS = (
        "memcpy_batch_async)"),
     # Steps of an application's loop, each a mix of the calls above, timed
     # as one: what a wrapper adds over a whole step (ns per step).
-    # Steps a batch: a multiple of HOST_FUNC_EVERY at the full and the quick
-    # scale, so that every batch has its share of host functions.
-    Op("pipeline_inference", "inference step", 80, {"streams-py": 1.10},
+    # Steps a batch: whole periods of HOST_FUNC_EVERY at any scale, so that
+    # every batch has its share of host functions; and few enough that a
+    # batch never fills a stream's queue (QUEUE_DEPTH).
+    Op("pipeline_inference", "inference step", 2 * HOST_FUNC_EVERY, {"streams-py": 1.10},
        f"one step of an inference loop on two streams: {PIPELINE_KERNELS} launches of a "
        f"4-parameter kernel and a {GRAPH_KERNELS}-kernel graph replay on the compute stream, "
        "an event recorded there that the output stream waits for, a "
        f"{COPY_BYTES // 1024} KiB device-to-host copy into pinned memory on the output "
-       f"stream, and there a host function every {HOST_FUNC_EVERY} steps; ns per step"),
+       f"stream, and there a host function every {HOST_FUNC_EVERY} steps; ns per step",
+       period=HOST_FUNC_EVERY),
     Op("pipeline_data_loader", "data-loader step", 50, {"streams-py": 1.10},
        f"one step of a data loader: {LOADER_COPIES} copies of {COPY_BYTES // 1024} KiB "
        "from pinned memory to the device on a copy stream, an event recorded there, the "

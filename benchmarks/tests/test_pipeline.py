@@ -517,10 +517,27 @@ def test_a_graph_size_must_be_a_count(example):
 
 
 def test_every_inference_batch_has_its_share_of_host_functions():
+    """Whole periods of the host function at any scale: two in a full run,
+    one in a quick one."""
     from benchmarks import harness
-    for config in (harness.Config(), harness.Config(quick=True)):
-        steps = config.iters("pipeline_inference")
-        assert steps >= ops.HOST_FUNC_EVERY and steps % ops.HOST_FUNC_EVERY == 0
+    assert harness.Config().iters("pipeline_inference") == 2 * ops.HOST_FUNC_EVERY
+    assert harness.Config(quick=True).iters("pipeline_inference") == ops.HOST_FUNC_EVERY
+    for scale in (0.01, 0.2, 0.3, 0.7, 1.0, 1.3, 2.0, 10.0):
+        steps = harness.Config(scale=scale).iters("pipeline_inference")
+        assert steps >= ops.HOST_FUNC_EVERY and steps % ops.HOST_FUNC_EVERY == 0, scale
+
+
+@pytest.mark.parametrize("op", ops.PIPELINE_OPS)
+def test_no_pipeline_batch_fills_a_streams_queue(op):
+    """A full run's batch queues at most a third of ops.QUEUE_DEPTH on
+    either stream (a graph launch counts one, as the probe counted it), so
+    that no call waits for the GPU to make room, however far behind it is."""
+    from benchmarks import harness
+    steps = harness.Config().iters(op)
+    for stream in ("s", "other"):
+        per_step = sum(n for call, n in ops.STEP_CALLS[op].items()
+                       if ops.STEP_STREAMS[op][call] == stream)
+        assert per_step * steps <= ops.QUEUE_DEPTH / 3, (stream, per_step, steps)
 
 
 def test_a_result_says_each_graph_rows_size():

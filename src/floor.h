@@ -348,19 +348,38 @@ done:
     return -1;
 }
 
-static void streams_floor_teardown(streams_floor_batch_t *b) {
+/* Keep the first of a clean-up's failures in *first (what is empty until then). */
+static void streams_floor_undo(streams_floor_error_t *first, const char *what, cudaError_t e) {
+    if (e != cudaSuccess && !first->what[0]) {
+        first->err = e;
+        snprintf(first->what, sizeof first->what, "%s", what);
+    }
+}
+#define STREAMS_FLOOR_UNDO(first, call) streams_floor_undo(first, #call, call)
+
+/* Destroy what the batch made, every step tried whatever failed before.
+ * 0, or -1 with the clean-up's first failure in b->error where that holds
+ * no earlier one: a handle or an allocation that outlives its batch is an
+ * error of the batch, never a silent leak. */
+static int streams_floor_teardown(streams_floor_batch_t *b) {
+    streams_floor_error_t first;
+    first.err = cudaSuccess;
+    first.what[0] = 0;
     /* First: host functions still queued write into *b. */
-    if (b->s) cudaStreamSynchronize(b->s);
-    if (b->other) cudaStreamSynchronize(b->other);
-    if (b->exec) cudaGraphExecDestroy(b->exec);
-    if (b->graph) cudaGraphDestroy(b->graph);
-    if (b->ev) cudaEventDestroy(b->ev);
-    if (b->done_ev) cudaEventDestroy(b->done_ev);
-    if (b->s) cudaStreamDestroy(b->s);
-    if (b->other) cudaStreamDestroy(b->other);
-    if (b->copy_mem) cudaFree(b->copy_mem);
-    if (b->pinned) cudaFreeHost(b->pinned);
+    if (b->s) STREAMS_FLOOR_UNDO(&first, cudaStreamSynchronize(b->s));
+    if (b->other) STREAMS_FLOOR_UNDO(&first, cudaStreamSynchronize(b->other));
+    if (b->exec) STREAMS_FLOOR_UNDO(&first, cudaGraphExecDestroy(b->exec));
+    if (b->graph) STREAMS_FLOOR_UNDO(&first, cudaGraphDestroy(b->graph));
+    if (b->ev) STREAMS_FLOOR_UNDO(&first, cudaEventDestroy(b->ev));
+    if (b->done_ev) STREAMS_FLOOR_UNDO(&first, cudaEventDestroy(b->done_ev));
+    if (b->s) STREAMS_FLOOR_UNDO(&first, cudaStreamDestroy(b->s));
+    if (b->other) STREAMS_FLOOR_UNDO(&first, cudaStreamDestroy(b->other));
+    if (b->copy_mem) STREAMS_FLOOR_UNDO(&first, cudaFree(b->copy_mem));
+    if (b->pinned) STREAMS_FLOOR_UNDO(&first, cudaFreeHost(b->pinned));
     cudaGetLastError();
+    if (!first.what[0]) return 0;
+    if (!b->error->what[0]) *b->error = first;
+    return -1;
 }
 
 /* n calls of b->op, back to back (every operation but the 8-thread one). */
@@ -679,7 +698,7 @@ static long long streams_floor_batch(int op, long n, const char *ptx, int *drain
         || streams_floor_settle(&b) || streams_floor_run(&b, n, &elapsed, drained)
         || streams_floor_settle(&b))
         elapsed = -1;
-    streams_floor_teardown(&b);
+    if (streams_floor_teardown(&b)) elapsed = -1;
     return elapsed;
 }
 

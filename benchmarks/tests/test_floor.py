@@ -175,6 +175,24 @@ def test_a_failed_call_is_reported_and_cleaned_up(fake_bench, op, fail):
     assert live == NOTHING_LIVE
 
 
+@pytest.mark.parametrize("op, fail, left", [
+    ("pipeline_inference", "cudaFreeHost", "pinned"),
+    ("pipeline_data_loader", "cudaFree", "memory"),
+    ("graph_launch", "cudaGraphExecDestroy", "execs"),
+    ("graph_launch_1000", "cudaGraphDestroy", "graphs"),
+    ("event_record", "cudaEventDestroy", "events"),
+    ("stream_query", "cudaStreamDestroy", "streams"),
+])
+def test_a_failed_clean_up_fails_the_batch(fake_bench, op, fail, left):
+    """A destroy or free that fails after the timing leaves a handle or an
+    allocation alive: the batch is an error that names the call, not a
+    result; the rest of the clean-up still runs."""
+    answer, live = _bench(fake_bench, op, "40", "2", "1", fail=fail)
+    assert answer == {"ok": False, "error": answer["error"]}
+    assert answer["error"].split("(")[0] == fail, answer["error"]
+    assert live == NOTHING_LIVE.replace(f" {left}=0", f" {left}=1")
+
+
 def test_a_missing_kernel_is_named(tmp_path):
     # The built-in PTX without streams_args4.
     ptx = builtin_ptx().replace(".entry streams_args4(", ".entry streams_other4(")

@@ -42,6 +42,11 @@
 #define STREAMS_FLOOR_HOST_FUNC_EVERY 16
 #define STREAMS_FLOOR_HOST_FUNC_AT 7
 #define STREAMS_FLOOR_LOADER_COPIES 2
+/* The pipelines' slots are the first entries of the copies' arrays
+ * (copy_src, copy_dst, copy_size).  C11, as both the extension and the C
+ * program are compiled (-std=gnu11). */
+_Static_assert(STREAMS_FLOOR_LOADER_COPIES <= STREAMS_FLOOR_COPIES,
+               "the copies of a pipeline step must fit the arrays of STREAMS_FLOOR_COPIES");
 /* Untimed calls on a batch's fresh handles before its timing: the
  * contenders' handles have served earlier batches already. */
 #define STREAMS_FLOOR_WARMUP 4

@@ -193,6 +193,33 @@ def test_a_failed_clean_up_fails_the_batch(fake_bench, op, fail, left):
     assert live == NOTHING_LIVE.replace(f" {left}=0", f" {left}=1")
 
 
+def test_the_pipelines_copies_must_fit_the_copy_arrays(tmp_path):
+    """floor.h refuses to compile, with the C compiler and flags of the C
+    program, where a pipeline step has more copies than its arrays hold."""
+    cc = builders.compiler()
+    incs, _ = builders.find_cuda()
+    if cc is None or incs is None:
+        pytest.skip("needs a C compiler and the CUDA headers")
+    with open(FLOOR_H) as f:
+        floor = f.read()
+    (tmp_path / "use.c").write_text('#include "floor.h"\n')
+
+    def compiles(text):
+        (tmp_path / "floor.h").write_text(text)
+        cmd = (cc + builders.C_FLAGS + ["-fsyntax-only", "-I", str(tmp_path),
+                                       "-I", os.path.join(ROOT, "include"),
+                                       "-I", os.path.join(ROOT, "src")]
+               + [a for i in incs for a in ("-I", i)] + [str(tmp_path / "use.c")])
+        return subprocess.run(cmd, capture_output=True, text=True)
+
+    assert compiles(floor).returncode == 0
+    line = "#define STREAMS_FLOOR_LOADER_COPIES 2\n"
+    assert floor.count(line) == 1
+    proc = compiles(floor.replace(line, "#define STREAMS_FLOOR_LOADER_COPIES 9\n"))
+    assert proc.returncode != 0
+    assert "the copies of a pipeline step must fit the arrays of STREAMS_FLOOR_COPIES" in proc.stderr
+
+
 def test_a_missing_kernel_is_named(tmp_path):
     # The built-in PTX without streams_args4.
     ptx = builtin_ptx().replace(".entry streams_args4(", ".entry streams_other4(")

@@ -849,8 +849,10 @@ class CudaCore(Adapter):
             self.stmts = dict(self.stmts, stream_query="s.is_done")
         else:
             self.na = dict(self.na, stream_query="cuda.core.Stream has no query")
-        # Host functions on a stream (host_launch) and a pinned memory
-        # resource came in later versions.
+        # Pinned memory (LegacyPinnedMemoryResource) is in newer versions
+        # only; host functions on a stream (host_launch) in no released one
+        # (pre-release documentation only): a row that needs a missing one
+        # is n/a.
         if not hasattr(cc, "LegacyPinnedMemoryResource"):
             self.na = dict(self.na, **dict.fromkeys(
                 PIPELINE_OPS, "this cuda.core has no LegacyPinnedMemoryResource (pinned memory)"))

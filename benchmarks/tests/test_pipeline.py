@@ -458,6 +458,26 @@ def test_a_step_a_library_cannot_make_is_na_with_why(contender, why):
         adapters.ADAPTERS[contender]().make_case("pipeline_inference")
 
 
+def test_a_cuda_core_without_host_launch_has_no_inference_step(monkeypatch):
+    """No released cuda.core has cuda.core.host_launch (benchmarks/README.md):
+    there, the inference cell is n/a, saying why; the data loader is not."""
+    import sys
+    import types
+    cc = types.ModuleType("cuda.core")
+    cc.Device = mock.MagicMock(name="Device")
+    cc.Stream = type("Stream", (), {})
+    cc.LegacyPinnedMemoryResource = mock.MagicMock(name="LegacyPinnedMemoryResource")
+    cuda = types.ModuleType("cuda")
+    cuda.core = cc
+    monkeypatch.setitem(sys.modules, "cuda", cuda)
+    monkeypatch.setitem(sys.modules, "cuda.core", cc)
+    adapter = adapters.CudaCore()
+    adapter.setup()
+    with pytest.raises(NotAvailable, match=r"no cuda\.core\.host_launch"):
+        adapter.make_case("pipeline_inference")
+    assert "pipeline_data_loader" not in adapter.na
+
+
 @pytest.mark.parametrize("contender", sorted(CALLS))
 @pytest.mark.parametrize("op", sorted(ops.GRAPH_SIZES))
 def test_every_graph_size_is_a_graph_of_its_size_launched_by_one_statement(contender, op,

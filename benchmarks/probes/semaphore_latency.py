@@ -26,7 +26,8 @@ import statistics
 import time
 from multiprocessing import shared_memory
 
-MODES = ("semaphore", "ipc event", "host callback", "semaphore host side")
+HOST_ONLY = "semaphore host side"   # the one mode without a GPU
+MODES = ("semaphore", "ipc event", "host callback", HOST_ONLY)
 TIMEOUT_S = 20.0
 
 
@@ -74,7 +75,7 @@ class Side:
 
     def hop_in(self, mode, i):
         other, flags = 1 - self.me, self.flags
-        if mode in ("semaphore", "semaphore host side"):
+        if mode in ("semaphore", HOST_ONLY):
             _wait(self.sems[other], i)
         elif mode == "ipc event":
             _spin(lambda: flags[other] == i, "counter")
@@ -90,7 +91,7 @@ class Side:
 
 
 def _gpu(modes):
-    return any(m != "semaphore host side" for m in modes)
+    return any(m != HOST_ONLY for m in modes)
 
 
 def child(conn, sem_descs, ev_handles, shm_name):

@@ -27,7 +27,7 @@ def runner(*args, tmp_path, **env):
     none of its variables set unless ``env`` sets them."""
     clean = {k: v for k, v in os.environ.items()
              if k not in ("PYTHON", "PYTHONPATH", "CUDA12_HOME", "FT_PREFIX", "FT_BUNDLE",
-                          "GPU_TEST_WORKERS", "SANITIZER_EXTRA", "SANITIZER_BACKTRACE")}
+                          "GPU_TEST_WORKERS", "GPU_TEST_REUSE_BUILD", "SANITIZER_EXTRA", "SANITIZER_BACKTRACE")}
     clean.update(GPU_TEST_LOGS=str(tmp_path / "logs"), CUDA_HOME="/opt/cuda-x", **env)
     result = subprocess.run(["bash", str(RUNNER), *args], capture_output=True, text=True,
                             env=clean, timeout=30)
@@ -76,6 +76,8 @@ def test_a_wrong_call_exits_2_and_says_why(tmp_path, args, message):
 def test_a_worker_count_must_be_a_count(tmp_path):
     code, _, err = runner("--print", "release", tmp_path=tmp_path, GPU_TEST_WORKERS="four")
     assert code == 2 and "GPU_TEST_WORKERS must be a count" in err
+    code, _, err = runner("--print", "release", tmp_path=tmp_path, GPU_TEST_REUSE_BUILD="yes")
+    assert code == 2 and "GPU_TEST_REUSE_BUILD must be 0 or 1, not 'yes'" in err
 
 
 def printed(tmp_path, *args, **env):
@@ -99,6 +101,18 @@ def test_print_release(tmp_path):
         assert part in test, part
     assert "compute-sanitizer" not in out and " -m 'not timing" not in test
     assert f"OUT={tmp_path}/logs stackdump_preload" in out
+
+
+def test_print_reused_build(tmp_path):
+    """GPU_TEST_REUSE_BUILD=1: no build (not even the free-threaded
+    interpreter's), and the same import check of the flavour."""
+    for flavour, want in (("debug-refcounts", "(13, True, True)"),
+                          ("free-threaded", "(13, False, False)")):
+        out = printed(tmp_path, flavour, GPU_TEST_REUSE_BUILD="1", FT_PREFIX="/opt/ft")
+        assert "setup.py" not in out and "free_threaded.sh" not in out, out
+        assert "GPU_TEST_REUSE_BUILD=1: no build" in out
+        assert f"assert got == {want}" in out
+    assert "setup.py build_ext" in printed(tmp_path, "release", GPU_TEST_REUSE_BUILD="0")
 
 
 def test_print_flavours(tmp_path):

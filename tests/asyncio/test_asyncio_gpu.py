@@ -40,6 +40,7 @@ def test_await_stream_and_event(stream):
     assert _settled() == {"waiting": 0, "in_flight": 0}
 
 
+@pytest.mark.concurrent   # the loop runs while the spin does
 def test_the_loop_keeps_running_while_the_gpu_works(stream):
     async def main():
         ticks = 0
@@ -79,6 +80,7 @@ def test_1000_awaits_on_different_streams_all_finish():
     assert _settled() == {"waiting": 0, "in_flight": 0}
 
 
+@pytest.mark.concurrent   # the loop runs while the spin does
 def test_awaits_finish_in_the_order_the_gpu_finishes():
     # A chain the GPU must run in order: stream i starts its spin only once
     # stream i-1's is done (an event), and each spin lasts 40 ms, far more
@@ -112,6 +114,7 @@ def test_awaits_finish_in_the_order_the_gpu_finishes():
     assert _settled() == {"waiting": 0, "in_flight": 0}
 
 
+@pytest.mark.concurrent   # the loop runs while the spin does
 def test_cancelling_a_wait_leaves_nothing_behind(stream):
     async def main():
         spin(stream, 300 * MS)

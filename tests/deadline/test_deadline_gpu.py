@@ -249,6 +249,7 @@ def test_many_streams(streams_made):
                                if d.stream in slow or d.stream in quick])
 
 
+@pytest.mark.concurrent   # closed while the first spin still runs
 def test_a_stream_closed_with_a_deadline_pending():
     s = Stream(non_blocking=True)
     _warm(s)

@@ -90,12 +90,13 @@ def test_path_is_the_one_asked_for_or_the_devices_own(path, sem):
         assert auto.path == ("memops" if _device_has_memops() else "kernel")
 
 
+@pytest.mark.concurrent   # the control runs beside the spin
 def test_a_wait_holds_its_stream_until_the_signal(ready, device_buffer, closer, sem):
     signaller = closer(Stream(non_blocking=True))
     waiter = closer(Stream(non_blocking=True))
     control = closer(Stream(non_blocking=True))
     waited, free = device_buffer(), device_buffer()
-    spin(signaller, 400 * MS)
+    spin(signaller, 1500 * MS)     # outlasts the host's steps on a loaded machine
     sem.signal(signaller, 1)
     sem.wait(waiter, 1)
     waiter.launch(ready.fill, GRID, BLOCK, waited, 7, N)
@@ -124,7 +125,7 @@ def test_a_host_signal_releases_a_gpu_wait(ready, device_buffer, closer, sem):
 
 def test_the_host_sees_a_gpu_signal(closer, sem):
     s = closer(Stream(non_blocking=True))
-    spin(s, 200 * MS)
+    spin(s, 1000 * MS)
     sem.signal(s, 3)
     assert sem.wait_host(3, timeout=0.01) is False      # the spin is still running
     t0 = time.monotonic()

@@ -178,3 +178,21 @@ def test_the_workflow_runs_the_matrix_through_the_runner():
     assert "runs-on: [self-hosted, linux, gpu]" in text
     assert 'ci/run-gpu-tests "$FLAVOUR" "$SANITIZER"' in text
     assert "pull_request" not in text, "a fork's pull request would run on the GPU machine"
+
+
+@pytest.mark.parametrize("script", ["gpu_all.sh", "gpu_poll.sh"])
+def test_the_whole_check_scripts_parse(script):
+    path = ROOT / "tools" / script
+    result = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0, result.stderr
+
+
+def test_every_lane_of_the_whole_check_starts_with_sigint_at_its_default():
+    """A background job of a script inherits SIGINT ignored: the rows and
+    the fuzzers go through the wrapper that restores it."""
+    text = (ROOT / "tools" / "gpu_all.sh").read_text()
+    assert "signal.signal(signal.SIGINT, signal.SIG_DFL)" in text
+    runs = [ln for ln in text.splitlines() if "ci/run-gpu-tests" in ln and not ln.lstrip().startswith("#")]
+    fuzzes = [ln for ln in text.splitlines() if "tests/fuzz --seconds" in ln]
+    assert runs and fuzzes
+    assert all('"${DFL[@]}"' in ln for ln in runs + fuzzes), runs + fuzzes

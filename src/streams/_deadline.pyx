@@ -154,6 +154,7 @@ cdef class _Watch:
     cdef object queue               # deque of Deadline: PENDING or EXPIRED, not yet reached
     cdef list expired               # DeadlineExceeded kept for the stream's next wait
     cdef bint active                # in _active: the watchdog looks at it
+    cdef int quiet_passes           # the watchdog's passes since its queue emptied
     cdef object order
     cdef str name                   # the stream's repr, for reports
 
@@ -254,7 +255,7 @@ cdef class Deadline:
     """
     cdef readonly object stream
     cdef readonly double seconds
-    cdef readonly object what
+    cdef object _what               # what= as given (None: named when asked for)
     cdef readonly object graph
     cdef object _handler
     cdef _Watch _watch
@@ -312,6 +313,20 @@ cdef class Deadline:
         cannot say which node of a graph stalls."""
         return None
 
+    @property
+    def what(self):
+        """The work's name in reports: ``what=`` as given, else the graph's
+        repr (a replay) or the stream's.  Made when asked for, not when the
+        deadline is armed: a repr per launch would cost more than the
+        marker (benchmarks row graph_launch_deadline)."""
+        if self._what is not None:
+            return self._what
+        if self.graph is not None:
+            return repr(self.graph)
+        if self._watch is not None:
+            return self._watch.name
+        return repr(self.stream)
+
     def __enter__(self):
         cdef Stream s = <Stream>self.stream
         if self._state != OPEN or self._start_ns != 0:
@@ -344,7 +359,7 @@ cdef Deadline _new_deadline(Stream s, double seconds, object what, object graph,
     cdef Deadline d = Deadline.__new__(Deadline)
     d.stream = s
     d.seconds = seconds
-    d.what = what if what is not None else repr(s)
+    d._what = what
     d.graph = graph
     d._handler = handler
     return d
@@ -380,7 +395,7 @@ def replay_with_deadline(GraphExec exe, Stream s, seconds):
     cdef double secs = _as_seconds(seconds, "deadline")
     cdef Deadline d
     _refuse_capturing(s, "deadline=")
-    d = _new_deadline(s, secs, repr(exe), exe, None)
+    d = _new_deadline(s, secs, None, exe, None)
     d._start_ns = streams_now_ns()
     with nogil:
         exe.c_launch(s)
@@ -424,6 +439,7 @@ cdef int _queue(_Watch w, Deadline d) except -1:
     with _lock:
         d._state = PENDING
         w.queue.append(d)
+        w.quiet_passes = 0
         if not w.active:
             w.active = True
             wake = not _active
@@ -432,6 +448,7 @@ cdef int _queue(_Watch w, Deadline d) except -1:
             _start_locked()
     if wake:
         _wake.set()
+        _counts[0] += 1
     return 0
 
 
@@ -481,6 +498,8 @@ _free = []                  # (page, index) of free slots
 _thread = None
 _handler = None
 cdef double _tick_s = 0.005
+cdef int _LINGER_PASSES = 20   # about 0.1 s at the default tick
+cdef long long _counts[1]      # [0]: the thread woken by an arm (tests)
 cdef int _generation = 0    # of the pages: a forked child's are new
 cdef int _run = 0           # of the thread: a stop or a fork ends the one running
 
@@ -532,9 +551,17 @@ cdef int _pass() except -1:
                 if d._state == PENDING and now >= d._due_ns:
                     d._state = EXPIRED
                     fired.append((w, d, last))
-            if not q:
-                w.active = False
-                _active.discard(w)
+            if q:
+                w.quiet_passes = 0
+            else:
+                # Looked at for _LINGER_PASSES more passes before it is
+                # dropped: a loop that arms a deadline per step then never
+                # wakes the thread (an Event.set, then the thread taking
+                # the GIL) once per step.
+                w.quiet_passes += 1
+                if w.quiet_passes >= _LINGER_PASSES:
+                    w.active = False
+                    _active.discard(w)
     for w, d, last in fired:
         _report(w, d, last, now)
     return 0
@@ -543,7 +570,8 @@ cdef int _pass() except -1:
 cdef int _report(_Watch w, Deadline d, unsigned long long last, long long now) except -1:
     cdef double age = (now - d._start_ns) / 1e9
     graph = f" (graph replay {d.what})" if d.graph is not None else ""
-    what = "" if d.graph is not None or d.what == w.name else f" ({d.what})"
+    what = ("" if d.graph is not None or d._what is None or d._what == w.name
+            else f" ({d._what})")
     exc = DeadlineExceeded(
         f"deadline of {d.seconds:g} s missed on {w.name}{graph}{what}: marker {d._marker} "
         f"expected, last seen {last}, pending for {age:.3f} s",

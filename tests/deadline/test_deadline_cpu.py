@@ -147,6 +147,40 @@ def test_markers_of_one_stream_are_numbered_and_listed_in_order():
     assert _until(lambda: c.state == "met")
 
 
+def test_a_deadline_per_step_does_not_wake_the_watchdog_per_step():
+    """A watch whose queue empties is looked at for a while longer, so a
+    loop arming one deadline per step wakes the thread once, not per step;
+    idle after that while, it is dropped (and its slot can go back)."""
+    d = _deadline._fake_deadline(30.0, what="step 0")
+    woken = _deadline._wakes()
+    for i in range(1, 20):
+        _deadline._fake_reach(d)
+        assert _until(lambda: d.state == "met")
+        d = _deadline._fake_deadline(30.0, after=d, what=f"step {i}")
+    assert _deadline._wakes() == woken
+    _deadline._fake_reach(d)
+    assert _until(lambda: d.state == "met")
+    assert _until(lambda: not _deadline._is_watched(d))
+    # Dropped: the next arm on it wakes the thread again.
+    e = _deadline._fake_deadline(30.0, after=d, what="after the pause")
+    assert _deadline._wakes() > woken
+    _deadline._fake_reach(e)
+    assert _until(lambda: e.state == "met")
+
+
+def test_what_defaults_to_the_watchs_name_when_asked_for():
+    d = _deadline._fake_deadline(0.02, what=None)
+    assert d.what == "<no stream>"
+    assert "on <no stream>" in repr(d)
+    assert _until(lambda: d.expired)
+    with pytest.raises(DeadlineExceeded) as info:
+        _deadline._fake_wait(d)
+    assert info.value.what == "<no stream>"
+    # Named once: the default name is not repeated after the stream's.
+    assert str(info.value).count("<no stream>") == 1, str(info.value)
+    _deadline._fake_reach(d)
+
+
 def test_a_missed_deadline_raises_in_the_next_wait_once():
     d = _deadline._fake_deadline(0.02, what="slow step")
     assert _until(lambda: d.expired)

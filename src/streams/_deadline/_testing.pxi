@@ -38,3 +38,15 @@ def _is_free(slot):
     with _lock:
         page = _pages[slot[0]]
         return any(p is page and i == slot[1] for p, i in _free)
+
+
+def _wakes():
+    """How many arms have woken the watchdog's thread so far."""
+    with _lock:
+        return _counts[0]
+
+
+def _is_watched(Deadline d):
+    """Whether the watchdog still looks at d's watch."""
+    with _lock:
+        return d._watch in _active

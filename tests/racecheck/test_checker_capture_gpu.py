@@ -21,6 +21,16 @@ CHILD = textwrap.dedent("""
     from streams import DeviceBuffer, Stream
     N = 1024
     steps = []
+    # As the fuzzer's example began: a compiled module, its kernel looked up
+    # and never launched (NVRTC missing: left out).
+    SOURCE = (r"template <typename T> __global__ void fuzz_fill(T* p, T v, unsigned long long n)"
+              r"{ unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x"
+              r" + threadIdx.x; if (i < n) p[i] = v; }")
+    try:
+        compiled = streams.Module.from_source(SOURCE, name_expressions=("fuzz_fill<unsigned int>",))
+        compiled.get_kernel("fuzz_fill<unsigned int>", signature="pointer, uint32, uint64")
+    except Exception:
+        compiled = None
     home, s = Stream(non_blocking=True), Stream(non_blocking=True)
     mod = streams.testing.builtin_module()
     k = mod.get_kernel("streams_fill_u32", signature="pointer, uint32, uint64")

@@ -1,11 +1,10 @@
 """The race checker's hooks inside a capture: with the checker collecting
 from import (STREAMS_RACECHECK=collect), a capture in global mode with a
 kernel node added through capture_info, an increment and a copy captured
-after it, must stay valid and replay what was captured.  The stateful
-fuzzer's checker run (seed 43) found this capture invalidated at the copy
-with the checker on; the same program with it off is the control.  Each
-case runs in a fresh child: the first use of each stream and kernel is
-what the checker's hooks look up."""
+after it, must stay valid at every step and replay what was captured; the
+same program with the checker off is the control.  Each case runs in a
+fresh child: the first use of each stream and kernel is what the checker's
+hooks look up."""
 import textwrap
 
 import pytest

@@ -444,11 +444,12 @@ cdef int _queue(_Watch w, Deadline d) except -1:
             w.active = True
             wake = not _active
             _active.add(w)
+            if wake:
+                _counts[0] += 1
         if _thread is None:
             _start_locked()
     if wake:
         _wake.set()
-        _counts[0] += 1
     return 0
 
 

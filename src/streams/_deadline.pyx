@@ -13,7 +13,8 @@ call, no lock, no GIL).  The pages live as long as the process: a marker
 queued on a stream that was closed still lands in mapped memory.
 
 One daemon thread, the watchdog, started at the first deadline, wakes every
-``tick`` while deadlines are pending and sleeps on an event while none is.
+``tick`` while deadlines are pending (and about 0.1 s after the last was
+reached) and sleeps on an event after that.
 It forgets the deadlines whose markers arrived and reports those past due:
 to a handler, or to the next wait on the stream (the check _stream calls in
 its waits, registered here).  A layer above _semaphore; _graph reaches it
@@ -29,6 +30,7 @@ cimport cython
 from cpython.exc cimport PyErr_Restore, PyErr_WriteUnraisable
 from cpython.ref cimport PyObject, Py_INCREF
 from libc.math cimport isfinite
+from libc.stdint cimport uintptr_t
 from posix.mman cimport MAP_ANONYMOUS, MAP_FAILED, MAP_SHARED, PROT_READ, PROT_WRITE, mmap, munmap
 
 cimport streams._cudart as rt
@@ -145,7 +147,8 @@ cdef class _Page:
 @cython.no_gc_clear     # its __dealloc__ reads `page` and `queue`
 cdef class _Watch:
     # A stream's slot and its armed deadlines, oldest first (the order of
-    # their markers on the stream).  `queue`, `expired` and `active` change
+    # their markers on the stream).  `queue`, `expired`, `quiet_since` and
+    # membership of _active change
     # under the module's _lock; `seq` and the marker's enqueue under
     # `order` (so markers are written in the order they are numbered).
     cdef _Page page
@@ -153,8 +156,7 @@ cdef class _Watch:
     cdef unsigned long long seq     # the last marker numbered
     cdef object queue               # deque of Deadline: PENDING or EXPIRED, not yet reached
     cdef list expired               # DeadlineExceeded kept for the stream's next wait
-    cdef bint active                # in _active: the watchdog looks at it
-    cdef int quiet_passes           # the watchdog's passes since its queue emptied
+    cdef long long quiet_since      # when a pass first saw its queue empty (0: not empty)
     cdef object order
     cdef str name                   # the stream's repr, for reports
 
@@ -256,6 +258,7 @@ cdef class Deadline:
     cdef readonly object stream
     cdef readonly double seconds
     cdef object _what               # what= as given (None: named when asked for)
+    cdef uintptr_t _graph_handle    # the replayed executable's, at its launch
     cdef readonly object graph
     cdef object _handler
     cdef _Watch _watch
@@ -315,14 +318,15 @@ cdef class Deadline:
 
     @property
     def what(self):
-        """The work's name in reports: ``what=`` as given, else the graph's
-        repr (a replay) or the stream's.  Made when asked for, not when the
-        deadline is armed: a repr per launch would cost more than the
-        marker (benchmarks row graph_launch_deadline)."""
+        """The work's name in reports: ``what=`` as given, else the replayed
+        executable's repr at its launch, or the stream's.  Made when asked
+        for, not when the deadline is armed: a repr per launch would cost
+        more than the marker (benchmarks row graph_launch_deadline)."""
         if self._what is not None:
             return self._what
         if self.graph is not None:
-            return repr(self.graph)
+            # GraphExec's repr at the launch (it says "(closed)" once closed).
+            return f"<streams.GraphExec 0x{self._graph_handle:x}>"
         if self._watch is not None:
             return self._watch.name
         return repr(self.stream)
@@ -396,6 +400,7 @@ def replay_with_deadline(GraphExec exe, Stream s, seconds):
     cdef Deadline d
     _refuse_capturing(s, "deadline=")
     d = _new_deadline(s, secs, None, exe, None)
+    d._graph_handle = <uintptr_t>exe._handle
     d._start_ns = streams_now_ns()
     with nogil:
         exe.c_launch(s)
@@ -439,13 +444,10 @@ cdef int _queue(_Watch w, Deadline d) except -1:
     with _lock:
         d._state = PENDING
         w.queue.append(d)
-        w.quiet_passes = 0
-        if not w.active:
-            w.active = True
+        w.quiet_since = 0
+        if w not in _active:
             wake = not _active
             _active.add(w)
-            if wake:
-                _counts[0] += 1
         if _thread is None:
             _start_locked()
     if wake:
@@ -499,8 +501,7 @@ _free = []                  # (page, index) of free slots
 _thread = None
 _handler = None
 cdef double _tick_s = 0.005
-cdef int _LINGER_PASSES = 20   # about 0.1 s at the default tick
-cdef long long _counts[1]      # [0]: the thread woken by an arm (tests)
+cdef long long _LINGER_NS = 100000000    # 0.1 s
 cdef int _generation = 0    # of the pages: a forked child's are new
 cdef int _run = 0           # of the thread: a stop or a fork ends the one running
 
@@ -553,16 +554,16 @@ cdef int _pass() except -1:
                     d._state = EXPIRED
                     fired.append((w, d, last))
             if q:
-                w.quiet_passes = 0
-            else:
-                # Looked at for _LINGER_PASSES more passes before it is
-                # dropped: a loop that arms a deadline per step then never
-                # wakes the thread (an Event.set, then the thread taking
-                # the GIL) once per step.
-                w.quiet_passes += 1
-                if w.quiet_passes >= _LINGER_PASSES:
-                    w.active = False
-                    _active.discard(w)
+                w.quiet_since = 0
+            elif w.quiet_since == 0:
+                # Looked at for _LINGER_NS more before it is dropped: a
+                # loop that arms a deadline per step then does not wake the
+                # thread (an Event.set, then the thread taking the GIL)
+                # once per step (test_deadline_cpu.py,
+                # test_a_drained_watch_stays_watched_for_a_while).
+                w.quiet_since = now
+            elif now - w.quiet_since >= _LINGER_NS:
+                _active.discard(w)
     for w, d, last in fired:
         _report(w, d, last, now)
     return 0
@@ -570,13 +571,14 @@ cdef int _pass() except -1:
 
 cdef int _report(_Watch w, Deadline d, unsigned long long last, long long now) except -1:
     cdef double age = (now - d._start_ns) / 1e9
-    graph = f" (graph replay {d.what})" if d.graph is not None else ""
+    name = d.what
+    graph = f" (graph replay {name})" if d.graph is not None else ""
     what = ("" if d.graph is not None or d._what is None or d._what == w.name
             else f" ({d._what})")
     exc = DeadlineExceeded(
         f"deadline of {d.seconds:g} s missed on {w.name}{graph}{what}: marker {d._marker} "
         f"expected, last seen {last}, pending for {age:.3f} s",
-        stream=d.stream, what=d.what, graph=d.graph, node=None, expected=d._marker,
+        stream=d.stream, what=name, graph=d.graph, node=None, expected=d._marker,
         last_seen=last, age=age, seconds=d.seconds)
     handler = d._handler if d._handler is not None else _handler
     if handler is None:
@@ -615,6 +617,10 @@ cdef int _stop(double timeout) except -1:
         t = _thread
         _thread = None
         _run += 1
+        # No pass looks at them until a later start: drained watches go
+        # now, so that their slots can go back with their streams.
+        for w in [w for w in _active if not (<_Watch>w).queue]:
+            _active.discard(w)
     _wake.set()
     if t is not None and t is not _threading.current_thread():
         t.join(timeout)
@@ -646,8 +652,8 @@ cdef class Watchdog:
     """The watchdog of deadlines: ``streams.watchdog``, the one instance.
 
     A daemon thread, started by the first deadline armed, that wakes every
-    ``tick`` seconds while deadlines are pending (and sleeps, costing
-    nothing, while none is), forgets the deadlines whose markers arrived
+    ``tick`` seconds while deadlines are pending and for about 0.1 s after
+    (then sleeps, costing nothing), forgets the deadlines whose markers arrived
     and reports the expired ones (docs/deadlines.rst).  It stops at
     interpreter exit and is not in a forked child (which starts its own at
     its first deadline).

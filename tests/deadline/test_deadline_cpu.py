@@ -147,25 +147,35 @@ def test_markers_of_one_stream_are_numbered_and_listed_in_order():
     assert _until(lambda: c.state == "met")
 
 
-def test_a_deadline_per_step_does_not_wake_the_watchdog_per_step():
-    """A watch whose queue empties is looked at for a while longer, so a
-    loop arming one deadline per step wakes the thread once, not per step;
-    idle after that while, it is dropped (and its slot can go back)."""
+def test_a_drained_watch_stays_watched_for_a_while():
+    """A watch whose deadlines are all reached stays in the watchdog's
+    active set for a while (so a loop arming one deadline per step does not
+    wake the thread per step), then is dropped; a stop drops it at once,
+    and its slot can go back."""
     d = _deadline._fake_deadline(30.0, what="step 0")
-    woken = _deadline._wakes()
-    for i in range(1, 20):
+    for i in range(1, 10):
         _deadline._fake_reach(d)
         assert _until(lambda: d.state == "met")
+        time.sleep(0.02)                # a few ticks, well inside the 0.1 s
+        assert _deadline._is_watched(d), f"step {i}: dropped as soon as it drained"
         d = _deadline._fake_deadline(30.0, after=d, what=f"step {i}")
-    assert _deadline._wakes() == woken
     _deadline._fake_reach(d)
     assert _until(lambda: d.state == "met")
-    assert _until(lambda: not _deadline._is_watched(d))
-    # Dropped: the next arm on it wakes the thread again.
+    assert _deadline._is_watched(d)
+    assert _until(lambda: not _deadline._is_watched(d))     # about 0.1 s later
+    # Armed again after it was dropped: watched again.
     e = _deadline._fake_deadline(30.0, after=d, what="after the pause")
-    assert _deadline._wakes() > woken
+    assert _deadline._is_watched(e)
     _deadline._fake_reach(e)
     assert _until(lambda: e.state == "met")
+    # A stop drops a drained watch at once: no pass would drop it later.
+    streams.watchdog.stop()
+    assert not _deadline._is_watched(e)
+    import gc
+    slot = _deadline._slot_of(e)
+    del d, e
+    gc.collect()
+    assert _until(lambda: _deadline._is_free(slot))
 
 
 def test_what_defaults_to_the_watchs_name_when_asked_for():

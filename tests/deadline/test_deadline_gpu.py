@@ -198,6 +198,25 @@ def test_a_replay_deadline(streams_made, closer):
     assert s.synchronize(timeout=30) is True
 
 
+def test_a_replay_deadline_names_its_executable_after_it_closed(streams_made, closer):
+    """A replay's deadline names the executable as it was at the launch,
+    also when the report comes after the executable was closed."""
+    s, cap = streams_made(), streams_made()
+    _warm(s)
+    seen = []
+    slow = closer(_spin_graph(cap, 1000 * MS))
+    exe = slow.instantiate()
+    name = repr(exe)
+    streams.watchdog.handler = seen.append       # the fixture puts it back
+    d = exe.launch(s, deadline=0.05)
+    exe.close()                         # the replay runs on; its report comes later
+    assert repr(exe) != name
+    assert _until(lambda: seen)
+    assert d.what == name and seen[0].what == name
+    assert f"graph replay {name}" in str(seen[0])
+    assert s.synchronize(timeout=30) is True
+
+
 def test_deadlines_are_refused_while_capturing(streams_made, closer):
     s = streams_made()
     _warm(s)

@@ -40,12 +40,6 @@ def _is_free(slot):
         return any(p is page and i == slot[1] for p, i in _free)
 
 
-def _wakes():
-    """How many arms have woken the watchdog's thread so far."""
-    with _lock:
-        return _counts[0]
-
-
 def _is_watched(Deadline d):
     """Whether the watchdog still looks at d's watch."""
     with _lock:

@@ -13,8 +13,8 @@ call, no lock, no GIL).  The pages live as long as the process: a marker
 queued on a stream that was closed still lands in mapped memory.
 
 One daemon thread, the watchdog, started at the first deadline, wakes every
-``tick`` while deadlines are pending (and about 0.1 s after the last was
-reached) and sleeps on an event after that.
+``tick`` while deadlines are pending (and about 0.1 s, or a tick or two,
+after the last was reached) and sleeps on an event after that.
 It forgets the deadlines whose markers arrived and reports those past due:
 to a handler, or to the next wait on the stream (the check _stream calls in
 its waits, registered here).  A layer above _semaphore; _graph reaches it
@@ -165,10 +165,13 @@ cdef class _Watch:
 
     def __dealloc__(self):
         # Its queue is empty (a pending deadline keeps its stream, which
-        # keeps this): every marker it numbered has landed, so the slot is
-        # free for another stream, in this process.
+        # keeps this) and the last marker it numbered has landed: the slot
+        # is free for another stream, in this process.  A marker enqueued
+        # by an arm that then failed (interrupted before its deadline was
+        # queued) may still be on its way: such a slot is not reused.
         if (self.page is not None and self.page.generation == _generation
-                and self.queue is not None and not self.queue):
+                and self.queue is not None and not self.queue
+                and self.last_seen() >= self.seq):
             try:
                 _free.append((self.page, self.index))
             except BaseException:
@@ -522,16 +525,31 @@ def _watchdog_main(int run):
     # moved _run on).
     cdef bint idle = False
     while True:
-        _wake.clear()
         with _lock:
             if run != _run:
                 return
+            # Cleared here, not before the check: a stopped thread still
+            # running must not clear a wake meant for its successor.
+            _wake.clear()
             idle = not _active
         _wake.wait(None if idle else _tick_s)
         with _lock:
             if run != _run:
                 return
         _pass()
+
+
+cdef int _forget_arrived(_Watch w) except -1:
+    # Under _lock: the deadlines whose markers landed leave the queue, met
+    # (an expired one stays expired).
+    cdef unsigned long long last = w.last_seen()
+    cdef Deadline d
+    q = w.queue
+    while q and (<Deadline>q[0])._marker <= last:
+        d = <Deadline>q.popleft()
+        if d._state == PENDING:
+            d._state = MET
+    return 0
 
 
 cdef int _pass() except -1:
@@ -544,11 +562,8 @@ cdef int _pass() except -1:
     with _lock:
         for w in list(_active):
             last = w.last_seen()
+            _forget_arrived(w)
             q = w.queue
-            while q and (<Deadline>q[0])._marker <= last:
-                d = <Deadline>q.popleft()
-                if d._state == PENDING:
-                    d._state = MET
             for d in q:
                 if d._state == PENDING and now >= d._due_ns:
                     d._state = EXPIRED
@@ -617,10 +632,13 @@ cdef int _stop(double timeout) except -1:
         t = _thread
         _thread = None
         _run += 1
-        # No pass looks at them until a later start: drained watches go
-        # now, so that their slots can go back with their streams.
-        for w in [w for w in _active if not (<_Watch>w).queue]:
-            _active.discard(w)
+        # No pass looks at them until a later start: what arrived is
+        # forgotten and drained watches go now, so that their slots can go
+        # back with their streams.
+        for w in list(_active):
+            _forget_arrived(<_Watch>w)
+            if not (<_Watch>w).queue:
+                _active.discard(w)
     _wake.set()
     if t is not None and t is not _threading.current_thread():
         t.join(timeout)
@@ -652,8 +670,8 @@ cdef class Watchdog:
     """The watchdog of deadlines: ``streams.watchdog``, the one instance.
 
     A daemon thread, started by the first deadline armed, that wakes every
-    ``tick`` seconds while deadlines are pending and for about 0.1 s after
-    (then sleeps, costing nothing), forgets the deadlines whose markers arrived
+    ``tick`` seconds while deadlines are pending and for about 0.1 s (or a
+    tick or two) after (then sleeps, costing nothing), forgets the deadlines whose markers arrived
     and reports the expired ones (docs/deadlines.rst).  It stops at
     interpreter exit and is not in a forked child (which starts its own at
     its first deadline).

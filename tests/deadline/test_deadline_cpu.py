@@ -178,6 +178,23 @@ def test_a_drained_watch_stays_watched_for_a_while():
     assert _until(lambda: _deadline._is_free(slot))
 
 
+def test_a_stop_forgets_what_arrived_and_lets_its_watch_go():
+    """Markers that landed since the last pass: a stop marks their
+    deadlines met and lets the drained watch (and its slot) go, although
+    no pass will run."""
+    import gc
+    streams.watchdog.tick = 5.0         # no pass between the reach and the stop
+    d = _deadline._fake_deadline(30.0, what="stopped")
+    time.sleep(0.05)                    # the thread, started by the arm, is asleep for the tick
+    _deadline._fake_reach(d)
+    streams.watchdog.stop()
+    assert d.state == "met" and not _deadline._is_watched(d)
+    slot = _deadline._slot_of(d)
+    del d
+    gc.collect()
+    assert _until(lambda: _deadline._is_free(slot))
+
+
 def test_what_defaults_to_the_watchs_name_when_asked_for():
     d = _deadline._fake_deadline(0.02, what=None)
     assert d.what == "<no stream>"

@@ -34,7 +34,7 @@ from libc.stdint cimport uintptr_t
 from posix.mman cimport MAP_ANONYMOUS, MAP_FAILED, MAP_SHARED, PROT_READ, PROT_WRITE, mmap, munmap
 
 cimport streams._cudart as rt
-from streams._graph cimport GraphExec
+from streams._graph cimport GraphExec, exec_name
 from streams._platform cimport (streams_flag_get, streams_flag_set, streams_now_ns,
                                 streams_u64_get, streams_u64_set)
 from streams._semaphore cimport PATH_AUTO, value_op
@@ -329,7 +329,7 @@ cdef class Deadline:
             return self._what
         if self.graph is not None:
             # GraphExec's repr at the launch (it says "(closed)" once closed).
-            return f"<streams.GraphExec 0x{self._graph_handle:x}>"
+            return exec_name(self._graph_handle)
         if self._watch is not None:
             return self._watch.name
         return repr(self.stream)

@@ -132,3 +132,8 @@ cdef class GraphExec(HandleOwner):
     cdef streams_graph_exec_t c_handle(self) noexcept nogil
     cdef int _destroy(self) except -1 nogil
     cdef void _release(self) noexcept nogil
+
+
+# An executable's repr while open (GraphExec.__repr__), also for the name a
+# replay's deadline keeps of it (streams._deadline).
+cdef str exec_name(uintptr_t handle)

@@ -2156,7 +2156,11 @@ cdef class GraphExec(HandleOwner):
     def __repr__(self):
         if self.closed:
             return "<streams.GraphExec (closed)>"
-        return f"<streams.GraphExec 0x{<uintptr_t>self._handle:x}>"
+        return exec_name(<uintptr_t>self._handle)
+
+
+cdef str exec_name(uintptr_t handle):
+    return f"<streams.GraphExec 0x{handle:x}>"
 
 
 # ---- graph memory of a device ----------------------------------------------------------------
